@@ -1,0 +1,7 @@
+"""`python -m dlinfra`."""
+
+import sys
+
+from dlinfra.cli import main
+
+sys.exit(main())

@@ -1,0 +1,544 @@
+"""The fleet file: what exists (regions, environments, sites, node pools, teams), parsed into frozen models.
+
+Pure planning code: no pulumi import. Every check that needs only the fleet itself lives here; address
+overlaps need the lock too and live in `dlinfra.planner`.
+"""
+
+from __future__ import annotations
+
+import functools
+import ipaddress
+import re
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from ruamel.yaml import YAML
+from ruamel.yaml.comments import CommentedMap, CommentedSeq
+from ruamel.yaml.error import MarkedYAMLError
+
+from dlinfra.errors import FleetError
+from dlinfra.naming import STANDARD_TAG_KEYS
+
+Name = Annotated[str, Field(pattern=r"^[a-z][a-z0-9-]{0,22}[a-z0-9]$")]
+"""Lower-case DNS-label-like name used in logical and physical names (2 to 24 characters)."""
+
+PRIVATE_RANGES = tuple(
+    ipaddress.IPv4Network(n) for n in ("10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16")
+)
+# ASNs no BGP speaker may use: 0, AS_TRANS, documentation ranges (RFC 5398) and the last of each space.
+_RESERVED_ASN_RANGES = ((0, 0), (23456, 23456), (64496, 64511), (65535, 65551), (4294967295, 4294967295))
+# Amazon-side ASN of a transit gateway: a private ASN (AWS rule).
+_AMAZON_ASN_RANGES = ((64512, 65534), (4200000000, 4294967294))
+# Customer gateway BGP ASN range AWS accepts.
+_CGW_ASN_MAX = 2147483647
+
+
+def is_rfc1918(net: ipaddress.IPv4Network) -> bool:
+    """True when the whole network lies inside one RFC 1918 private range."""
+    return any(net.subnet_of(r) for r in PRIVATE_RANGES)
+
+
+@dataclass(frozen=True)
+class RegionInfo:
+    """What AWS offers in one region: AZ names (in order) with zone ids, and reserved customer ASNs."""
+
+    name: str
+    azs: tuple[str, ...]
+    zone_ids: Mapping[str, str]
+    reserved_asns: frozenset[int]
+
+
+@functools.cache
+def known_regions() -> Mapping[str, RegionInfo]:
+    """AWS regions dlinfra knows, from dlinfra/data/regions.yaml."""
+    text = resources.files("dlinfra").joinpath("data/regions.yaml").read_text()
+    raw = YAML(typ="safe").load(text)
+    return {
+        name: RegionInfo(
+            name=name,
+            azs=tuple(spec["azs"]),
+            zone_ids=dict(spec["azs"]),
+            reserved_asns=frozenset(spec.get("reserved_asns", ())),
+        )
+        for name, spec in raw.items()
+    }
+
+
+class Strict(BaseModel):
+    """Base of every fleet model: frozen, unknown keys rejected."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class AddressSpace(Strict):
+    """Where allocations come from and how large they are (prefix lengths)."""
+
+    supernet: ipaddress.IPv4Network = ipaddress.IPv4Network("10.0.0.0/8")  # RFC 1918 pool for everything
+    vpc_prefix: int = Field(16, ge=16, le=28)  # default VPC size; AWS allows /16 to /28
+    site_lan_prefix: int = Field(20, ge=16, le=28)  # size of a site LAN when the fleet gives none
+    client_vpn_prefix: int = Field(22, ge=12, le=22)  # laptop VPN pool per region; Client VPN needs /22 or larger
+    service_prefix: int = Field(20, ge=12, le=24)  # EKS service CIDR per cluster; EKS allows /12 to /24
+    hybrid_pod_prefix: int = Field(18, ge=16, le=26)  # pod CIDR per physical site (EKS Hybrid Nodes)
+
+    @field_validator("supernet")
+    @classmethod
+    def _private(cls, v: ipaddress.IPv4Network) -> ipaddress.IPv4Network:
+        if not is_rfc1918(v):
+            raise ValueError(f"{v} is not inside an RFC 1918 range (10/8, 172.16/12, 192.168/16)")
+        return v
+
+
+class RegionSpec(Strict):
+    """A region the fleet uses."""
+
+    primary: bool = False  # exactly one region is primary (global control, default home)
+    azs: int = Field(3, ge=1, le=6)  # availability zones used in this region
+
+
+class Taint(Strict):
+    """A Kubernetes taint put on a pool's nodes."""
+
+    key: str
+    value: str = ""
+    effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] = "NoSchedule"
+
+
+class CapacityReservation(Strict):
+    """An EC2 capacity reservation or capacity block a pool targets in one region."""
+
+    id: str = Field(pattern=r"^cr-[0-9a-f]{8,17}$")  # capacity reservation id
+    az: str  # the AZ the reservation lives in; must be the pool's AZ
+    type: Literal["reservation", "capacity_block"] = "reservation"
+
+
+class SpotSpec(Strict):
+    """Mixed-instances split: an on-demand base, the rest spot."""
+
+    on_demand_base: int = Field(0, ge=0)  # instances always on demand
+    on_demand_percentage_above_base: int = Field(0, ge=0, le=100)  # percent on demand above the base
+    allocation_strategy: Literal["price-capacity-optimized", "capacity-optimized", "lowest-price"] = (
+        "price-capacity-optimized"
+    )
+
+
+class NodePool(Strict):
+    """An Auto Scaling group of GPU or CPU nodes, present in some or all regions of its environment."""
+
+    kind: Literal["gpu", "cpu"]
+    instance_types: tuple[str, ...] = Field(min_length=1)  # first is preferred; GPU pools: GPU types only
+    min_size: int = Field(0, ge=0)  # per region
+    max_size: int = Field(ge=0)  # per region
+    regions: tuple[str, ...] | None = None  # default: every region of the environment
+    zones: Mapping[str, tuple[str, ...]] = Field(default_factory=dict)  # region -> AZ names; EFA pools: one
+    efa: bool = False  # EFA interfaces + cluster placement group + single AZ
+    capacity_reservations: Mapping[str, CapacityReservation] = Field(default_factory=dict)  # region -> target
+    spot: SpotSpec | None = None  # CPU pools: mixed instances with spot
+    labels: Mapping[str, str] = Field(default_factory=dict)
+    taints: tuple[Taint, ...] = ()
+    pod_imds_access: bool = False  # hop limit 2 lets pods reach IMDS; default 1 keeps it node-only
+    root_volume_gib: int = Field(200, ge=20, le=16384)
+
+    @model_validator(mode="after")
+    def _sizes(self) -> NodePool:
+        if self.min_size > self.max_size:
+            raise ValueError(f"min_size {self.min_size} is greater than max_size {self.max_size}")
+        if self.spot is not None and self.kind == "gpu":
+            raise ValueError("spot: GPU pools run on demand or on reserved capacity; spot is for CPU pools")
+        return self
+
+
+class KubernetesSpec(Strict):
+    """EKS settings for every cluster of an environment."""
+
+    version: str = Field("1.33", pattern=r"^1\.\d{2}$")  # EKS minor version
+    admin_role_arns: tuple[str, ...] = ()  # IAM roles given cluster-admin access entries
+    public_access_cidrs: tuple[ipaddress.IPv4Network, ...] = ()  # empty: private endpoint only
+
+    @field_validator("admin_role_arns")
+    @classmethod
+    def _arns(cls, v: tuple[str, ...]) -> tuple[str, ...]:
+        for arn in v:
+            if not re.fullmatch(r"arn:aws[a-z-]*:iam::\d{12}:role/[\w+=,.@/-]{1,512}", arn):
+                raise ValueError(f"{arn!r} is not an IAM role ARN (arn:aws:iam::<12 digits>:role/<name>)")
+        return v
+
+
+class FsxSpec(Strict):
+    """FSx for Lustre scratch linked to the datasets bucket."""
+
+    storage_capacity_gib: int = Field(1200, ge=1200)  # PERSISTENT_2: 1200 or a multiple of 2400
+    throughput_per_tib: Literal[125, 250, 500, 1000] = 250
+
+    @field_validator("storage_capacity_gib")
+    @classmethod
+    def _increment(cls, v: int) -> int:
+        if v != 1200 and v % 2400:
+            raise ValueError(f"{v} GiB is not valid for PERSISTENT_2: use 1200 or a multiple of 2400")
+        return v
+
+
+class StorageSpec(Strict):
+    """Shared storage of an environment's regional stacks."""
+
+    fsx: FsxSpec | None = None  # None: no Lustre scratch
+    checkpoint_retention_days: int = Field(90, ge=1)  # noncurrent checkpoint versions kept this long
+
+
+class EnvironmentRegion(Strict):
+    """One region of one environment: a regional stack `<env>-<region>`."""
+
+    vpc_cidr: ipaddress.IPv4Network | None = None  # explicit VPC block; else allocated
+    client_vpn_cidr: ipaddress.IPv4Network | None = None  # explicit laptop VPN pool; else allocated
+    transit_asn: int = 64512  # Amazon-side ASN of this region's transit gateway
+
+    @field_validator("transit_asn")
+    @classmethod
+    def _amazon_asn(cls, v: int) -> int:
+        if not any(lo <= v <= hi for lo, hi in _AMAZON_ASN_RANGES):
+            raise ValueError(f"{v} is not a private ASN (64512-65534 or 4200000000-4294967294)")
+        return v
+
+
+class Environment(Strict):
+    """An environment (prod, staging): its regions, NAT mode, cluster, storage and node pools."""
+
+    regions: Mapping[str, EnvironmentRegion] = Field(min_length=1)
+    nat: Literal["per_az", "single"] = "per_az"  # NAT gateway per AZ (resilient) or one (cheap)
+    vpc_prefix: int | None = Field(None, ge=16, le=28)  # overrides address_space.vpc_prefix
+    client_vpn: bool = True  # a Client VPN endpoint in each region
+    kubernetes: KubernetesSpec = KubernetesSpec()
+    storage: StorageSpec = StorageSpec()
+    node_pools: Mapping[str, NodePool] = Field(default_factory=dict)
+
+    @field_validator("regions", mode="before")
+    @classmethod
+    def _empty_entries(cls, v: Any) -> Any:
+        # `us-west-2:` with nothing after it means "this region, all defaults".
+        if isinstance(v, Mapping):
+            return {k: ({} if spec is None else spec) for k, spec in v.items()}
+        return v
+
+
+class NfsMount(Strict):
+    """An NFS export the site's GPU nodes mount."""
+
+    server: ipaddress.IPv4Address
+    export: str = Field(pattern=r"^/")
+    mount_point: str = Field(pattern=r"^/")
+
+
+class Site(Strict):
+    """A physical GPU site joined by IPsec to its home region's transit gateway."""
+
+    region: str  # home region
+    environment: str = "prod"  # whose transit gateways and cluster it joins
+    public_ip: ipaddress.IPv4Address  # the site gateway's public address (customer gateway)
+    asn: int = 65000  # site BGP ASN (also required by AWS for static routing)
+    routing: Literal["static", "bgp"] = "static"
+    lan: ipaddress.IPv4Network | None = None  # explicit site LAN; else allocated
+    gpu_nodes: int = Field(0, ge=0)  # machines that join the cluster as hybrid nodes
+    gpus_per_node: int = Field(8, ge=0)
+    gpu_model: str = "H100"
+    nfs: tuple[NfsMount, ...] = ()
+
+    @field_validator("public_ip")
+    @classmethod
+    def _public(cls, v: ipaddress.IPv4Address) -> ipaddress.IPv4Address:
+        if not v.is_global or v.is_multicast:
+            raise ValueError(f"{v} is not a public address (private, reserved or special-purpose)")
+        return v
+
+    @field_validator("asn")
+    @classmethod
+    def _asn(cls, v: int) -> int:
+        if not 1 <= v <= _CGW_ASN_MAX:
+            raise ValueError(f"{v} is out of range: AWS customer gateways take 1 to {_CGW_ASN_MAX}")
+        if any(lo <= v <= hi for lo, hi in _RESERVED_ASN_RANGES):
+            raise ValueError(f"{v} is a reserved ASN (AS_TRANS, documentation or last-of-range)")
+        return v
+
+
+class Team(Strict):
+    """A research team: its namespace, IAM role and GPU quota."""
+
+    gpu_quota: int = Field(ge=0)  # GPUs guaranteed to the team across the fleet (Kueue nominal quota)
+    cpu_quota: int = Field(0, ge=0)  # vCPUs guaranteed; 0: no CPU guarantee
+    role_arn: str | None = None  # IAM role whose sessions act as the team in Kubernetes
+    namespace: Name | None = None  # default: team-<name>
+
+    @field_validator("role_arn")
+    @classmethod
+    def _arn(cls, v: str | None) -> str | None:
+        if v is not None and not re.fullmatch(r"arn:aws[a-z-]*:iam::\d{12}:role/[\w+=,.@/-]{1,512}", v):
+            raise ValueError(f"{v!r} is not an IAM role ARN (arn:aws:iam::<12 digits>:role/<name>)")
+        return v
+
+
+class Fleet(Strict):
+    """The whole fleet: the single source of truth every stack reads."""
+
+    project: Name = "dlinfra"
+    tags: Mapping[str, str] = Field(default_factory=dict)  # fleet-wide tags (cost centre, owner)
+    address_space: AddressSpace = AddressSpace()
+    regions: Mapping[str, RegionSpec] = Field(min_length=1)
+    environments: Mapping[Name, Environment] = Field(min_length=1)
+    sites: Mapping[Name, Site] = Field(default_factory=dict)
+    teams: Mapping[Name, Team] = Field(default_factory=dict)
+
+    @field_validator("regions", mode="before")
+    @classmethod
+    def _empty_regions(cls, v: Any) -> Any:
+        if isinstance(v, Mapping):
+            return {k: ({} if spec is None else spec) for k, spec in v.items()}
+        return v
+
+    @field_validator("tags")
+    @classmethod
+    def _tags(cls, v: Mapping[str, str]) -> Mapping[str, str]:
+        for key, value in v.items():
+            if key in STANDARD_TAG_KEYS or key == "Name":
+                raise ValueError(f"tag {key!r} is set by dlinfra on every resource; choose another key")
+            if key.lower().startswith("aws:") or not 1 <= len(key) <= 128 or len(str(value)) > 256:
+                raise ValueError(f"tag {key!r}: keys are 1-128 characters, not starting aws:, values <= 256")
+        return v
+
+    @model_validator(mode="after")
+    def _consistent(self) -> Fleet:
+        for problem in _cross_checks(self):
+            raise problem
+        return self
+
+    # Derived views used by every later layer.
+    @property
+    def primary_region(self) -> str:
+        """The region marked primary."""
+        return next(name for name, spec in self.regions.items() if spec.primary)
+
+    def azs(self, region: str) -> tuple[str, ...]:
+        """The AZ names this fleet uses in a region (the first N the region offers)."""
+        return known_regions()[region].azs[: self.regions[region].azs]
+
+    def vpc_prefix(self, env: str) -> int:
+        """VPC prefix length of an environment."""
+        return self.environments[env].vpc_prefix or self.address_space.vpc_prefix
+
+    def regional_stacks(self) -> Iterator[tuple[str, str]]:
+        """Every (environment, region) pair, in fleet order."""
+        for env_name, env in self.environments.items():
+            for region in env.regions:
+                yield env_name, region
+
+    def pools_in(self, env: str, region: str) -> dict[str, NodePool]:
+        """Node pools of an environment that run in a region."""
+        pools = self.environments[env].node_pools
+        return {n: p for n, p in pools.items() if p.regions is None or region in p.regions}
+
+    def pool_zones(self, env: str, region: str, pool_name: str) -> tuple[str, ...]:
+        """AZs a pool uses in a region: as the fleet says, else one AZ for EFA pools, else every AZ."""
+        pool = self.environments[env].node_pools[pool_name]
+        if region in pool.zones:
+            return tuple(pool.zones[region])
+        if region in pool.capacity_reservations:
+            return (pool.capacity_reservations[region].az,)
+        return self.azs(region)[:1] if pool.efa else self.azs(region)
+
+    def sites_of(self, env: str, region: str | None = None) -> dict[str, Site]:
+        """Sites joined to an environment, optionally only those homed on one region."""
+        return {
+            n: s
+            for n, s in self.sites.items()
+            if s.environment == env and (region is None or s.region == region)
+        }
+
+    def team_namespace(self, team: str) -> str:
+        """Kubernetes namespace of a team."""
+        return self.teams[team].namespace or f"team-{team}"
+
+
+def _cross_checks(fleet: Fleet) -> Iterator[FleetError]:
+    """Checks that span several entries; each yields an error naming the key."""
+    known = known_regions()
+    for name, spec in fleet.regions.items():
+        if name not in known:
+            yield FleetError(f"unknown region {name!r}; known: {', '.join(sorted(known))}", key=f"regions.{name}")
+            return
+        if spec.azs > len(known[name].azs):
+            yield FleetError(
+                f"{spec.azs} AZs asked for, but {name} has {len(known[name].azs)} ({', '.join(known[name].azs)})",
+                key=f"regions.{name}.azs",
+            )
+    primaries = [n for n, s in fleet.regions.items() if s.primary]
+    if len(primaries) != 1:
+        yield FleetError(f"exactly one region must be primary, found {primaries or 'none'}", key="regions")
+    for env_name, env in fleet.environments.items():
+        for region in env.regions:
+            if region not in fleet.regions:
+                yield FleetError(
+                    f"region {region!r} is not in the fleet's regions ({', '.join(fleet.regions)})",
+                    key=f"environments.{env_name}.regions.{region}",
+                )
+        yield from _pool_checks(fleet, env_name, env)
+    for site_name, site in fleet.sites.items():
+        key = f"sites.{site_name}"
+        if site.environment not in fleet.environments:
+            yield FleetError(f"unknown environment {site.environment!r}", key=f"{key}.environment")
+        elif site.region not in fleet.environments[site.environment].regions:
+            yield FleetError(
+                f"home region {site.region!r} is not a region of environment {site.environment!r} "
+                f"({', '.join(fleet.environments[site.environment].regions)})",
+                key=f"{key}.region",
+            )
+        else:
+            if site.asn in known[site.region].reserved_asns:
+                yield FleetError(f"ASN {site.asn} is reserved by AWS in {site.region}", key=f"{key}.asn")
+            tgw_asn = fleet.environments[site.environment].regions[site.region].transit_asn
+            if site.asn == tgw_asn:
+                yield FleetError(
+                    f"ASN {site.asn} is the home transit gateway's own ASN; pick another for the site",
+                    key=f"{key}.asn",
+                )
+        if site.lan is not None and not is_rfc1918(site.lan):
+            yield FleetError(f"{site.lan} is not inside an RFC 1918 range", key=f"{key}.lan")
+    for env_name, env in fleet.environments.items():
+        for region, spec in env.regions.items():
+            for field in ("vpc_cidr", "client_vpn_cidr"):
+                net = getattr(spec, field)
+                if net is not None and not is_rfc1918(net):
+                    yield FleetError(
+                        f"{net} is not inside an RFC 1918 range",
+                        key=f"environments.{env_name}.regions.{region}.{field}",
+                    )
+            if spec.vpc_cidr is not None and not 16 <= spec.vpc_cidr.prefixlen <= 28:
+                yield FleetError(
+                    f"{spec.vpc_cidr} is a /{spec.vpc_cidr.prefixlen}; AWS VPCs are /16 to /28",
+                    key=f"environments.{env_name}.regions.{region}.vpc_cidr",
+                )
+            if spec.client_vpn_cidr is not None and not 12 <= spec.client_vpn_cidr.prefixlen <= 22:
+                yield FleetError(
+                    f"{spec.client_vpn_cidr} is a /{spec.client_vpn_cidr.prefixlen}; Client VPN needs /12 to /22",
+                    key=f"environments.{env_name}.regions.{region}.client_vpn_cidr",
+                )
+    namespaces: dict[str, str] = {}
+    for team in fleet.teams:
+        ns = fleet.team_namespace(team)
+        if ns in namespaces:
+            yield FleetError(f"namespace {ns!r} is also team {namespaces[ns]!r}'s", key=f"teams.{team}.namespace")
+        namespaces[ns] = team
+
+
+def _pool_checks(fleet: Fleet, env_name: str, env: Environment) -> Iterator[FleetError]:
+    for pool_name, pool in env.node_pools.items():
+        key = f"environments.{env_name}.node_pools.{pool_name}"
+        for region in pool.regions or ():
+            if region not in env.regions:
+                yield FleetError(f"region {region!r} is not a region of environment {env_name!r}", key=f"{key}.regions")
+                return
+        used = pool.regions or tuple(env.regions)
+        for region, zones in pool.zones.items():
+            if region not in used:
+                yield FleetError(f"pool does not run in {region!r}", key=f"{key}.zones.{region}")
+                return
+            bad = [z for z in zones if z not in fleet.azs(region)]
+            if bad:
+                yield FleetError(
+                    f"{', '.join(bad)} not among the AZs the fleet uses in {region} ({', '.join(fleet.azs(region))})",
+                    key=f"{key}.zones.{region}",
+                )
+            if pool.efa and len(zones) != 1:
+                yield FleetError(
+                    f"an EFA pool lives in one AZ (one cluster placement group); got {len(zones)}: {', '.join(zones)}",
+                    key=f"{key}.zones.{region}",
+                )
+        for region, cr in pool.capacity_reservations.items():
+            if region not in used:
+                yield FleetError(f"pool does not run in {region!r}", key=f"{key}.capacity_reservations.{region}")
+                return
+            zones = fleet.pool_zones(env_name, region, pool_name)
+            if cr.az not in zones:
+                yield FleetError(
+                    f"reservation {cr.id} is in {cr.az} but the pool runs in {', '.join(zones)}",
+                    key=f"{key}.capacity_reservations.{region}.az",
+                )
+
+
+@dataclass(frozen=True)
+class LoadedFleet:
+    """A parsed fleet with where it came from, so later errors can name the file."""
+
+    fleet: Fleet
+    path: Path
+
+
+def _yaml_line(data: Any, loc: Sequence[int | str]) -> int | None:
+    """1-based line of the deepest key of `loc` that the round-trip YAML tree knows."""
+    line = None
+    node = data
+    for part in loc:
+        if isinstance(node, CommentedMap) and part in node:
+            line = node.lc.key(part)[0] + 1
+            node = node[part]
+        elif isinstance(node, CommentedSeq) and isinstance(part, int) and part < len(node):
+            line = node.lc.item(part)[0] + 1
+            node = node[part]
+        else:
+            break
+    return line
+
+
+def parse_yaml(path: Path) -> Any:
+    """Round-trip YAML load that rejects duplicate keys and reports parse errors with a line."""
+    yaml = YAML(typ="rt")
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise FleetError(f"cannot read: {exc.strerror}", file=str(path)) from None
+    try:
+        return yaml.load(text)
+    except MarkedYAMLError as exc:
+        mark = exc.problem_mark or exc.context_mark
+        where = f"line {mark.line + 1}, column {mark.column + 1}" if mark else "somewhere"
+        problem = (exc.problem or exc.context or "malformed YAML").strip()
+        if "duplicate key" in str(exc):
+            problem = f"duplicate key: {str(exc).split('found duplicate key', 1)[-1].split(chr(10))[0].strip()}"
+        raise FleetError(f"malformed YAML at {where}: {problem}", file=str(path)) from None
+
+
+def load_fleet(path: str | Path) -> LoadedFleet:
+    """Parse and validate a fleet file; raises FleetError naming the file and key."""
+    path = Path(path)
+    data = parse_yaml(path)
+    if not isinstance(data, Mapping):
+        raise FleetError("the top level must be a mapping (project, regions, environments, ...)", file=str(path))
+    try:
+        fleet = Fleet.model_validate(data)
+    except ValidationError as exc:
+        raise _fleet_error(path, data, exc) from None
+    except FleetError as exc:
+        line = _yaml_line(data, (exc.key or "").split(".")) if exc.key else None
+        raise FleetError(exc.detail, file=f"{path}:{line}" if line else str(path), key=exc.key) from None
+    return LoadedFleet(fleet=fleet, path=path)
+
+
+def _fleet_error(path: Path, data: Any, exc: ValidationError) -> FleetError:
+    messages = []
+    first_key = None
+    for err in exc.errors():
+        loc = [p for p in err["loc"] if not (isinstance(p, str) and p.startswith(("function-", "constrained")))]
+        key = ".".join(str(p) for p in loc) or "(top level)"
+        msg = err["msg"]
+        if err["type"] == "extra_forbidden":
+            msg = "unknown key (check the spelling; see README 'Fleet file reference')"
+        elif err["type"] == "value_error":
+            msg = msg.removeprefix("Value error, ")
+        elif err["type"] == "string_pattern_mismatch" and key.endswith(tuple("abcdefghijklmnopqrstuvwxyz")):
+            msg = f"{msg} (names are 2-24 lower-case letters, digits and '-')"
+        line = _yaml_line(data, loc)
+        messages.append(f"{path}:{line}: {key}: {msg}" if line else f"{path}: {key}: {msg}")
+        first_key = first_key or key
+    error = FleetError("\n".join(messages))
+    error.file, error.key = str(path), first_key
+    return error

@@ -1,0 +1,362 @@
+"""The offline engine: runs the real stack program in-process under Pulumi's mocks and exports the plan.
+
+Each stack runs in a fresh context (Pulumi's settings and config are context variables), in dependency
+order, so a global stack's StackReferences resolve to the regional stacks' real offline exports.
+The plan export schema is documented in docs/plan-export.md.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import json
+import runpy
+import threading
+import time
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pulumi.runtime import config as pulumi_config
+from pulumi.runtime import mocks, rpc, settings, stack
+from pulumi.runtime.proto import resource_pb2
+from pulumi.runtime.sync_await import _sync_await
+
+from dlinfra.errors import DlinfraError
+from dlinfra.offline import schema
+from dlinfra.offline.cloud import FakeCloud
+from dlinfra.stackroles import StackRole
+
+PLAN_SCHEMA = "dlinfra.plan/v1"
+MASK = "[secret]"
+ORGANIZATION = "organization"
+
+
+class EngineError(DlinfraError):
+    """The program failed under the offline engine (bad input, unknown key, unknown invoke)."""
+
+
+@dataclass
+class ResourceRecord:
+    """One registered resource, as it goes into the plan export."""
+
+    urn: str
+    type: str
+    name: str
+    custom: bool
+    parent: str | None
+    provider: str | None
+    dependencies: list[str]
+    protect: bool
+    retain_on_delete: bool
+    delete_before_replace: bool
+    replace_on_changes: list[str]
+    ignore_changes: list[str]
+    aliases: list[str]
+    id: str
+    inputs: dict[str, Any]
+    outputs: dict[str, Any]
+    additional_secret_outputs: list[str]
+
+
+@dataclass
+class StackResult:
+    """What one offline stack run produced."""
+
+    role: StackRole
+    resources: list[ResourceRecord] = field(default_factory=list)
+    outputs: dict[str, Any] = field(default_factory=dict)  # unmasked, kept in memory only
+    secret_outputs: set[str] = field(default_factory=set)
+    seconds: float = 0.0
+
+    def plan(self, project: str) -> dict[str, Any]:
+        """The plan export: JSON-ready, secrets masked."""
+        by_type: dict[str, int] = {}
+        for r in self.resources:
+            by_type[r.type] = by_type.get(r.type, 0) + 1
+        return {
+            "schema": PLAN_SCHEMA,
+            "project": project,
+            "stack": self.role.name,
+            "role": {"kind": self.role.kind, "environment": self.role.environment, "region": self.role.region},
+            "resources": [_resource_json(r) for r in sorted(self.resources, key=lambda r: r.urn)],
+            "outputs": {
+                k: (MASK if k in self.secret_outputs else _mask(v)) for k, v in sorted(self.outputs.items())
+            },
+            "summary": {"resources": len(self.resources), "by_type": dict(sorted(by_type.items()))},
+        }
+
+
+def _mask(value: Any) -> Any:
+    """Replace every secret-wrapped value with the mask, at any depth."""
+    if schema.is_secret(value):
+        return MASK
+    if isinstance(value, dict):
+        return {k: _mask(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_mask(v) for v in value]
+    return value
+
+
+def _unwrap(value: Any) -> tuple[Any, bool]:
+    """Plain value and whether any part of it was secret."""
+    if schema.is_secret(value):
+        return _unwrap(value.get("value"))[0], True
+    if isinstance(value, dict):
+        pairs = {k: _unwrap(v) for k, v in value.items()}
+        return {k: v for k, (v, _) in pairs.items()}, any(s for _, s in pairs.values())
+    if isinstance(value, list):
+        items = [_unwrap(v) for v in value]
+        return [v for v, _ in items], any(s for _, s in items)
+    return value, False
+
+
+def _resource_json(r: ResourceRecord) -> dict[str, Any]:
+    secret_out = set(r.additional_secret_outputs)
+    return {
+        "urn": r.urn,
+        "type": r.type,
+        "name": r.name,
+        "custom": r.custom,
+        "id": r.id,
+        "parent": r.parent,
+        "provider": r.provider,
+        "dependencies": sorted(r.dependencies),
+        "protect": r.protect,
+        "retain_on_delete": r.retain_on_delete,
+        "delete_before_replace": r.delete_before_replace,
+        "replace_on_changes": r.replace_on_changes,
+        "ignore_changes": r.ignore_changes,
+        "aliases": r.aliases,
+        "inputs": _mask(r.inputs),
+        "outputs": {k: (MASK if k in secret_out else _mask(v)) for k, v in sorted(r.outputs.items())},
+    }
+
+
+class _Monitor(mocks.MockMonitor):
+    """The mock monitor, extended to record every registration's options and the stack's outputs."""
+
+    def __init__(self, cloud: FakeCloud, result: StackResult) -> None:
+        super().__init__(mocks=_NoMocks())
+        self.cloud = cloud
+        self.result = result
+        self.stack_urn: str | None = None
+        self.lock = threading.Lock()
+        self.errors: list[str] = []
+
+    def RegisterResource(self, request: Any) -> Any:  # noqa: N802 - gRPC method name
+        urn = self.make_urn(request.parent, request.type, request.name)
+        if request.type == "pulumi:pulumi:Stack":
+            self.stack_urn = urn
+            return resource_pb2.RegisterResourceResponse(urn=urn)
+        mocks._ensure_event_loop()  # noqa: SLF001 - deserialising resource references needs a loop
+        inputs = rpc.deserialize_properties(request.object)
+        try:
+            rid, state = self.cloud.new_resource(
+                request.type, request.name, urn, inputs, request.provider or None, bool(request.custom)
+            )
+        except schema.InputError as exc:
+            with self.lock:
+                self.errors.append(f"{request.name}: {exc}")
+            raise
+        computed = {k: v for k, v in state.items() if k not in inputs or request.type == "pulumi:pulumi:StackReference"}
+        record = ResourceRecord(
+            urn=urn,
+            type=request.type,
+            name=request.name,
+            custom=bool(request.custom),
+            parent=request.parent or None,
+            provider=request.provider or None,
+            dependencies=list(request.dependencies),
+            protect=bool(request.protect),
+            retain_on_delete=bool(request.retainOnDelete),
+            delete_before_replace=bool(request.deleteBeforeReplace),
+            replace_on_changes=list(request.replaceOnChanges),
+            ignore_changes=list(request.ignoreChanges),
+            aliases=[_alias(a) for a in request.aliases] + list(request.aliasURNs),
+            id=rid,
+            inputs=inputs,
+            outputs=computed,
+            additional_secret_outputs=list(request.additionalSecretOutputs),
+        )
+        with self.lock:
+            self.result.resources.append(record)
+        obj = _sync_await(rpc.serialize_properties(state, {}))
+        self.resources[urn] = mocks.MockMonitor.ResourceRegistration(urn, rid, state)
+        return resource_pb2.RegisterResourceResponse(urn=urn, id=rid, object=obj)
+
+    def ReadResource(self, request: Any) -> Any:  # noqa: N802
+        """Reads (StackReference is one) answer from the fake cloud like registrations."""
+        mocks._ensure_event_loop()  # noqa: SLF001
+        urn = self.make_urn(request.parent, request.type, request.name)
+        state = rpc.deserialize_properties(request.properties)
+        try:
+            rid, outputs = self.cloud.new_resource(request.type, request.name, urn, state, request.provider or None, True)
+        except schema.InputError as exc:
+            with self.lock:
+                self.errors.append(f"{request.name}: {exc}")
+            raise
+        with self.lock:
+            self.result.resources.append(
+                ResourceRecord(
+                    urn=urn, type=request.type, name=request.name, custom=True, parent=request.parent or None,
+                    provider=request.provider or None, dependencies=list(request.dependencies), protect=False,
+                    retain_on_delete=False, delete_before_replace=False, replace_on_changes=[], ignore_changes=[],
+                    aliases=[], id=rid, inputs=state, outputs={"outputs": "(read from the referenced stack)"},
+                    additional_secret_outputs=list(request.additionalSecretOutputs),
+                )
+            )
+        self.resources[urn] = mocks.MockMonitor.ResourceRegistration(urn, rid, outputs)
+        obj = _sync_await(rpc.serialize_properties(outputs, {}))
+        return resource_pb2.ReadResourceResponse(urn=urn, properties=obj)
+
+    def Invoke(self, request: Any) -> Any:  # noqa: N802
+        mocks._ensure_event_loop()  # noqa: SLF001
+        args = rpc.deserialize_properties(request.args)
+        if request.tok == "pulumi:pulumi:getResource":
+            return super().Invoke(request)
+        try:
+            ret = self.cloud.call(request.tok, args, request.provider or None)
+        except schema.InputError as exc:
+            with self.lock:
+                self.errors.append(str(exc))
+            raise
+        proto = _sync_await(rpc.serialize_properties(ret, {}))
+        return resource_pb2.ResourceInvokeResponse(failures=None, **{"return": proto})
+
+    def RegisterResourceOutputs(self, request: Any) -> Any:  # noqa: N802
+        if request.urn == self.stack_urn:
+            outputs = rpc.deserialize_properties(request.outputs)
+            for key, value in outputs.items():
+                plain, secret = _unwrap(value)
+                self.result.outputs[key] = plain
+                if secret:
+                    self.result.secret_outputs.add(key)
+        return super().RegisterResourceOutputs(request)
+
+
+def _alias(alias: Any) -> str:
+    """An alias as text: its URN, or the parts of its spec that are set."""
+    if alias.urn:
+        return str(alias.urn)
+    spec = alias.spec
+    parts = {"name": spec.name, "type": spec.type, "stack": spec.stack, "project": spec.project}
+    if spec.parentUrn:
+        parts["parent"] = spec.parentUrn
+    return ",".join(f"{k}={v}" for k, v in parts.items() if v) or "noParent"
+
+
+class _NoMocks(mocks.Mocks):
+    """Placeholder: _Monitor answers registrations and invokes itself, through the FakeCloud."""
+
+    def new_resource(self, args: mocks.MockResourceArgs) -> tuple[str | None, dict[Any, Any]]:
+        raise NotImplementedError
+
+    def call(self, args: mocks.MockCallArgs) -> tuple[dict[Any, Any], list[tuple[str, str]] | None]:
+        raise NotImplementedError
+
+
+def stack_config(root: Path, stack_name: str) -> dict[str, Any]:
+    """The `config:` of stacks/Pulumi.<stack>.yaml, flattened to `ns:key` -> value (secure values masked)."""
+    path = root / "stacks" / f"Pulumi.{stack_name}.yaml"
+    if not path.exists():
+        return {}
+    data = yaml.safe_load(path.read_text()) or {}
+    out: dict[str, Any] = {}
+    for key, value in (data.get("config") or {}).items():
+        if isinstance(value, dict) and "secure" in value:
+            value = "offline-placeholder-secret"  # ciphertext cannot be decrypted without the Pulumi CLI
+        out[key] = value if isinstance(value, str) else json.dumps(value)
+    return out
+
+
+def run_stack(
+    root: Path,
+    role: StackRole,
+    *,
+    project: str,
+    config: Mapping[str, str],
+    stack_exports: Mapping[str, Mapping[str, Any]],
+    program: Path | None = None,
+) -> StackResult:
+    """Run the stack program for one stack under the fake cloud; EngineError on any failure."""
+    result = StackResult(role=role)
+    cloud = FakeCloud(region=role.region, stack_exports=stack_exports)
+    monitor = _Monitor(cloud, result)
+    entry = program or root / "stacks" / "__main__.py"
+    started = time.perf_counter()
+
+    def body() -> None:
+        settings.configure(
+            mocks.MockSettings(
+                monitor=monitor,
+                monitor_features=set(monitor.GetDeploymentInfo(None).supportedFeatures),
+                engine=mocks.MockEngine(None),
+                project=project,
+                stack=role.name,
+                dry_run=True,
+                organization=ORGANIZATION,
+                root_directory=str(root),
+                callbacks=None,
+            )
+        )
+        settings.ROOT.set(None)
+        cfg = {**stack_config(root, role.name), **config}
+        if role.region:
+            cfg.setdefault("aws:region", role.region)
+        pulumi_config.set_all_config(cfg, [])
+        asyncio.run(stack.run_in_stack(lambda: _run_program(entry)))
+
+    try:
+        contextvars.Context().run(body)
+    except DlinfraError as exc:
+        raise EngineError(exc.detail, file=exc.file, key=exc.key) from None
+    except Exception as exc:  # noqa: BLE001 - any program failure becomes one clear message
+        detail = "; ".join(monitor.errors) or _describe(exc)
+        raise EngineError(f"stack {role.name}: {detail}") from None
+    result.seconds = time.perf_counter() - started
+    return result
+
+
+def _run_program(entry: Path) -> None:
+    runpy.run_path(str(entry), run_name="__main__")
+
+
+def _describe(exc: BaseException) -> str:
+    """The innermost useful message of a program failure (Pulumi wraps errors raised in callbacks)."""
+    seen = exc
+    while seen.__cause__ is not None:
+        seen = seen.__cause__
+    if isinstance(seen, DlinfraError):
+        return str(seen)
+    return f"{type(seen).__name__}: {seen}"
+
+
+def run_all(
+    root: Path,
+    roles: Iterable[StackRole],
+    *,
+    project: str,
+    config: Mapping[str, str],
+    on_done: Callable[[StackResult], None] | None = None,
+) -> list[StackResult]:
+    """Run stacks in the given (dependency) order, feeding each one's exports to later StackReferences."""
+    exports: dict[str, dict[str, Any]] = {}
+    results = []
+    for role in roles:
+        res = run_stack(root, role, project=project, config=config, stack_exports=exports)
+        exports[role.name] = {"outputs": res.outputs, "secret": sorted(res.secret_outputs)}
+        results.append(res)
+        if on_done:
+            on_done(res)
+    return results
+
+
+def write_plan(result: StackResult, project: str, out_dir: Path) -> Path:
+    """Write build/plans/<stack>.json (sorted keys, stable across runs)."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    path = out_dir / f"{result.role.name}.json"
+    path.write_text(json.dumps(result.plan(project), indent=2, sort_keys=True) + "\n")
+    return path
