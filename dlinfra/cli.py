@@ -31,26 +31,35 @@ err = Console(stderr=True, highlight=False, soft_wrap=True)
 def _parser() -> argparse.ArgumentParser:
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--fleet", default="fleet.yaml", type=Path, help="fleet file (default: fleet.yaml)")
-    common.add_argument("--lock", default=None, type=Path, help="address-plan lock (default: cidr-lock.yaml beside the fleet)")
+    common.add_argument(
+        "--lock", default=None, type=Path, help="address-plan lock (default: cidr-lock.yaml beside the fleet)"
+    )
     parser = argparse.ArgumentParser(prog="dlinfra", description=__doc__.splitlines()[0], parents=[common])
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("validate", parents=[common], help="check the fleet and the lock")
     cidr = sub.add_parser("cidr", parents=[common], help="show or update the address plan")
     cidr.add_argument("--json", action="store_true", help="print a JSON list of {name, kind, cidr, ...}")
     cidr.add_argument("--update", action="store_true", help="allocate what the lock lacks and write the lock")
-    cidr.add_argument("--release", nargs="+", metavar="KEY", default=[], help="free allocations (explicit, never automatic)")
-    cidr.add_argument("--force", action="store_true", help="with --release: free a key the fleet still uses (renumbers it)")
+    cidr.add_argument(
+        "--release", nargs="+", metavar="KEY", default=[], help="free allocations (explicit, never automatic)"
+    )
+    cidr.add_argument(
+        "--force", action="store_true", help="with --release: free a key the fleet still uses (renumbers it)"
+    )
     preview = sub.add_parser("preview", parents=[common], help="offline preview: run stacks under the mock engine")
     which = preview.add_mutually_exclusive_group(required=True)
     which.add_argument("--stack", action="append", help="stack to preview (repeatable); its dependencies run first")
     which.add_argument("--all", action="store_true", help="every stack of the fleet, in dependency order")
-    preview.add_argument("--out", type=Path, default=Path("build/plans"), help="plan export folder (default: build/plans)")
+    preview.add_argument(
+        "--out", type=Path, default=Path("build/plans"), help="plan export folder (default: build/plans)"
+    )
     preview.add_argument("--summary", action="store_true", help="counts only, no resource tree")
     return parser
 
 
 def _lock_path(args: argparse.Namespace) -> Path:
-    return args.lock if args.lock is not None else args.fleet.parent / "cidr-lock.yaml"
+    lock: Path = args.lock if args.lock is not None else args.fleet.parent / "cidr-lock.yaml"
+    return lock
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -77,8 +86,10 @@ def cmd_validate(args: argparse.Namespace) -> int:
     )
     out.print(f"{_lock_path(args)}: ok - {len(plan.allocations)} allocations, {len(plan.orphans)} orphaned")
     for key, net in plan.orphans.items():
-        err.print(f"warning: {_lock_path(args)}: {key}: {net} is no longer in the fleet; it stays reserved until "
-                  f"`dlinfra cidr --release {key}`")
+        err.print(
+            f"warning: {_lock_path(args)}: {key}: {net} is no longer in the fleet; it stays reserved until "
+            f"`dlinfra cidr --release {key}`"
+        )
     return 0
 
 

@@ -26,9 +26,7 @@ from dlinfra.naming import STANDARD_TAG_KEYS
 Name = Annotated[str, Field(pattern=r"^[a-z][a-z0-9-]{0,22}[a-z0-9]$")]
 """Lower-case DNS-label-like name used in logical and physical names (2 to 24 characters)."""
 
-PRIVATE_RANGES = tuple(
-    ipaddress.IPv4Network(n) for n in ("10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16")
-)
+PRIVATE_RANGES = tuple(ipaddress.IPv4Network(n) for n in ("10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16"))
 # ASNs no BGP speaker may use: 0, AS_TRANS, documentation ranges (RFC 5398) and the last of each space.
 _RESERVED_ASN_RANGES = ((0, 0), (23456, 23456), (64496, 64511), (65535, 65551), (4294967295, 4294967295))
 # Amazon-side ASN of a transit gateway: a private ASN (AWS rule).
@@ -348,11 +346,7 @@ class Fleet(Strict):
 
     def sites_of(self, env: str, region: str | None = None) -> dict[str, Site]:
         """Sites joined to an environment, optionally only those homed on one region."""
-        return {
-            n: s
-            for n, s in self.sites.items()
-            if s.environment == env and (region is None or s.region == region)
-        }
+        return {n: s for n, s in self.sites.items() if s.environment == env and (region is None or s.region == region)}
 
     def team_namespace(self, team: str) -> str:
         """Kubernetes namespace of a team."""
@@ -404,22 +398,23 @@ def _cross_checks(fleet: Fleet) -> Iterator[FleetError]:
         if site.lan is not None and not is_rfc1918(site.lan):
             yield FleetError(f"{site.lan} is not inside an RFC 1918 range", key=f"{key}.lan")
     for env_name, env in fleet.environments.items():
-        for region, spec in env.regions.items():
+        for region, env_region in env.regions.items():
             for field in ("vpc_cidr", "client_vpn_cidr"):
-                net = getattr(spec, field)
+                net = getattr(env_region, field)
                 if net is not None and not is_rfc1918(net):
                     yield FleetError(
                         f"{net} is not inside an RFC 1918 range",
                         key=f"environments.{env_name}.regions.{region}.{field}",
                     )
-            if spec.vpc_cidr is not None and not 16 <= spec.vpc_cidr.prefixlen <= 28:
+            if env_region.vpc_cidr is not None and not 16 <= env_region.vpc_cidr.prefixlen <= 28:
                 yield FleetError(
-                    f"{spec.vpc_cidr} is a /{spec.vpc_cidr.prefixlen}; AWS VPCs are /16 to /28",
+                    f"{env_region.vpc_cidr} is a /{env_region.vpc_cidr.prefixlen}; AWS VPCs are /16 to /28",
                     key=f"environments.{env_name}.regions.{region}.vpc_cidr",
                 )
-            if spec.client_vpn_cidr is not None and not 12 <= spec.client_vpn_cidr.prefixlen <= 22:
+            cvpn = env_region.client_vpn_cidr
+            if cvpn is not None and not 12 <= cvpn.prefixlen <= 22:
                 yield FleetError(
-                    f"{spec.client_vpn_cidr} is a /{spec.client_vpn_cidr.prefixlen}; Client VPN needs /12 to /22",
+                    f"{cvpn} is a /{cvpn.prefixlen}; Client VPN needs /12 to /22",
                     key=f"environments.{env_name}.regions.{region}.client_vpn_cidr",
                 )
     namespaces: dict[str, str] = {}
@@ -526,16 +521,23 @@ def load_fleet(path: str | Path) -> LoadedFleet:
 def _fleet_error(path: Path, data: Any, exc: ValidationError) -> FleetError:
     messages = []
     first_key = None
+    bad_names: set[str] = set()
     for err in exc.errors():
         loc = [p for p in err["loc"] if not (isinstance(p, str) and p.startswith(("function-", "constrained")))]
         key = ".".join(str(p) for p in loc) or "(top level)"
         msg = err["msg"]
+        if any(key.startswith(f"{k}.") for k in bad_names):
+            continue  # the entry's name is already reported; its body errors would only add noise
         if err["type"] == "extra_forbidden":
             msg = "unknown key (check the spelling; see README 'Fleet file reference')"
         elif err["type"] == "value_error":
             msg = msg.removeprefix("Value error, ")
-        elif err["type"] == "string_pattern_mismatch" and key.endswith(tuple("abcdefghijklmnopqrstuvwxyz")):
-            msg = f"{msg} (names are 2-24 lower-case letters, digits and '-')"
+        if loc and loc[-1] == "[key]":
+            loc = loc[:-1]
+            key = ".".join(str(p) for p in loc)
+            msg = "not a valid name: names are 2-24 lower-case letters, digits and '-', starting with a letter"
+        if msg.startswith("not a valid name"):
+            bad_names.add(key)
         line = _yaml_line(data, loc)
         messages.append(f"{path}:{line}: {key}: {msg}" if line else f"{path}: {key}: {msg}")
         first_key = first_key or key

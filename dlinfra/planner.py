@@ -133,9 +133,7 @@ def requests(fleet: Fleet) -> list[Request]:
         spec = fleet.environments[env_name].regions[region]
         src = f"environments.{env_name}.regions.{region}"
         vpc = vpc_key(env_name, region)
-        out.append(
-            Request(vpc, "vpc", fleet.vpc_prefix(env_name), f"{src}.vpc_cidr", explicit=spec.vpc_cidr)
-        )
+        out.append(Request(vpc, "vpc", fleet.vpc_prefix(env_name), f"{src}.vpc_cidr", explicit=spec.vpc_cidr))
         sizes = subnet_prefixes(fleet.vpc_prefix(env_name), len(fleet.azs(region)))
         for tier in SUBNET_TIERS:
             for az in fleet.azs(region):
@@ -307,7 +305,8 @@ def _allocate(
     for key, net in [(a.key, a.cidr) for a in allocations.values()] + list(orphans.items()):
         parent = _parent_key(key)
         if parent is not None:
-            pools.setdefault(parent, _Pool(allocations[parent].cidr if parent in allocations else net)).take(net)
+            block = allocations[parent].cidr if parent in allocations else orphans.get(parent, net)
+            pools.setdefault(parent, _Pool(block)).take(net)
         elif kind_of(key) == "tunnel":
             pools["tunnel"].take(net)
         elif net.overlaps(supernet):
@@ -315,20 +314,26 @@ def _allocate(
     # VPCs before subnets (a subnet needs its VPC), then widest first to limit fragmentation.
     for req in sorted(todo, key=lambda r: (r.parent is not None, r.prefix, r.key)):
         pool_key = req.parent if req.parent is not None else ("tunnel" if req.kind == "tunnel" else None)
-        if pool_key not in pools:
+        if pool_key is not None and pool_key not in pools:
             pools[pool_key] = _Pool(allocations[pool_key].cidr)
         pool = pools[pool_key]
-        net = pool.first_fit(req.prefix)
-        if net is None:
-            what = "VPC " + str(pool.block) if req.parent else ("169.254.0.0/16" if req.kind == "tunnel" else f"supernet {supernet}")
+        found = pool.first_fit(req.prefix)
+        if found is None:
+            what = (
+                "VPC " + str(pool.block)
+                if req.parent
+                else ("169.254.0.0/16" if req.kind == "tunnel" else f"supernet {supernet}")
+            )
             hint = (
                 "use fewer AZs or a larger vpc_prefix"
                 if req.parent
                 else "widen address_space.supernet or use smaller prefixes"
             )
-            raise DlinfraError(f"no free /{req.prefix} left in {what} for {req.key}; {hint}", file=fleet_file, key=req.source)
-        pool.take(net)
-        allocations[req.key] = Allocation(req.key, req.kind, net, req.source, False)
+            raise DlinfraError(
+                f"no free /{req.prefix} left in {what} for {req.key}; {hint}", file=fleet_file, key=req.source
+            )
+        pool.take(found)
+        allocations[req.key] = Allocation(req.key, req.kind, found, req.source, False)
 
 
 def release(lock: Lock, keys: Iterable[str]) -> Lock:
@@ -338,9 +343,7 @@ def release(lock: Lock, keys: Iterable[str]) -> Lock:
         if key not in lock.allocations:
             raise LockError("no such allocation in the lock", file=str(lock.path or "cidr lock"), key=key)
     vpcs = {k for k in drop if k.startswith("vpc/")}
-    kept = {
-        k: v for k, v in lock.allocations.items() if k not in drop and _parent_key(k) not in vpcs
-    }
+    kept = {k: v for k, v in lock.allocations.items() if k not in drop and _parent_key(k) not in vpcs}
     return Lock(allocations=kept, path=lock.path)
 
 
@@ -368,7 +371,10 @@ def load_lock(path: str | Path, *, missing_ok: bool = False) -> Lock:
             out[str(key)] = Net(str(value))
         except ValueError as exc:
             raise LockError(f"{value!r} is not a CIDR ({exc})", file=str(path), key=f"allocations.{key}") from None
-        kind_of(str(key))
+        try:
+            kind_of(str(key))
+        except LockError as exc:
+            raise LockError(exc.detail, file=str(path), key=f"allocations.{key}") from None
     return Lock(allocations=out, path=path)
 
 

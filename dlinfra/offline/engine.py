@@ -82,9 +82,7 @@ class StackResult:
             "stack": self.role.name,
             "role": {"kind": self.role.kind, "environment": self.role.environment, "region": self.role.region},
             "resources": [_resource_json(r) for r in sorted(self.resources, key=lambda r: r.urn)],
-            "outputs": {
-                k: (MASK if k in self.secret_outputs else _mask(v)) for k, v in sorted(self.outputs.items())
-            },
+            "outputs": {k: (MASK if k in self.secret_outputs else _mask(v)) for k, v in sorted(self.outputs.items())},
             "summary": {"resources": len(self.resources), "by_type": dict(sorted(by_type.items()))},
         }
 
@@ -151,7 +149,7 @@ class _Monitor(mocks.MockMonitor):
         if request.type == "pulumi:pulumi:Stack":
             self.stack_urn = urn
             return resource_pb2.RegisterResourceResponse(urn=urn)
-        mocks._ensure_event_loop()  # noqa: SLF001 - deserialising resource references needs a loop
+        _ensure_event_loop()
         inputs = rpc.deserialize_properties(request.object)
         try:
             rid, state = self.cloud.new_resource(
@@ -189,11 +187,13 @@ class _Monitor(mocks.MockMonitor):
 
     def ReadResource(self, request: Any) -> Any:  # noqa: N802
         """Reads (StackReference is one) answer from the fake cloud like registrations."""
-        mocks._ensure_event_loop()  # noqa: SLF001
+        _ensure_event_loop()
         urn = self.make_urn(request.parent, request.type, request.name)
         state = rpc.deserialize_properties(request.properties)
         try:
-            rid, outputs = self.cloud.new_resource(request.type, request.name, urn, state, request.provider or None, True)
+            rid, outputs = self.cloud.new_resource(
+                request.type, request.name, urn, state, request.provider or None, True
+            )
         except schema.InputError as exc:
             with self.lock:
                 self.errors.append(f"{request.name}: {exc}")
@@ -201,10 +201,22 @@ class _Monitor(mocks.MockMonitor):
         with self.lock:
             self.result.resources.append(
                 ResourceRecord(
-                    urn=urn, type=request.type, name=request.name, custom=True, parent=request.parent or None,
-                    provider=request.provider or None, dependencies=list(request.dependencies), protect=False,
-                    retain_on_delete=False, delete_before_replace=False, replace_on_changes=[], ignore_changes=[],
-                    aliases=[], id=rid, inputs=state, outputs={"outputs": "(read from the referenced stack)"},
+                    urn=urn,
+                    type=request.type,
+                    name=request.name,
+                    custom=True,
+                    parent=request.parent or None,
+                    provider=request.provider or None,
+                    dependencies=list(request.dependencies),
+                    protect=False,
+                    retain_on_delete=False,
+                    delete_before_replace=False,
+                    replace_on_changes=[],
+                    ignore_changes=[],
+                    aliases=[],
+                    id=rid,
+                    inputs=state,
+                    outputs={"outputs": "(read from the referenced stack)"},
                     additional_secret_outputs=list(request.additionalSecretOutputs),
                 )
             )
@@ -213,7 +225,7 @@ class _Monitor(mocks.MockMonitor):
         return resource_pb2.ReadResourceResponse(urn=urn, properties=obj)
 
     def Invoke(self, request: Any) -> Any:  # noqa: N802
-        mocks._ensure_event_loop()  # noqa: SLF001
+        _ensure_event_loop()
         args = rpc.deserialize_properties(request.args)
         if request.tok == "pulumi:pulumi:getResource":
             return super().Invoke(request)
@@ -235,6 +247,11 @@ class _Monitor(mocks.MockMonitor):
                 if secret:
                     self.result.secret_outputs.add(key)
         return super().RegisterResourceOutputs(request)
+
+
+def _ensure_event_loop() -> None:
+    """Deserialising resource references needs an event loop on the monitor's thread."""
+    mocks._ensure_event_loop()  # type: ignore[attr-defined, no-untyped-call]  # noqa: SLF001
 
 
 def _alias(alias: Any) -> str:

@@ -1,0 +1,44 @@
+"""Shared fixtures: the reference fleet as data, and a way to write a modified copy of it."""
+
+from __future__ import annotations
+
+import copy
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parent.parent
+REFERENCE_FLEET = ROOT / "fleet.yaml"
+REFERENCE_LOCK = ROOT / "cidr-lock.yaml"
+
+
+@pytest.fixture(scope="session")
+def reference_data() -> dict[str, Any]:
+    """The reference fleet as plain data (do not mutate: use write_fleet)."""
+    return yaml.safe_load(REFERENCE_FLEET.read_text())
+
+
+@pytest.fixture
+def write_fleet(tmp_path: Path, reference_data: dict[str, Any]) -> Callable[..., Path]:
+    """Write a changed copy of the reference fleet (and its lock) into tmp_path; returns the fleet path."""
+
+    def write(
+        change: Callable[[dict[str, Any]], Any] | None = None, *, lock: bool = True, text: str | None = None
+    ) -> Path:
+        path = tmp_path / "fleet.yaml"
+        if text is not None:
+            path.write_text(text)
+        else:
+            data = copy.deepcopy(reference_data)
+            if change is not None:
+                change(data)
+            path.write_text(yaml.safe_dump(data, sort_keys=False))
+        if lock:
+            shutil.copy(REFERENCE_LOCK, tmp_path / "cidr-lock.yaml")
+        return path
+
+    return write

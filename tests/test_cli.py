@@ -1,0 +1,113 @@
+"""The CLI end to end, in-process: exit codes, messages, what it writes and what it never touches."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from dlinfra import cli, planner
+from tests.conftest import REFERENCE_FLEET, REFERENCE_LOCK
+
+
+def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    code = cli.main(list(argv))
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+def test_validate_reference(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run(capsys, "validate", "--fleet", str(REFERENCE_FLEET))
+    assert code == 0
+    assert "5 stacks, 2 sites" in out and "56 allocations, 0 orphaned" in out
+
+
+def test_cidr_json_lists_every_allocation(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run(capsys, "cidr", "--json", "--fleet", str(REFERENCE_FLEET))
+    assert code == 0
+    rows = json.loads(out)
+    lock = planner.load_lock(REFERENCE_LOCK).allocations
+    assert {r["name"]: r["cidr"] for r in rows} == {k: str(v) for k, v in lock.items()}
+    assert all({"name", "kind", "cidr"} <= set(r) for r in rows)
+
+
+def test_cidr_table(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run(capsys, "cidr", "--fleet", str(REFERENCE_FLEET))
+    assert code == 0 and "vpc/prod/us-west-2" in out and "10.2.0.0/16" in out
+
+
+def _add_site(d: dict[str, Any]) -> None:
+    d["sites"]["lax1"] = {"region": "us-west-2", "public_ip": "64.62.140.99", "asn": 65110}
+
+
+def test_cidr_without_update_refuses_then_update_writes(
+    capsys: pytest.CaptureFixture[str], write_fleet: Callable[..., Path]
+) -> None:
+    path = write_fleet(_add_site)
+    lock = path.parent / "cidr-lock.yaml"
+    before = lock.read_text()
+    code, _, err = run(capsys, "cidr", "--fleet", str(path))
+    assert code == 2 and "run `dlinfra cidr --update`" in err and "Traceback" not in err
+    assert lock.read_text() == before
+    code, _, err = run(capsys, "cidr", "--update", "--fleet", str(path))
+    assert code == 0 and "wrote" in err
+    after = planner.load_lock(lock).allocations
+    assert "site-lan/lax1" in after
+    for key, net in planner.load_lock(REFERENCE_LOCK).allocations.items():
+        assert after[key] == net
+
+
+def test_release_is_explicit(capsys: pytest.CaptureFixture[str], write_fleet: Callable[..., Path]) -> None:
+    path = write_fleet(lambda d: d["sites"].pop("ams1"))
+    code, _, err = run(capsys, "validate", "--fleet", str(path))
+    assert code == 0 and "site-lan/ams1" in err and "stays reserved" in err
+    code, _, err = run(capsys, "cidr", "--release", "vpc/prod/us-west-2", "--fleet", str(path))
+    assert code == 2 and "still used by environments.prod.regions.us-west-2" in err
+    code, _, _ = run(capsys, "cidr", "--release", "site-lan/ams1", "--fleet", str(path))
+    assert code == 0
+    assert "site-lan/ams1" not in planner.load_lock(path.parent / "cidr-lock.yaml").allocations
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        (lambda d: d["regions"].__setitem__("us-west-9", {}), "unknown region"),
+        (lambda d: d["sites"]["ams1"].__setitem__("lan", "10.200.4.0/22"), "sites.ams1.lan"),
+        (lambda d: d.__setitem__("colour", "blue"), "colour: unknown key"),
+    ],
+)
+def test_bad_input_exits_2_and_leaves_the_lock(
+    capsys: pytest.CaptureFixture[str], write_fleet: Callable[..., Path], change: Any, message: str
+) -> None:
+    path = write_fleet(change)
+    lock = path.parent / "cidr-lock.yaml"
+    before = lock.read_bytes()
+    for command in (["validate"], ["cidr", "--update"], ["preview", "--all"]):
+        code, out, err = run(capsys, *command, "--fleet", str(path))
+        assert code == 2, command
+        assert message in err and str(path) in err and "Traceback" not in err + out
+        assert lock.read_bytes() == before
+
+
+def test_preview_unknown_stack(capsys: pytest.CaptureFixture[str]) -> None:
+    code, _, err = run(capsys, "preview", "--stack", "prod-mars-1", "--fleet", str(REFERENCE_FLEET))
+    assert code == 2 and "stack 'prod-mars-1'" in err and "stacks of this fleet: prod-us-west-2" in err
+
+
+def test_preview_global_runs_its_dependencies(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    code, out, _ = run(
+        capsys, "preview", "--stack", "prod-global", "--out", str(tmp_path), "--fleet", str(REFERENCE_FLEET)
+    )
+    assert code == 0
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "prod-eu-west-1.json",
+        "prod-global.json",
+        "prod-us-east-1.json",
+        "prod-us-west-2.json",
+    ]
+    assert "Previewing prod-global" in out and "pulumi:pulumi:StackReference" in out
+    plan = json.loads((tmp_path / "prod-global.json").read_text())
+    assert plan["outputs"]["vpc_cidrs"]["us-west-2"] == "10.2.0.0/16"

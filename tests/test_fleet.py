@@ -1,0 +1,173 @@
+"""The fleet model: the reference fleet loads; each bad input gets one message naming file and key."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from dlinfra.errors import FleetError
+from dlinfra.fleet import load_fleet
+from tests.conftest import REFERENCE_FLEET
+
+
+def test_reference_fleet_loads() -> None:
+    fleet = load_fleet(REFERENCE_FLEET).fleet
+    assert fleet.primary_region == "us-west-2"
+    assert set(fleet.environments) == {"prod", "staging"}
+    assert len(fleet.regions) == 3 and len(fleet.sites) == 2
+    assert {p.kind for p in fleet.environments["prod"].node_pools.values()} == {"gpu", "cpu"}
+    assert fleet.pool_zones("prod", "us-west-2", "train-h100") == ("us-west-2a",)  # from the reservation
+    assert fleet.pool_zones("prod", "eu-west-1", "train-a100") == ("eu-west-1a",)  # EFA: one AZ
+    assert fleet.pool_zones("prod", "us-west-2", "cpu") == ("us-west-2a", "us-west-2b", "us-west-2c")
+
+
+def test_models_are_frozen() -> None:
+    fleet = load_fleet(REFERENCE_FLEET).fleet
+    with pytest.raises(Exception, match="frozen"):
+        fleet.project = "other"  # type: ignore[misc]
+
+
+def _set(path: str, value: Any) -> Callable[[dict[str, Any]], None]:
+    def change(data: dict[str, Any]) -> None:
+        *parents, last = path.split(".")
+        node = data
+        for part in parents:
+            node = node[part]
+        node[last] = value
+
+    return change
+
+
+def _delete(path: str) -> Callable[[dict[str, Any]], None]:
+    def change(data: dict[str, Any]) -> None:
+        *parents, last = path.split(".")
+        node = data
+        for part in parents:
+            node = node[part]
+        del node[last]
+
+    return change
+
+
+BAD = [
+    pytest.param(_set("regions.us-west-2.zones", 3), "regions.us-west-2.zones", "unknown key", id="unknown-key"),
+    pytest.param(
+        _set("environments.prod.node_pools.cpu.instance_type", "m7i.large"),
+        "environments.prod.node_pools.cpu.instance_type",
+        "unknown key",
+        id="unknown-nested-key",
+    ),
+    pytest.param(_set("regions.us-west-9", {"azs": 2}), "regions.us-west-9", "unknown region", id="unknown-region"),
+    pytest.param(_set("regions.eu-west-1.azs", 4), "regions.eu-west-1.azs", "eu-west-1 has 3", id="too-many-azs"),
+    pytest.param(
+        _set("address_space.supernet", "100.64.0.0/10"), "address_space.supernet", "RFC 1918", id="public-supernet"
+    ),
+    pytest.param(_set("sites.sjc1.lan", "100.64.0.0/20"), "sites.sjc1.lan", "RFC 1918", id="site-lan-not-private"),
+    pytest.param(
+        _set("environments.prod.regions.us-east-1.vpc_cidr", "10.0.0.0/15"),
+        "environments.prod.regions.us-east-1.vpc_cidr",
+        "/16 to /28",
+        id="vpc-too-large",
+    ),
+    pytest.param(
+        _set("environments.prod.regions.us-east-1.vpc_cidr", "10.9.0.0/29"),
+        "environments.prod.regions.us-east-1.vpc_cidr",
+        "/16 to /28",
+        id="vpc-too-small",
+    ),
+    pytest.param(
+        _set("environments.staging.vpc_prefix", 15), "environments.staging.vpc_prefix", "greater than", id="vpc-prefix"
+    ),
+    pytest.param(
+        _set("environments.prod.node_pools.cpu.min_size", 50),
+        "environments.prod.node_pools.cpu",
+        "min_size 50 is greater than max_size 40",
+        id="min-gt-max",
+    ),
+    pytest.param(
+        _set("regions.us-east-1.primary", True), "regions", "exactly one region must be primary", id="two-primaries"
+    ),
+    pytest.param(
+        _set("sites.sjc1.region", "ap-south-1"), "sites.sjc1.region", "not a region of environment", id="site-region"
+    ),
+    pytest.param(
+        _set("sites.sjc1.public_ip", "10.1.2.3"), "sites.sjc1.public_ip", "not a public address", id="cgw-private"
+    ),
+    pytest.param(
+        _set("sites.sjc1.public_ip", "203.0.113.9"), "sites.sjc1.public_ip", "not a public address", id="cgw-reserved"
+    ),
+    pytest.param(_set("sites.sjc1.public_ip", "64.62.140"), "sites.sjc1.public_ip", "IPv4", id="cgw-malformed"),
+    pytest.param(
+        _set("sites.ams1.asn", 9059), "sites.ams1.asn", "reserved by AWS in eu-west-1", id="asn-reserved-region"
+    ),
+    pytest.param(_set("sites.ams1.asn", 64514), "sites.ams1.asn", "transit gateway's own ASN", id="asn-tgw"),
+    pytest.param(_set("sites.ams1.asn", 23456), "sites.ams1.asn", "reserved ASN", id="asn-as-trans"),
+    pytest.param(_set("sites.ams1.asn", 4294967296), "sites.ams1.asn", "out of range", id="asn-range"),
+    pytest.param(_set("sites.Bad_Name", {}), "sites.Bad_Name", "names are", id="bad-name"),
+    pytest.param(_set("tags.managed-by", "me"), "tags", "set by dlinfra", id="reserved-tag"),
+    pytest.param(
+        _set("environments.prod.kubernetes.admin_role_arns", ["arn:aws:iam::12:role/x"]),
+        "environments.prod.kubernetes.admin_role_arns",
+        "not an IAM role ARN",
+        id="bad-arn",
+    ),
+    pytest.param(
+        _delete("environments.prod.node_pools.cpu.max_size"),
+        "environments.prod.node_pools.cpu.max_size",
+        "required",
+        id="missing-key",
+    ),
+    pytest.param(
+        _set("environments.prod.node_pools.train-a100.zones", {"eu-west-1": ["eu-west-1a", "eu-west-1b"]}),
+        "environments.prod.node_pools.train-a100.zones.eu-west-1",
+        "one AZ",
+        id="efa-multi-az",
+    ),
+    pytest.param(
+        _set("environments.prod.node_pools.train-h100.zones", {"us-west-2": ["us-west-2b"]}),
+        "environments.prod.node_pools.train-h100.capacity_reservations.us-west-2.az",
+        "the pool runs in us-west-2b",
+        id="reservation-other-az",
+    ),
+]
+
+
+@pytest.mark.parametrize(("change", "key", "message"), BAD)
+def test_bad_fleet(write_fleet: Callable[..., Path], change: Any, key: str, message: str) -> None:
+    path = write_fleet(change)
+    with pytest.raises(FleetError) as info:
+        load_fleet(path)
+    text = str(info.value)
+    assert str(path) in text
+    assert key in text
+    assert message in text
+    assert "Traceback" not in text
+
+
+def test_duplicate_names_are_rejected(write_fleet: Callable[..., Path]) -> None:
+    text = REFERENCE_FLEET.read_text().replace("  ams1:", "  sjc1:", 1)
+    path = write_fleet(text=text)
+    with pytest.raises(FleetError, match=r"duplicate key.*sjc1"):
+        load_fleet(path)
+
+
+def test_malformed_yaml_names_the_line(write_fleet: Callable[..., Path]) -> None:
+    path = write_fleet(text="project: dlinfra\nregions: [us-west-2\n")
+    with pytest.raises(FleetError, match=r"fleet.yaml: malformed YAML at line \d+"):
+        load_fleet(path)
+
+
+def test_error_names_the_line(write_fleet: Callable[..., Path]) -> None:
+    text = REFERENCE_FLEET.read_text().replace("    azs: 3\n  eu-west-1:", "    azz: 3\n  eu-west-1:")
+    path = write_fleet(text=text)
+    expected_line = text.splitlines().index("    azz: 3") + 1
+    with pytest.raises(FleetError, match=rf"fleet.yaml:{expected_line}: regions.us-east-1.azz: unknown key"):
+        load_fleet(path)
+
+
+def test_missing_file() -> None:
+    with pytest.raises(FleetError, match=r"nope\.yaml: cannot read"):
+        load_fleet("nope.yaml")
