@@ -20,6 +20,7 @@ from ruamel.yaml import YAML
 from ruamel.yaml.comments import CommentedMap, CommentedSeq
 from ruamel.yaml.error import MarkedYAMLError
 
+from dlinfra import eks
 from dlinfra.errors import FleetError
 from dlinfra.naming import STANDARD_TAG_KEYS
 
@@ -369,6 +370,9 @@ def _cross_checks(fleet: Fleet) -> Iterator[FleetError]:
     if len(primaries) != 1:
         yield FleetError(f"exactly one region must be primary, found {primaries or 'none'}", key="regions")
     for env_name, env in fleet.environments.items():
+        version_problem = eks.version_problem(env.kubernetes.version)
+        if version_problem:
+            yield FleetError(version_problem, key=f"environments.{env_name}.kubernetes.version")
         for region in env.regions:
             if region not in fleet.regions:
                 yield FleetError(
@@ -432,6 +436,7 @@ def _pool_checks(fleet: Fleet, env_name: str, env: Environment) -> Iterator[Flee
             if region not in env.regions:
                 yield FleetError(f"region {region!r} is not a region of environment {env_name!r}", key=f"{key}.regions")
                 return
+        yield from _instance_checks(key, pool)
         used = pool.regions or tuple(env.regions)
         for region, zones in pool.zones.items():
             if region not in used:
@@ -458,6 +463,27 @@ def _pool_checks(fleet: Fleet, env_name: str, env: Environment) -> Iterator[Flee
                     f"reservation {cr.id} is in {cr.az} but the pool runs in {', '.join(zones)}",
                     key=f"{key}.capacity_reservations.{region}.az",
                 )
+
+
+def _instance_checks(key: str, pool: NodePool) -> Iterator[FleetError]:
+    """Instance types exist, match the pool's kind, and support EFA when the pool asks for it."""
+    from dlinfra import instances  # the table is only read when a fleet has pools
+
+    for i, name in enumerate(pool.instance_types):
+        where = f"{key}.instance_types[{i}]"
+        try:
+            spec = instances.lookup(name)
+        except instances.UnknownInstanceType as exc:
+            yield FleetError(str(exc), key=where)
+            continue
+        if pool.kind == "gpu" and spec.gpus == 0:
+            yield FleetError(f"{name} has no GPU; a GPU pool takes GPU instance types only", key=where)
+        if pool.kind == "cpu" and spec.gpus > 0:
+            yield FleetError(f"{name} is a GPU type ({spec.gpus} x {spec.gpu_model}); use a GPU pool", key=where)
+        if pool.efa and not spec.efa_supported:
+            yield FleetError(f"{name} does not support EFA; drop efa or pick an EFA-capable type", key=where)
+    if pool.efa and len(pool.instance_types) > 1:
+        yield FleetError("an EFA pool uses one instance type (one EFA layout)", key=f"{key}.instance_types")
 
 
 @dataclass(frozen=True)

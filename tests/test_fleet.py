@@ -63,7 +63,10 @@ BAD = [
     pytest.param(_set("regions.us-west-9", {"azs": 2}), "regions.us-west-9", "unknown region", id="unknown-region"),
     pytest.param(_set("regions.eu-west-1.azs", 4), "regions.eu-west-1.azs", "eu-west-1 has 3", id="too-many-azs"),
     pytest.param(
-        _set("address_space.supernet", "100.64.0.0/10"), "address_space.supernet", "RFC 1918", id="public-supernet"
+        _set("address_space.supernet", "100.64.0.0/10"),
+        "address_space.supernet",
+        "RFC 1918",
+        id="public-supernet",
     ),
     pytest.param(_set("sites.sjc1.lan", "100.64.0.0/20"), "sites.sjc1.lan", "RFC 1918", id="site-lan-not-private"),
     pytest.param(
@@ -79,7 +82,10 @@ BAD = [
         id="vpc-too-small",
     ),
     pytest.param(
-        _set("environments.staging.vpc_prefix", 15), "environments.staging.vpc_prefix", "greater than", id="vpc-prefix"
+        _set("environments.staging.vpc_prefix", 15),
+        "environments.staging.vpc_prefix",
+        "greater than",
+        id="vpc-prefix",
     ),
     pytest.param(
         _set("environments.prod.node_pools.cpu.min_size", 50),
@@ -88,20 +94,35 @@ BAD = [
         id="min-gt-max",
     ),
     pytest.param(
-        _set("regions.us-east-1.primary", True), "regions", "exactly one region must be primary", id="two-primaries"
+        _set("regions.us-east-1.primary", True),
+        "regions",
+        "exactly one region must be primary",
+        id="two-primaries",
     ),
     pytest.param(
-        _set("sites.sjc1.region", "ap-south-1"), "sites.sjc1.region", "not a region of environment", id="site-region"
+        _set("sites.sjc1.region", "ap-south-1"),
+        "sites.sjc1.region",
+        "not a region of environment",
+        id="site-region",
     ),
     pytest.param(
-        _set("sites.sjc1.public_ip", "10.1.2.3"), "sites.sjc1.public_ip", "not a public address", id="cgw-private"
+        _set("sites.sjc1.public_ip", "10.1.2.3"),
+        "sites.sjc1.public_ip",
+        "not a public address",
+        id="cgw-private",
     ),
     pytest.param(
-        _set("sites.sjc1.public_ip", "203.0.113.9"), "sites.sjc1.public_ip", "not a public address", id="cgw-reserved"
+        _set("sites.sjc1.public_ip", "203.0.113.9"),
+        "sites.sjc1.public_ip",
+        "not a public address",
+        id="cgw-reserved",
     ),
     pytest.param(_set("sites.sjc1.public_ip", "64.62.140"), "sites.sjc1.public_ip", "IPv4", id="cgw-malformed"),
     pytest.param(
-        _set("sites.ams1.asn", 9059), "sites.ams1.asn", "reserved by AWS in eu-west-1", id="asn-reserved-region"
+        _set("sites.ams1.asn", 9059),
+        "sites.ams1.asn",
+        "reserved by AWS in eu-west-1",
+        id="asn-reserved-region",
     ),
     pytest.param(_set("sites.ams1.asn", 64514), "sites.ams1.asn", "transit gateway's own ASN", id="asn-tgw"),
     pytest.param(_set("sites.ams1.asn", 23456), "sites.ams1.asn", "reserved ASN", id="asn-as-trans"),
@@ -119,6 +140,30 @@ BAD = [
         "environments.prod.node_pools.cpu.max_size",
         "required",
         id="missing-key",
+    ),
+    pytest.param(
+        _set("environments.prod.node_pools.interactive.instance_types", ["g6.12xlarge", "m7i.4xlarge"]),
+        "environments.prod.node_pools.interactive.instance_types[1]",
+        "m7i.4xlarge has no GPU; a GPU pool takes GPU instance types only",
+        id="cpu-type-in-gpu-pool",
+    ),
+    pytest.param(
+        _set("environments.prod.node_pools.cpu.instance_types", ["g5.xlarge"]),
+        "environments.prod.node_pools.cpu.instance_types[0]",
+        "g5.xlarge is a GPU type",
+        id="gpu-type-in-cpu-pool",
+    ),
+    pytest.param(
+        _set("environments.prod.node_pools.train-a100.instance_types", ["g6.xlarge"]),
+        "environments.prod.node_pools.train-a100.instance_types[0]",
+        "g6.xlarge does not support EFA",
+        id="efa-unsupported",
+    ),
+    pytest.param(
+        _set("environments.prod.node_pools.interactive.instance_types", ["p5.48xlarg"]),
+        "environments.prod.node_pools.interactive.instance_types[0]",
+        "unknown instance type 'p5.48xlarg'; did you mean p5.48xlarge",
+        id="unknown-instance-type",
     ),
     pytest.param(
         _set("environments.prod.node_pools.train-a100.zones", {"eu-west-1": ["eu-west-1a", "eu-west-1b"]}),

@@ -142,7 +142,9 @@ def _site(name: str, lan: str | None = None, region: str = "us-west-2") -> Calla
             id="vpc-vs-site-against-lock",
         ),
         pytest.param(
-            _site("lax1", "10.200.8.0/21"), r"sites.lax1.lan: 10.200.8.0/21 overlaps sites.sjc1.lan", id="site-vs-site"
+            _site("lax1", "10.200.8.0/21"),
+            r"sites.lax1.lan: 10.200.8.0/21 overlaps sites.sjc1.lan",
+            id="site-vs-site",
         ),
         pytest.param(
             _site("lax1", "10.2.4.0/22"),
@@ -189,7 +191,9 @@ def test_exhausted_supernet(write_fleet: Callable[..., Path]) -> None:
     [
         pytest.param(("site-lan/ams1", "10.2.0.0/20"), r"overlaps .*was the lock edited by hand", id="overlap"),
         pytest.param(
-            ("subnet/prod/us-west-2/public/us-west-2a", "10.1.0.0/24"), r"outside its VPC", id="subnet-outside"
+            ("subnet/prod/us-west-2/public/us-west-2a", "10.1.0.0/24"),
+            r"outside its VPC",
+            id="subnet-outside",
         ),
         pytest.param(("tunnel/sjc1/1", "169.254.169.252/30"), r"AWS reserves", id="tunnel-reserved"),
         pytest.param(("tunnel/sjc1/1", "169.254.7.0/29"), r"not a /30", id="tunnel-size"),

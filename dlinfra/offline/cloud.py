@@ -246,3 +246,10 @@ def _eks(cloud: FakeCloud, urn: str, rid: str, inputs: Mapping[str, Any], region
         "platformVersion": "eks.1",
         "clusterId": digest(urn, 32),
     }
+
+
+@special("aws:ec2/launchTemplate:LaunchTemplate")
+def _launch_template(
+    cloud: FakeCloud, urn: str, rid: str, inputs: Mapping[str, Any], region: str | None
+) -> dict[str, Any]:
+    return {"latestVersion": 1, "defaultVersion": 1}

@@ -317,6 +317,12 @@ def run_stack(
                 organization=ORGANIZATION,
                 root_directory=str(root),
                 callbacks=None,
+                # MockSettings skips Settings.__init__, so these would fall back to one default shared by every
+                # context: a failed run's pending tasks would then leak into the next stack's run.
+                outputs=set(),
+                lock=threading.Lock(),
+                package_refs={},
+                base_providers_by_ref={},
             )
         )
         settings.ROOT.set(None)
@@ -343,12 +349,15 @@ def _run_program(entry: Path) -> None:
 
 def _describe(exc: BaseException) -> str:
     """The innermost useful message of a program failure (Pulumi wraps errors raised in callbacks)."""
-    seen = exc
-    while seen.__cause__ is not None:
-        seen = seen.__cause__
-    if isinstance(seen, DlinfraError):
-        return str(seen)
-    return f"{type(seen).__name__}: {seen}"
+    chain = [exc]
+    while chain[-1].__cause__ is not None:
+        chain.append(chain[-1].__cause__)
+    innermost = chain[-1]
+    if isinstance(innermost, DlinfraError):
+        return str(innermost)
+    # The SDK's own type checks say which resource and input they were on in an outer link of the chain.
+    context = next((str(e).splitlines()[0] for e in chain if str(e).startswith("While processing resource")), "")
+    return "; ".join(p for p in (context, f"{type(innermost).__name__}: {innermost}") if p)
 
 
 def run_all(

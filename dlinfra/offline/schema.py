@@ -67,7 +67,8 @@ def resource_shape(type_token: str) -> Shape | None:
     if cls is None:
         return None
     module = sys.modules[cls.__module__]
-    args_cls = getattr(module, f"{cls.__name__}Args", None) or getattr(module, f"{cls.__name__}InitArgs", None)
+    # The SDK names a resource's args `<Name>InitArgs` when `<Name>Args` is taken by a nested input type.
+    args_cls = getattr(module, f"{cls.__name__}InitArgs", None) or getattr(module, f"{cls.__name__}Args", None)
     if args_cls is None:
         return None
     shape = _object_shape(args_cls)

@@ -57,6 +57,17 @@ def test_ids_derive_from_urns_so_runs_are_identical(tmp_path: Path) -> None:
             id="typo-deep-in-list",
         ),
         pytest.param(
+            'aws.s3.BucketVersioning("v", bucket="b", '
+            'versioning_configuration={"status": "Enabled", "mfa_delet": "x"})',
+            r"versioningConfiguration.mfa_delet: not an input of BucketVersioningVersioningConfigurationArgs",
+            id="typo-in-init-args-resource",
+        ),
+        pytest.param(
+            'aws.fsx.LustreFileSystem("l", deployment_type="PERSISTENT_2", subnet_ids=["a"], storage_capacity=1200)',
+            r"While processing resource: 'l'.*Expected 'list' got",
+            id="sdk-type-check-names-the-resource",
+        ),
+        pytest.param(
             'aws.ec2.get_ami(owners=["099720109477"], most_recent=True)',
             r"invoke aws:ec2/getAmi:getAmi is not served by the offline engine",
             id="unknown-invoke",

@@ -33,7 +33,13 @@ def _of_type(result: engine.StackResult, type_: str) -> list[engine.ResourceReco
 
 
 def test_every_stack_runs(results: dict[str, engine.StackResult]) -> None:
-    assert set(results) == {"prod-us-west-2", "prod-us-east-1", "prod-eu-west-1", "staging-us-west-2", "prod-global"}
+    assert set(results) == {
+        "prod-us-west-2",
+        "prod-us-east-1",
+        "prod-eu-west-1",
+        "staging-us-west-2",
+        "prod-global",
+    }
 
 
 @pytest.mark.parametrize("stack", ["prod-us-west-2", "prod-us-east-1", "prod-eu-west-1", "staging-us-west-2"])
@@ -102,7 +108,8 @@ def test_plan_export_schema(results: dict[str, engine.StackResult], tmp_path: Pa
 def test_unknown_stack_name_is_refused() -> None:
     role = stackroles.StackRole("regional", "prod", "ap-south-1")
     with pytest.raises(
-        engine.EngineError, match=r"stack 'prod-ap-south-1': 'ap-south-1' is not a region of environment 'prod'"
+        engine.EngineError,
+        match=r"stack 'prod-ap-south-1': 'ap-south-1' is not a region of environment 'prod'",
     ):
         engine.run_stack(ROOT, role, project="dlinfra", config=CONFIG, stack_exports={})
 

@@ -1,0 +1,8 @@
+name 'dlinfra_base'
+maintainer 'dlinfra'
+maintainer_email 'infra@lab.example.org'
+license 'All Rights Reserved'
+description 'Packages, kernel settings, time, containerd and kubelet shared by every dlinfra machine'
+version '0.1.0'
+chef_version '>= 18.0'
+supports 'ubuntu', '>= 24.04'

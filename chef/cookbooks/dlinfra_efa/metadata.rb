@@ -1,0 +1,8 @@
+name 'dlinfra_efa'
+maintainer 'dlinfra'
+maintainer_email 'infra@lab.example.org'
+license 'All Rights Reserved'
+description 'Elastic Fabric Adapter kernel module and rdma-core for EFA-capable GPU nodes'
+version '0.1.0'
+chef_version '>= 18.0'
+supports 'ubuntu', '>= 24.04'

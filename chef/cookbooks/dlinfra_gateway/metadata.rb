@@ -1,0 +1,10 @@
+name 'dlinfra_gateway'
+maintainer 'dlinfra'
+maintainer_email 'infra@lab.example.org'
+license 'All Rights Reserved'
+description 'Site VPN gateway: strongSwan (the AWS customer gateway) and FRR for BGP sites'
+version '0.1.0'
+chef_version '>= 18.0'
+supports 'ubuntu', '>= 24.04'
+
+depends 'dlinfra_base'

@@ -1,0 +1,28 @@
+# FRR for BGP sites: the rendered frr.conf peers with both AWS tunnel endpoints.
+
+package 'frr'
+
+template '/etc/frr/daemons' do
+  source 'frr-daemons.erb'
+  owner 'frr'
+  group 'frr'
+  mode '0640'
+  variables(
+    enabled: dlinfra_frr_daemons,
+    known: DlinfraGateway::Helpers::FRR_DAEMONS
+  )
+  notifies :restart, 'service[frr]', :delayed
+end
+
+file '/etc/frr/frr.conf' do
+  content lazy { dlinfra_site_file(node['dlinfra_gateway']['frr_source']) }
+  owner 'frr'
+  group 'frr'
+  mode '0640'
+  notifies :reload, 'service[frr]', :delayed
+end
+
+service 'frr' do
+  supports reload: true
+  action %i(enable start)
+end

@@ -1,0 +1,29 @@
+# NVIDIA software for GPU nodes. One image serves every GPU instance type, so nothing here depends on
+# the build machine's hardware; what differs per host (Fabric Manager) is decided at boot.
+
+# Branch and exact version: Fabric Manager and NSCQ must match the driver to the last digit.
+default['dlinfra_gpu']['driver']['branch'] = '570'
+default['dlinfra_gpu']['driver']['version'] = '570.172.08'
+# Open kernel modules: NVIDIA's recommended flavour from Turing on (every GPU dlinfra uses: L4, A10G,
+# A100, H100, H200) and the only one for Blackwell.
+default['dlinfra_gpu']['driver']['open_kernel_modules'] = true
+
+# NVIDIA's CUDA apt repository carries the driver, Fabric Manager, NSCQ and DCGM at matching versions.
+default['dlinfra_gpu']['cuda_repo']['base_uri'] = 'https://developer.download.nvidia.com/compute/cuda/repos'
+default['dlinfra_gpu']['cuda_repo']['key_file'] = '3bf863cc.pub'
+
+# Instance types whose GPUs sit on an NVSwitch fabric; must equal the nvswitch: true entries of
+# dlinfra/data/instance_types.yaml (tests/chef checks this).
+default['dlinfra_gpu']['fabricmanager']['instance_types'] = %w(
+  p4d.24xlarge p4de.24xlarge p5.48xlarge p5e.48xlarge p5en.48xlarge
+)
+
+default['dlinfra_gpu']['container_toolkit']['version'] = '1.17.8'
+default['dlinfra_gpu']['container_toolkit']['repo_uri'] = 'https://nvidia.github.io/libnvidia-container/stable/deb/$(ARCH)'
+default['dlinfra_gpu']['container_toolkit']['key_url'] = 'https://nvidia.github.io/libnvidia-container/gpgkey'
+
+# DCGM 4 for CUDA 12 drivers (the 570 branch is CUDA 12.8); the major version is in the package name.
+default['dlinfra_gpu']['dcgm']['package'] = 'datacenter-gpu-manager-4-cuda12'
+
+# GPU containers run through the NVIDIA runtime by default, so the device plugin needs no runtimeClass.
+default['dlinfra_base']['containerd']['default_runtime'] = 'nvidia'

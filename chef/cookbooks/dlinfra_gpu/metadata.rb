@@ -1,0 +1,10 @@
+name 'dlinfra_gpu'
+maintainer 'dlinfra'
+maintainer_email 'infra@lab.example.org'
+license 'All Rights Reserved'
+description 'NVIDIA driver, Fabric Manager (NVSwitch hosts only), container toolkit and DCGM'
+version '0.1.0'
+chef_version '>= 18.0'
+supports 'ubuntu', '>= 24.04'
+
+depends 'dlinfra_base'

@@ -1,0 +1,10 @@
+name 'dlinfra_hybrid'
+maintainer 'dlinfra'
+maintainer_email 'infra@lab.example.org'
+license 'All Rights Reserved'
+description 'Joins a site GPU machine to its region EKS cluster as a hybrid node and mounts site NFS'
+version '0.1.0'
+chef_version '>= 18.0'
+supports 'ubuntu', '>= 24.04'
+
+depends 'dlinfra_base'

@@ -1,0 +1,4 @@
+# A site GPU machine: join the region's EKS cluster as a hybrid node and mount the site's NFS exports.
+
+include_recipe 'dlinfra_hybrid::nodeadm'
+include_recipe 'dlinfra_hybrid::nfs'

@@ -1,0 +1,13 @@
+name 'dlinfra_test'
+maintainer 'dlinfra'
+maintainer_email 'infra@lab.example.org'
+license 'All Rights Reserved'
+description 'Test Kitchen fixtures and a wrapper that uses the dlinfra cookbooks as a consumer would'
+version '0.1.0'
+chef_version '>= 18.0'
+supports 'ubuntu', '>= 24.04'
+
+depends 'dlinfra_base'
+depends 'dlinfra_gateway'
+depends 'dlinfra_gpu'
+depends 'dlinfra_hybrid'

@@ -1,0 +1,29 @@
+# InSpec checks for role[gpu-node]; needs a GPU instance (kitchen-ec2), not a container.
+
+driver_version = input('nvidia_driver_version', value: '570.172.08')
+
+control 'dlinfra-gpu-node' do
+  impact 1.0
+  title 'The NVIDIA stack matches the pinned driver and the GPUs work'
+
+  describe command('nvidia-smi --query-gpu=driver_version --format=csv,noheader') do
+    its('exit_status') { should eq 0 }
+    its('stdout') { should match(/^#{Regexp.escape(driver_version)}$/) }
+  end
+
+  describe file('/etc/containerd/config.toml') do
+    its('content') { should match(/default_runtime_name = "nvidia"/) }
+  end
+
+  describe file('/usr/local/libexec/dlinfra/needs-fabricmanager') do
+    it { should be_executable }
+  end
+
+  describe service('nvidia-dcgm') do
+    it { should be_enabled }
+  end
+
+  describe file('/opt/amazon/efa_installed_packages') do
+    it { should exist }
+  end
+end

@@ -1,0 +1,32 @@
+# InSpec checks for role[site-gateway] with the kitchen fixtures in place of a real site render.
+
+control 'dlinfra-site-gateway' do
+  impact 1.0
+  title 'strongSwan and FRR run with the rendered configuration'
+
+  describe file('/etc/swanctl/conf.d/dlinfra.conf') do
+    its('mode') { should cmp '0600' }
+  end
+
+  describe service('strongswan') do
+    it { should be_enabled }
+    it { should be_running }
+  end
+
+  describe command('swanctl --list-conns') do
+    its('stdout') { should match(/aws-tunnel-1/) }
+  end
+
+  describe file('/etc/frr/daemons') do
+    its('content') { should match(/^bgpd=yes$/) }
+    its('content') { should match(/^ospfd=no$/) }
+  end
+
+  describe service('frr') do
+    it { should be_running }
+  end
+
+  describe kernel_parameter('net.ipv4.conf.all.rp_filter') do
+    its('value') { should eq 2 }
+  end
+end

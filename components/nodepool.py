@@ -1,0 +1,389 @@
+"""NodePool: a GPU or CPU Auto Scaling group of Kubernetes nodes that scales from zero and drains before it goes."""
+
+from __future__ import annotations
+
+import base64
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal, NamedTuple
+
+import jinja2
+import pulumi
+import pulumi_aws as aws
+
+from dlinfra import instances
+from dlinfra.naming import Names
+
+TEMPLATES = Path(__file__).parent / "templates"
+_ENV = jinja2.Environment(
+    loader=jinja2.FileSystemLoader(TEMPLATES), undefined=jinja2.StrictUndefined, keep_trailing_newline=True
+)
+
+# Node role policies every node needs; the CNI policy only when the VPC CNI does not use Pod Identity.
+WORKER_POLICIES = {
+    "worker": "arn:aws:iam::aws:policy/AmazonEKSWorkerNodePolicy",
+    "ecr": "arn:aws:iam::aws:policy/AmazonEC2ContainerRegistryReadOnly",
+    "ssm": "arn:aws:iam::aws:policy/AmazonSSMManagedInstanceCore",
+}
+CNI_POLICY = "arn:aws:iam::aws:policy/AmazonEKS_CNI_Policy"
+ROOT_DEVICE = "/dev/sda1"  # Ubuntu AMIs boot from /dev/sda1
+DRAIN_TIMEOUT_SECONDS = 900  # how long the termination hook holds an instance while its pods drain
+AUTOSCALER_PREFIX = "k8s.io/cluster-autoscaler"
+
+
+@dataclass(frozen=True, kw_only=True)
+class NodePoolArgs:
+    names: Names  # naming and tags of this stack
+    pool: str  # pool name from the fleet file (stable: part of every child's name)
+    kind: Literal["gpu", "cpu"]  # GPU pools must use GPU instance types only
+    cluster_name: str  # EKS cluster the nodes join (physical name)
+    ami_id: str  # from the images manifest for this variant and region
+    instance_types: Sequence[str]  # first is preferred; several only for mixed-instances (spot) pools
+    subnet_ids: Mapping[str, pulumi.Input[str]]  # AZ name -> private subnet id; EFA pools: exactly one
+    vpc_id: pulumi.Input[str]  # for the node security group
+    min_size: int = 0  # instances, per region
+    max_size: int = 4  # instances, per region
+    efa: bool = False  # EFA interfaces on every network card, in one cluster placement group
+    capacity_reservation_id: str | None = None  # target this reservation (or capacity block)
+    capacity_block: bool = False  # the reservation is an EC2 capacity block (market type capacity-block)
+    spot: bool = False  # mixed instances: on-demand base, spot above it
+    on_demand_base: int = 0  # with spot: instances always on demand
+    on_demand_percentage_above_base: int = 0  # with spot: percent on demand above the base
+    spot_allocation_strategy: str = "price-capacity-optimized"
+    labels: Mapping[str, str] = field(default_factory=dict)  # Kubernetes node labels
+    taints: Sequence[tuple[str, str, str]] = ()  # (key, value, effect)
+    pod_imds_access: bool = False  # hop limit 2 lets pods reach IMDS; 1 keeps it to the node
+    root_volume_gib: int = 200  # encrypted gp3 root volume size
+    attach_cni_policy: bool = False  # only when the VPC CNI has no Pod Identity association
+    cluster_security_group_id: pulumi.Input[str] | None = None  # admitted to the nodes (kubelet, webhooks)
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.min_size <= self.max_size:
+            raise ValueError(
+                f"{self.pool}: min_size/max_size: need 0 <= min <= max, got {self.min_size}/{self.max_size}"
+            )
+        if not self.instance_types:
+            raise ValueError(f"{self.pool}: instance_types: at least one is needed")
+        for name in self.instance_types:
+            spec = instances.lookup(name)
+            if self.kind == "gpu" and spec.gpus == 0:
+                raise ValueError(f"{self.pool}: instance_types: {name} has no GPU; a GPU pool takes GPU types only")
+            if self.kind == "cpu" and spec.gpus > 0:
+                raise ValueError(f"{self.pool}: instance_types: {name} is a GPU type in a CPU pool")
+            if self.efa and not spec.efa_supported:
+                raise ValueError(f"{self.pool}: efa: {name} does not support EFA")
+        if self.efa and len(self.subnet_ids) != 1:
+            raise ValueError(f"{self.pool}: subnet_ids: an EFA pool lives in one AZ, got {len(self.subnet_ids)}")
+        if self.efa and len(self.instance_types) != 1:
+            raise ValueError(f"{self.pool}: instance_types: an EFA pool uses one type (one EFA layout)")
+        if self.spot and self.kind == "gpu":
+            raise ValueError(f"{self.pool}: spot: GPU pools run on demand or on reserved capacity")
+        if self.capacity_block and self.capacity_reservation_id is None:
+            raise ValueError(f"{self.pool}: capacity_block needs capacity_reservation_id")
+
+    @property
+    def primary(self) -> instances.InstanceType:
+        return instances.lookup(self.instance_types[0])
+
+
+class EfaInterface(NamedTuple):
+    """One EFA network interface of a launch template."""
+
+    network_card_index: int
+    device_index: int
+    interface_type: str
+
+
+def efa_interfaces(instance_type: str) -> list[EfaInterface]:
+    """One EFA per network card: card 0 carries the primary ENA+EFA interface, the rest are EFA-only."""
+    count = instances.lookup(instance_type).efa_interfaces
+    return [EfaInterface(card, 0 if card == 0 else 1, "efa" if card == 0 else "efa-only") for card in range(count)]
+
+
+def autoscaler_tags(args: NodePoolArgs) -> dict[str, str]:
+    """Auto-discovery and node-template tags, so cluster-autoscaler can scale the pool up from zero."""
+    spec = args.primary
+    tags = {
+        f"{AUTOSCALER_PREFIX}/enabled": "true",
+        f"{AUTOSCALER_PREFIX}/{args.cluster_name}": "owned",
+    }
+    for key, value in node_labels(args).items():
+        tags[f"{AUTOSCALER_PREFIX}/node-template/label/{key}"] = value
+    for key, value, effect in args.taints:
+        tags[f"{AUTOSCALER_PREFIX}/node-template/taint/{key}"] = f"{value}:{effect}"
+    if spec.gpus:
+        tags[f"{AUTOSCALER_PREFIX}/node-template/resources/nvidia.com/gpu"] = str(spec.gpus)
+    if args.efa:
+        tags[f"{AUTOSCALER_PREFIX}/node-template/resources/vpc.amazonaws.com/efa"] = str(spec.efa_interfaces)
+    return tags
+
+
+def node_labels(args: NodePoolArgs) -> dict[str, str]:
+    """Labels every node of the pool carries (fleet labels plus the pool, its capacity type and GPU model)."""
+    spec = args.primary
+    labels = {"dlinfra.io/pool": args.pool, "dlinfra.io/capacity": capacity_class(args)}
+    if spec.gpu_model:
+        labels["nvidia.com/gpu.product"] = spec.gpu_model
+    return labels | dict(args.labels)
+
+
+def capacity_class(args: NodePoolArgs) -> str:
+    """reserved, on-demand or spot: what the autoscaler's priority expander orders pools by."""
+    if args.capacity_reservation_id:
+        return "reserved"
+    return "spot" if args.spot else "on-demand"
+
+
+def render_user_data(
+    *, pool: str, cluster_name: str, region: str, labels: Mapping[str, str], taints: Sequence[tuple[str, str, str]],
+    max_pods: int | None,
+) -> str:  # fmt: skip
+    """The node's user data: it only joins the cluster; everything else is baked into the image."""
+    return _ENV.get_template("node-user-data.sh.j2").render(
+        pool=pool,
+        cluster_name=cluster_name,
+        region=region,
+        labels=",".join(f"{k}={v}" for k, v in sorted(labels.items())),
+        taints=",".join(f"{k}={v}:{e}" for k, v, e in taints),
+        max_pods=max_pods or "",
+    )
+
+
+class NodePool(pulumi.ComponentResource):
+    """IAM role, security group, launch template, placement group and Auto Scaling group of one pool."""
+
+    group_name: pulumi.Output[str]
+    group_arn: pulumi.Output[str]
+    role_arn: pulumi.Output[str]
+    role_name: pulumi.Output[str]
+    security_group_id: pulumi.Output[str]
+    launch_template_id: pulumi.Output[str]
+
+    def __init__(self, name: str, args: NodePoolArgs, opts: pulumi.ResourceOptions | None = None) -> None:
+        super().__init__("dlinfra:compute:NodePool", name, None, opts)
+        names, spec = args.names, args.primary
+        child = pulumi.ResourceOptions(parent=self)
+        component = f"pool-{args.pool}"
+        tags = names.tags(component, extra={"dlinfra:pool": args.pool})
+
+        role = aws.iam.Role(
+            f"{name}-role",
+            name=names.physical("node", args.pool, max_len=64),
+            assume_role_policy=json.dumps(
+                {
+                    "Version": "2012-10-17",
+                    "Statement": [
+                        {"Effect": "Allow", "Principal": {"Service": "ec2.amazonaws.com"}, "Action": "sts:AssumeRole"}
+                    ],
+                }
+            ),
+            tags=tags,
+            opts=child,
+        )
+        policies = dict(WORKER_POLICIES) | ({"cni": CNI_POLICY} if args.attach_cni_policy else {})
+        for key, arn in policies.items():
+            aws.iam.RolePolicyAttachment(
+                f"{name}-{key}", role=role.name, policy_arn=arn, opts=pulumi.ResourceOptions(parent=role)
+            )
+        profile = aws.iam.InstanceProfile(
+            f"{name}-profile", name=names.physical("node", args.pool, max_len=64), role=role.name, tags=tags, opts=child
+        )
+
+        sg_name = names.physical("nodes", args.pool)
+        security_group = aws.ec2.SecurityGroup(
+            f"{name}-sg",
+            name=sg_name,
+            description=f"Nodes of pool {args.pool}",
+            vpc_id=args.vpc_id,
+            egress=[aws.ec2.SecurityGroupEgressArgs(protocol="-1", from_port=0, to_port=0, cidr_blocks=["0.0.0.0/0"])],
+            tags=names.tags(component, sg_name),
+            opts=child,
+        )
+        # Node to node: pod traffic, NCCL, and EFA (which requires all traffic to and from its own group).
+        aws.vpc.SecurityGroupIngressRule(
+            f"{name}-self",
+            security_group_id=security_group.id,
+            referenced_security_group_id=security_group.id,
+            ip_protocol="-1",
+            description="node to node, pods, NCCL and EFA",
+            opts=pulumi.ResourceOptions(parent=security_group),
+        )
+        if args.efa:
+            aws.vpc.SecurityGroupEgressRule(
+                f"{name}-self-egress",
+                security_group_id=security_group.id,
+                referenced_security_group_id=security_group.id,
+                ip_protocol="-1",
+                description="EFA needs egress to its own group",
+                opts=pulumi.ResourceOptions(parent=security_group),
+            )
+        if args.cluster_security_group_id is not None:
+            aws.vpc.SecurityGroupIngressRule(
+                f"{name}-from-cluster",
+                security_group_id=security_group.id,
+                referenced_security_group_id=args.cluster_security_group_id,
+                ip_protocol="-1",
+                description="EKS control plane to kubelet and webhooks",
+                opts=pulumi.ResourceOptions(parent=security_group),
+            )
+
+        placement_group = None
+        if args.efa:
+            placement_group = aws.ec2.PlacementGroup(
+                f"{name}-placement",
+                name=names.physical("pg", args.pool),
+                strategy="cluster",
+                tags=tags,
+                opts=child,
+            )
+
+        user_data = render_user_data(
+            pool=args.pool,
+            cluster_name=args.cluster_name,
+            region=names.region or "",
+            labels=node_labels(args),
+            taints=args.taints,
+            max_pods=spec.max_pods,
+        )
+        lt_name = names.physical("lt", args.pool)
+        network_interfaces = None
+        security_group_ids: list[pulumi.Input[str]] | None = [security_group.id]
+        if args.efa:
+            network_interfaces = [
+                aws.ec2.LaunchTemplateNetworkInterfaceArgs(
+                    network_card_index=nic.network_card_index,
+                    device_index=nic.device_index,
+                    interface_type=nic.interface_type,
+                    security_groups=[security_group.id],
+                    delete_on_termination="true",
+                )
+                for nic in efa_interfaces(spec.name)
+            ]
+            security_group_ids = None  # with explicit interfaces, groups go on the interfaces
+        capacity = None
+        market = None
+        if args.capacity_reservation_id:
+            capacity = aws.ec2.LaunchTemplateCapacityReservationSpecificationArgs(
+                capacity_reservation_target=aws.ec2.LaunchTemplateCapacityReservationSpecificationCapacityReservationTargetArgs(
+                    capacity_reservation_id=args.capacity_reservation_id
+                )
+            )
+            if args.capacity_block:
+                market = aws.ec2.LaunchTemplateInstanceMarketOptionsArgs(market_type="capacity-block")
+        template = aws.ec2.LaunchTemplate(
+            f"{name}-lt",
+            name=lt_name,
+            image_id=args.ami_id,
+            instance_type=None if args.spot else spec.name,
+            iam_instance_profile=aws.ec2.LaunchTemplateIamInstanceProfileArgs(arn=profile.arn),
+            vpc_security_group_ids=security_group_ids,
+            network_interfaces=network_interfaces,
+            metadata_options=aws.ec2.LaunchTemplateMetadataOptionsArgs(
+                http_endpoint="enabled",
+                http_tokens="required",
+                http_put_response_hop_limit=2 if args.pod_imds_access else 1,
+                instance_metadata_tags="disabled",
+            ),
+            block_device_mappings=[
+                aws.ec2.LaunchTemplateBlockDeviceMappingArgs(
+                    device_name=ROOT_DEVICE,
+                    ebs=aws.ec2.LaunchTemplateBlockDeviceMappingEbsArgs(
+                        volume_size=args.root_volume_gib,
+                        volume_type="gp3",
+                        iops=3000,
+                        throughput=250,
+                        encrypted="true",
+                        delete_on_termination="true",
+                    ),
+                )
+            ],
+            placement=aws.ec2.LaunchTemplatePlacementArgs(group_name=placement_group.name) if placement_group else None,
+            capacity_reservation_specification=capacity,
+            instance_market_options=market,
+            monitoring=aws.ec2.LaunchTemplateMonitoringArgs(enabled=True),
+            user_data=base64.b64encode(user_data.encode()).decode(),
+            update_default_version=True,
+            tag_specifications=[
+                aws.ec2.LaunchTemplateTagSpecificationArgs(
+                    resource_type=kind, tags=names.tags(component, names.physical("node", args.pool))
+                )
+                for kind in ("instance", "volume", "network-interface")
+            ],
+            tags=names.tags(component, lt_name),
+            opts=child,
+        )
+
+        group_tags = names.tags(component, names.physical("node", args.pool)) | autoscaler_tags(args)
+        lt_spec = aws.autoscaling.GroupLaunchTemplateArgs(id=template.id, version=template.latest_version.apply(str))
+        mixed = None
+        if args.spot:
+            mixed = aws.autoscaling.GroupMixedInstancesPolicyArgs(
+                instances_distribution=aws.autoscaling.GroupMixedInstancesPolicyInstancesDistributionArgs(
+                    on_demand_base_capacity=args.on_demand_base,
+                    on_demand_percentage_above_base_capacity=args.on_demand_percentage_above_base,
+                    spot_allocation_strategy=args.spot_allocation_strategy,
+                ),
+                launch_template=aws.autoscaling.GroupMixedInstancesPolicyLaunchTemplateArgs(
+                    launch_template_specification=aws.autoscaling.GroupMixedInstancesPolicyLaunchTemplateLaunchTemplateSpecificationArgs(
+                        launch_template_id=template.id, version=template.latest_version.apply(str)
+                    ),
+                    overrides=[
+                        aws.autoscaling.GroupMixedInstancesPolicyLaunchTemplateOverrideArgs(instance_type=t)
+                        for t in args.instance_types
+                    ],
+                ),
+            )
+        group = aws.autoscaling.Group(
+            f"{name}-asg",
+            name=names.physical("pool", args.pool, max_len=255),
+            min_size=args.min_size,
+            max_size=args.max_size,
+            vpc_zone_identifiers=[args.subnet_ids[az] for az in sorted(args.subnet_ids)],
+            launch_template=None if args.spot else lt_spec,
+            mixed_instances_policy=mixed,
+            capacity_rebalance=args.spot,
+            # Training nodes must not be terminated to even out AZs; the autoscaler decides when nodes go.
+            suspended_processes=["AZRebalance"],
+            protect_from_scale_in=False,
+            health_check_type="EC2",
+            default_instance_warmup=300,
+            initial_lifecycle_hooks=[
+                aws.autoscaling.GroupInitialLifecycleHookArgs(
+                    name="drain-before-terminate",
+                    lifecycle_transition="autoscaling:EC2_INSTANCE_TERMINATING",
+                    heartbeat_timeout=DRAIN_TIMEOUT_SECONDS,
+                    default_result="CONTINUE",
+                )
+            ],
+            instance_refresh=aws.autoscaling.GroupInstanceRefreshArgs(
+                strategy="Rolling",
+                preferences=aws.autoscaling.GroupInstanceRefreshPreferencesArgs(
+                    min_healthy_percentage=90, skip_matching=True, instance_warmup="300"
+                ),
+            ),
+            tags=[
+                aws.autoscaling.GroupTagArgs(key=k, value=v, propagate_at_launch=not k.startswith(AUTOSCALER_PREFIX))
+                for k, v in sorted(group_tags.items())
+            ],
+            # The autoscaler owns the desired size; an update must not reset it.
+            opts=pulumi.ResourceOptions(parent=self, ignore_changes=["desiredCapacity"]),
+        )
+
+        self.group_name = group.name
+        self.group_arn = group.arn
+        self.role_arn = role.arn
+        self.role_name = role.name
+        self.security_group_id = security_group.id
+        self.launch_template_id = template.id
+        self.register_outputs(
+            {
+                "group_name": self.group_name,
+                "group_arn": self.group_arn,
+                "role_arn": self.role_arn,
+                "role_name": self.role_name,
+                "security_group_id": self.security_group_id,
+                "launch_template_id": self.launch_template_id,
+            }
+        )

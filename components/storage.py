@@ -1,0 +1,388 @@
+"""Storage: EFS for home directories and datasets, S3 buckets for datasets, checkpoints and results, and
+optional FSx for Lustre scratch linked to the datasets bucket. Every stateful resource is protected and
+retained on delete: losing researchers' data is the one failure this toolkit must not allow.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import pulumi
+import pulumi_aws as aws
+
+from dlinfra.naming import Names
+
+BUCKETS = ("datasets", "checkpoints", "results")
+NFS_PORT = 2049
+LUSTRE_PORTS = ((988, 988), (1018, 1023))
+FSX_DEPLOYMENT = "PERSISTENT_2"
+
+# Stateful: never replaced or deleted by `pulumi up`; removing one from the program orphans it in AWS.
+STATEFUL = pulumi.ResourceOptions(protect=True, retain_on_delete=True)
+
+
+@dataclass(frozen=True, kw_only=True)
+class FsxArgs:
+    storage_capacity_gib: int  # PERSISTENT_2: 1200 or a multiple of 2400
+    throughput_per_tib: int  # MB/s per TiB: 125, 250, 500 or 1000
+
+    def __post_init__(self) -> None:
+        if self.storage_capacity_gib != 1200 and self.storage_capacity_gib % 2400:
+            raise ValueError(f"fsx.storage_capacity_gib: {self.storage_capacity_gib} is not 1200 or a multiple of 2400")
+        if self.throughput_per_tib not in (125, 250, 500, 1000):
+            raise ValueError(f"fsx.throughput_per_tib: {self.throughput_per_tib} is not 125, 250, 500 or 1000")
+
+
+@dataclass(frozen=True, kw_only=True)
+class StorageArgs:
+    names: Names  # naming and tags of this stack
+    account_id: pulumi.Input[str]  # bucket names carry it, since S3 names are global
+    vpc_id: pulumi.Input[str]
+    subnet_ids: Mapping[str, pulumi.Input[str]]  # AZ -> private (node) subnet id: one mount target per AZ
+    client_cidrs: Sequence[str]  # private subnet CIDRs: nodes and pods (VPC CNI gives pods VPC addresses)
+    checkpoint_retention_days: int = 90  # noncurrent checkpoint versions kept this long
+    fsx: FsxArgs | None = None  # Lustre scratch linked to the datasets bucket; None: none
+
+    def __post_init__(self) -> None:
+        if not self.subnet_ids:
+            raise ValueError("subnet_ids: at least one AZ is needed for EFS mount targets")
+        if not self.client_cidrs:
+            raise ValueError("client_cidrs: name the node subnets that may mount the file systems")
+        if self.checkpoint_retention_days < 1:
+            raise ValueError(f"checkpoint_retention_days: {self.checkpoint_retention_days} must be at least 1")
+
+
+class Storage(pulumi.ComponentResource):
+    """KMS key, EFS with mount targets and access points, S3 buckets, and optional FSx for Lustre."""
+
+    kms_key_arn: pulumi.Output[str]
+    efs_id: pulumi.Output[str]
+    efs_security_group_id: pulumi.Output[str]
+    home_access_point_id: pulumi.Output[str]
+    datasets_access_point_id: pulumi.Output[str]
+    bucket_names: pulumi.Output[dict[str, str]]
+    bucket_arns: pulumi.Output[dict[str, str]]
+    fsx_id: pulumi.Output[str] | None
+
+    def __init__(self, name: str, args: StorageArgs, opts: pulumi.ResourceOptions | None = None) -> None:
+        super().__init__("dlinfra:storage:Storage", name, None, opts)
+        names = args.names
+        child = pulumi.ResourceOptions(parent=self)
+        stateful = STATEFUL.merge(child)
+        tags = names.tags("storage")
+
+        key = aws.kms.Key(
+            f"{name}-key",
+            description=f"{names.prefix} storage: EFS, S3 and FSx",
+            enable_key_rotation=True,
+            deletion_window_in_days=30,
+            tags=names.tags("storage", names.physical("storage-key")),
+            opts=stateful,
+        )
+        aws.kms.Alias(
+            f"{name}-key-alias", name=f"alias/{names.physical('storage')}", target_key_id=key.key_id, opts=child
+        )
+
+        # EFS: shared home directories and datasets.
+        efs_sg_name = names.physical("efs")
+        efs_sg = aws.ec2.SecurityGroup(
+            f"{name}-efs-sg",
+            name=efs_sg_name,
+            description="NFS from nodes and pods only",
+            vpc_id=args.vpc_id,
+            ingress=[
+                aws.ec2.SecurityGroupIngressArgs(
+                    protocol="tcp", from_port=NFS_PORT, to_port=NFS_PORT, cidr_blocks=list(args.client_cidrs),
+                    description="NFS from node and pod subnets",
+                )
+            ],
+            tags=names.tags("storage", efs_sg_name),
+            opts=child,
+        )  # fmt: skip
+        efs = aws.efs.FileSystem(
+            f"{name}-efs",
+            creation_token=names.physical("efs"),
+            encrypted=True,
+            kms_key_id=key.arn,
+            performance_mode="generalPurpose",
+            throughput_mode="elastic",
+            lifecycle_policies=[
+                aws.efs.FileSystemLifecyclePolicyArgs(transition_to_ia="AFTER_30_DAYS"),
+                aws.efs.FileSystemLifecyclePolicyArgs(transition_to_primary_storage_class="AFTER_1_ACCESS"),
+            ],
+            tags=names.tags("storage", names.physical("efs")),
+            opts=stateful,
+        )
+        aws.efs.BackupPolicy(
+            f"{name}-efs-backup",
+            file_system_id=efs.id,
+            backup_policy=aws.efs.BackupPolicyBackupPolicyArgs(status="ENABLED"),
+            opts=pulumi.ResourceOptions(parent=efs),
+        )
+        for az, subnet_id in sorted(args.subnet_ids.items()):
+            aws.efs.MountTarget(
+                f"{name}-efs-{az}",
+                file_system_id=efs.id,
+                subnet_id=subnet_id,
+                security_groups=[efs_sg.id],
+                opts=pulumi.ResourceOptions(parent=efs),
+            )
+        home = aws.efs.AccessPoint(
+            f"{name}-efs-home",
+            file_system_id=efs.id,
+            root_directory=aws.efs.AccessPointRootDirectoryArgs(
+                path="/home",
+                creation_info=aws.efs.AccessPointRootDirectoryCreationInfoArgs(
+                    owner_uid=0, owner_gid=0, permissions="0755"
+                ),
+            ),
+            tags=names.tags("storage", names.physical("efs", "home")),
+            opts=pulumi.ResourceOptions(parent=efs),
+        )
+        datasets_ap = aws.efs.AccessPoint(
+            f"{name}-efs-datasets",
+            file_system_id=efs.id,
+            posix_user=aws.efs.AccessPointPosixUserArgs(uid=1000, gid=1000),
+            root_directory=aws.efs.AccessPointRootDirectoryArgs(
+                path="/datasets",
+                creation_info=aws.efs.AccessPointRootDirectoryCreationInfoArgs(
+                    owner_uid=1000, owner_gid=1000, permissions="0775"
+                ),
+            ),
+            tags=names.tags("storage", names.physical("efs", "datasets")),
+            opts=pulumi.ResourceOptions(parent=efs),
+        )
+
+        # S3: access logs first, since every data bucket logs to it.
+        logs = self._bucket(name, "logs", args, key_arn=None, tags=tags)
+        buckets = {
+            purpose: self._bucket(name, purpose, args, key_arn=key.arn, tags=tags, logs=logs) for purpose in BUCKETS
+        }
+
+        self.fsx_id = None
+        if args.fsx is not None:
+            self.fsx_id = self._lustre(name, args, args.fsx, key.arn, buckets["datasets"], tags)
+
+        self.kms_key_arn = key.arn
+        self.efs_id = efs.id
+        self.efs_security_group_id = efs_sg.id
+        self.home_access_point_id = home.id
+        self.datasets_access_point_id = datasets_ap.id
+        self.bucket_names = pulumi.Output.all(**{p: b.bucket for p, b in buckets.items()}).apply(dict)
+        self.bucket_arns = pulumi.Output.all(**{p: b.arn for p, b in buckets.items()}).apply(dict)
+        outputs: dict[str, pulumi.Input[object]] = {
+            "kms_key_arn": self.kms_key_arn,
+            "efs_id": self.efs_id,
+            "efs_security_group_id": self.efs_security_group_id,
+            "home_access_point_id": self.home_access_point_id,
+            "datasets_access_point_id": self.datasets_access_point_id,
+            "bucket_names": self.bucket_names,
+            "bucket_arns": self.bucket_arns,
+        }
+        if self.fsx_id is not None:
+            outputs["fsx_id"] = self.fsx_id
+        self.register_outputs(outputs)
+
+    def _bucket(
+        self,
+        name: str,
+        purpose: str,
+        args: StorageArgs,
+        *,
+        key_arn: pulumi.Input[str] | None,
+        tags: Mapping[str, str],
+        logs: aws.s3.Bucket | None = None,
+    ) -> aws.s3.Bucket:
+        """A private, versioned, encrypted, TLS-only bucket with lifecycle rules that fit its purpose."""
+        names = args.names
+        physical = pulumi.Output.concat(names.physical(purpose, max_len=50), "-", args.account_id)
+        bucket = aws.s3.Bucket(
+            f"{name}-{purpose}",
+            bucket=physical,
+            tags=names.tags("storage", names.physical(purpose), {"dlinfra:purpose": purpose}),
+            opts=STATEFUL.merge(pulumi.ResourceOptions(parent=self)),
+        )
+        child = pulumi.ResourceOptions(parent=bucket)
+        aws.s3.BucketPublicAccessBlock(
+            f"{name}-{purpose}-public-access",
+            bucket=bucket.id,
+            block_public_acls=True,
+            block_public_policy=True,
+            ignore_public_acls=True,
+            restrict_public_buckets=True,
+            opts=child,
+        )
+        aws.s3.BucketOwnershipControls(
+            f"{name}-{purpose}-ownership",
+            bucket=bucket.id,
+            rule=aws.s3.BucketOwnershipControlsRuleArgs(object_ownership="BucketOwnerEnforced"),
+            opts=child,
+        )
+        aws.s3.BucketVersioning(
+            f"{name}-{purpose}-versioning",
+            bucket=bucket.id,
+            versioning_configuration=aws.s3.BucketVersioningVersioningConfigurationArgs(status="Enabled"),
+            opts=child,
+        )
+        # The access-log bucket must use SSE-S3: S3 server access logging cannot deliver to SSE-KMS by default.
+        sse = (
+            aws.s3.BucketServerSideEncryptionConfigurationRuleApplyServerSideEncryptionByDefaultArgs(
+                sse_algorithm="aws:kms", kms_master_key_id=key_arn
+            )
+            if key_arn is not None
+            else aws.s3.BucketServerSideEncryptionConfigurationRuleApplyServerSideEncryptionByDefaultArgs(
+                sse_algorithm="AES256"
+            )
+        )
+        aws.s3.BucketServerSideEncryptionConfiguration(
+            f"{name}-{purpose}-encryption",
+            bucket=bucket.id,
+            rules=[
+                aws.s3.BucketServerSideEncryptionConfigurationRuleArgs(
+                    apply_server_side_encryption_by_default=sse, bucket_key_enabled=key_arn is not None
+                )
+            ],
+            opts=child,
+        )
+        aws.s3.BucketPolicy(
+            f"{name}-{purpose}-policy",
+            bucket=bucket.id,
+            policy=bucket.arn.apply(_tls_only_policy),
+            opts=child,
+        )
+        aws.s3.BucketLifecycleConfiguration(
+            f"{name}-{purpose}-lifecycle",
+            bucket=bucket.id,
+            rules=_lifecycle_rules(purpose, args.checkpoint_retention_days),
+            opts=child,
+        )
+        if logs is not None:
+            aws.s3.BucketLogging(
+                f"{name}-{purpose}-logging",
+                bucket=bucket.id,
+                target_bucket=logs.id,
+                target_prefix=f"s3/{purpose}/",
+                opts=child,
+            )
+        return bucket
+
+    def _lustre(
+        self,
+        name: str,
+        args: StorageArgs,
+        fsx: FsxArgs,
+        key_arn: pulumi.Input[str],
+        datasets: aws.s3.Bucket,
+        tags: Mapping[str, str],
+    ) -> pulumi.Output[str]:
+        """FSx for Lustre scratch (PERSISTENT_2) in the first AZ, linked to the datasets bucket."""
+        names = args.names
+        sg_name = names.physical("lustre")
+        lustre_sg = aws.ec2.SecurityGroup(
+            f"{name}-lustre-sg",
+            name=sg_name,
+            description="Lustre from nodes and pods, and between file servers",
+            vpc_id=args.vpc_id,
+            ingress=[
+                aws.ec2.SecurityGroupIngressArgs(
+                    protocol="tcp", from_port=lo, to_port=hi, cidr_blocks=list(args.client_cidrs),
+                    description="Lustre clients",
+                )
+                for lo, hi in LUSTRE_PORTS
+            ]
+            + [
+                aws.ec2.SecurityGroupIngressArgs(
+                    protocol="tcp", from_port=lo, to_port=hi, self=True, description="Lustre servers"
+                )
+                for lo, hi in LUSTRE_PORTS
+            ],
+            egress=[aws.ec2.SecurityGroupEgressArgs(protocol="-1", from_port=0, to_port=0, self=True)],
+            tags=names.tags("storage", sg_name),
+            opts=pulumi.ResourceOptions(parent=self),
+        )  # fmt: skip
+        first_az = sorted(args.subnet_ids)[0]
+        lustre = aws.fsx.LustreFileSystem(
+            f"{name}-lustre",
+            deployment_type=FSX_DEPLOYMENT,
+            storage_type="SSD",
+            storage_capacity=fsx.storage_capacity_gib,
+            per_unit_storage_throughput=fsx.throughput_per_tib,
+            subnet_ids=args.subnet_ids[first_az],  # PERSISTENT_2 single-AZ: one subnet
+            security_group_ids=[lustre_sg.id],
+            kms_key_id=key_arn,
+            data_compression_type="LZ4",
+            automatic_backup_retention_days=7,
+            copy_tags_to_backups=True,
+            tags=names.tags("storage", names.physical("lustre")),
+            opts=STATEFUL.merge(pulumi.ResourceOptions(parent=self)),
+        )
+        aws.fsx.DataRepositoryAssociation(
+            f"{name}-lustre-datasets",
+            file_system_id=lustre.id,
+            file_system_path="/datasets",
+            data_repository_path=pulumi.Output.concat("s3://", datasets.bucket),
+            batch_import_meta_data_on_create=True,
+            s3=aws.fsx.DataRepositoryAssociationS3Args(
+                auto_import_policy=aws.fsx.DataRepositoryAssociationS3AutoImportPolicyArgs(
+                    events=["NEW", "CHANGED", "DELETED"]
+                ),
+                auto_export_policy=aws.fsx.DataRepositoryAssociationS3AutoExportPolicyArgs(
+                    events=["NEW", "CHANGED", "DELETED"]
+                ),
+            ),
+            opts=pulumi.ResourceOptions(parent=lustre),
+        )
+        return lustre.id
+
+
+def _tls_only_policy(bucket_arn: str) -> str:
+    """Deny every request that does not use TLS, for the bucket and its objects."""
+    return json.dumps(
+        {
+            "Version": "2012-10-17",
+            "Statement": [
+                {
+                    "Sid": "DenyInsecureTransport",
+                    "Effect": "Deny",
+                    "Principal": "*",
+                    "Action": "s3:*",
+                    "Resource": [bucket_arn, f"{bucket_arn}/*"],
+                    "Condition": {"Bool": {"aws:SecureTransport": "false"}},
+                }
+            ],
+        }
+    )
+
+
+def _lifecycle_rules(purpose: str, checkpoint_days: int) -> list[aws.s3.BucketLifecycleConfigurationRuleArgs]:
+    """Lifecycle per purpose: datasets stay hot, checkpoints age out, results go cold, logs expire."""
+    abort = aws.s3.BucketLifecycleConfigurationRuleAbortIncompleteMultipartUploadArgs(days_after_initiation=7)
+    # (rule id, days before transition, storage class, days noncurrent versions are kept)
+    by_purpose: dict[str, tuple[str, int | None, str | None, int]] = {
+        # Datasets are read over and over: keep them in STANDARD, drop old versions after a month.
+        "datasets": ("noncurrent-30d", None, None, 30),
+        # Checkpoints are large and mostly superseded: IA after 30 days, old versions after the retention.
+        "checkpoints": ("age-out", 30, "STANDARD_IA", checkpoint_days),
+        # Results are kept for papers: Glacier Instant Retrieval after 90 days.
+        "results": ("archive", 90, "GLACIER_IR", 365),
+        "logs": ("expire", None, None, 30),
+    }
+    rule_id, days, storage_class, noncurrent_days = by_purpose[purpose]
+    transitions = None
+    if days is not None and storage_class is not None:
+        transitions = [aws.s3.BucketLifecycleConfigurationRuleTransitionArgs(days=days, storage_class=storage_class)]
+    return [
+        aws.s3.BucketLifecycleConfigurationRuleArgs(
+            id=rule_id,
+            status="Enabled",
+            filter=aws.s3.BucketLifecycleConfigurationRuleFilterArgs(prefix=""),
+            abort_incomplete_multipart_upload=abort,
+            transitions=transitions,
+            noncurrent_version_expiration=aws.s3.BucketLifecycleConfigurationRuleNoncurrentVersionExpirationArgs(
+                noncurrent_days=noncurrent_days
+            ),
+            expiration=aws.s3.BucketLifecycleConfigurationRuleExpirationArgs(days=365) if purpose == "logs" else None,
+        )
+    ]

@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+set -o errexit -o nounset -o pipefail
+# GPU image only: the NVIDIA stack matches the version the AMI's tags claim, and its kernel modules
+# exist for the kernel the image boots.
+
+case "${DLINFRA_VARIANT:?set by node.pkr.hcl}" in
+  gpu) ;;
+  *) echo "30-validate-gpu: nothing to do for variant ${DLINFRA_VARIANT}"; exit 0 ;;
+esac
+
+: "${NVIDIA_DRIVER_VERSION:?the gpu variant needs nvidia_driver_version}"
+branch="${NVIDIA_DRIVER_VERSION%%.*}"
+
+fail() {
+  echo "30-validate-gpu: $*" >&2
+  exit 1
+}
+
+version_of() {
+  dpkg-query --show --showformat='${Version}' "$1" 2>/dev/null || true
+}
+
+for package in "nvidia-driver-${branch}-open" "nvidia-fabricmanager-${branch}"; do
+  case "$(version_of "${package}")" in
+    "${NVIDIA_DRIVER_VERSION}"-*) ;;
+    *) fail "${package} is '$(version_of "${package}")', want ${NVIDIA_DRIVER_VERSION}" ;;
+  esac
+done
+
+kernel=$(uname -r)
+dkms status -k "${kernel}" | grep --quiet "^nvidia/${NVIDIA_DRIVER_VERSION}.*: installed" ||
+  fail "DKMS has no nvidia ${NVIDIA_DRIVER_VERSION} module for kernel ${kernel}"
+
+command -v nvidia-ctk >/dev/null || fail "nvidia-container-toolkit is missing"
+grep --quiet 'default_runtime_name = "nvidia"' /etc/containerd/config.toml ||
+  fail "containerd does not default to the nvidia runtime"
+[[ -x /usr/local/libexec/dlinfra/needs-fabricmanager ]] || fail "Fabric Manager gate script is missing"
+grep --quiet '^# EFA installer version:' /opt/amazon/efa_installed_packages || fail "EFA is not installed"
+systemctl is-enabled --quiet nvidia-dcgm || fail "nvidia-dcgm is not enabled"

@@ -1,0 +1,64 @@
+"""Node pools of a regional stack: one NodePool per fleet pool that runs in the region."""
+
+from __future__ import annotations
+
+import pulumi
+
+from components.nodepool import NodePool, NodePoolArgs
+from dlinfra import images
+from dlinfra.errors import DlinfraError
+from stacks.program import StackContext
+
+DEFAULT_MANIFEST = "images/manifest.example.json"
+
+
+def load_manifest(ctx: StackContext) -> images.AmiManifest:
+    """The Packer manifest named by `dlinfra:images_manifest` (default: the committed example)."""
+    return images.load_manifest(ctx.root / (pulumi.Config("dlinfra").get("images_manifest") or DEFAULT_MANIFEST))
+
+
+def declare_pools(ctx: StackContext, *, vpc_id: pulumi.Input[str], private_subnet_ids: dict[str, pulumi.Input[str]]
+                  ) -> dict[str, NodePool]:  # fmt: skip
+    """Declare every pool of the environment that runs in this region; AMIs come from the images manifest."""
+    env, region = ctx.role.environment, ctx.role.region
+    assert region is not None
+    manifest = load_manifest(ctx)
+    cluster_name = ctx.names.physical("eks")
+    pools: dict[str, NodePool] = {}
+    for pool_name, pool in ctx.fleet.pools_in(env, region).items():
+        key = f"environments.{env}.node_pools.{pool_name}"
+        variant = "gpu" if pool.kind == "gpu" else "cpu"
+        try:
+            ami = images.ami_for(manifest, variant, region)
+        except DlinfraError as exc:
+            raise DlinfraError(f"{exc.detail} (needed by this pool in {region})", file=exc.file, key=key) from None
+        zones = ctx.fleet.pool_zones(env, region, pool_name)
+        reservation = pool.capacity_reservations.get(region)
+        try:
+            args = NodePoolArgs(
+                names=ctx.names,
+                pool=pool_name,
+                kind=pool.kind,
+                cluster_name=cluster_name,
+                ami_id=ami,
+                instance_types=pool.instance_types,
+                subnet_ids={az: private_subnet_ids[az] for az in zones},
+                vpc_id=vpc_id,
+                min_size=pool.min_size,
+                max_size=pool.max_size,
+                efa=pool.efa,
+                capacity_reservation_id=reservation.id if reservation else None,
+                capacity_block=bool(reservation and reservation.type == "capacity_block"),
+                spot=pool.spot is not None,
+                on_demand_base=pool.spot.on_demand_base if pool.spot else 0,
+                on_demand_percentage_above_base=pool.spot.on_demand_percentage_above_base if pool.spot else 0,
+                spot_allocation_strategy=pool.spot.allocation_strategy if pool.spot else "price-capacity-optimized",
+                labels=pool.labels,
+                taints=tuple((t.key, t.value, t.effect) for t in pool.taints),
+                pod_imds_access=pool.pod_imds_access,
+                root_volume_gib=pool.root_volume_gib,
+            )
+        except ValueError as exc:
+            raise DlinfraError(str(exc), file=str(ctx.root / "fleet.yaml"), key=key) from None
+        pools[pool_name] = NodePool(f"pool-{pool_name}", args)
+    return pools

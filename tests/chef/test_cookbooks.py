@@ -1,0 +1,353 @@
+"""chef/: what can honestly be checked without Chef: Ruby and ERB syntax, RuboCop, rendered templates,
+dlinfra.chefcheck on the real repository, and agreement with dlinfra's own data."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import tomllib
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from dlinfra import chefcheck, instances
+
+ROOT = Path(__file__).resolve().parents[2]
+CHEF = ROOT / "chef"
+RUBY_FILES = sorted([*CHEF.rglob("*.rb"), CHEF / "Berksfile"])
+TEMPLATES = sorted(CHEF.rglob("*.erb"))
+COOKBOOKS = sorted(p.parent for p in CHEF.glob("cookbooks/*/metadata.rb"))
+
+# Renders an ERB template the way Chef does (trim mode "-"), with instance variables from JSON.
+RENDER = """
+require 'erb'
+require 'json'
+context = Object.new
+JSON.parse(ARGV[1]).each { |name, value| context.instance_variable_set("@#{name}", value) }
+print ERB.new(File.read(ARGV[0]), trim_mode: '-').result(context.instance_eval { binding })
+"""
+
+
+def run(*args: str, stdin: str | None = None, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(args, input=stdin, cwd=cwd, capture_output=True, text=True, timeout=300, check=False)
+
+
+def render(ruby: str, template: str, **variables: Any) -> str:
+    result = run(ruby, "-e", RENDER, str(CHEF / "cookbooks" / template), json.dumps(variables))
+    assert result.returncode == 0, result.stderr
+    return result.stdout
+
+
+# -- syntax and style -----------------------------------------------------------------------------------
+
+
+@pytest.mark.chef
+@pytest.mark.parametrize("path", RUBY_FILES, ids=lambda p: str(p.relative_to(CHEF)))
+def test_ruby_syntax(path: Path, require_tool: Callable[[str], str]) -> None:
+    result = run(require_tool("ruby"), "-c", str(path))
+    assert result.returncode == 0 and "Syntax OK" in result.stdout, result.stderr
+
+
+@pytest.mark.chef
+@pytest.mark.parametrize("path", TEMPLATES, ids=lambda p: str(p.relative_to(CHEF)))
+def test_erb_template_compiles(path: Path, require_tool: Callable[[str], str]) -> None:
+    code = run(require_tool("erb"), "-x", "-T", "-", str(path))
+    assert code.returncode == 0, code.stderr
+    result = run(require_tool("ruby"), "-c", stdin=code.stdout)
+    assert result.returncode == 0 and "Syntax OK" in result.stdout, result.stderr
+
+
+@pytest.mark.chef
+def test_rubocop(require_tool: Callable[[str], str]) -> None:
+    result = run(require_tool("rubocop"), "--config", ".rubocop.yml", "--format", "simple", cwd=CHEF)
+    assert result.returncode == 0, result.stdout + result.stderr
+    inspected = re.search(r"(\d+) files? inspected", result.stdout)
+    assert inspected and int(inspected.group(1)) >= len(RUBY_FILES), "RuboCop must see every Ruby file"
+
+
+# -- rendered templates ---------------------------------------------------------------------------------
+
+
+@pytest.mark.chef
+@pytest.mark.parametrize("runtime", ["runc", "nvidia"])
+def test_containerd_config_is_valid_toml(runtime: str, require_tool: Callable[[str], str]) -> None:
+    text = render(
+        require_tool("ruby"),
+        "dlinfra_base/templates/containerd-config.toml.erb",
+        sandbox_image="registry.k8s.io/pause:3.10",
+        default_runtime=runtime,
+        nvidia_runtime_binary="/usr/bin/nvidia-container-runtime",
+    )
+    config = tomllib.loads(text)
+    cri = config["plugins"]["io.containerd.grpc.v1.cri"]
+    assert config["version"] == 2
+    assert cri["containerd"]["default_runtime_name"] == runtime
+    runtimes = cri["containerd"]["runtimes"]
+    assert runtimes[runtime]["options"]["SystemdCgroup"] is True
+    assert ("nvidia" in runtimes) == (runtime == "nvidia")
+
+
+@pytest.mark.chef
+def test_frr_daemons_enable_only_the_wanted_daemons(require_tool: Callable[[str], str]) -> None:
+    known = ["bgpd", "ospfd", "ospf6d", "bfdd"]
+    text = render(
+        require_tool("ruby"),
+        "dlinfra_gateway/templates/frr-daemons.erb",
+        enabled=["bgpd", "bfdd"],
+        known=known,
+    )
+    assert re.findall(r"^(\w+d)=(yes|no)$", text, re.M) == [
+        ("bgpd", "yes"),
+        ("ospfd", "no"),
+        ("ospf6d", "no"),
+        ("bfdd", "yes"),
+    ]
+    assert "vtysh_enable=yes" in text
+    assert 'bgpd_options="-A 127.0.0.1"' in text
+    assert "ospfd_options" not in text
+
+
+@pytest.mark.chef
+def test_fabric_manager_gate_lists_the_nvswitch_types(require_tool: Callable[[str], str], tmp_path: Path) -> None:
+    types = ["p4d.24xlarge", "p5.48xlarge"]
+    text = render(require_tool("ruby"), "dlinfra_gpu/templates/needs-fabricmanager.sh.erb", instance_types=types)
+    assert re.findall(r"^  (\S+)\) exit 0 ;;$", text, re.M) == types
+    script = tmp_path / "gate.sh"
+    script.write_text(text)
+    assert run("sh", "-n", str(script)).returncode == 0
+
+
+@pytest.mark.chef
+def test_chrony_prefers_explicit_servers(require_tool: Callable[[str], str]) -> None:
+    ruby = require_tool("ruby")
+    with_servers = render(ruby, "dlinfra_base/templates/chrony.conf.erb", servers=["169.254.169.123"], pools=["p"])
+    assert "server 169.254.169.123 prefer iburst" in with_servers and "pool " not in with_servers
+    pools_only = render(ruby, "dlinfra_base/templates/chrony.conf.erb", servers=[], pools=["ntp.ubuntu.com"])
+    assert "pool ntp.ubuntu.com iburst" in pools_only
+
+
+# -- static checks with dlinfra.chefcheck -----------------------------------------------------------------
+
+
+def test_chefcheck_finds_nothing_in_the_repository() -> None:
+    assert [str(f) for f in chefcheck.check(CHEF)] == []
+
+
+def test_chefcheck_command_line(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    assert chefcheck.main([str(CHEF)]) == 0
+    assert chefcheck.main([str(tmp_path)]) == 2
+    assert "not a Chef repository" in capsys.readouterr().err
+
+
+# -- agreement with dlinfra's data and the house rules ---------------------------------------------------
+
+
+def test_fabric_manager_types_match_the_instance_table() -> None:
+    attributes = (CHEF / "cookbooks" / "dlinfra_gpu" / "attributes" / "default.rb").read_text()
+    match = re.search(r"\['fabricmanager'\]\['instance_types'\] = %w\((.*?)\)", attributes, re.S)
+    assert match is not None
+    nvswitch = {t.name for t in instances.all_types().values() if t.nvswitch}
+    assert set(match.group(1).split()) == nvswitch
+
+
+@pytest.mark.parametrize("cookbook", COOKBOOKS, ids=lambda p: p.name)
+def test_cookbook_layout(cookbook: Path) -> None:
+    metadata = (cookbook / "metadata.rb").read_text()
+    for field in ("name", "description", "version", "chef_version", "supports"):
+        assert re.search(rf"^{field} ", metadata, re.M), f"{cookbook.name}/metadata.rb lacks {field}"
+    assert (cookbook / "attributes" / "default.rb").is_file()
+    assert (cookbook / "recipes" / "default.rb").is_file()
+    assert (cookbook / "libraries" / "helpers.rb").is_file(), "platform logic belongs in libraries/"
+
+
+@pytest.mark.parametrize("recipe", sorted(CHEF.glob("cookbooks/*/recipes/*.rb")), ids=lambda p: p.stem)
+def test_recipes_are_thin(recipe: Path) -> None:
+    # Logic (methods, loops over computed data, raw shell pipelines) goes to libraries/ helpers.
+    text = recipe.read_text()
+    assert not re.search(r"^\s*def ", text, re.M)
+    assert len(text.splitlines()) <= 60
+
+
+@pytest.mark.parametrize("role", sorted((CHEF / "roles").glob("*.json")), ids=lambda p: p.stem)
+def test_role_files_are_chef_roles(role: Path) -> None:
+    data = json.loads(role.read_text())
+    assert data["json_class"] == "Chef::Role" and data["chef_type"] == "role"
+    assert data["name"] == role.stem and data["description"]
+
+
+@pytest.mark.parametrize("role", ["cpu-node", "gpu-node", "site-gpu-node", "site-gateway"])
+def test_each_role_has_an_example_node(role: Path) -> None:
+    node = json.loads((CHEF / "nodes" / f"{role}.json").read_text())
+    assert node["run_list"] == [f"role[{role}]"]
+
+
+def test_site_example_nodes_match_the_reference_fleet() -> None:
+    site = yaml.safe_load((ROOT / "fleet.yaml").read_text())["sites"]["sjc1"]
+    node = json.loads((CHEF / "nodes" / "site-gpu-node.json").read_text())
+    assert node["dlinfra_hybrid"]["nfs_mounts"] == site["nfs"]
+    gateway = json.loads((CHEF / "nodes" / "site-gateway.json").read_text())
+    assert gateway["dlinfra_gateway"]["routing"] == site["routing"]
+
+
+def test_secrets_stay_out_of_example_nodes_and_attributes() -> None:
+    # Activation codes and pre-shared keys come from `dlinfra site render` files, never attributes.
+    for path in [
+        *CHEF.glob("nodes/*.json"),
+        *CHEF.glob("roles/*.json"),
+        *CHEF.glob("cookbooks/*/attributes/*.rb"),
+    ]:
+        text = path.read_text().lower()
+        assert "activationcode" not in text and "preshared" not in text and "secret" not in text, path
+
+
+STUB_CURL = """#!/usr/bin/env bash
+case "${@: -1}" in
+  */api/token) echo TOKEN ;;
+  */instance-id) echo i-0123456789abcdef0 ;;
+  */placement/availability-zone) echo us-west-2a ;;
+  */local-ipv4) echo 10.1.2.3 ;;
+  */local-hostname) echo ip-10-1-2-3.us-west-2.compute.internal ;;
+  *) exit 22 ;;
+esac
+"""
+STUB_AWS = """#!/usr/bin/env bash
+echo "$*" >>"$STUB_LOG"
+printf 'https://ABCDEF.gr7.us-west-2.eks.amazonaws.com\\tLS0tLS1CRUdJTiBDRVJUSUZJQ0FURS0tLS0tCg==\\t172.20.0.0/16\\n'
+"""
+STUB_SYSTEMCTL = """#!/usr/bin/env bash
+echo "systemctl $*" >>"$STUB_LOG"
+"""
+
+
+@pytest.mark.chef
+def test_node_join_writes_kubelet_configuration(tmp_path: Path, require_tool: Callable[[str], str]) -> None:
+    # The user data of components/nodepool.py calls this script; run it against stubbed IMDS and AWS.
+    stubs = tmp_path / "bin"
+    stubs.mkdir()
+    for name, body in (("curl", STUB_CURL), ("aws", STUB_AWS), ("systemctl", STUB_SYSTEMCTL)):
+        (stubs / name).write_text(body)
+        (stubs / name).chmod(0o755)
+    script = tmp_path / "dlinfra-node-join"
+    script.write_text(
+        render(
+            require_tool("ruby"),
+            "dlinfra_base/templates/dlinfra-node-join.sh.erb",
+            aws_cli=str(stubs / "aws"),
+            credential_provider_dir="/usr/local/lib/dlinfra/credential-providers",
+            default_max_pods=110,
+            kube_reserved_cpu="250m",
+            kube_reserved_memory="1Gi",
+        )
+    )
+    root, log = tmp_path / "root", tmp_path / "calls.log"
+    env = {
+        **os.environ,
+        "PATH": f"{stubs}:{os.environ['PATH']}",
+        "DLINFRA_ROOT": str(root),
+        "STUB_LOG": str(log),
+    }
+    args = ["--cluster", "dlinfra-prod-usw2", "--region", "us-west-2", "--node-labels", "a=b,c=d"]
+    args += ["--register-with-taints", "nvidia.com/gpu=true:NoSchedule", "--max-pods", "234"]
+    result = subprocess.run(
+        ["bash", str(script), *args], env=env, capture_output=True, text=True, timeout=60, check=False
+    )
+    assert result.returncode == 0, result.stderr
+
+    config = yaml.safe_load((root / "etc/kubernetes/kubelet/config.yaml").read_text())
+    assert config["providerID"] == "aws:///us-west-2a/i-0123456789abcdef0"
+    assert config["clusterDNS"] == ["172.20.0.10"]
+    assert config["maxPods"] == 234
+    assert config["registerWithTaints"] == [{"key": "nvidia.com/gpu", "value": "true", "effect": "NoSchedule"}]
+    assert config["cgroupDriver"] == "systemd"
+    kubeconfig = yaml.safe_load((root / "var/lib/kubelet/kubeconfig").read_text())
+    assert kubeconfig["clusters"][0]["cluster"]["server"] == "https://ABCDEF.gr7.us-west-2.eks.amazonaws.com"
+    assert kubeconfig["users"][0]["user"]["exec"]["args"][-3:] == [
+        "dlinfra-prod-usw2",
+        "--region",
+        "us-west-2",
+    ]
+    assert (root / "etc/kubernetes/pki/ca.crt").read_text().startswith("-----BEGIN CERTIFICATE-----")
+    dropin = (root / "etc/systemd/system/kubelet.service.d/10-dlinfra.conf").read_text()
+    assert "--hostname-override=ip-10-1-2-3.us-west-2.compute.internal" in dropin
+    assert "--node-labels=a=b,c=d" in dropin and "--node-ip=10.1.2.3" in dropin
+    calls = log.read_text()
+    assert "eks describe-cluster --region us-west-2 --name dlinfra-prod-usw2" in calls
+    assert "systemctl restart kubelet" in calls
+
+
+@pytest.mark.chef
+def test_node_join_rejects_missing_arguments(tmp_path: Path, require_tool: Callable[[str], str]) -> None:
+    script = tmp_path / "join"
+    script.write_text(
+        render(
+            require_tool("ruby"),
+            "dlinfra_base/templates/dlinfra-node-join.sh.erb",
+            aws_cli="aws",
+            credential_provider_dir="/x",
+            default_max_pods=110,
+            kube_reserved_cpu="250m",
+            kube_reserved_memory="1Gi",
+        )
+    )
+    result = subprocess.run(["bash", str(script), "--region", "us-west-2"], capture_output=True, text=True, check=False)
+    assert result.returncode == 2 and "--cluster and --region are required" in result.stderr
+
+
+SHELL_TEMPLATES: dict[str, tuple[str, dict[str, Any]]] = {
+    "dlinfra_base/templates/dlinfra-node-join.sh.erb": (
+        "bash",
+        {
+            "aws_cli": "/snap/bin/aws",
+            "credential_provider_dir": "/usr/local/lib/dlinfra/credential-providers",
+            "default_max_pods": 110,
+            "kube_reserved_cpu": "250m",
+            "kube_reserved_memory": "1Gi",
+        },
+    ),
+    "dlinfra_gpu/templates/needs-fabricmanager.sh.erb": ("sh", {"instance_types": ["p5.48xlarge"]}),
+}
+
+
+@pytest.mark.chef
+@pytest.mark.parametrize("template", sorted(SHELL_TEMPLATES))
+def test_rendered_shell_templates_pass_shellcheck(
+    template: str, tmp_path: Path, require_tool: Callable[[str], str]
+) -> None:
+    shell, variables = SHELL_TEMPLATES[template]
+    script = tmp_path / "script"
+    script.write_text(render(require_tool("ruby"), template, **variables))
+    result = run(require_tool("shellcheck"), f"--shell={shell}", str(script))
+    assert result.returncode == 0, result.stdout
+
+
+@pytest.mark.chef
+@pytest.mark.parametrize(("instance_type", "status"), [("p5.48xlarge", 0), ("g6.12xlarge", 1), (None, 1)])
+def test_fabric_manager_gate_decides_by_instance_type(
+    instance_type: str | None, status: int, tmp_path: Path, require_tool: Callable[[str], str]
+) -> None:
+    if any(
+        (dev / "vendor").read_text().strip() == "0x10de" and (dev / "class").read_text().startswith("0x0680")
+        for dev in Path("/sys/bus/pci/devices").glob("*")
+    ):
+        pytest.skip("this machine has an NVSwitch: the gate passes before it asks IMDS")
+    stubs = tmp_path / "bin"
+    stubs.mkdir()
+    answer = f"echo {instance_type}" if instance_type else "exit 7"  # None: IMDS unreachable
+    (stubs / "curl").write_text(f'#!/bin/sh\ncase "$*" in *api/token*) echo T ;; *) {answer} ;; esac\n')
+    (stubs / "curl").chmod(0o755)
+    gate = tmp_path / "gate"
+    gate.write_text(
+        render(
+            require_tool("ruby"),
+            "dlinfra_gpu/templates/needs-fabricmanager.sh.erb",
+            instance_types=sorted(t.name for t in instances.all_types().values() if t.nvswitch),
+        )
+    )
+    env = {**os.environ, "PATH": f"{stubs}:{os.environ['PATH']}"}
+    result = subprocess.run(["sh", str(gate)], env=env, capture_output=True, text=True, check=False)
+    assert result.returncode == status, result.stderr

@@ -1,0 +1,233 @@
+"""NodePool under the mock engine, for every pool of the reference fleet, plus golden user data."""
+
+from __future__ import annotations
+
+import base64
+import os
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from components import nodepool
+from dlinfra import instances, stackroles
+from dlinfra.fleet import load_fleet
+from dlinfra.offline import engine
+from tests.conftest import REFERENCE_FLEET, REFERENCE_LOCK, ROOT
+
+GOLDEN = Path(__file__).parent / "golden"
+CONFIG = {"dlinfra:fleet": str(REFERENCE_FLEET), "dlinfra:lock": str(REFERENCE_LOCK)}
+ASG = "aws:autoscaling/group:Group"
+LT = "aws:ec2/launchTemplate:LaunchTemplate"
+CA = "k8s.io/cluster-autoscaler"
+
+PROGRAM = """
+from pathlib import Path
+from stacks.program import load_context
+from stacks.compute import declare_pools
+ctx = load_context(Path({root!r}))
+subnets = {{az: "subnet-" + az for az in ctx.fleet.azs(ctx.role.region)}}
+declare_pools(ctx, vpc_id="vpc-0test", private_subnet_ids=subnets)
+"""
+
+
+@pytest.fixture(scope="module")
+def pools(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> dict[tuple[str, str], dict[str, list[engine.ResourceRecord]]]:
+    """(stack, pool) -> resources by type, for every regional stack of the reference fleet."""
+    program = tmp_path_factory.mktemp("prog") / "program.py"
+    program.write_text(textwrap.dedent(PROGRAM.format(root=str(ROOT))))
+    fleet = load_fleet(REFERENCE_FLEET).fleet
+    out: dict[tuple[str, str], dict[str, list[engine.ResourceRecord]]] = {}
+    for role in stackroles.roles(fleet):
+        if role.kind != "regional":
+            continue
+        result = engine.run_stack(ROOT, role, project="dlinfra", config=CONFIG, stack_exports={}, program=program)
+        names = [r.name.removeprefix("pool-") for r in result.resources if r.type == "dlinfra:compute:NodePool"]
+        for pool in names:
+            out[(role.name, pool)] = {}
+        for r in result.resources:
+            owners = [p for p in names if r.name.startswith(f"pool-{p}-")]
+            if owners:  # the longest matching pool name owns the resource
+                out[(role.name, max(owners, key=len))].setdefault(r.type, []).append(r)
+    return out
+
+
+def _expected_pools() -> list[tuple[str, str]]:
+    fleet = load_fleet(REFERENCE_FLEET).fleet
+    return [
+        (f"{env}-{region}", pool) for env, region in fleet.regional_stacks() for pool in fleet.pools_in(env, region)
+    ]
+
+
+def test_every_fleet_pool_is_declared(pools: dict) -> None:
+    assert sorted(pools) == sorted(_expected_pools())
+
+
+@pytest.mark.parametrize(("stack", "pool"), _expected_pools())
+def test_pool(pools: dict, stack: str, pool: str) -> None:
+    env, region = stack.split("-", 1)
+    spec = load_fleet(REFERENCE_FLEET).fleet.environments[env].node_pools[pool]
+    itype = instances.lookup(spec.instance_types[0])
+    res = pools[(stack, pool)]
+    (asg,) = res[ASG]
+    (lt,) = res[LT]
+    tags = {t["key"]: t["value"] for t in asg.inputs["tags"]}
+    # Auto-discovery and scale-from-zero tags.
+    assert tags[f"{CA}/enabled"] == "true"
+    assert tags[f"{CA}/dlinfra-{env}-{_code(region)}-eks"] == "owned"
+    if spec.kind == "gpu":
+        assert tags[f"{CA}/node-template/resources/nvidia.com/gpu"] == str(itype.gpus)
+        assert tags[f"{CA}/node-template/label/nvidia.com/gpu.product"] == itype.gpu_model
+    else:
+        assert f"{CA}/node-template/resources/nvidia.com/gpu" not in tags
+    for taint in spec.taints:
+        assert tags[f"{CA}/node-template/taint/{taint.key}"] == f"{taint.value}:{taint.effect}"
+    for key, value in spec.labels.items():
+        assert tags[f"{CA}/node-template/label/{key}"] == value
+    assert tags["environment"] == env and tags["managed-by"] == "pulumi-dlinfra"
+    # Sizes, drain hook, refresh.
+    assert (asg.inputs["minSize"], asg.inputs["maxSize"]) == (spec.min_size, spec.max_size)
+    (hook,) = asg.inputs["initialLifecycleHooks"]
+    assert hook["lifecycleTransition"] == "autoscaling:EC2_INSTANCE_TERMINATING"
+    assert hook["defaultResult"] == "CONTINUE" and hook["heartbeatTimeout"] >= 300
+    assert asg.inputs["instanceRefresh"]["strategy"] == "Rolling"
+    assert "desiredCapacity" in asg.ignore_changes
+    # IMDSv2 and encryption.
+    meta = lt.inputs["metadataOptions"]
+    assert meta["httpTokens"] == "required"
+    assert meta["httpPutResponseHopLimit"] == (2 if spec.pod_imds_access else 1)
+    (root,) = lt.inputs["blockDeviceMappings"]
+    assert root["ebs"]["encrypted"] == "true" and root["ebs"]["volumeType"] == "gp3"
+    # EFA: interfaces per network card, placement group, one AZ.
+    zones = asg.inputs["vpcZoneIdentifiers"]
+    if spec.efa:
+        nics = lt.inputs["networkInterfaces"]
+        assert len(nics) == itype.efa_interfaces
+        assert [n["networkCardIndex"] for n in nics] == list(range(itype.efa_interfaces))
+        assert nics[0]["interfaceType"] == "efa" and all(n["interfaceType"] == "efa-only" for n in nics[1:])
+        assert tags[f"{CA}/node-template/resources/vpc.amazonaws.com/efa"] == str(itype.efa_interfaces)
+        assert lt.inputs["placement"]["groupName"]
+        (pg,) = res["aws:ec2/placementGroup:PlacementGroup"]
+        assert pg.inputs["strategy"] == "cluster"
+        assert len(zones) == 1
+    else:
+        assert "networkInterfaces" not in lt.inputs and "placement" not in lt.inputs
+        assert len(zones) == 3
+    # Spot mix for CPU pools; GPU pools on demand with their launch template.
+    if spec.spot:
+        dist = asg.inputs["mixedInstancesPolicy"]["instancesDistribution"]
+        assert dist["onDemandBaseCapacity"] == spec.spot.on_demand_base
+        assert dist["onDemandPercentageAboveBaseCapacity"] == spec.spot.on_demand_percentage_above_base
+        overrides = asg.inputs["mixedInstancesPolicy"]["launchTemplate"]["overrides"]
+        assert [o["instanceType"] for o in overrides] == list(spec.instance_types)
+        assert asg.inputs["capacityRebalance"] is True
+    else:
+        assert "mixedInstancesPolicy" not in asg.inputs and asg.inputs["launchTemplate"]["id"] == lt.id
+    reservation = spec.capacity_reservations.get(region)
+    if reservation:
+        target = lt.inputs["capacityReservationSpecification"]["capacityReservationTarget"]
+        assert target["capacityReservationId"] == reservation.id
+        assert lt.inputs["instanceMarketOptions"]["marketType"] == "capacity-block"
+        assert zones == [f"subnet-{reservation.az}"]
+    # Least privilege: worker, ECR read-only, SSM; no CNI policy (the VPC CNI uses Pod Identity).
+    arns = sorted(
+        a.inputs["policyArn"].rsplit("/", 1)[1] for a in res["aws:iam/rolePolicyAttachment:RolePolicyAttachment"]
+    )
+    assert arns == [
+        "AmazonEC2ContainerRegistryReadOnly",
+        "AmazonEKSWorkerNodePolicy",
+        "AmazonSSMManagedInstanceCore",
+    ]
+    # User data only joins the cluster.
+    user_data = base64.b64decode(lt.inputs["userData"]).decode()
+    assert "dlinfra-node-join" in user_data and "apt-get" not in user_data
+
+
+def _code(region: str) -> str:
+    from dlinfra.naming import region_code
+
+    return region_code(region)
+
+
+@pytest.mark.parametrize(
+    ("itype", "count"), [("p5.48xlarge", 32), ("p5en.48xlarge", 16), ("p4d.24xlarge", 4), ("g6.48xlarge", 1)]
+)
+def test_efa_interfaces_follow_the_table(itype: str, count: int) -> None:
+    nics = nodepool.efa_interfaces(itype)
+    assert len(nics) == count
+    assert nics[0] == nodepool.EfaInterface(network_card_index=0, device_index=0, interface_type="efa")
+    assert all(n.interface_type == "efa-only" and n.device_index == 1 for n in nics[1:])
+
+
+def test_user_data_golden() -> None:
+    rendered = nodepool.render_user_data(
+        pool="train-h100",
+        cluster_name="dlinfra-prod-usw2-eks",
+        region="us-west-2",
+        labels={"dlinfra.io/pool": "train-h100", "nvidia.com/gpu.product": "H100"},
+        taints=[("nvidia.com/gpu", "true", "NoSchedule")],
+        max_pods=100,
+    )
+    golden = GOLDEN / "user-data-train-h100.sh"
+    if os.environ.get("UPDATE_GOLDEN") == "1":
+        golden.write_text(rendered)
+    assert rendered == golden.read_text()
+
+
+def _names():  # type: ignore[no-untyped-def]
+    from dlinfra.naming import Names
+
+    return Names("dlinfra", "prod", "us-west-2")
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        ({"kind": "gpu", "instance_types": ["m7i.4xlarge"]}, "m7i.4xlarge has no GPU"),
+        ({"kind": "cpu", "instance_types": ["g5.xlarge"]}, "is a GPU type in a CPU pool"),
+        ({"kind": "gpu", "instance_types": ["g5.xlarge"], "efa": True}, "g5.xlarge does not support EFA"),
+        (
+            {
+                "kind": "gpu",
+                "instance_types": ["p5.48xlarge"],
+                "efa": True,
+                "subnet_ids": {"us-west-2a": "s-a", "us-west-2b": "s-b"},
+            },
+            "an EFA pool lives in one AZ",
+        ),
+        ({"min_size": 5, "max_size": 2}, "need 0 <= min <= max"),
+        ({"instance_types": ["p9.mega"]}, "unknown instance type 'p9.mega'"),
+        ({"kind": "gpu", "instance_types": ["g6.xlarge"], "spot": True}, "GPU pools run on demand"),
+    ],
+)
+def test_bad_args(overrides: dict, message: str) -> None:
+    base = {
+        "names": _names(),
+        "pool": "p",
+        "kind": "cpu",
+        "cluster_name": "c",
+        "ami_id": "ami-0123456789abcdef0",
+        "instance_types": ["m7i.4xlarge"],
+        "subnet_ids": {"us-west-2a": "s-a"},
+        "vpc_id": "vpc-1",
+    }
+    with pytest.raises(Exception, match=message) as info:
+        nodepool.NodePoolArgs(**(base | overrides))
+    assert "p" in str(info.value)
+
+
+def test_missing_ami_names_the_pool_and_region(tmp_path: Path) -> None:
+    manifest = tmp_path / "manifest.json"
+    text = (ROOT / "images" / "manifest.example.json").read_text().replace("eu-west-1:ami-", "eu-north-1:ami-")
+    manifest.write_text(text)
+    program = tmp_path / "program.py"
+    program.write_text(textwrap.dedent(PROGRAM.format(root=str(ROOT))))
+    role = stackroles.StackRole("regional", "prod", "eu-west-1")
+    config = CONFIG | {"dlinfra:images_manifest": str(manifest)}
+    with pytest.raises(engine.EngineError) as info:
+        engine.run_stack(ROOT, role, project="dlinfra", config=config, stack_exports={}, program=program)
+    text = str(info.value)
+    assert "environments.prod.node_pools." in text and "no AMI for variant" in text
+    assert "in region eu-west-1" in text and str(manifest) in text

@@ -1,0 +1,152 @@
+"""Storage under the mock engine for every regional stack: protected, encrypted, TLS-only, one mount per AZ."""
+
+from __future__ import annotations
+
+import json
+import textwrap
+
+import pytest
+
+from components.storage import FsxArgs
+from dlinfra import stackroles
+from dlinfra.fleet import load_fleet
+from dlinfra.offline import engine
+from tests.conftest import REFERENCE_FLEET, REFERENCE_LOCK, ROOT
+
+CONFIG = {"dlinfra:fleet": str(REFERENCE_FLEET), "dlinfra:lock": str(REFERENCE_LOCK)}
+PROGRAM = """
+from pathlib import Path
+from stacks.program import load_context
+from stacks.storage import declare_storage
+ctx = load_context(Path({root!r}))
+subnets = {{az: "subnet-" + az for az in ctx.fleet.azs(ctx.role.region)}}
+declare_storage(ctx, vpc_id="vpc-0test", private_subnet_ids=subnets)
+"""
+# Every resource type that holds data; each must be protected and retained on delete.
+STATEFUL_TYPES = {
+    "aws:kms/key:Key",
+    "aws:efs/fileSystem:FileSystem",
+    "aws:s3/bucket:Bucket",
+    "aws:fsx/lustreFileSystem:LustreFileSystem",
+}
+
+
+def _regional() -> list[str]:
+    fleet = load_fleet(REFERENCE_FLEET).fleet
+    return [r.name for r in stackroles.roles(fleet) if r.kind == "regional"]
+
+
+@pytest.fixture(scope="module")
+def stacks(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[engine.ResourceRecord]]:
+    program = tmp_path_factory.mktemp("prog") / "program.py"
+    program.write_text(textwrap.dedent(PROGRAM.format(root=str(ROOT))))
+    fleet = load_fleet(REFERENCE_FLEET).fleet
+    out = {}
+    for role in stackroles.roles(fleet):
+        if role.kind == "regional":
+            res = engine.run_stack(ROOT, role, project="dlinfra", config=CONFIG, stack_exports={}, program=program)
+            out[role.name] = res.resources
+    return out
+
+
+def _of(resources: list[engine.ResourceRecord], type_: str) -> list[engine.ResourceRecord]:
+    return [r for r in resources if r.type == type_]
+
+
+@pytest.mark.parametrize("stack", _regional())
+def test_every_stateful_resource_is_protected_and_retained(stacks: dict, stack: str) -> None:
+    stateful = [r for r in stacks[stack] if r.type in STATEFUL_TYPES]
+    assert len(_of(stateful, "aws:s3/bucket:Bucket")) == 4  # datasets, checkpoints, results, access logs
+    for r in stateful:
+        assert r.protect and r.retain_on_delete, r.name
+
+
+@pytest.mark.parametrize("stack", _regional())
+def test_encryption_at_rest(stacks: dict, stack: str) -> None:
+    res = stacks[stack]
+    (key,) = _of(res, "aws:kms/key:Key")
+    assert key.inputs["enableKeyRotation"] is True
+    (efs,) = _of(res, "aws:efs/fileSystem:FileSystem")
+    assert efs.inputs["encrypted"] is True and efs.inputs["kmsKeyId"] == key.outputs["arn"]
+    assert efs.inputs["throughputMode"] == "elastic"
+    assert {"transitionToIa": "AFTER_30_DAYS"} in efs.inputs["lifecyclePolicies"]
+    encs = _of(res, "aws:s3/bucketServerSideEncryptionConfiguration:BucketServerSideEncryptionConfiguration")
+    assert len(encs) == 4
+    algorithms = sorted(e.inputs["rules"][0]["applyServerSideEncryptionByDefault"]["sseAlgorithm"] for e in encs)
+    assert algorithms == ["AES256", "aws:kms", "aws:kms", "aws:kms"]  # the access-log bucket must be SSE-S3
+    for lustre in _of(res, "aws:fsx/lustreFileSystem:LustreFileSystem"):
+        assert lustre.inputs["kmsKeyId"] == key.outputs["arn"]
+
+
+@pytest.mark.parametrize("stack", _regional())
+def test_efs_mount_target_in_every_az(stacks: dict, stack: str) -> None:
+    region = stack.split("-", 1)[1]
+    azs = load_fleet(REFERENCE_FLEET).fleet.azs(region)
+    mounts = _of(stacks[stack], "aws:efs/mountTarget:MountTarget")
+    assert sorted(m.inputs["subnetId"] for m in mounts) == sorted(f"subnet-{az}" for az in azs)
+    (sg,) = [s for s in _of(stacks[stack], "aws:ec2/securityGroup:SecurityGroup") if "efs" in s.name]
+    (rule,) = sg.inputs["ingress"]
+    assert (rule["fromPort"], rule["toPort"], rule["protocol"]) == (2049, 2049, "tcp")
+    assert "0.0.0.0/0" not in rule["cidrBlocks"] and len(rule["cidrBlocks"]) == len(azs)
+    paths = sorted(ap.inputs["rootDirectory"]["path"] for ap in _of(stacks[stack], "aws:efs/accessPoint:AccessPoint"))
+    assert paths == ["/datasets", "/home"]
+    (backup,) = _of(stacks[stack], "aws:efs/backupPolicy:BackupPolicy")
+    assert backup.inputs["backupPolicy"]["status"] == "ENABLED"
+
+
+@pytest.mark.parametrize("stack", _regional())
+def test_buckets_private_tls_only_versioned_logged(stacks: dict, stack: str) -> None:
+    res = stacks[stack]
+    for pab in _of(res, "aws:s3/bucketPublicAccessBlock:BucketPublicAccessBlock"):
+        assert all(
+            pab.inputs[k] is True
+            for k in ("blockPublicAcls", "blockPublicPolicy", "ignorePublicAcls", "restrictPublicBuckets")
+        )
+    for policy in _of(res, "aws:s3/bucketPolicy:BucketPolicy"):
+        (statement,) = json.loads(policy.inputs["policy"])["Statement"]
+        assert statement["Effect"] == "Deny" and statement["Condition"] == {"Bool": {"aws:SecureTransport": "false"}}
+        assert len(statement["Resource"]) == 2
+    assert len(_of(res, "aws:s3/bucketPolicy:BucketPolicy")) == 4
+    assert all(
+        v.inputs["versioningConfiguration"]["status"] == "Enabled"
+        for v in _of(res, "aws:s3/bucketVersioning:BucketVersioning")
+    )
+    owners = _of(res, "aws:s3/bucketOwnershipControls:BucketOwnershipControls")
+    assert len(owners) == 4 and all(o.inputs["rule"]["objectOwnership"] == "BucketOwnerEnforced" for o in owners)
+    assert len(_of(res, "aws:s3/bucketLogging:BucketLogging")) == 3  # every data bucket logs to the log bucket
+    names = sorted(b.inputs["bucket"] for b in _of(res, "aws:s3/bucket:Bucket"))
+    assert all(n.endswith("-123456789012") and len(n) <= 63 for n in names)
+
+
+def test_lifecycle_fits_purpose(stacks: dict) -> None:
+    rules = {
+        r.name.split("-")[1]: r.inputs["rules"]
+        for r in _of(stacks["prod-us-west-2"], "aws:s3/bucketLifecycleConfiguration:BucketLifecycleConfiguration")
+    }
+    assert rules["checkpoints"][0]["noncurrentVersionExpiration"]["noncurrentDays"] == 90
+    assert rules["checkpoints"][0]["transitions"][0]["storageClass"] == "STANDARD_IA"
+    assert rules["results"][0]["transitions"][0]["storageClass"] == "GLACIER_IR"
+    assert "transitions" not in rules["datasets"][0]
+
+
+def test_fsx_only_where_the_fleet_asks(stacks: dict) -> None:
+    for stack, res in stacks.items():
+        lustre = _of(res, "aws:fsx/lustreFileSystem:LustreFileSystem")
+        if stack.startswith("prod-"):
+            (fs,) = lustre
+            assert fs.inputs["deploymentType"] == "PERSISTENT_2" and fs.inputs["storageCapacity"] == 2400
+            (dra,) = _of(res, "aws:fsx/dataRepositoryAssociation:DataRepositoryAssociation")
+            assert dra.inputs["dataRepositoryPath"].startswith("s3://dlinfra-prod-") and dra.inputs[
+                "dataRepositoryPath"
+            ].endswith("datasets-123456789012")
+        else:
+            assert lustre == []
+
+
+@pytest.mark.parametrize(("capacity", "ok"), [(1200, True), (2400, True), (4800, True), (1800, False), (3600, False)])
+def test_fsx_capacity_increments(capacity: int, ok: bool) -> None:
+    if ok:
+        FsxArgs(storage_capacity_gib=capacity, throughput_per_tib=250)
+    else:
+        with pytest.raises(ValueError, match=r"fsx.storage_capacity_gib: \d+ is not 1200 or a multiple of 2400"):
+            FsxArgs(storage_capacity_gib=capacity, throughput_per_tib=250)
