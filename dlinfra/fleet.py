@@ -239,6 +239,7 @@ class Site(Strict):
     asn: int = 65000  # site BGP ASN (also required by AWS for static routing)
     routing: Literal["static", "bgp"] = "static"
     lan: ipaddress.IPv4Network | None = None  # explicit site LAN; else allocated
+    pod_cidr: ipaddress.IPv4Network | None = None  # explicit pod CIDR of its hybrid nodes; else allocated
     gpu_nodes: int = Field(0, ge=0)  # machines that join the cluster as hybrid nodes
     gpus_per_node: int = Field(8, ge=0)
     gpu_model: str = "H100"
@@ -399,8 +400,10 @@ def _cross_checks(fleet: Fleet) -> Iterator[FleetError]:
                     f"ASN {site.asn} is the home transit gateway's own ASN; pick another for the site",
                     key=f"{key}.asn",
                 )
-        if site.lan is not None and not is_rfc1918(site.lan):
-            yield FleetError(f"{site.lan} is not inside an RFC 1918 range", key=f"{key}.lan")
+        for field in ("lan", "pod_cidr"):
+            net = getattr(site, field)
+            if net is not None and not is_rfc1918(net):
+                yield FleetError(f"{net} is not inside an RFC 1918 range", key=f"{key}.{field}")
     for env_name, env in fleet.environments.items():
         for region, env_region in env.regions.items():
             for field in ("vpc_cidr", "client_vpn_cidr"):

@@ -152,7 +152,15 @@ def requests(fleet: Fleet) -> list[Request]:
     for site_name, site in fleet.sites.items():
         src = f"sites.{site_name}"
         out.append(Request(f"site-lan/{site_name}", "site_lan", space.site_lan_prefix, f"{src}.lan", explicit=site.lan))
-        out.append(Request(f"hybrid-pods/{site_name}", "hybrid_pods", space.hybrid_pod_prefix, src))
+        out.append(
+            Request(
+                f"hybrid-pods/{site_name}",
+                "hybrid_pods",
+                space.hybrid_pod_prefix,
+                f"{src}.pod_cidr",
+                explicit=site.pod_cidr,
+            )
+        )
         for tunnel in (1, 2):
             out.append(Request(f"tunnel/{site_name}/{tunnel}", "tunnel", 30, src))
     return out

@@ -136,6 +136,19 @@ BAD = [
         id="bad-arn",
     ),
     pytest.param(
+        _set("environments.prod.kubernetes.version", "1.19"),
+        "environments.prod.kubernetes.version",
+        "EKS does not offer Kubernetes 1.19",
+        id="k8s-version-not-offered",
+    ),
+    pytest.param(
+        _set("environments.staging.kubernetes.version", "1.30"),
+        "environments.staging.kubernetes.version",
+        "no pinned add-on versions for Kubernetes 1.30",
+        id="k8s-version-not-pinned",
+    ),
+    pytest.param(_set("sites.ams1.pod_cidr", "100.64.0.0/18"), "sites.ams1.pod_cidr", "RFC 1918", id="pod-cidr-public"),
+    pytest.param(
         _delete("environments.prod.node_pools.cpu.max_size"),
         "environments.prod.node_pools.cpu.max_size",
         "required",

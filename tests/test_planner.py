@@ -166,6 +166,22 @@ def test_overlaps_name_the_fleet_key(write_fleet: Callable[..., Path], change: A
     assert (path.parent / "cidr-lock.yaml").read_text() == lock_text
 
 
+@pytest.mark.parametrize(
+    ("pod_cidr", "message"),
+    [
+        ("10.200.0.0/18", r"sites.ams1.pod_cidr: 10.200.0.0/18 overlaps sites.sjc1.lan"),
+        ("10.2.128.0/18", r"sites.ams1.pod_cidr: 10.2.128.0/18 overlaps 10.2.0.0/16, allocated to vpc/prod/us-west-2"),
+        ("10.3.224.0/20", r"sites.ams1.pod_cidr: 10.3.224.0/20 overlaps .*service/prod/us-west-2"),
+    ],
+)
+def test_site_pod_cidr_overlaps(write_fleet: Callable[..., Path], pod_cidr: str, message: str) -> None:
+    path = write_fleet(lambda d: d["sites"]["ams1"].__setitem__("pod_cidr", pod_cidr))
+    lock = path.parent / "cidr-lock.yaml"  # as after `cidr --release hybrid-pods/ams1`
+    lock.write_text("".join(line for line in lock.read_text().splitlines(True) if "hybrid-pods/ams1" not in line))
+    with pytest.raises(DlinfraError, match=message):
+        _plan(path, update=True)
+
+
 def test_explicit_vpc_overlapping_explicit_site(write_fleet: Callable[..., Path]) -> None:
     def change(d: dict[str, Any]) -> None:
         d["environments"]["staging"]["regions"]["us-west-2"]["vpc_cidr"] = "10.200.0.0/18"

@@ -253,3 +253,11 @@ def _launch_template(
     cloud: FakeCloud, urn: str, rid: str, inputs: Mapping[str, Any], region: str | None
 ) -> dict[str, Any]:
     return {"latestVersion": 1, "defaultVersion": 1}
+
+
+@special("aws:ssm/activation:Activation")
+def _ssm_activation(
+    cloud: FakeCloud, urn: str, rid: str, inputs: Mapping[str, Any], region: str | None
+) -> dict[str, Any]:
+    # The real activation code is a 20-character secret; the fake one is deterministic and obviously fake.
+    return {"activationCode": "offline" + digest(urn + "/code", 13), "expired": False}

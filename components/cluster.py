@@ -1,0 +1,304 @@
+"""Cluster: an EKS control plane with API-mode access entries, a private endpoint, every control-plane log,
+secrets encryption, remote networks for the physical sites, pinned managed add-ons, and a Kubernetes
+provider built from its outputs.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+import pulumi
+import pulumi_aws as aws
+import pulumi_kubernetes as k8s
+
+from dlinfra import eks
+from dlinfra.naming import Names
+
+LOG_TYPES = ("api", "audit", "authenticator", "controllerManager", "scheduler")
+ADMIN_POLICY = "arn:aws:eks::aws:cluster-access-policy/AmazonEKSClusterAdminPolicy"
+# Add-ons that call AWS APIs, with the service account Pod Identity binds and the managed policy they need.
+ADDON_IDENTITIES = {
+    "vpc-cni": ("aws-node", "arn:aws:iam::aws:policy/AmazonEKS_CNI_Policy"),
+    "aws-efs-csi-driver": ("efs-csi-controller-sa", "arn:aws:iam::aws:policy/service-role/AmazonEFSCSIDriverPolicy"),
+}
+POD_IDENTITY_TRUST = json.dumps(
+    {
+        "Version": "2012-10-17",
+        "Statement": [
+            {
+                "Effect": "Allow",
+                "Principal": {"Service": "pods.eks.amazonaws.com"},
+                "Action": ["sts:AssumeRole", "sts:TagSession"],
+            }
+        ],
+    }
+)
+
+
+@dataclass(frozen=True, kw_only=True)
+class ClusterArgs:
+    names: Names  # naming and tags of this stack
+    version: str  # Kubernetes minor version EKS offers and dlinfra pins add-ons for, e.g. "1.33"
+    vpc_id: pulumi.Input[str]
+    subnet_ids: Mapping[str, pulumi.Input[str]]  # AZ -> private subnet id for the control-plane ENIs
+    service_cidr: str  # from the address plan (service/<env>/<region>)
+    api_client_cidrs: Sequence[str]  # may reach the private endpoint: VPC, site LANs, laptop VPN pool
+    remote_node_cidrs: Sequence[str] = ()  # site LANs of the sites homed here (EKS Hybrid Nodes)
+    remote_pod_cidrs: Sequence[str] = ()  # pod CIDRs of those sites
+    public_access_cidrs: Sequence[str] = ()  # empty: private endpoint only
+    admin_role_arns: Sequence[str] = ()  # cluster-admin access entries
+    node_role_arns: Mapping[str, pulumi.Input[str]] = field(default_factory=dict)  # pool -> role (EC2_LINUX)
+    hybrid_role_arn: pulumi.Input[str] | None = None  # role of the site machines (HYBRID_LINUX)
+    team_role_arns: Mapping[str, str] = field(default_factory=dict)  # team -> role, bound to group team:<name>
+    log_retention_days: int = 90
+
+    def __post_init__(self) -> None:
+        problem = eks.version_problem(self.version)
+        if problem:
+            raise ValueError(f"version: {problem}")
+        if len(self.subnet_ids) < 2:
+            raise ValueError(f"subnet_ids: EKS needs subnets in at least two AZs, got {len(self.subnet_ids)}")
+        if bool(self.remote_node_cidrs) != bool(self.remote_pod_cidrs):
+            raise ValueError("remote_node_cidrs and remote_pod_cidrs: give both (hybrid nodes) or neither")
+
+
+def team_group(team: str) -> str:
+    """The Kubernetes group a team's IAM role is mapped to; the platform binds RBAC to it."""
+    return f"team:{team}"
+
+
+class Cluster(pulumi.ComponentResource):
+    """EKS control plane, access entries, managed add-ons and a Kubernetes provider."""
+
+    name: pulumi.Output[str]
+    arn: pulumi.Output[str]
+    endpoint: pulumi.Output[str]
+    certificate_authority: pulumi.Output[str]
+    security_group_id: pulumi.Output[str]
+    oidc_issuer: pulumi.Output[str]
+    provider: k8s.Provider
+
+    def __init__(self, name: str, args: ClusterArgs, opts: pulumi.ResourceOptions | None = None) -> None:
+        super().__init__("dlinfra:cluster:Cluster", name, None, opts)
+        names = args.names
+        child = pulumi.ResourceOptions(parent=self)
+        cluster_name = names.physical("eks")
+        tags = names.tags("cluster")
+
+        # Losing the secrets key makes every Kubernetes secret unreadable: protect it like data.
+        key = aws.kms.Key(
+            f"{name}-secrets-key",
+            description=f"{cluster_name} Kubernetes secrets",
+            enable_key_rotation=True,
+            deletion_window_in_days=30,
+            tags=names.tags("cluster", names.physical("eks-secrets")),
+            opts=pulumi.ResourceOptions(parent=self, protect=True, retain_on_delete=True),
+        )
+        role = aws.iam.Role(
+            f"{name}-role",
+            name=names.physical("eks-cluster", max_len=64),
+            assume_role_policy=json.dumps(
+                {
+                    "Version": "2012-10-17",
+                    "Statement": [
+                        {
+                            "Effect": "Allow",
+                            "Principal": {"Service": "eks.amazonaws.com"},
+                            "Action": ["sts:AssumeRole", "sts:TagSession"],
+                        }
+                    ],
+                }
+            ),
+            tags=tags,
+            opts=child,
+        )
+        attach = aws.iam.RolePolicyAttachment(
+            f"{name}-cluster-policy",
+            role=role.name,
+            policy_arn="arn:aws:iam::aws:policy/AmazonEKSClusterPolicy",
+            opts=pulumi.ResourceOptions(parent=role),
+        )
+        # Created before the cluster so retention applies from the first log line.
+        logs = aws.cloudwatch.LogGroup(
+            f"{name}-logs",
+            name=f"/aws/eks/{cluster_name}/cluster",
+            retention_in_days=args.log_retention_days,
+            tags=tags,
+            opts=child,
+        )
+        sg_name = names.physical("eks-api")
+        api_sg = aws.ec2.SecurityGroup(
+            f"{name}-api-sg",
+            name=sg_name,
+            description="Kubernetes API from the VPC, site LANs and the laptop VPN",
+            vpc_id=args.vpc_id,
+            ingress=[
+                aws.ec2.SecurityGroupIngressArgs(
+                    protocol="tcp", from_port=443, to_port=443, cidr_blocks=list(args.api_client_cidrs),
+                    description="Kubernetes API (private endpoint)",
+                )
+            ],
+            tags=names.tags("cluster", sg_name),
+            opts=child,
+        )  # fmt: skip
+        remote = None
+        if args.remote_node_cidrs:
+            remote = aws.eks.ClusterRemoteNetworkConfigArgs(
+                remote_node_networks=aws.eks.ClusterRemoteNetworkConfigRemoteNodeNetworksArgs(
+                    cidrs=list(args.remote_node_cidrs)
+                ),
+                remote_pod_networks=aws.eks.ClusterRemoteNetworkConfigRemotePodNetworksArgs(
+                    cidrs=list(args.remote_pod_cidrs)
+                ),
+            )
+        cluster = aws.eks.Cluster(
+            f"{name}-eks",
+            name=cluster_name,
+            version=args.version,
+            role_arn=role.arn,
+            access_config=aws.eks.ClusterAccessConfigArgs(
+                authentication_mode="API", bootstrap_cluster_creator_admin_permissions=False
+            ),
+            vpc_config=aws.eks.ClusterVpcConfigArgs(
+                subnet_ids=[args.subnet_ids[az] for az in sorted(args.subnet_ids)],
+                security_group_ids=[api_sg.id],
+                endpoint_private_access=True,
+                endpoint_public_access=bool(args.public_access_cidrs),
+                public_access_cidrs=list(args.public_access_cidrs) or None,
+            ),
+            kubernetes_network_config=aws.eks.ClusterKubernetesNetworkConfigArgs(
+                service_ipv4_cidr=args.service_cidr, ip_family="ipv4"
+            ),
+            remote_network_config=remote,
+            enabled_cluster_log_types=list(LOG_TYPES),
+            encryption_config=aws.eks.ClusterEncryptionConfigArgs(
+                provider=aws.eks.ClusterEncryptionConfigProviderArgs(key_arn=key.arn), resources=["secrets"]
+            ),
+            upgrade_policy=aws.eks.ClusterUpgradePolicyArgs(support_type="STANDARD"),
+            bootstrap_self_managed_addons=False,
+            tags=names.tags("cluster", cluster_name),
+            opts=pulumi.ResourceOptions(parent=self, depends_on=[attach, logs]),
+        )
+        on_cluster = pulumi.ResourceOptions(parent=cluster)
+
+        for arn in args.admin_role_arns:
+            entry = aws.eks.AccessEntry(
+                f"{name}-admin-{_role_key(arn)}", cluster_name=cluster.name, principal_arn=arn, type="STANDARD",
+                tags=tags, opts=on_cluster,
+            )  # fmt: skip
+            aws.eks.AccessPolicyAssociation(
+                f"{name}-admin-{_role_key(arn)}-policy",
+                cluster_name=cluster.name,
+                principal_arn=arn,
+                policy_arn=ADMIN_POLICY,
+                access_scope=aws.eks.AccessPolicyAssociationAccessScopeArgs(type="cluster"),
+                opts=pulumi.ResourceOptions(parent=entry),
+            )
+        for pool, node_role in sorted(args.node_role_arns.items()):
+            aws.eks.AccessEntry(
+                f"{name}-nodes-{pool}", cluster_name=cluster.name, principal_arn=node_role, type="EC2_LINUX", tags=tags,
+                opts=on_cluster,
+            )  # fmt: skip
+        if args.hybrid_role_arn is not None:
+            aws.eks.AccessEntry(
+                f"{name}-hybrid-nodes", cluster_name=cluster.name, principal_arn=args.hybrid_role_arn,
+                type="HYBRID_LINUX", tags=tags, opts=on_cluster,
+            )  # fmt: skip
+        for team, team_role in sorted(args.team_role_arns.items()):
+            aws.eks.AccessEntry(
+                f"{name}-team-{team}", cluster_name=cluster.name, principal_arn=team_role, type="STANDARD",
+                kubernetes_groups=[team_group(team)], tags=tags, opts=on_cluster,
+            )  # fmt: skip
+
+        versions = eks.addon_versions(args.version)
+        for addon in eks.ADDONS:
+            identities = None
+            if addon in ADDON_IDENTITIES:
+                service_account, policy = ADDON_IDENTITIES[addon]
+                addon_role = aws.iam.Role(
+                    f"{name}-{addon}-role",
+                    name=names.physical("eks", addon, max_len=64),
+                    assume_role_policy=POD_IDENTITY_TRUST,
+                    tags=tags,
+                    opts=on_cluster,
+                )
+                aws.iam.RolePolicyAttachment(
+                    f"{name}-{addon}-policy", role=addon_role.name, policy_arn=policy,
+                    opts=pulumi.ResourceOptions(parent=addon_role),
+                )  # fmt: skip
+                identities = [
+                    aws.eks.AddonPodIdentityAssociationArgs(role_arn=addon_role.arn, service_account=service_account)
+                ]
+            aws.eks.Addon(
+                f"{name}-{addon}",
+                cluster_name=cluster.name,
+                addon_name=addon,
+                addon_version=versions[addon],
+                resolve_conflicts_on_create="OVERWRITE",
+                resolve_conflicts_on_update="PRESERVE",
+                pod_identity_associations=identities,
+                tags=tags,
+                opts=on_cluster,
+            )
+
+        self.name = cluster.name
+        self.arn = cluster.arn
+        self.endpoint = cluster.endpoint
+        self.certificate_authority = cluster.certificate_authority.apply(lambda ca: ca.data or "")
+        self.security_group_id = cluster.vpc_config.apply(lambda v: v.cluster_security_group_id or "")
+        self.oidc_issuer = cluster.identities.apply(
+            lambda ids: (ids[0].oidcs[0].issuer or "") if ids and ids[0].oidcs else ""
+        )
+        kubeconfig = pulumi.Output.all(self.name, self.endpoint, self.certificate_authority).apply(
+            lambda parts: kubeconfig_json(parts[0], parts[1], parts[2], names.region or "")
+        )
+        self.provider = k8s.Provider(
+            f"{name}-k8s",
+            kubeconfig=kubeconfig,
+            enable_server_side_apply=True,
+            opts=pulumi.ResourceOptions(parent=self),
+        )
+        self.register_outputs(
+            {
+                "name": self.name,
+                "arn": self.arn,
+                "endpoint": self.endpoint,
+                "certificate_authority": self.certificate_authority,
+                "security_group_id": self.security_group_id,
+                "oidc_issuer": self.oidc_issuer,
+            }
+        )
+
+
+def _role_key(arn: str) -> str:
+    """A stable logical-name fragment for an IAM role ARN: its name, lower-case."""
+    return arn.rsplit("/", 1)[-1].lower()
+
+
+def kubeconfig_json(cluster_name: str, endpoint: str, ca_data: str, region: str) -> str:
+    """A kubeconfig that authenticates with `aws eks get-token` (no long-lived credentials in state)."""
+    return json.dumps(
+        {
+            "apiVersion": "v1",
+            "kind": "Config",
+            "clusters": [
+                {"name": cluster_name, "cluster": {"server": endpoint, "certificate-authority-data": ca_data}}
+            ],
+            "users": [
+                {
+                    "name": cluster_name,
+                    "user": {
+                        "exec": {
+                            "apiVersion": "client.authentication.k8s.io/v1beta1",
+                            "command": "aws",
+                            "args": ["eks", "get-token", "--cluster-name", cluster_name, "--region", region],
+                        }
+                    },
+                }
+            ],
+            "contexts": [{"name": cluster_name, "context": {"cluster": cluster_name, "user": cluster_name}}],
+            "current-context": cluster_name,
+        }
+    )

@@ -1,0 +1,1 @@
+"""Pure renderers for configuration files that dlinfra ships to machines (no Pulumi import)."""

@@ -1,0 +1,80 @@
+"""The EKS cluster of a regional stack, with hybrid-node access for the sites homed on the region."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pulumi
+
+from components.cluster import Cluster, ClusterArgs
+from components.hybrid import HybridNodes, HybridNodesArgs
+from components.nodepool import NodePool
+from stacks.program import StackContext
+
+
+@dataclass(frozen=True)
+class ClusterParts:
+    """What the regional stack gets back: the cluster and, when sites are homed here, their hybrid nodes."""
+
+    cluster: Cluster
+    hybrid: HybridNodes | None
+
+
+def declare_cluster(
+    ctx: StackContext,
+    *,
+    vpc_id: pulumi.Input[str],
+    private_subnet_ids: dict[str, pulumi.Input[str]],
+    pools: dict[str, NodePool],
+) -> ClusterParts:
+    """Declare EKS with access for admins, node pools, teams and the region's physical sites."""
+    env, region = ctx.role.environment, ctx.role.region
+    assert region is not None
+    spec = ctx.fleet.environments[env]
+    plan = ctx.plan
+    sites = ctx.fleet.sites_of(env, region)
+    env_sites = ctx.fleet.sites_of(env)
+    api_clients = [str(plan.vpc(env, r)) for r in spec.regions]
+    api_clients += [str(plan.cidr(f"site-lan/{s}")) for s in env_sites]
+    if spec.client_vpn:
+        api_clients.append(str(plan.cidr(f"client-vpn/{env}/{region}")))
+    cluster_name = ctx.names.physical("eks")
+    hybrid = None
+    machines = {name: site.gpu_nodes for name, site in sites.items() if site.gpu_nodes > 0}
+    cluster_arn = pulumi.Output.concat("arn:aws:eks:", region, ":", _account(), ":cluster/", cluster_name)
+    if machines:
+        hybrid = HybridNodes(
+            "hybrid",
+            HybridNodesArgs(
+                names=ctx.names,
+                cluster_name=cluster_name,
+                cluster_arn=cluster_arn,
+                machines=machines,
+                activation_expiry=pulumi.Config("dlinfra").get("hybrid_activation_expiry"),
+            ),
+        )
+    cluster = Cluster(
+        "cluster",
+        ClusterArgs(
+            names=ctx.names,
+            version=spec.kubernetes.version,
+            vpc_id=vpc_id,
+            subnet_ids=private_subnet_ids,
+            service_cidr=str(plan.cidr(f"service/{env}/{region}")),
+            api_client_cidrs=api_clients,
+            remote_node_cidrs=[str(plan.cidr(f"site-lan/{s}")) for s in sorted(sites)],
+            remote_pod_cidrs=[str(plan.cidr(f"hybrid-pods/{s}")) for s in sorted(sites)],
+            public_access_cidrs=[str(c) for c in spec.kubernetes.public_access_cidrs],
+            admin_role_arns=spec.kubernetes.admin_role_arns,
+            node_role_arns={name: pool.role_arn for name, pool in pools.items()},
+            hybrid_role_arn=hybrid.role_arn if hybrid else None,
+            team_role_arns={t: team.role_arn for t, team in ctx.fleet.teams.items() if team.role_arn},
+        ),
+    )
+    return ClusterParts(cluster=cluster, hybrid=hybrid)
+
+
+def _account() -> pulumi.Output[str]:
+    import pulumi_aws as aws
+
+    return aws.get_caller_identity_output().account_id

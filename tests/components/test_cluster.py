@@ -1,0 +1,154 @@
+"""Cluster and hybrid nodes under the mock engine for every regional stack of the reference fleet."""
+
+from __future__ import annotations
+
+import json
+import textwrap
+
+import pytest
+
+from components.cluster import ClusterArgs
+from dlinfra import eks, planner, stackroles
+from dlinfra.fleet import load_fleet
+from dlinfra.naming import Names
+from dlinfra.offline import engine
+from tests.conftest import REFERENCE_FLEET, REFERENCE_LOCK, ROOT
+
+CONFIG = {"dlinfra:fleet": str(REFERENCE_FLEET), "dlinfra:lock": str(REFERENCE_LOCK)}
+PROGRAM = """
+from pathlib import Path
+import pulumi
+from stacks.program import load_context
+from stacks.compute import declare_pools
+from stacks.cluster import declare_cluster
+ctx = load_context(Path({root!r}))
+subnets = {{az: "subnet-" + az for az in ctx.fleet.azs(ctx.role.region)}}
+pools = declare_pools(ctx, vpc_id="vpc-0test", private_subnet_ids=subnets)
+parts = declare_cluster(ctx, vpc_id="vpc-0test", private_subnet_ids=subnets, pools=pools)
+if parts.hybrid:
+    pulumi.export("activations", parts.hybrid.activations)
+"""
+FLEET = load_fleet(REFERENCE_FLEET).fleet
+PLAN = planner.plan(load_fleet(REFERENCE_FLEET), planner.load_lock(REFERENCE_LOCK))
+REGIONAL = [r.name for r in stackroles.roles(FLEET) if r.kind == "regional"]
+
+
+@pytest.fixture(scope="module")
+def results(tmp_path_factory: pytest.TempPathFactory) -> dict[str, engine.StackResult]:
+    program = tmp_path_factory.mktemp("prog") / "program.py"
+    program.write_text(textwrap.dedent(PROGRAM.format(root=str(ROOT))))
+    return {
+        role.name: engine.run_stack(ROOT, role, project="dlinfra", config=CONFIG, stack_exports={}, program=program)
+        for role in stackroles.roles(FLEET)
+        if role.kind == "regional"
+    }
+
+
+def _of(result: engine.StackResult, type_: str) -> list[engine.ResourceRecord]:
+    return [r for r in result.resources if r.type == type_]
+
+
+@pytest.mark.parametrize("stack", REGIONAL)
+def test_control_plane(results: dict, stack: str) -> None:
+    env, region = stack.split("-", 1)
+    (cluster,) = _of(results[stack], "aws:eks/cluster:Cluster")
+    i = cluster.inputs
+    assert i["version"] == FLEET.environments[env].kubernetes.version
+    assert i["accessConfig"] == {"authenticationMode": "API", "bootstrapClusterCreatorAdminPermissions": False}
+    assert i["vpcConfig"]["endpointPrivateAccess"] is True and i["vpcConfig"]["endpointPublicAccess"] is False
+    assert sorted(i["enabledClusterLogTypes"]) == sorted(
+        ["api", "audit", "authenticator", "controllerManager", "scheduler"]
+    )
+    (key,) = [k for k in _of(results[stack], "aws:kms/key:Key") if "secrets" in k.name]
+    assert i["encryptionConfig"] == {"provider": {"keyArn": key.outputs["arn"]}, "resources": ["secrets"]}
+    assert key.protect and key.retain_on_delete
+    assert i["kubernetesNetworkConfig"]["serviceIpv4Cidr"] == str(PLAN.cidr(f"service/{env}/{region}"))
+
+
+@pytest.mark.parametrize("stack", REGIONAL)
+def test_remote_networks_match_the_plan(results: dict, stack: str) -> None:
+    env, region = stack.split("-", 1)
+    (cluster,) = _of(results[stack], "aws:eks/cluster:Cluster")
+    sites = sorted(FLEET.sites_of(env, region))
+    remote = cluster.inputs.get("remoteNetworkConfig")
+    if not sites:
+        assert remote is None
+        return
+    assert remote["remoteNodeNetworks"]["cidrs"] == [str(PLAN.cidr(f"site-lan/{s}")) for s in sites]
+    assert remote["remotePodNetworks"]["cidrs"] == [str(PLAN.cidr(f"hybrid-pods/{s}")) for s in sites]
+
+
+@pytest.mark.parametrize("stack", REGIONAL)
+def test_access_entries(results: dict, stack: str) -> None:
+    env, region = stack.split("-", 1)
+    entries = {e.inputs["principalArn"]: e.inputs for e in _of(results[stack], "aws:eks/accessEntry:AccessEntry")}
+    admins = FLEET.environments[env].kubernetes.admin_role_arns
+    for arn in admins:
+        assert entries[arn]["type"] == "STANDARD"
+    policies = _of(results[stack], "aws:eks/accessPolicyAssociation:AccessPolicyAssociation")
+    assert {p.inputs["principalArn"] for p in policies} == set(admins)
+    assert all(p.inputs["policyArn"].endswith("AmazonEKSClusterAdminPolicy") for p in policies)
+    roles = {r.urn: r for r in _of(results[stack], "aws:iam/role:Role")}
+    node_roles = [r for r in roles.values() if "NodePool" in r.urn]
+    node_entries = [e for e in entries.values() if e["type"] == "EC2_LINUX"]
+    assert len(node_entries) == len(node_roles) == len(FLEET.pools_in(env, region))
+    hybrid = [e for e in entries.values() if e["type"] == "HYBRID_LINUX"]
+    assert len(hybrid) == (1 if FLEET.sites_of(env, region) else 0)
+    for team, spec in FLEET.teams.items():
+        assert entries[spec.role_arn]["kubernetesGroups"] == [f"team:{team}"]
+
+
+@pytest.mark.parametrize("stack", REGIONAL)
+def test_addons_pinned_with_pod_identity(results: dict, stack: str) -> None:
+    env = stack.split("-", 1)[0]
+    addons = {a.inputs["addonName"]: a.inputs for a in _of(results[stack], "aws:eks/addon:Addon")}
+    assert addons.keys() == set(eks.ADDONS)
+    pins = eks.addon_versions(FLEET.environments[env].kubernetes.version)
+    for name, inputs in addons.items():
+        assert inputs["addonVersion"] == pins[name]
+    assert addons["vpc-cni"]["podIdentityAssociations"][0]["serviceAccount"] == "aws-node"
+    assert addons["aws-efs-csi-driver"]["podIdentityAssociations"][0]["serviceAccount"] == "efs-csi-controller-sa"
+    for name in ("coredns", "kube-proxy", "eks-pod-identity-agent"):
+        assert "podIdentityAssociations" not in addons[name]
+
+
+def test_hybrid_activation_per_site_and_secret(results: dict) -> None:
+    stack = results["prod-us-west-2"]
+    (activation,) = _of(stack, "aws:ssm/activation:Activation")
+    assert activation.inputs["registrationLimit"] == FLEET.sites["sjc1"].gpu_nodes
+    assert "activationCode" in activation.additional_secret_outputs
+    role = next(r for r in _of(stack, "aws:iam/role:Role") if "hybrid" in r.name)
+    assert json.loads(role.inputs["assumeRolePolicy"])["Statement"][0]["Principal"] == {"Service": "ssm.amazonaws.com"}
+    code = stack.outputs["activations"]["sjc1"]["code"]
+    assert "activations" in stack.secret_outputs
+    assert code not in json.dumps(stack.plan("dlinfra"))
+    assert not _of(results["prod-us-east-1"], "aws:ssm/activation:Activation")  # no site homed there
+
+
+def test_provider_built_from_cluster(results: dict) -> None:
+    (provider,) = _of(results["prod-us-west-2"], "pulumi:providers:kubernetes")
+    config = json.loads(provider.inputs["kubeconfig"])
+    assert config["clusters"][0]["cluster"]["server"].startswith("https://")
+    assert config["users"][0]["user"]["exec"]["args"][:2] == ["eks", "get-token"]
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        ({"version": "1.19"}, r"version: EKS does not offer Kubernetes 1.19"),
+        ({"version": "1.29"}, r"version: dlinfra has no pinned add-on versions for Kubernetes 1.29"),
+        ({"subnet_ids": {"a": "s"}}, r"at least two AZs"),
+        ({"remote_node_cidrs": ["10.200.0.0/20"]}, r"give both"),
+    ],
+)
+def test_bad_args(overrides: dict, message: str) -> None:
+    base = {
+        "names": Names("dlinfra", "prod", "us-west-2"),
+        "version": "1.33",
+        "vpc_id": "vpc-1",
+        "subnet_ids": {"a": "s-a", "b": "s-b"},
+        "service_cidr": "10.3.224.0/20",
+        "api_client_cidrs": ["10.2.0.0/16"],
+    }
+    with pytest.raises(ValueError, match=message):
+        ClusterArgs(**(base | overrides))

@@ -1,0 +1,623 @@
+"""The rendered site configuration against a real strongSwan (and FRR) that plays AWS, in network namespaces.
+
+Two namespaces are joined by a veth carrying TEST-NET-1 addresses (RFC 5737); the site LAN and VPC
+stand-ins are addresses on each namespace's lo and never leave it, and neither namespace has a
+default route. Each daemon runs with a private /run and its own config, sockets and log, and is
+stopped by the PID we started. This kernel has no ESP or VTI, so charon does IPsec in user space
+(kernel-libipsec over /dev/net/tun).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import ipaddress
+import json
+import os
+import pwd
+import re
+import shutil
+import signal
+import subprocess
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import NoReturn, TypeVar
+
+import pytest
+
+from dlinfra.render.strongswan import (
+    SiteVpnView,
+    Tunnel,
+    render_aws_peer_swanctl,
+    render_frr,
+    render_swanctl,
+)
+
+pytestmark = pytest.mark.vpn_peer
+
+CHARON = Path("/usr/lib/ipsec/charon")
+LIBIPSEC_PLUGIN = Path("/usr/lib/ipsec/plugins/libstrongswan-kernel-libipsec.so")
+FRR_BIN = Path("/usr/lib/frr")
+SEARCH_PATH = os.pathsep.join([os.environ.get("PATH", ""), "/usr/sbin", "/sbin"])
+
+# TEST-NET-1 on the veth. One namespace plays both AWS tunnel endpoints.
+AWS_TUNNEL_IPS = {1: "192.0.2.1", 2: "192.0.2.5"}
+SITE_IP = "192.0.2.2"
+# Stand-ins inside the view's RFC 1918 ranges; they exist only on lo inside the namespaces.
+SITE_LAN_HOST = "10.128.0.1"
+VPC_HOST = "10.0.0.10"  # host 10 of the first remote CIDR (the lab fixture adds one per CIDR)
+PSKS = {1: "test.psk.tunnel1", 2: "test.psk.tunnel2"}
+TUNNELS = ("aws-tunnel1", "aws-tunnel2")
+
+WAIT_SECONDS = 10.0  # bound for any single wait: a daemon, an SA, a log line, a BGP session
+# What an IKEv2 PSK tunnel over libipsec needs, and no more: strongSwan 5.9.8 moved IKE's PRF+ into
+# kdf; kernel-libipsec does ESP, kernel-netlink the routes and addresses.
+CHARON_PLUGINS = "nonce openssl kdf kernel-libipsec kernel-netlink socket-default vici"
+
+T = TypeVar("T")
+
+
+def make_view(routing: str = "static") -> SiteVpnView:
+    """The site as the test sees it: every outside address is a namespace address on the veth."""
+    tunnels = tuple(
+        Tunnel(number=n, outside_ip=AWS_TUNNEL_IPS[n], inside_cidr=cidr, preshared_key=PSKS[n])
+        for n, cidr in ((1, "169.254.10.0/30"), (2, "169.254.10.4/30"))
+    )
+    return SiteVpnView(
+        site="lab1",
+        local_public_ip=SITE_IP,
+        lan_cidr="10.128.0.0/20",
+        remote_cidrs=("10.0.0.0/16", "10.1.0.0/16"),
+        tunnels=(tunnels[0], tunnels[1]),
+        routing=routing,
+        local_asn=65101,
+        remote_asn=64512,
+    )
+
+
+def aws_peer(view: SiteVpnView, number: int, **overrides: str) -> str:
+    """The AWS side of one tunnel, listening on that tunnel's namespace address."""
+    return render_aws_peer_swanctl(view, number, local_addr=AWS_TUNNEL_IPS[number], remote_addr=SITE_IP, **overrides)
+
+
+# --- environment --------------------------------------------------------------------------------
+def _tool(name: str) -> str:
+    return shutil.which(name, path=SEARCH_PATH) or name
+
+
+def _missing_prerequisite() -> str | None:
+    if os.geteuid() != 0:
+        return "needs root (network namespaces, TUN devices)"
+    if not Path("/dev/net/tun").exists():
+        return "no /dev/net/tun, which kernel-libipsec needs"
+    if not os.access(CHARON, os.X_OK):
+        return f"{CHARON} not found (apt: strongswan-charon)"
+    if not LIBIPSEC_PLUGIN.exists():
+        return f"{LIBIPSEC_PLUGIN} not found (apt: libcharon-extra-plugins)"
+    for tool, package in (
+        ("swanctl", "strongswan-swanctl"),
+        ("ip", "iproute2"),
+        ("ping", "iputils-ping"),
+        ("unshare", "util-linux"),
+        ("mount", "mount"),
+    ):
+        if shutil.which(tool, path=SEARCH_PATH) is None:
+            return f"{tool} not found (apt: {package})"
+    return None
+
+
+def _cannot_run(reason: str) -> NoReturn:
+    # In CI a check that cannot run is a failure, not a skip.
+    if os.environ.get("CI", "").lower() == "true":
+        pytest.fail(f"vpn_peer check cannot run in CI: {reason}", pytrace=False)
+    pytest.skip(reason)
+
+
+def _require_frr() -> None:
+    try:
+        pwd.getpwnam("frr")
+    except KeyError:
+        _cannot_run("no frr user, which FRR's daemons run as (apt: frr)")
+    for daemon in ("zebra", "bgpd"):
+        if not os.access(FRR_BIN / daemon, os.X_OK):
+            _cannot_run(f"{FRR_BIN / daemon} not found (apt: frr)")
+    if shutil.which("vtysh", path=SEARCH_PATH) is None:
+        _cannot_run("vtysh not found (apt: frr)")
+
+
+def _run(*argv: str, check: bool = True, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        argv,
+        capture_output=True,
+        text=True,
+        timeout=WAIT_SECONDS,
+        check=check,
+        env={"PATH": SEARCH_PATH, "LC_ALL": "C", **(env or {})},
+    )
+
+
+def _wait_for(what: str, probe: Callable[[], T | None], diagnostics: Callable[[], str] = str) -> T:
+    """Poll probe until it returns something truthy, for at most WAIT_SECONDS."""
+    deadline = time.monotonic() + WAIT_SECONDS
+    while not (value := probe()):
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out after {WAIT_SECONDS:.0f}s waiting for {what}\n{diagnostics()}", pytrace=False)
+        time.sleep(0.05)
+    return value
+
+
+def ping(ns: str, source: str, destination: str) -> subprocess.CompletedProcess[str]:
+    """Three pings from source to destination inside ns, bounded in time."""
+    argv = ["ip", "netns", "exec", ns, "ping", "-n", "-c", "3", "-i", "0.2", "-W", "2", "-w", "5"]
+    return _run(*argv, "-I", source, destination, check=False)
+
+
+# --- namespaces ---------------------------------------------------------------------------------
+@dataclasses.dataclass(frozen=True)
+class Lab:
+    site_ns: str
+    aws_ns: str
+
+
+@pytest.fixture(scope="module")
+def lab() -> Iterator[Lab]:
+    """Two namespaces joined by a veth; the pid in their names keeps concurrent runs apart."""
+    reason = _missing_prerequisite()
+    if reason:
+        _cannot_run(reason)
+    tag = f"dlvpn{os.getpid()}"
+    site, aws = f"{tag}-site", f"{tag}-aws"
+    view = make_view()
+    created: list[str] = []
+    try:
+        try:
+            for ns in (site, aws):
+                _run("ip", "netns", "add", ns)
+                created.append(ns)
+            # Both ends are created inside the namespaces: the host's interfaces are never touched.
+            _run(
+                "ip",
+                "-n",
+                site,
+                "link",
+                "add",
+                "veth-site",
+                "type",
+                "veth",
+                "peer",
+                "name",
+                "veth-aws",
+                "netns",
+                aws,
+            )
+            _run("ip", "-n", site, "addr", "add", f"{SITE_IP}/24", "dev", "veth-site")
+            _run("ip", "-n", site, "addr", "add", f"{SITE_LAN_HOST}/32", "dev", "lo")
+            for address in AWS_TUNNEL_IPS.values():
+                _run("ip", "-n", aws, "addr", "add", f"{address}/24", "dev", "veth-aws")
+            # kernel-libipsec routes each selector from a local address inside it, so the AWS side
+            # holds one address in every remote CIDR (real AWS has whole VPCs there).
+            for cidr in view.remote_cidrs:
+                _run("ip", "-n", aws, "addr", "add", f"{ipaddress.IPv4Network(cidr)[10]}/32", "dev", "lo")
+            for tunnel in view.tunnels:
+                _run("ip", "-n", aws, "addr", "add", f"{tunnel.aws_inside_ip}/32", "dev", "lo")
+            for ns, veth in ((site, "veth-site"), (aws, "veth-aws")):
+                _run("ip", "-n", ns, "link", "set", "lo", "up")
+                _run("ip", "-n", ns, "link", "set", veth, "up")
+        except subprocess.CalledProcessError as err:
+            _cannot_run(f"cannot build network namespaces: {' '.join(err.cmd)}: {err.stderr.strip()}")
+        yield Lab(site_ns=site, aws_ns=aws)
+    finally:
+        for ns in created:
+            _run("ip", "netns", "delete", ns, check=False)
+
+
+# --- daemons ------------------------------------------------------------------------------------
+# Mount a private /run, then become the daemon: ip netns exec, unshare and sh all exec in place, so
+# the PID Popen returns is the daemon's own and its pid files cannot clash with the host's.
+_PRIVATE_RUN = 'mount -t tmpfs -o mode=0755,size=4m dlinfra-test-run /run && exec "$@"'
+
+
+class Daemon:
+    """A process started in a namespace with a private /run; stopped by its own PID, never by name."""
+
+    def __init__(self, ns: str, argv: list[str], output: Path, env: dict[str, str] | None = None) -> None:
+        self.name = Path(argv[0]).name
+        self.output = output
+        launcher = ["ip", "netns", "exec", ns, "unshare", "--mount", "--propagation", "private", "--"]
+        with output.open("wb") as out:
+            self.process = subprocess.Popen(
+                [*launcher, "sh", "-c", _PRIVATE_RUN, "sh", *argv],
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                env={"PATH": SEARCH_PATH, "LC_ALL": "C", **(env or {})},
+            )
+
+    def wait_ready(self, ready: Callable[[], bool]) -> None:
+        def probe() -> bool:
+            if self.process.poll() is not None:
+                pytest.fail(f"{self.name} exited with {self.process.returncode}:\n{self.output.read_text()}")
+            return ready()
+
+        _wait_for(f"{self.name} to start", probe, self.output.read_text)
+        comm = Path(f"/proc/{self.process.pid}/comm").read_text().strip()
+        assert comm == self.name[:15], f"PID {self.process.pid} is {comm!r}, not {self.name}: not ours to stop"
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait(timeout=5)
+
+
+@dataclasses.dataclass
+class ChildSa:
+    name: str
+    state: str
+    protocol: str
+    local_ts: tuple[str, ...] = ()
+    remote_ts: tuple[str, ...] = ()
+    packets_out: int = 0
+
+
+@dataclasses.dataclass
+class IkeSa:
+    name: str
+    unique_id: int
+    state: str
+    algorithms: str = ""
+    children: list[ChildSa] = dataclasses.field(default_factory=list)
+
+
+_IKE_LINE = re.compile(r"^(?P<name>[\w.-]+): #(?P<id>\d+), (?P<state>[A-Z_]+), IKEv2")
+_CHILD_LINE = re.compile(r"^  (?P<name>[\w.-]+): #\d+, reqid \d+, (?P<state>[A-Z_]+), [\w-]+, (?P<proto>\S+)")
+_ALGORITHMS_LINE = re.compile(r"^  (?P<alg>[A-Z][A-Z0-9_]*-\d+/[A-Z0-9_/-]+)$")
+_COUNTER_LINE = re.compile(r"^    out +\w+, +\d+ bytes, +(?P<packets>\d+) packets")
+_TS_LINE = re.compile(r"^    (?P<side>local|remote) +(?P<ts>.+)$")
+
+
+def parse_sas(text: str) -> list[IkeSa]:
+    """IKE_SAs with their CHILD_SAs, from `swanctl --list-sas` output."""
+    sas: list[IkeSa] = []
+    ike: IkeSa | None = None
+    child: ChildSa | None = None
+    for line in text.splitlines():
+        if m := _IKE_LINE.match(line):
+            ike, child = IkeSa(name=m["name"], unique_id=int(m["id"]), state=m["state"]), None
+            sas.append(ike)
+        elif ike is None:
+            continue
+        elif m := _CHILD_LINE.match(line):
+            child = ChildSa(name=m["name"], state=m["state"], protocol=m["proto"])
+            ike.children.append(child)
+        elif child is None and (m := _ALGORITHMS_LINE.match(line)):
+            ike.algorithms = m["alg"]
+        elif child is not None and (m := _COUNTER_LINE.match(line)):
+            child.packets_out = int(m["packets"])
+        elif child is not None and (m := _TS_LINE.match(line)):
+            setattr(child, f"{m['side']}_ts", tuple(m["ts"].split()))
+    return sas
+
+
+def _is_up(ike: IkeSa) -> bool:
+    return ike.state == "ESTABLISHED" and any(c.state == "INSTALLED" for c in ike.children)
+
+
+class Charon(Daemon):
+    """charon with kernel-libipsec and its own strongswan.conf, vici socket and log file."""
+
+    def __init__(self, ns: str, directory: Path) -> None:
+        directory.mkdir(parents=True)
+        self.directory = directory
+        self.conf = directory / "strongswan.conf"
+        self.socket = directory / "charon.vici"
+        self.log = directory / "charon.log"
+        self.conf.write_text(
+            f"""\
+charon {{
+    load_modular = no
+    load = {CHARON_PLUGINS}
+    # A lost IKE packet (charon can drop a reply that races its own SA teardown) then costs the
+    # test one second rather than the default four.
+    retransmit_timeout = 1.0
+    plugins {{
+        vici {{
+            socket = unix://{self.socket}
+        }}
+    }}
+    filelog {{
+        test {{
+            path = {self.log}
+            time_format = %T
+            ike_name = yes
+            flush_line = yes
+            default = 1
+        }}
+    }}
+}}
+swanctl {{
+    # Pre-shared keys need no credential plugins; a short list keeps swanctl quiet.
+    load = nonce
+}}
+"""
+        )
+        super().__init__(ns, [str(CHARON)], directory / "charon.out", {"STRONGSWAN_CONF": str(self.conf)})
+        self.wait_ready(self.socket.exists)
+
+    def swanctl(self, *args: str) -> str:
+        argv = [_tool("swanctl"), *args, "--uri", f"unix://{self.socket}"]
+        result = _run(*argv, check=False, env={"STRONGSWAN_CONF": str(self.conf)})
+        if result.returncode != 0:
+            pytest.fail(f"swanctl {' '.join(args)} failed ({result.returncode}):\n{result.stdout}{result.stderr}")
+        return result.stdout
+
+    def load(self, *configs: str) -> None:
+        """Replace every loaded connection and secret with these swanctl.conf files, as a gateway would."""
+        main = self.directory / "swanctl.conf"
+        files = [main] if len(configs) == 1 else [self.directory / f"part{i}.conf" for i in range(len(configs))]
+        for path, text in zip(files, configs, strict=True):
+            path.touch(mode=0o600)  # it holds keys, like the real file on a gateway
+            path.write_text(text)
+        if len(configs) > 1:
+            main.write_text("".join(f"include {path}\n" for path in files))
+        self.swanctl("--load-all", "--noprompt", "--file", str(main))
+
+    def sas(self) -> list[IkeSa]:
+        return parse_sas(self.swanctl("--list-sas"))
+
+    def up(self, name: str) -> IkeSa | None:
+        """The tunnel's IKE_SA if it is ESTABLISHED with an INSTALLED CHILD_SA."""
+        return next((ike for ike in self.sas() if ike.name == name and _is_up(ike)), None)
+
+    def all_up(self, *names: str) -> dict[str, IkeSa] | None:
+        found = {name: self.up(name) for name in names}
+        return {n: ike for n, ike in found.items() if ike is not None} if all(found.values()) else None
+
+    def packets_out(self, name: str) -> int:
+        """Packets the tunnel's installed CHILD_SAs have sent."""
+        ike = self.up(name)
+        return sum(c.packets_out for c in ike.children if c.state == "INSTALLED") if ike else 0
+
+    def log_text(self) -> str:
+        return self.log.read_text() if self.log.exists() else ""
+
+
+@contextlib.contextmanager
+def charons(lab: Lab, directory: Path) -> Iterator[tuple[Charon, Charon]]:
+    """(site, aws) charons, stopped again whatever happens."""
+    started: list[Charon] = []
+    try:
+        started.append(Charon(lab.site_ns, directory / "site"))
+        started.append(Charon(lab.aws_ns, directory / "aws"))
+        yield started[0], started[1]
+    finally:
+        for charon in started:
+            charon.stop()
+
+
+def logs(site: Charon, aws: Charon) -> str:
+    return f"--- site log ---\n{site.log_text()[-4000:]}\n--- aws log ---\n{aws.log_text()[-4000:]}"
+
+
+def wait_up(site: Charon, aws: Charon, *names: str) -> dict[str, IkeSa]:
+    what = f"{', '.join(names)} ESTABLISHED with an INSTALLED CHILD_SA"
+    return _wait_for(what, lambda: site.all_up(*names), lambda: logs(site, aws))
+
+
+def wait_for_log(site: Charon, aws: Charon, pattern: str) -> None:
+    regex = re.compile(pattern)
+    _wait_for(f"site log line /{pattern}/", lambda: regex.search(site.log_text()), lambda: logs(site, aws))
+
+
+def bring_up(site: Charon, aws: Charon, view: SiteVpnView) -> dict[str, IkeSa]:
+    """AWS first, so the site's start_action meets a ready responder; the site initiates on load."""
+    aws.load(aws_peer(view, 1), aws_peer(view, 2))
+    site.load(render_swanctl(view))
+    return wait_up(site, aws, *TUNNELS)
+
+
+# --- strongSwan ---------------------------------------------------------------------------------
+def test_rendered_site_config_brings_up_both_tunnels_and_carries_traffic(lab: Lab, tmp_path: Path) -> None:
+    view = make_view()
+    with charons(lab, tmp_path) as (site, aws):
+        sas = bring_up(site, aws, view)
+        for name in TUNNELS:
+            # The first choice of the AWS_* constants wins on both phases.
+            assert sas[name].algorithms == "AES_GCM_16-256/PRF_HMAC_SHA2_384/ECP_384"
+            (child,) = sas[name].children
+            assert child.protocol == "ESP:AES_GCM_16-256"
+            assert child.local_ts == (view.lan_cidr,)
+            assert child.remote_ts == view.remote_cidrs
+        result = ping(lab.site_ns, SITE_LAN_HOST, VPC_HOST)
+        assert result.returncode == 0, result.stdout + result.stderr
+        assert sum(site.packets_out(name) for name in TUNNELS) >= 3
+        for text in (site.log_text(), aws.log_text(), site.output.read_text(), aws.output.read_text()):
+            assert PSKS[1] not in text and PSKS[2] not in text
+
+
+def test_site_reopens_a_tunnel_that_aws_closes(lab: Lab, tmp_path: Path) -> None:
+    with charons(lab, tmp_path) as (site, aws):
+        before = bring_up(site, aws, make_view())
+        aws.swanctl("--terminate", "--ike", "aws-peer-tunnel2", "--timeout", "5")
+
+        def reopened() -> dict[str, IkeSa] | None:
+            sas = site.all_up(*TUNNELS)
+            return sas if sas and sas["aws-tunnel2"].unique_id != before["aws-tunnel2"].unique_id else None
+
+        # close_action = start: the site re-creates the tunnel at once, as a new IKE_SA.
+        after = _wait_for("tunnel 2 to come back as a new IKE_SA", reopened, lambda: logs(site, aws))
+        assert after["aws-tunnel1"].unique_id == before["aws-tunnel1"].unique_id
+
+
+def test_traffic_moves_to_the_other_tunnel_when_one_stays_down(lab: Lab, tmp_path: Path) -> None:
+    view = make_view()
+    with charons(lab, tmp_path) as (site, aws):
+        bring_up(site, aws, view)
+        assert ping(lab.site_ns, SITE_LAN_HOST, VPC_HOST).returncode == 0
+        # Both tunnels hold the same selectors; strongSwan sends through one of them.
+        carrying = 1 if site.packets_out("aws-tunnel1") >= 3 else 2
+        other = 3 - carrying
+        assert site.packets_out(f"aws-tunnel{carrying}") >= 3
+        # AWS loses that tunnel for good: its endpoint forgets the tunnel and closes the SA, so the
+        # site's attempt to reopen it is refused.
+        aws.load(aws_peer(view, other))
+        aws.swanctl("--terminate", "--ike", f"aws-peer-tunnel{carrying}", "--timeout", "5")
+        wait_for_log(site, aws, rf"<aws-tunnel{carrying}\|\d+> received NO_PROPOSAL_CHOSEN")
+        assert site.up(f"aws-tunnel{carrying}") is None
+        before = site.packets_out(f"aws-tunnel{other}")
+        result = ping(lab.site_ns, SITE_LAN_HOST, VPC_HOST)
+        assert result.returncode == 0, result.stdout + result.stderr
+        assert site.packets_out(f"aws-tunnel{other}") >= before + 3
+
+
+def test_wrong_preshared_key_fails_authentication(lab: Lab, tmp_path: Path) -> None:
+    view = make_view()
+    with charons(lab, tmp_path) as (site, aws):
+        aws.load(aws_peer(view, 1, override_psk="wrong.psk.tunnel1"), aws_peer(view, 2))
+        site.load(render_swanctl(view))
+        wait_for_log(site, aws, r"<aws-tunnel1\|\d+> received AUTHENTICATION_FAILED notify error")
+        # The other tunnel, with the right key, comes up beside the failing one.
+        wait_up(site, aws, "aws-tunnel2")
+        assert not [sa for sa in site.sas() if sa.name == "aws-tunnel1" and sa.state == "ESTABLISHED"]
+        assert "wrong.psk.tunnel1" not in site.log_text() + aws.log_text()
+
+
+def test_proposal_mismatch_fails_with_no_proposal_chosen(lab: Lab, tmp_path: Path) -> None:
+    view = make_view()
+    with charons(lab, tmp_path) as (site, aws):
+        # An AWS side configured outside dlinfra's proposal set: AES-128, SHA-1, DH group 14.
+        aws.load(aws_peer(view, 1, override_ike="aes128-sha1-modp2048"), aws_peer(view, 2))
+        site.load(render_swanctl(view))
+        wait_for_log(site, aws, r"<aws-tunnel1\|\d+> received NO_PROPOSAL_CHOSEN notify error")
+        wait_up(site, aws, "aws-tunnel2")
+        assert not [sa for sa in site.sas() if sa.name == "aws-tunnel1" and sa.state == "ESTABLISHED"]
+
+
+# --- FRR / BGP ----------------------------------------------------------------------------------
+def test_rendered_frr_conf_passes_frr_dry_run(tmp_path: Path) -> None:
+    _require_frr()
+    conf = tmp_path / "frr.conf"
+    conf.write_text(render_frr(make_view("bgp")) or "")
+    result = _run(_tool("vtysh"), "--dryrun", "--inputfile", str(conf), check=False)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+class Frr:
+    """zebra (optional) and bgpd in a namespace, configured through vtysh as FRR's own service does.
+
+    The daemons drop to the frr user, so their sockets, pid files and logs live in a directory that
+    user owns (tmp_path is root-only); stop() removes it again.
+    """
+
+    def __init__(self, ns: str, config: str, *, with_zebra: bool) -> None:
+        self.directory = d = Path(tempfile.mkdtemp(prefix=f"{ns}-frr-"))
+        shutil.chown(d, "frr", "frr")
+        self.daemons: list[Daemon] = []
+        zserv = ["-z", str(d / "zserv.api")]
+        try:
+            daemons = [("zebra", zserv)] if with_zebra else []
+            daemons.append(("bgpd", zserv if with_zebra else ["--no_zebra"]))
+            for name, extra in daemons:
+                argv = [str(FRR_BIN / name), "--vty_socket", str(d), "-P", "0", "-f", "/dev/null",
+                        "-i", str(d / f"{name}.pid"), "--log", f"file:{d / name}.log", *extra]  # fmt: skip
+                daemon = Daemon(ns, argv, d / f"{name}.out")
+                self.daemons.append(daemon)
+                daemon.wait_ready((d / f"{name}.vty").exists)
+            (d / "frr.conf").write_text(config)
+            self.vtysh("--inputfile", str(d / "frr.conf"))
+        except BaseException:
+            self.stop()
+            raise
+
+    def vtysh(self, *args: str) -> str:
+        result = _run(_tool("vtysh"), "--vty_socket", str(self.directory), *args, check=False)
+        if result.returncode != 0:
+            pytest.fail(f"vtysh {' '.join(args)} failed:\n{result.stdout}{result.stderr}")
+        return result.stdout
+
+    def routes(self) -> dict[str, list[str]]:
+        """Prefixes in the BGP table, each with the peers it came from (none when originated here)."""
+        table = json.loads(self.vtysh("-d", "bgpd", "-c", "show bgp ipv4 unicast json")).get("routes", {})
+        return {
+            prefix: sorted(p["peerId"] for p in paths if p.get("peerId", "(unspec)") != "(unspec)")
+            for prefix, paths in table.items()
+        }
+
+    def diagnostics(self) -> str:
+        log = self.directory / "bgpd.log"
+        return self.vtysh("-d", "bgpd", "-c", "show bgp summary") + (log.read_text()[-3000:] if log.exists() else "")
+
+    def stop(self) -> None:
+        for daemon in self.daemons:
+            daemon.stop()
+        shutil.rmtree(self.directory, ignore_errors=True)
+
+
+def aws_bgp_config(view: SiteVpnView) -> str:
+    """The transit gateway's side of BGP, played by a plain bgpd (AWS's config is not ours to render)."""
+    lines = [
+        f"router bgp {view.remote_asn}",
+        f" bgp router-id {AWS_TUNNEL_IPS[1]}",
+        " no bgp ebgp-requires-policy",
+        " no bgp network import-check",
+    ]
+    for t in view.tunnels:
+        peer = t.site_inside_ip
+        lines += [
+            f" neighbor {peer} remote-as {view.local_asn}",
+            f" neighbor {peer} update-source {t.aws_inside_ip}",
+            f" neighbor {peer} disable-connected-check",
+            f" neighbor {peer} timers 10 30",
+            # Retry every second rather than after FRR's 120 s default, to keep the test short.
+            f" neighbor {peer} timers connect 1",
+        ]
+    lines += [
+        " address-family ipv4 unicast",
+        *(f"  network {c}" for c in view.remote_cidrs),
+        " exit-address-family",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def test_bgp_runs_over_both_tunnels_inside_addresses(lab: Lab, tmp_path: Path) -> None:
+    _require_frr()
+    view = make_view("bgp")
+    site_ips = sorted(t.site_inside_ip for t in view.tunnels)
+    aws_ips = sorted(t.aws_inside_ip for t in view.tunnels)
+    frrs: list[Frr] = []
+    try:
+        # FRR first, as at boot: zebra puts the site's inside addresses on lo (frr.conf says so),
+        # and the tunnels' selectors need them in place.
+        site_frr = Frr(lab.site_ns, render_frr(view) or "", with_zebra=True)
+        frrs.append(site_frr)
+        aws_frr = Frr(lab.aws_ns, aws_bgp_config(view), with_zebra=False)
+        frrs.append(aws_frr)
+        with charons(lab, tmp_path) as (site, aws):
+            sas = bring_up(site, aws, view)
+            for tunnel in view.tunnels:
+                (child,) = sas[f"aws-tunnel{tunnel.number}"].children
+                assert f"{tunnel.site_inside_ip}/32" in child.local_ts
+                assert f"{tunnel.aws_inside_ip}/32" in child.remote_ts
+            _wait_for(
+                "BGP over both tunnels: the site LAN at AWS and the VPCs at the site, each via both peers",
+                lambda: (
+                    aws_frr.routes().get(view.lan_cidr) == site_ips
+                    and all(site_frr.routes().get(c) == aws_ips for c in view.remote_cidrs)
+                ),
+                lambda: f"--- aws ---\n{aws_frr.diagnostics()}\n--- site ---\n{site_frr.diagnostics()}",
+            )
+            # The site announces its own prefix and nothing else.
+            assert set(aws_frr.routes()) == {view.lan_cidr, *view.remote_cidrs}
+            # BGP's transport really is the tunnel: each inside pair pings, and so does the LAN.
+            for tunnel in view.tunnels:
+                result = ping(lab.site_ns, tunnel.site_inside_ip, tunnel.aws_inside_ip)
+                assert result.returncode == 0, result.stdout + result.stderr
+            assert ping(lab.site_ns, SITE_LAN_HOST, VPC_HOST).returncode == 0
+    finally:
+        for frr in frrs:
+            frr.stop()
