@@ -51,7 +51,10 @@ def _parser() -> argparse.ArgumentParser:
     which.add_argument("--stack", action="append", help="stack to preview (repeatable); its dependencies run first")
     which.add_argument("--all", action="store_true", help="every stack of the fleet, in dependency order")
     preview.add_argument(
-        "--out", type=Path, default=Path("build/plans"), help="plan export folder (default: build/plans)"
+        "--out",
+        type=Path,
+        default=Path("build/plans"),
+        help="plan export folder (default: build/plans); Kubernetes manifests go to its sibling manifests/",
     )
     preview.add_argument("--summary", action="store_true", help="counts only, no resource tree")
     return parser
@@ -162,6 +165,7 @@ def cmd_preview(args: argparse.Namespace) -> int:
     def report(result: engine.StackResult) -> None:
         nonlocal total
         path = engine.write_plan(result, fleet.project, args.out)
+        engine.write_manifests(result, args.out.parent / "manifests")
         total += len(result.resources)
         _print_stack(result, fleet.project, path, summary=args.summary)
 

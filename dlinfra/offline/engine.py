@@ -380,6 +380,32 @@ def run_all(
     return results
 
 
+def manifests(result: StackResult) -> list[dict[str, Any]]:
+    """The Kubernetes objects a stack declares as typed resources (not Helm charts), as manifests.
+
+    The engine records kubernetes:* inputs exactly as the provider receives them: camelCase, with apiVersion
+    and kind, so they are manifests already. Secrets stay masked.
+    """
+    out = []
+    for r in sorted(result.resources, key=lambda r: r.urn):
+        if r.custom and r.type.startswith("kubernetes:") and not r.type.startswith("kubernetes:helm.sh/"):
+            manifest = _mask(r.inputs)
+            if isinstance(manifest, dict) and "kind" in manifest and "apiVersion" in manifest:
+                out.append(manifest)
+    return out
+
+
+def write_manifests(result: StackResult, out_dir: Path) -> Path | None:
+    """Write build/manifests/<stack>.yaml (one document per object) when the stack declares any."""
+    docs = manifests(result)
+    if not docs:
+        return None
+    out_dir.mkdir(parents=True, exist_ok=True)
+    path = out_dir / f"{result.role.name}.yaml"
+    path.write_text(yaml.safe_dump_all(docs, sort_keys=True))
+    return path
+
+
 def write_plan(result: StackResult, project: str, out_dir: Path) -> Path:
     """Write build/plans/<stack>.json (sorted keys, stable across runs)."""
     out_dir.mkdir(parents=True, exist_ok=True)

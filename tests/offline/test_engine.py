@@ -163,3 +163,22 @@ def test_stack_reference_resolves_to_exports(tmp_path: Path) -> None:
     assert result.outputs["cidr"] == "10.0.0.0/16"
     assert "psk" in result.secret_outputs
     assert "s3cr3t.value" not in json.dumps(result.plan("t"))
+
+
+def test_kubernetes_objects_become_manifests(tmp_path: Path) -> None:
+    program = tmp_path / "k8s.py"
+    program.write_text(
+        textwrap.dedent(
+            """
+            import pulumi
+            import pulumi_kubernetes as k8s
+            opts = pulumi.ResourceOptions(provider=k8s.Provider("k", kubeconfig="{}"))
+            k8s.core.v1.Namespace("team-a", metadata=k8s.meta.v1.ObjectMetaArgs(name="team-a"), opts=opts)
+            k8s.helm.v3.Release("chart", chart="x", version="1.0.0", opts=opts)
+            """
+        )
+    )
+    result = engine.run_stack(ROOT, ROLE, project="t", config={}, stack_exports={}, program=program)
+    assert engine.manifests(result) == [{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "team-a"}}]
+    path = engine.write_manifests(result, tmp_path / "manifests")
+    assert path is not None and "kind: Namespace" in path.read_text()
