@@ -52,6 +52,7 @@ class ClusterArgs:
     node_role_arns: Mapping[str, pulumi.Input[str]] = field(default_factory=dict)  # pool -> role (EC2_LINUX)
     hybrid_role_arn: pulumi.Input[str] | None = None  # role of the site machines (HYBRID_LINUX)
     team_role_arns: Mapping[str, str] = field(default_factory=dict)  # team -> role, bound to group team:<name>
+    node_security_group_ids: Mapping[str, pulumi.Input[str]] = field(default_factory=dict)  # pool -> node SG
     log_retention_days: int = 90
 
     def __post_init__(self) -> None:
@@ -211,6 +212,17 @@ class Cluster(pulumi.ComponentResource):
                 f"{name}-team-{team}", cluster_name=cluster.name, principal_arn=team_role, type="STANDARD",
                 kubernetes_groups=[team_group(team)], tags=tags, opts=on_cluster,
             )  # fmt: skip
+
+        # The control plane reaches kubelets, metrics and admission webhooks on the nodes.
+        for pool, node_sg in sorted(args.node_security_group_ids.items()):
+            aws.vpc.SecurityGroupIngressRule(
+                f"{name}-to-nodes-{pool}",
+                security_group_id=node_sg,
+                referenced_security_group_id=cluster.vpc_config.apply(lambda v: v.cluster_security_group_id or ""),
+                ip_protocol="-1",
+                description="EKS control plane to kubelet and webhooks",
+                opts=on_cluster,
+            )
 
         versions = eks.addon_versions(args.version)
         for addon in eks.ADDONS:

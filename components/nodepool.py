@@ -57,7 +57,6 @@ class NodePoolArgs:
     pod_imds_access: bool = False  # hop limit 2 lets pods reach IMDS; 1 keeps it to the node
     root_volume_gib: int = 200  # encrypted gp3 root volume size
     attach_cni_policy: bool = False  # only when the VPC CNI has no Pod Identity association
-    cluster_security_group_id: pulumi.Input[str] | None = None  # admitted to the nodes (kubelet, webhooks)
 
     def __post_init__(self) -> None:
         if not 0 <= self.min_size <= self.max_size:
@@ -217,15 +216,6 @@ class NodePool(pulumi.ComponentResource):
                 referenced_security_group_id=security_group.id,
                 ip_protocol="-1",
                 description="EFA needs egress to its own group",
-                opts=pulumi.ResourceOptions(parent=security_group),
-            )
-        if args.cluster_security_group_id is not None:
-            aws.vpc.SecurityGroupIngressRule(
-                f"{name}-from-cluster",
-                security_group_id=security_group.id,
-                referenced_security_group_id=args.cluster_security_group_id,
-                ip_protocol="-1",
-                description="EKS control plane to kubelet and webhooks",
                 opts=pulumi.ResourceOptions(parent=security_group),
             )
 

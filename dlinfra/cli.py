@@ -10,14 +10,14 @@ import argparse
 import json
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 from rich.console import Console
 from rich.table import Table
 
-from dlinfra import planner, stackroles
+from dlinfra import cli_network, planner, stackroles
 from dlinfra.errors import DlinfraError
 from dlinfra.fleet import LoadedFleet, load_fleet
 
@@ -57,6 +57,7 @@ def _parser() -> argparse.ArgumentParser:
         help="plan export folder (default: build/plans); Kubernetes manifests go to its sibling manifests/",
     )
     preview.add_argument("--summary", action="store_true", help="counts only, no resource tree")
+    parser.set_defaults(extra_handlers=cli_network.register(sub, common))
     return parser
 
 
@@ -69,7 +70,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run the CLI; returns the exit code."""
     args = _parser().parse_args(argv)
     try:
-        handler = {"validate": cmd_validate, "cidr": cmd_cidr, "preview": cmd_preview}[args.command]
+        handlers = {"validate": cmd_validate, "cidr": cmd_cidr, "preview": cmd_preview, **args.extra_handlers}
+        handler: Callable[[argparse.Namespace], int] = handlers[args.command]
         return handler(args)
     except DlinfraError as exc:
         err.print(f"[bold red]error:[/] {exc}", markup=True)

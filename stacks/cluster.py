@@ -69,6 +69,7 @@ def declare_cluster(
             node_role_arns={name: pool.role_arn for name, pool in pools.items()},
             hybrid_role_arn=hybrid.role_arn if hybrid else None,
             team_role_arns={t: team.role_arn for t, team in ctx.fleet.teams.items() if team.role_arn},
+            node_security_group_ids={name: pool.security_group_id for name, pool in pools.items()},
         ),
     )
     return ClusterParts(cluster=cluster, hybrid=hybrid)

@@ -4,28 +4,75 @@ from __future__ import annotations
 
 import pulumi
 
+from components.client_vpn import ClientVpn, ClientVpnArgs
 from components.network import Network, NetworkArgs
-from dlinfra import planner
+from components.site_vpn import SiteVpn, SiteVpnArgs
+from components.transit import TransitHub, TransitHubArgs
+from dlinfra import planner, sites
+from stacks.cluster import declare_cluster
+from stacks.compute import declare_pools
 from stacks.program import StackContext
+from stacks.storage import declare_storage
 
 
 def declare(ctx: StackContext) -> None:
     """Declare the region's components and export what the global stack and site rendering read."""
     env, region = ctx.role.environment, ctx.role.region
     assert region is not None
-    environment = ctx.fleet.environments[env]
+    fleet, plan, names = ctx.fleet, ctx.plan, ctx.names
+    environment = fleet.environments[env]
+    region_spec = environment.regions[region]
+    vpc_cidr = str(plan.vpc(env, region))
     network = Network(
         "network",
         NetworkArgs(
-            names=ctx.names,
-            vpc_cidr=str(ctx.plan.vpc(env, region)),
+            names=names,
+            vpc_cidr=vpc_cidr,
             subnets={
-                tier: {az: str(cidr) for az, cidr in ctx.plan.subnets(env, region, tier).items()}
+                tier: {az: str(cidr) for az, cidr in plan.subnets(env, region, tier).items()}
                 for tier in planner.SUBNET_TIERS
             },
             nat=environment.nat,
+            cluster_name=names.physical("eks"),
         ),
     )
+    # Everything of the environment beyond this VPC: the other regions' VPCs and every site's networks.
+    remote = {d.key: str(d.cidr) for d in sites.environment_networks(fleet, plan, env) if d.key != f"vpc-{region}"}
+    transit = TransitHub(
+        "transit",
+        TransitHubArgs(
+            names=names,
+            vpc_id=network.vpc_id,
+            vpc_cidr=vpc_cidr,
+            transit_subnet_ids=network.subnet_ids["transit"],
+            private_route_table_ids=network.private_route_table_ids,
+            amazon_side_asn=region_spec.transit_asn,
+            remote_cidrs=remote,
+        ),
+    )
+    site_vpns: dict[str, pulumi.Output[dict[str, object]]] = {}
+    for site_name, site in fleet.sites_of(env, region).items():
+        tunnel1, tunnel2 = sites.tunnel_cidrs(plan, site_name)
+        vpn = SiteVpn(
+            f"site-{site_name}",
+            SiteVpnArgs(
+                names=names,
+                site=site_name,
+                public_ip=str(site.public_ip),
+                asn=site.asn,
+                routing=site.routing,
+                transit_gateway_id=transit.transit_gateway_id,
+                transit_route_table_id=transit.route_table_id,
+                transit_asn=region_spec.transit_asn,
+                lan_cidr=str(sites.site_lan(plan, site_name)),
+                pod_cidr=str(sites.site_pods(plan, site_name)),
+                tunnel_inside_cidrs=(str(tunnel1), str(tunnel2)),
+                remote_cidrs=[str(c) for c in sites.site_remote_cidrs(fleet, plan, site_name)],
+                log_kms_key_arn=network.log_key_arn,
+            ),
+        )
+        site_vpns[site_name] = vpn.connection
+
     pulumi.export("environment", env)
     pulumi.export("region", region)
     pulumi.export("vpc_id", network.vpc_id)
@@ -33,3 +80,55 @@ def declare(ctx: StackContext) -> None:
     pulumi.export("private_subnet_ids", network.private_subnet_ids)
     pulumi.export("public_subnet_ids", network.public_subnet_ids)
     pulumi.export("transit_subnet_ids", network.transit_subnet_ids)
+    pulumi.export("route_table_ids", network.route_table_ids)
+    pulumi.export("nat_gateway_ids", network.nat_gateway_ids)
+    pulumi.export("vpc_endpoint_ids", network.vpc_endpoint_ids)
+    pulumi.export("log_key_arn", network.log_key_arn)
+    pulumi.export("transit_gateway_id", transit.transit_gateway_id)
+    pulumi.export("transit_route_table_id", transit.route_table_id)
+    pulumi.export("transit_asn", transit.amazon_side_asn)
+    # Secret as a whole (it holds the tunnels' pre-shared keys): `dlinfra site render` reads it from
+    # `pulumi stack output --json --show-secrets`.
+    pulumi.export("site_vpns", site_vpns)
+
+    private = network.subnet_ids["private"]
+    pools = declare_pools(ctx, vpc_id=network.vpc_id, private_subnet_ids=private)
+    storage = declare_storage(ctx, vpc_id=network.vpc_id, private_subnet_ids=private)
+    parts = declare_cluster(ctx, vpc_id=network.vpc_id, private_subnet_ids=private, pools=pools)
+    cluster = parts.cluster
+    pulumi.export("node_pools", {name: pool.group_name for name, pool in pools.items()})
+    pulumi.export("storage_kms_key_arn", storage.kms_key_arn)
+    pulumi.export("efs_id", storage.efs_id)
+    pulumi.export(
+        "efs_access_points", {"home": storage.home_access_point_id, "datasets": storage.datasets_access_point_id}
+    )
+    pulumi.export("buckets", storage.bucket_names)
+    if storage.fsx_id is not None:
+        pulumi.export("fsx_id", storage.fsx_id)
+    pulumi.export("cluster_name", cluster.name)
+    pulumi.export("cluster_endpoint", cluster.endpoint)
+    pulumi.export("cluster_certificate_authority", cluster.certificate_authority)
+    if parts.hybrid is not None:
+        pulumi.export("hybrid_role_arn", parts.hybrid.role_arn)
+        # Secret: `dlinfra site render` turns it into each site's nodeadm NodeConfig.
+        pulumi.export("hybrid_activations", parts.hybrid.activations)
+
+    if environment.client_vpn:
+        client_vpn = ClientVpn(
+            "client-vpn",
+            ClientVpnArgs(
+                names=names,
+                vpc_id=network.vpc_id,
+                vpc_cidr=vpc_cidr,
+                client_cidr=str(plan.cidr(f"client-vpn/{env}/{region}")),
+                subnet_ids=network.subnet_ids["private"],
+                remote_cidrs=remote,
+                log_kms_key_arn=network.log_key_arn,
+            ),
+        )
+        pulumi.export("client_vpn_endpoint_id", client_vpn.endpoint_id)
+        pulumi.export("client_vpn_dns_name", client_vpn.dns_name)
+        pulumi.export("client_vpn_server_name", client_vpn.server_name)
+        pulumi.export("client_vpn_ca_cert_pem", client_vpn.ca_cert_pem)
+        pulumi.export("client_vpn_client_cert_pem", client_vpn.client_cert_pem)
+        pulumi.export("client_vpn_client_key_pem", client_vpn.client_key_pem)

@@ -7,8 +7,11 @@ input key the provider does not have.
 
 from __future__ import annotations
 
+import base64
+import datetime
 import hashlib
 import ipaddress
+import string
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -232,6 +235,9 @@ def _vpn(cloud: FakeCloud, urn: str, rid: str, inputs: Mapping[str, Any], region
         out[f"tunnel{n}VgwInsideAddress"] = str(hosts[0])
         out[f"tunnel{n}CgwInsideAddress"] = str(hosts[1])
         out[f"tunnel{n}BgpAsn"] = str(inputs.get("amazonSideAsn", "64512"))
+    if inputs.get("transitGatewayId"):
+        # A VPN connection on a transit gateway gets its own TGW attachment.
+        out["transitGatewayAttachmentId"] = "tgw-attach-" + digest(urn + "/attachment")
     return out
 
 
@@ -246,6 +252,121 @@ def _eks(cloud: FakeCloud, urn: str, rid: str, inputs: Mapping[str, Any], region
         "platformVersion": "eks.1",
         "clusterId": digest(urn, 32),
     }
+
+
+def _secret(value: Any) -> dict[str, Any]:
+    """A value wrapped as a secret on the wire, as the real engine returns outputs the schema marks secret."""
+    return {schema.SIG_KEY: schema.SECRET_SIG, "value": value}
+
+
+def _pem(label: str, seed: str) -> str:
+    """A deterministic PEM-shaped block; clearly fake (it decodes to a digest, not DER)."""
+    body = base64.b64encode(hashlib.sha256(seed.encode()).digest() * 6).decode()
+    lines = [body[i : i + 64] for i in range(0, len(body), 64)]
+    return "\n".join([f"-----BEGIN {label}-----", *lines, f"-----END {label}-----"]) + "\n"
+
+
+_VALIDITY_START = datetime.datetime(2025, 1, 1, tzinfo=datetime.UTC)
+# random provider's default special characters.
+_RANDOM_SPECIAL = "!@#$%&*()-_=+[]{}<>:?"
+
+
+@special("aws:ec2/eip:Eip")
+def _eip(cloud: FakeCloud, urn: str, rid: str, inputs: Mapping[str, Any], region: str | None) -> dict[str, Any]:
+    return {"allocationId": rid, "publicIp": fake_ip(urn, "198.51.100.0/24")}
+
+
+@special("aws:kms/key:Key")
+def _kms_key(cloud: FakeCloud, urn: str, rid: str, inputs: Mapping[str, Any], region: str | None) -> dict[str, Any]:
+    return {"keyId": rid}
+
+
+@special("aws:cloudwatch/logGroup:LogGroup")
+def _log_group(cloud: FakeCloud, urn: str, rid: str, inputs: Mapping[str, Any], region: str | None) -> dict[str, Any]:
+    name = _plain(inputs.get("name")) or rid
+    return {"arn": f"arn:{PARTITION}:logs:{region}:{ACCOUNT_ID}:log-group:{name}"}
+
+
+@special("aws:ec2clientvpn/endpoint:Endpoint")
+def _client_vpn(cloud: FakeCloud, urn: str, rid: str, inputs: Mapping[str, Any], region: str | None) -> dict[str, Any]:
+    return {"dnsName": f"*.{rid}.prod.clientvpn.{region}.amazonaws.com"}
+
+
+def _random_text(urn: str, inputs: Mapping[str, Any]) -> str:
+    """A deterministic string obeying the random provider's character-class and minimum options."""
+    classes = {
+        "lower": ("minLower", string.ascii_lowercase),
+        "upper": ("minUpper", string.ascii_uppercase),
+        "numeric": ("minNumeric", string.digits),
+        "special": ("minSpecial", str(inputs.get("overrideSpecial") or _RANDOM_SPECIAL)),
+    }
+    enabled = {k: v for k, v in classes.items() if inputs.get(k, True) is not False}
+    if inputs.get("number") is False:
+        enabled.pop("numeric", None)
+    charset = "".join(chars for _, chars in enabled.values())
+    length = int(inputs.get("length", 16))
+    stream = hashlib.shake_256(urn.encode()).digest(4 * length + 64)
+    out: list[str] = []
+    for key, chars in enabled.values():
+        out += [chars[stream[len(out)] % len(chars)] for _ in range(int(inputs.get(key, 0) or 0))]
+    out += [charset[b % len(charset)] for b in stream[len(out) : length]]
+    return "".join(out[:length])
+
+
+@special("random:index/randomPassword:RandomPassword")
+def _random_password(
+    cloud: FakeCloud, urn: str, rid: str, inputs: Mapping[str, Any], region: str | None
+) -> dict[str, Any]:
+    return {"result": _secret(_random_text(urn, inputs)), "bcryptHash": _secret("$2a$10$" + digest(urn, 53))}
+
+
+@special("random:index/randomString:RandomString")
+def _random_string(
+    cloud: FakeCloud, urn: str, rid: str, inputs: Mapping[str, Any], region: str | None
+) -> dict[str, Any]:
+    return {"result": _random_text(urn, inputs)}
+
+
+@special("tls:index/privateKey:PrivateKey")
+def _tls_key(cloud: FakeCloud, urn: str, rid: str, inputs: Mapping[str, Any], region: str | None) -> dict[str, Any]:
+    algorithm = str(inputs.get("algorithm", "RSA"))
+    legacy = {"RSA": "RSA PRIVATE KEY", "ECDSA": "EC PRIVATE KEY"}.get(algorithm, "PRIVATE KEY")
+    return {
+        "privateKeyPem": _secret(_pem(legacy, urn + "/private")),
+        "privateKeyPemPkcs8": _secret(_pem("PRIVATE KEY", urn + "/private")),
+        "privateKeyOpenssh": _secret(_pem("OPENSSH PRIVATE KEY", urn + "/private")),
+        "publicKeyPem": _pem("PUBLIC KEY", urn + "/public"),
+        "publicKeyOpenssh": f"ssh-{algorithm.lower()} {digest(urn + '/ssh', 40)}\n",
+        "publicKeyFingerprintSha256": "SHA256:" + digest(urn + "/fp", 43),
+    }
+
+
+def _cert(urn: str, inputs: Mapping[str, Any]) -> dict[str, Any]:
+    hours = int(inputs.get("validityPeriodHours", 0))
+    end = _VALIDITY_START + datetime.timedelta(hours=hours)
+    return {
+        "certPem": _pem("CERTIFICATE", urn),
+        "validityStartTime": _VALIDITY_START.strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "validityEndTime": end.strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "readyForRenewal": False,
+    }
+
+
+@special("tls:index/selfSignedCert:SelfSignedCert")
+def _tls_self_signed(
+    cloud: FakeCloud, urn: str, rid: str, inputs: Mapping[str, Any], region: str | None
+) -> dict[str, Any]:
+    return _cert(urn, inputs)
+
+
+@special("tls:index/locallySignedCert:LocallySignedCert")
+def _tls_signed(cloud: FakeCloud, urn: str, rid: str, inputs: Mapping[str, Any], region: str | None) -> dict[str, Any]:
+    return _cert(urn, inputs)
+
+
+@special("tls:index/certRequest:CertRequest")
+def _tls_request(cloud: FakeCloud, urn: str, rid: str, inputs: Mapping[str, Any], region: str | None) -> dict[str, Any]:
+    return {"certRequestPem": _pem("CERTIFICATE REQUEST", urn)}
 
 
 @special("aws:ec2/launchTemplate:LaunchTemplate")

@@ -11,6 +11,7 @@ import pytest
 from dlinfra import planner, stackroles
 from dlinfra.fleet import load_fleet
 from dlinfra.offline import engine
+from tests.components import _reference as reference
 from tests.conftest import REFERENCE_FLEET, REFERENCE_LOCK, ROOT
 
 CONFIG = {"dlinfra:fleet": str(REFERENCE_FLEET), "dlinfra:lock": str(REFERENCE_LOCK)}
@@ -18,9 +19,8 @@ CONFIG = {"dlinfra:fleet": str(REFERENCE_FLEET), "dlinfra:lock": str(REFERENCE_L
 
 @pytest.fixture(scope="module")
 def results() -> dict[str, engine.StackResult]:
-    fleet = load_fleet(REFERENCE_FLEET).fleet
-    runs = engine.run_all(ROOT, stackroles.roles(fleet), project=fleet.project, config=CONFIG)
-    return {r.role.name: r for r in runs}
+    # One offline run of the reference fleet per test session, shared with tests/components.
+    return reference.runs()
 
 
 @pytest.fixture(scope="module")
@@ -118,3 +118,78 @@ def test_single_region_environment_has_no_global_stack() -> None:
     fleet = load_fleet(REFERENCE_FLEET).fleet
     with pytest.raises(Exception, match="environment 'staging' has one region, so it has no global stack"):
         stackroles.parse(fleet, "staging-global")
+
+
+# --- network reachability across stacks -----------------------------------------------------------------
+def _tgw_routes(result: engine.StackResult) -> dict[str, dict[str, str]]:
+    """TGW route table id -> destination CIDR -> attachment id, for the stack's static TGW routes."""
+    out: dict[str, dict[str, str]] = {}
+    for r in _of_type(result, "aws:ec2transitgateway/route:Route"):
+        table = out.setdefault(r.inputs["transitGatewayRouteTableId"], {})
+        table[r.inputs["destinationCidrBlock"]] = r.inputs["transitGatewayAttachmentId"]
+    return out
+
+
+def _peer_regions(result: engine.StackResult) -> dict[str, frozenset[str]]:
+    """Peering attachment id -> the two regions it joins."""
+    region_of = {f"{p.urn}::{p.id}": p.inputs["region"] for p in _of_type(result, "pulumi:providers:aws")}
+    return {
+        a.id: frozenset((region_of[a.provider or ""], a.inputs["peerRegion"]))
+        for a in _of_type(result, "aws:ec2transitgateway/peeringAttachment:PeeringAttachment")
+    }
+
+
+def test_every_site_network_is_routed_from_every_region_of_its_environment(
+    results: dict[str, engine.StackResult], plan: planner.Plan
+) -> None:
+    fleet = load_fleet(REFERENCE_FLEET).fleet
+    peerings = _peer_regions(results["prod-global"])
+    global_routes = _tgw_routes(results["prod-global"])
+    checked = 0
+    for site, spec in fleet.sites.items():
+        home = results[f"{spec.environment}-{spec.region}"]
+        vpns = _of_type(home, "aws:ec2/vpnConnection:VpnConnection")
+        (vpn,) = [r for r in vpns if r.name == f"site-{site}-vpn"]
+        vpn_attachment = vpn.outputs["transitGatewayAttachmentId"]
+        for network in (plan.cidr(f"site-lan/{site}"), plan.cidr(f"hybrid-pods/{site}")):
+            cidr = str(network)
+            for region in fleet.environments[spec.environment].regions:
+                stack = results[f"{spec.environment}-{region}"]
+                tgw, table = stack.outputs["transit_gateway_id"], stack.outputs["transit_route_table_id"]
+                # 1. every private route table of the VPC sends the site's networks to the region's TGW
+                private = {
+                    r.inputs["routeTableId"]
+                    for r in _of_type(stack, "aws:ec2/route:Route")
+                    if r.inputs["destinationCidrBlock"] == cidr and r.inputs.get("transitGatewayId") == tgw
+                }
+                assert private == set(stack.outputs["route_table_ids"]["private"].values()), (site, region)
+                # 2. the region's TGW route table knows where the site is
+                if region == spec.region and spec.routing == "static":
+                    assert _tgw_routes(stack)[table][cidr] == vpn_attachment
+                elif region == spec.region:
+                    propagations = _of_type(stack, "aws:ec2transitgateway/routeTablePropagation:RouteTablePropagation")
+                    assert any(
+                        p.inputs["transitGatewayAttachmentId"] == vpn_attachment
+                        and p.inputs["transitGatewayRouteTableId"] == table
+                        for p in propagations
+                    )
+                else:
+                    attachment = global_routes[table][cidr]
+                    assert peerings[attachment] == {region, spec.region}
+                checked += 1
+    assert checked == 2 * 2 * 3  # two sites, LAN and pods, three prod regions
+
+
+def test_no_secret_reaches_a_plan_export(results: dict[str, engine.StackResult], tmp_path: Path) -> None:
+    secrets: list[str] = []
+    for result in results.values():
+        for conn in (result.outputs.get("site_vpns") or {}).values():
+            secrets += [t["preshared_key"] for t in conn["tunnels"]]
+        if "client_vpn_client_key_pem" in result.outputs:
+            secrets.append(result.outputs["client_vpn_client_key_pem"])
+    assert len(secrets) == 4 + 4  # two sites x two tunnels, four Client VPN endpoints
+    for result in results.values():
+        text = engine.write_plan(result, "dlinfra", tmp_path).read_text()
+        assert "PRIVATE KEY" not in text, result.role.name
+        leaked = [s[:4] + "..." for s in secrets if s in text]
+        assert not leaked, f"{result.role.name}: {leaked}"

@@ -1,0 +1,256 @@
+"""ClientVpn: laptop VPN (AWS Client VPN, OpenVPN compatible) with mutual TLS, logs and routes."""
+
+from __future__ import annotations
+
+import ipaddress
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Literal
+
+import pulumi
+import pulumi_aws as aws
+import pulumi_tls as tls
+
+from components.network import LOG_RETENTION_DAYS
+from dlinfra.naming import Names
+
+# Client VPN accepts RSA 1024/2048 server and client keys only; 2048 is the strong choice it allows.
+_RSA_BITS = 2048
+_HOURS_PER_DAY = 24
+_EARLY_RENEWAL_DAYS = 30
+
+
+@dataclass(frozen=True, kw_only=True)
+class ClientVpnArgs:
+    names: Names  # naming and tags of this (regional) stack
+    vpc_id: pulumi.Input[str]  # the region's VPC
+    vpc_cidr: str  # planned VPC block; its resolver (base + 2) is the clients' DNS server
+    client_cidr: str  # planned laptop address pool (client-vpn/<env>/<region>), /12 to /22
+    subnet_ids: Mapping[str, pulumi.Input[str]]  # AZ -> private subnet the endpoint is associated with
+    remote_cidrs: Mapping[str, str]  # stable key -> CIDR beyond the VPC (other regions, sites), via the VPC
+    log_kms_key_arn: pulumi.Input[str]  # KMS key for the connection log group (Network.log_key_arn)
+    log_retention_days: int = 365  # days connection logs are kept; a value CloudWatch Logs accepts
+    session_timeout_hours: Literal[8, 10, 12, 24] = 12  # a laptop reconnects after this long
+    ca_validity_days: int = 3650  # the endpoint's private CA
+    cert_validity_days: int = 730  # server and client certificates; re-issued 30 days before expiry
+
+    def __post_init__(self) -> None:
+        vpc = ipaddress.IPv4Network(self.vpc_cidr)
+        client = ipaddress.IPv4Network(self.client_cidr)
+        if not 12 <= client.prefixlen <= 22:
+            raise ValueError(f"client_cidr: {client} is a /{client.prefixlen}; Client VPN needs /12 to /22")
+        if client.overlaps(vpc):
+            raise ValueError(f"client_cidr: {client} overlaps vpc_cidr {vpc}")
+        for key, cidr in self.remote_cidrs.items():
+            net = ipaddress.IPv4Network(cidr)
+            if net.overlaps(vpc) or net.overlaps(client):
+                raise ValueError(f"remote_cidrs.{key}: {net} overlaps the VPC or the client pool")
+        if not self.subnet_ids:
+            raise ValueError("subnet_ids: the endpoint needs at least one subnet to associate with")
+        if self.log_retention_days not in LOG_RETENTION_DAYS:
+            raise ValueError(f"log_retention_days: {self.log_retention_days} is not a CloudWatch Logs retention")
+        if self.session_timeout_hours not in (8, 10, 12, 24):
+            raise ValueError(f"session_timeout_hours: must be 8, 10, 12 or 24, got {self.session_timeout_hours}")
+        if not 0 < self.cert_validity_days < self.ca_validity_days:
+            raise ValueError("cert_validity_days: must be positive and shorter than ca_validity_days")
+        if self.cert_validity_days <= _EARLY_RENEWAL_DAYS:
+            raise ValueError(f"cert_validity_days: must exceed the {_EARLY_RENEWAL_DAYS}-day early-renewal window")
+
+    @property
+    def resolver(self) -> str:
+        """The VPC's Amazon-provided DNS resolver: the VPC base address plus two."""
+        return str(ipaddress.IPv4Network(self.vpc_cidr).network_address + 2)
+
+
+class ClientVpn(pulumi.ComponentResource):
+    """Private CA, server and client certificates, ACM import, Client VPN endpoint, associations and rules."""
+
+    endpoint_id: pulumi.Output[str]
+    dns_name: pulumi.Output[str]
+    server_name: pulumi.Output[str]  # server certificate CN, for the profile's verify-x509-name
+    ca_cert_pem: pulumi.Output[str]
+    client_cert_pem: pulumi.Output[str]
+    client_key_pem: pulumi.Output[str]  # secret
+
+    def __init__(self, name: str, args: ClientVpnArgs, opts: pulumi.ResourceOptions | None = None) -> None:
+        super().__init__("dlinfra:vpn:ClientVpn", name, None, opts)
+        names = args.names
+        child = pulumi.ResourceOptions(parent=self)
+        endpoint_name = names.physical("client-vpn")
+        server_cn = names.physical("client-vpn", "server")
+        cert_hours = args.cert_validity_days * _HOURS_PER_DAY
+
+        # A private CA per endpoint: trust stops at this endpoint, and rotating it touches nothing else.
+        ca_key = tls.PrivateKey(f"{name}-ca-key", algorithm="RSA", rsa_bits=_RSA_BITS, opts=child)
+        ca = tls.SelfSignedCert(
+            f"{name}-ca",
+            private_key_pem=ca_key.private_key_pem,
+            is_ca_certificate=True,
+            subject=tls.SelfSignedCertSubjectArgs(
+                common_name=names.physical("client-vpn", "ca"), organization=names.project
+            ),
+            validity_period_hours=args.ca_validity_days * _HOURS_PER_DAY,
+            allowed_uses=["cert_signing", "crl_signing", "digital_signature"],
+            opts=child,
+        )
+        server_key, server_cert = _leaf(
+            f"{name}-server",
+            tls.CertRequestSubjectArgs(common_name=server_cn, organization=names.project),
+            "server_auth",
+            ca_key,
+            ca,
+            cert_hours,
+            child,
+        )
+        client_key, client_cert = _leaf(
+            f"{name}-client",
+            tls.CertRequestSubjectArgs(common_name=names.physical("client-vpn", "client"), organization=names.project),
+            "client_auth",
+            ca_key,
+            ca,
+            cert_hours,
+            child,
+        )
+        # Client and server certificates share the CA, so the imported server certificate also serves as the
+        # client root chain (AWS documents this), and no CA private key ever reaches ACM.
+        server_private_key: pulumi.Output[str] = pulumi.Output.secret(server_key.private_key_pem)
+        acm_cert = aws.acm.Certificate(
+            f"{name}-server-acm",
+            private_key=server_private_key,
+            certificate_body=server_cert.cert_pem,
+            certificate_chain=ca.cert_pem,
+            tags=names.tags("vpn", server_cn),
+            opts=child,
+        )
+
+        log_group = aws.cloudwatch.LogGroup(
+            f"{name}-logs",
+            name=f"/client-vpn/{endpoint_name}",
+            retention_in_days=args.log_retention_days,
+            kms_key_id=args.log_kms_key_arn,
+            tags=names.tags("vpn", endpoint_name),
+            opts=child,
+        )
+        log_stream = aws.cloudwatch.LogStream(
+            f"{name}-log-stream", log_group_name=log_group.name, name="connections", opts=child
+        )
+
+        destinations = {"vpc": args.vpc_cidr, **dict(sorted(args.remote_cidrs.items()))}
+        security_group = aws.ec2.SecurityGroup(
+            f"{name}-sg",
+            name=endpoint_name,
+            description="Client VPN endpoint: laptops reach the VPC, the other regions and the sites",
+            vpc_id=args.vpc_id,
+            tags=names.tags("vpn", endpoint_name),
+            opts=child,
+        )
+        for key, cidr in destinations.items():
+            aws.vpc.SecurityGroupEgressRule(
+                f"{name}-sg-to-{key}",
+                security_group_id=security_group.id,
+                description=f"laptops to {key}",
+                ip_protocol="-1",
+                cidr_ipv4=cidr,
+                tags=names.tags("vpn", names.physical("client-vpn", "to", key)),
+                opts=child,
+            )
+
+        endpoint = aws.ec2clientvpn.Endpoint(
+            f"{name}-endpoint",
+            description=f"{endpoint_name}: laptops into {names.prefix}",
+            server_certificate_arn=acm_cert.arn,
+            client_cidr_block=args.client_cidr,
+            authentication_options=[
+                aws.ec2clientvpn.EndpointAuthenticationOptionArgs(
+                    type="certificate-authentication", root_certificate_chain_arn=acm_cert.arn
+                )
+            ],
+            connection_log_options=aws.ec2clientvpn.EndpointConnectionLogOptionsArgs(
+                enabled=True, cloudwatch_log_group=log_group.name, cloudwatch_log_stream=log_stream.name
+            ),
+            dns_servers=[args.resolver],
+            split_tunnel=True,
+            transport_protocol="udp",
+            vpn_port=443,
+            session_timeout_hours=args.session_timeout_hours,
+            self_service_portal="disabled",
+            security_group_ids=[security_group.id],
+            vpc_id=args.vpc_id,
+            tags=names.tags("vpn", endpoint_name),
+            opts=child,
+        )
+        associations: dict[str, aws.ec2clientvpn.NetworkAssociation] = {}
+        for az, subnet_id in sorted(args.subnet_ids.items()):
+            associations[az] = aws.ec2clientvpn.NetworkAssociation(
+                f"{name}-association-{az}",
+                client_vpn_endpoint_id=endpoint.id,
+                subnet_id=subnet_id,
+                opts=child,
+            )
+        # Mutual TLS carries no group identity, so AWS only honours rules that authorize all groups; per-team
+        # rules (access_group_id) need SAML or Active Directory authentication. Every holder of a client
+        # certificate may reach the environment's networks; what they can open there is up to the hosts.
+        for key, cidr in destinations.items():
+            aws.ec2clientvpn.AuthorizationRule(
+                f"{name}-authorize-{key}",
+                client_vpn_endpoint_id=endpoint.id,
+                target_network_cidr=cidr,
+                authorize_all_groups=True,
+                description=f"every client certificate holder to {key}",
+                opts=child,
+            )
+        # The VPC route comes with each association; the rest go through every associated subnet, so losing an
+        # AZ keeps the routes alive in the others.
+        for key, cidr in sorted(args.remote_cidrs.items()):
+            for az, association in associations.items():
+                aws.ec2clientvpn.Route(
+                    f"{name}-route-{key}-{az}",
+                    client_vpn_endpoint_id=endpoint.id,
+                    destination_cidr_block=cidr,
+                    target_vpc_subnet_id=association.subnet_id,
+                    description=f"{key} through the VPC ({az})",
+                    opts=child,
+                )
+
+        self.endpoint_id = endpoint.id
+        self.dns_name = endpoint.dns_name
+        self.server_name = pulumi.Output.from_input(server_cn)
+        self.ca_cert_pem = ca.cert_pem
+        self.client_cert_pem = client_cert.cert_pem
+        self.client_key_pem = pulumi.Output.secret(client_key.private_key_pem)
+        self.register_outputs(
+            {
+                "endpoint_id": self.endpoint_id,
+                "dns_name": self.dns_name,
+                "server_name": self.server_name,
+                "ca_cert_pem": self.ca_cert_pem,
+                "client_cert_pem": self.client_cert_pem,
+                "client_key_pem": self.client_key_pem,
+            }
+        )
+
+
+def _leaf(
+    name: str,
+    subject: tls.CertRequestSubjectArgs,
+    usage: Literal["server_auth", "client_auth"],
+    ca_key: tls.PrivateKey,
+    ca: tls.SelfSignedCert,
+    validity_hours: int,
+    opts: pulumi.ResourceOptions,
+) -> tuple[tls.PrivateKey, tls.LocallySignedCert]:
+    """A key and a certificate signed by the endpoint's CA, for one TLS role."""
+    key = tls.PrivateKey(f"{name}-key", algorithm="RSA", rsa_bits=_RSA_BITS, opts=opts)
+    request = tls.CertRequest(f"{name}-csr", private_key_pem=key.private_key_pem, subject=subject, opts=opts)
+    cert = tls.LocallySignedCert(
+        f"{name}-cert",
+        cert_request_pem=request.cert_request_pem,
+        ca_private_key_pem=ca_key.private_key_pem,
+        ca_cert_pem=ca.cert_pem,
+        validity_period_hours=validity_hours,
+        # `pulumi up` within the last 30 days of a certificate's life re-issues it.
+        early_renewal_hours=_EARLY_RENEWAL_DAYS * _HOURS_PER_DAY,
+        allowed_uses=["digital_signature", "key_encipherment", usage],
+        opts=opts,
+    )
+    return key, cert

@@ -1,0 +1,264 @@
+"""Network commands: `dlinfra site add|remove|render` and `dlinfra vpn profile`.
+
+`register` adds them to dlinfra.cli's parser; bad input raises DlinfraError (the CLI prints it, exits 2).
+Nothing is written unless the whole change validated; secrets only go to files created mode 0600.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ipaddress
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+
+from dlinfra import planner, sites, stackroles
+from dlinfra.errors import DlinfraError
+from dlinfra.fleet import Fleet, load_fleet
+from dlinfra.render.openvpn import ClientVpnProfile, render_ovpn
+
+ROOT = Path(__file__).resolve().parent.parent  # the project: stacks/ and components/, for --offline runs
+
+out = Console(highlight=False, soft_wrap=True)
+err = Console(stderr=True, highlight=False, soft_wrap=True)
+
+Handler = Callable[[argparse.Namespace], int]
+
+
+def register(subparsers: Any, common: argparse.ArgumentParser) -> dict[str, Handler]:
+    """Add the `site` and `vpn` commands to the CLI; returns command name -> handler."""
+    site = subparsers.add_parser("site", help="onboard, remove and render physical GPU sites")
+    site_sub = site.add_subparsers(dest="site_command", required=True, metavar="{add,remove,render}")
+
+    add = site_sub.add_parser("add", parents=[common], help="add a site to the fleet and allocate its address ranges")
+    add.add_argument("name", help="site name (2-24 lower-case letters, digits and '-')")
+    add.add_argument("--region", required=True, help="home region: the transit gateway the site's VPN lands on")
+    add.add_argument("--public-ip", required=True, help="public IPv4 address of the site gateway")
+    add.add_argument("--asn", required=True, type=_integer("--asn"), help="the site's BGP ASN")
+    add.add_argument("--environment", default="prod", help="environment the site joins (default: prod)")
+    add.add_argument("--lan", help="the site LAN as a CIDR (default: allocated from the address space)")
+    routing = add.add_mutually_exclusive_group()
+    routing.add_argument("--bgp", dest="routing", action="store_const", const="bgp", help="announce routes by BGP")
+    routing.add_argument(
+        "--static", dest="routing", action="store_const", const="static", help="static routes (default)"
+    )
+    add.add_argument("--gpu-nodes", type=_integer("--gpu-nodes"), help="machines that join as hybrid nodes")
+
+    remove = site_sub.add_parser("remove", parents=[common], help="remove a site from the fleet")
+    remove.add_argument("name")
+    remove.add_argument(
+        "--release", action="store_true", help="also free its address ranges (default: keep them reserved)"
+    )
+
+    render = site_sub.add_parser(
+        "render", parents=[common], help="render swanctl.conf, frr.conf and the gateway's Chef node JSON"
+    )
+    render.add_argument("name")
+    _outputs_source(render)
+    render.add_argument("--out", type=Path, help="output folder (default: build/sites/<name>)")
+    render.add_argument(
+        "--install-dir",
+        default=sites.DEFAULT_INSTALL_DIR,
+        help=f"where the files go on the gateway, for the node JSON (default: {sites.DEFAULT_INSTALL_DIR})",
+    )
+
+    vpn = subparsers.add_parser("vpn", help="laptop VPN (AWS Client VPN)")
+    vpn_sub = vpn.add_subparsers(dest="vpn_command", required=True, metavar="{profile}")
+    profile = vpn_sub.add_parser("profile", parents=[common], help="render an OpenVPN (.ovpn) profile")
+    profile.add_argument("--region", required=True)
+    profile.add_argument("--environment", default="prod", help="(default: prod)")
+    _outputs_source(profile)
+    profile.add_argument("--out", type=Path, help="profile path (default: build/vpn/<env>-<region>.ovpn)")
+    return {"site": cmd_site, "vpn": cmd_vpn}
+
+
+def _outputs_source(parser: argparse.ArgumentParser) -> None:
+    source = parser.add_mutually_exclusive_group(required=True)
+    source.add_argument(
+        "--outputs", type=Path, metavar="FILE", help="JSON of `pulumi stack output --json --show-secrets`"
+    )
+    source.add_argument(
+        "--offline",
+        action="store_true",
+        help="take the outputs from an offline run of the stack (fake cloud)",
+    )
+
+
+def _integer(flag: str) -> Callable[[str], int]:
+    def parse(text: str) -> int:
+        try:
+            return int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{flag}: {text!r} is not an integer") from None
+
+    return parse
+
+
+def _lock_path(args: argparse.Namespace) -> Path:
+    return Path(args.lock) if args.lock is not None else Path(args.fleet).parent / "cidr-lock.yaml"
+
+
+# --- site ------------------------------------------------------------------------------------------------
+def cmd_site(args: argparse.Namespace) -> int:
+    handler = {"add": _site_add, "remove": _site_remove, "render": _site_render}[args.site_command]
+    return handler(args)
+
+
+def _site_add(args: argparse.Namespace) -> int:
+    fleet_path = Path(args.fleet)
+    _check_address(args.public_ip, f"sites.{args.name}.public_ip", fleet_path)
+    if args.lan is not None:
+        _check_network(args.lan, f"sites.{args.name}.lan", fleet_path)
+    new = sites.NewSite(
+        name=args.name,
+        region=args.region,
+        public_ip=args.public_ip,
+        asn=args.asn,
+        environment=args.environment,
+        lan=args.lan,
+        routing=args.routing or "static",
+        gpu_nodes=args.gpu_nodes,
+    )
+    change = sites.add_site(fleet_path, _lock_path(args), new)
+    out.print(f"added site {new.name} to {fleet_path} (home stack {change.home_stack})", markup=False)
+    for key, net in change.allocations.items():
+        out.print(f"  {key:<24} {net}", markup=False)
+    out.print(f"wrote {_lock_path(args)}", markup=False)
+    out.print("\nNext steps:")
+    for i, step in enumerate(sites.next_steps_after_add(change.fleet, new.name, fleet_path), start=1):
+        out.print(f"  {i}. {step}", markup=False)
+    return 0
+
+
+def _check_address(text: str, key: str, fleet_path: Path) -> None:
+    """A clearer message than the schema's for the commonest mistakes (malformed, private)."""
+    try:
+        ip = ipaddress.IPv4Address(text)
+    except ValueError:
+        raise DlinfraError(
+            f"{text!r} is not an IPv4 address (four numbers 0-255, e.g. 198.51.100.7)",
+            file=str(fleet_path),
+            key=key,
+        ) from None
+    if ip.is_private or ip.is_reserved or ip.is_loopback or ip.is_link_local or ip.is_multicast or not ip.is_global:
+        raise DlinfraError(
+            f"{ip} is not a public address (private, shared, reserved or special-purpose); the customer "
+            "gateway needs the site gateway's public IPv4 address",
+            file=str(fleet_path),
+            key=key,
+        )
+
+
+def _check_network(text: str, key: str, fleet_path: Path) -> None:
+    try:
+        ipaddress.IPv4Network(text)
+    except ValueError:
+        try:
+            loose = ipaddress.IPv4Network(text, strict=False)
+        except ValueError:
+            raise DlinfraError(
+                f"{text!r} is not an IPv4 CIDR such as 10.60.0.0/20", file=str(fleet_path), key=key
+            ) from None
+        raise DlinfraError(f"{text} has host bits set; did you mean {loose}?", file=str(fleet_path), key=key) from None
+
+
+def _site_remove(args: argparse.Namespace) -> int:
+    change = sites.remove_site(Path(args.fleet), _lock_path(args), args.name, release=args.release)
+    out.print(f"removed site {args.name} from {args.fleet}", markup=False)
+    if change.released:
+        out.print(f"released {len(change.allocations)} allocation(s) in {_lock_path(args)}:", markup=False)
+    else:
+        out.print(
+            f"kept {len(change.allocations)} allocation(s) reserved in {_lock_path(args)} "
+            "(orphans: never reused until `dlinfra cidr --release KEY`):"
+        )
+    for key, net in change.allocations.items():
+        out.print(f"  {key:<24} {net}", markup=False)
+    out.print(
+        f"\nNext: pulumi up --stack {change.home_stack} (deletes the site's VPN and routes), then the "
+        "environment's global stack, if it has one (drops the routes in the other regions)."
+    )
+    return 0
+
+
+def _site_render(args: argparse.Namespace) -> int:
+    loaded = load_fleet(args.fleet)
+    fleet = loaded.fleet
+    if args.name not in fleet.sites:
+        known = ", ".join(fleet.sites) or "none"
+        raise DlinfraError(
+            f"no site {args.name!r} in the fleet (sites: {known})",
+            file=str(args.fleet),
+            key=f"sites.{args.name}",
+        )
+    spec = fleet.sites[args.name]
+    outputs, source = _outputs(args, fleet, spec.environment, spec.region)
+    out_dir = args.out or Path("build/sites") / args.name
+    rendered = sites.render_site(fleet, args.name, outputs, out_dir, source=source, install_dir=args.install_dir)
+    for role, path in rendered.files.items():
+        note = " (mode 0600: holds the pre-shared keys)" if role == "swanctl" else ""
+        out.print(f"wrote {path}{note}", markup=False)
+    out.print(
+        f"Install them on the gateway under {args.install_dir}/ and converge it with the node JSON "
+        f"(chef-client -z -j {rendered.files['node'].name}).",
+        markup=False,
+    )
+    return 0
+
+
+def _outputs(args: argparse.Namespace, fleet: Fleet, env: str, region: str) -> tuple[Mapping[str, Any], str]:
+    """The regional stack's outputs: from the JSON file, or from an offline run of the stack."""
+    if args.outputs is not None:
+        return sites.load_outputs(args.outputs), str(args.outputs)
+    role = stackroles.parse(fleet, f"{env}-{region}", fleet_file=str(args.fleet))
+    planner.plan(load_fleet(args.fleet), planner.load_lock(_lock_path(args)))  # fail early, with file and key
+    from dlinfra.offline import engine  # imports pulumi: only when an offline run is asked for
+
+    config = {
+        "dlinfra:fleet": str(Path(args.fleet).resolve()),
+        "dlinfra:lock": str(_lock_path(args).resolve()),
+    }
+    result = engine.run_stack(ROOT, role, project=fleet.project, config=config, stack_exports={})
+    err.print(f"offline outputs of {role.name} (fake cloud: addresses and keys are not real)")
+    return result.outputs, f"offline {role.name}"
+
+
+# --- vpn -------------------------------------------------------------------------------------------------
+def cmd_vpn(args: argparse.Namespace) -> int:
+    return {"profile": _vpn_profile}[args.vpn_command](args)
+
+
+def _vpn_profile(args: argparse.Namespace) -> int:
+    fleet = load_fleet(args.fleet).fleet
+    env, region = args.environment, args.region
+    stack = f"{env}-{region}"
+    stackroles.parse(fleet, stack, fleet_file=str(args.fleet))
+    if not fleet.environments[env].client_vpn:
+        raise DlinfraError(
+            "client_vpn is false: this environment has no Client VPN endpoint",
+            file=str(args.fleet),
+            key=f"environments.{env}.client_vpn",
+        )
+    outputs, source = _outputs(args, fleet, env, region)
+    sites.check_stack(outputs, env, region, source=source)
+    values = {
+        field: sites.require_output(outputs, f"client_vpn_{field}", source=source, stack=stack)
+        for field in ("dns_name", "server_name", "ca_cert_pem", "client_cert_pem", "client_key_pem")
+    }
+    try:
+        profile = ClientVpnProfile(
+            name=f"{fleet.project} {stack}",
+            endpoint_dns_name=str(values["dns_name"]),
+            server_name=str(values["server_name"]),
+            ca_cert_pem=str(values["ca_cert_pem"]),
+            client_cert_pem=str(values["client_cert_pem"]),
+            client_key_pem=str(values["client_key_pem"]),
+        )
+    except ValueError as exc:
+        raise DlinfraError(str(exc), file=source) from None
+    path = args.out or Path("build/vpn") / f"{stack}.ovpn"
+    sites.write_private(path, render_ovpn(profile))
+    out.print(f"wrote {path} (mode 0600: holds the client private key; never commit or share it)", markup=False)
+    return 0

@@ -1,0 +1,145 @@
+"""ClientVpn: private CA and certificates, ACM import, mutual-TLS endpoint, associations, rules, routes."""
+
+from __future__ import annotations
+
+import ipaddress
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from components.client_vpn import ClientVpnArgs
+from dlinfra import sites
+from dlinfra.naming import Names
+from dlinfra.offline import engine, schema
+from tests.components._reference import REGIONAL, by_id, env_region, fleet, named, of_type, plain, plan, runs
+
+
+def _remote(env: str, region: str) -> dict[str, str]:
+    return {d.key: str(d.cidr) for d in sites.environment_networks(fleet(), plan(), env) if d.key != f"vpc-{region}"}
+
+
+@pytest.mark.parametrize("stack", REGIONAL)
+def test_endpoint(stack: str) -> None:
+    env, region = env_region(stack)
+    assert fleet().environments[env].client_vpn
+    result = runs()[stack]
+    (endpoint,) = of_type(result, "aws:ec2clientvpn/endpoint:Endpoint")
+    cert = named(result, "client-vpn-server-acm")
+    vpc = ipaddress.ip_network(str(plan().vpc(env, region)))
+    i = endpoint.inputs
+    assert i["clientCidrBlock"] == str(plan().cidr(f"client-vpn/{env}/{region}"))
+    assert i["serverCertificateArn"] == cert.outputs["arn"]
+    assert i["authenticationOptions"] == [
+        {"type": "certificate-authentication", "rootCertificateChainArn": cert.outputs["arn"]}
+    ]
+    assert i["splitTunnel"] is True
+    assert (i["transportProtocol"], plain(i["vpnPort"])) == ("udp", 443)
+    assert i["dnsServers"] == [str(vpc.network_address + 2)]
+    assert i["vpcId"] == result.outputs["vpc_id"]
+    assert i["selfServicePortal"] == "disabled"
+    logs = i["connectionLogOptions"]
+    assert logs["enabled"] is True
+    group = named(result, "client-vpn-logs")
+    assert logs["cloudwatchLogGroup"] == group.inputs["name"]
+    assert logs["cloudwatchLogStream"] == named(result, "client-vpn-log-stream").inputs["name"]
+    assert group.inputs["kmsKeyId"] == named(result, "network-log-key").outputs["arn"]
+    (sg,) = [r for r in of_type(result, "aws:ec2/securityGroup:SecurityGroup") if r.name == "client-vpn-sg"]
+    assert i["securityGroupIds"] == [sg.id]
+    egress = {
+        r.inputs["cidrIpv4"]
+        for r in of_type(result, "aws:vpc/securityGroupEgressRule:SecurityGroupEgressRule")
+        if r.inputs["securityGroupId"] == sg.id
+    }
+    assert egress == {str(vpc), *_remote(env, region).values()}
+
+
+@pytest.mark.parametrize("stack", REGIONAL)
+def test_associations_rules_and_routes(stack: str) -> None:
+    env, region = env_region(stack)
+    result = runs()[stack]
+    ids = by_id(result)
+    (endpoint,) = of_type(result, "aws:ec2clientvpn/endpoint:Endpoint")
+    associations = of_type(result, "aws:ec2clientvpn/networkAssociation:NetworkAssociation")
+    subnets = [ids[a.inputs["subnetId"]] for a in associations]
+    assert {s.inputs["tags"]["dlinfra:tier"] for s in subnets} == {"private"}
+    assert {s.inputs["availabilityZone"] for s in subnets} == set(fleet().azs(region))
+    assert all(a.inputs["clientVpnEndpointId"] == endpoint.id for a in associations)
+    remote = _remote(env, region)
+    rules = {
+        r.inputs["targetNetworkCidr"]: r.inputs
+        for r in of_type(result, "aws:ec2clientvpn/authorizationRule:AuthorizationRule")
+    }
+    assert set(rules) == {str(plan().vpc(env, region)), *remote.values()}
+    assert all(r["authorizeAllGroups"] is True and "accessGroupId" not in r for r in rules.values())
+    routes: dict[str, set[str]] = {}
+    for r in of_type(result, "aws:ec2clientvpn/route:Route"):
+        routes.setdefault(r.inputs["destinationCidrBlock"], set()).add(r.inputs["targetVpcSubnetId"])
+    assert routes == {cidr: {s.id for s in subnets} for cidr in remote.values()}
+
+
+@pytest.mark.parametrize("stack", REGIONAL)
+def test_certificates_and_secret_keys(stack: str, tmp_path: Path) -> None:
+    result = runs()[stack]
+    ca = named(result, "client-vpn-ca")
+    assert ca.inputs["isCaCertificate"] is True
+    assert set(ca.inputs["allowedUses"]) >= {"cert_signing"}
+    for role, usage in (("server", "server_auth"), ("client", "client_auth")):
+        cert = named(result, f"client-vpn-{role}-cert")
+        assert usage in cert.inputs["allowedUses"]
+        assert cert.inputs["caCertPem"] == ca.outputs["certPem"]
+        assert schema.is_secret(cert.inputs["caPrivateKeyPem"])
+        key = named(result, f"client-vpn-{role}-key")
+        assert (key.inputs["algorithm"], plain(key.inputs["rsaBits"])) == ("RSA", 2048)
+    acm = named(result, "client-vpn-server-acm")
+    assert schema.is_secret(acm.inputs["privateKey"])
+    assert acm.inputs["certificateChain"] == ca.outputs["certPem"]
+    out = result.outputs
+    assert out["client_vpn_ca_cert_pem"] == ca.outputs["certPem"]
+    assert "PRIVATE KEY" in out["client_vpn_client_key_pem"]
+    assert "client_vpn_client_key_pem" in result.secret_outputs
+    assert "client_vpn_client_cert_pem" not in result.secret_outputs
+    assert out["client_vpn_dns_name"].startswith("*.cvpn-endpoint-")
+    text = engine.write_plan(result, "dlinfra", tmp_path).read_text()
+    assert "PRIVATE KEY" not in text
+    assert out["client_vpn_client_key_pem"] not in text
+
+
+def _args(**overrides: Any) -> ClientVpnArgs:
+    fields: dict[str, Any] = {
+        "names": Names("dlinfra", "prod", "us-west-2"),
+        "vpc_id": "vpc-1",
+        "vpc_cidr": "10.2.0.0/16",
+        "client_cidr": "10.4.24.0/22",
+        "subnet_ids": {"us-west-2a": "subnet-1"},
+        "remote_cidrs": {"vpc-us-east-1": "10.1.0.0/16"},
+        "log_kms_key_arn": "arn:aws:kms:us-west-2:123456789012:key/x",
+    }
+    return ClientVpnArgs(**(fields | overrides))
+
+
+def test_resolver_is_the_vpc_base_plus_two() -> None:
+    assert _args(vpc_cidr="10.3.128.0/18").resolver == "10.3.128.2"
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        (
+            {"client_cidr": "10.4.24.0/24"},
+            r"^client_cidr: 10.4.24.0/24 is a /24; Client VPN needs /12 to /22",
+        ),
+        ({"client_cidr": "10.2.0.0/22"}, r"^client_cidr: 10.2.0.0/22 overlaps vpc_cidr"),
+        (
+            {"remote_cidrs": {"lan-x": "10.4.25.0/24"}},
+            r"^remote_cidrs.lan-x: .* overlaps the VPC or the client",
+        ),
+        ({"subnet_ids": {}}, r"^subnet_ids: the endpoint needs at least one subnet"),
+        ({"session_timeout_hours": 9}, r"^session_timeout_hours: must be 8, 10, 12 or 24"),
+        ({"cert_validity_days": 20}, r"^cert_validity_days: must exceed the 30-day early-renewal window"),
+        ({"cert_validity_days": 4000}, r"^cert_validity_days: must be positive and shorter"),
+    ],
+)
+def test_args_are_checked(overrides: dict[str, Any], message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        _args(**overrides)

@@ -1,0 +1,410 @@
+"""Sites: networks in the plan, `site add|remove|render` and `vpn profile` end to end in a temp repo."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import stat
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from dlinfra import cli_network, planner, sites, stackroles
+from dlinfra.errors import DlinfraError
+from dlinfra.fleet import load_fleet
+from dlinfra.offline import engine
+from tests.components import _reference as reference
+from tests.conftest import REFERENCE_FLEET, REFERENCE_LOCK, ROOT
+
+
+@dataclass
+class Run:
+    code: int
+    out: str
+    err: str
+
+
+@dataclass
+class Repo:
+    """A temp copy of the reference fleet and lock, and a CLI runner working on it."""
+
+    root: Path
+    run: Callable[..., Run]
+
+    @property
+    def fleet(self) -> Path:
+        return self.root / "fleet.yaml"
+
+    @property
+    def lock(self) -> Path:
+        return self.root / "cidr-lock.yaml"
+
+    def snapshot(self) -> tuple[bytes, bytes]:
+        return self.fleet.read_bytes(), self.lock.read_bytes()
+
+
+def _parser() -> argparse.ArgumentParser:
+    """The CLI as dlinfra.cli builds it: a common parent with --fleet/--lock, commands from register()."""
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--fleet", default="fleet.yaml", type=Path)
+    common.add_argument("--lock", default=None, type=Path)
+    parser = argparse.ArgumentParser(prog="dlinfra")
+    sub = parser.add_subparsers(dest="command", required=True)
+    parser.set_defaults(handlers=cli_network.register(sub, common))
+    return parser
+
+
+@pytest.fixture
+def repo(tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> Repo:
+    shutil.copy(REFERENCE_FLEET, tmp_path / "fleet.yaml")
+    shutil.copy(REFERENCE_LOCK, tmp_path / "cidr-lock.yaml")
+    monkeypatch.chdir(tmp_path)
+
+    def run(*argv: str) -> Run:
+        capsys.readouterr()
+        args = _parser().parse_args(argv)
+        try:
+            code = args.handlers[args.command](args)
+        except DlinfraError as exc:  # what dlinfra.cli.main does
+            print(f"error: {exc}", file=__import__("sys").stderr)
+            code = 2
+        captured = capsys.readouterr()
+        return Run(code, captured.out, captured.err)
+
+    return Repo(tmp_path, run)
+
+
+# --- the plan's view of sites ------------------------------------------------------------------------
+def test_environment_networks_and_site_remotes() -> None:
+    loaded = load_fleet(REFERENCE_FLEET)
+    plan = planner.plan(loaded, planner.load_lock(REFERENCE_LOCK))
+    nets = sites.environment_networks(loaded.fleet, plan, "prod")
+    assert [d.key for d in nets] == [
+        "vpc-us-west-2",
+        "vpc-us-east-1",
+        "vpc-eu-west-1",
+        "lan-sjc1",
+        "pods-sjc1",
+        "lan-ams1",
+        "pods-ams1",
+    ]
+    assert {d.key: d.region for d in nets}["lan-ams1"] == "eu-west-1"
+    remote = sites.site_remote_cidrs(loaded.fleet, plan, "sjc1")
+    assert sites.site_lan(plan, "sjc1") not in remote and sites.site_pods(plan, "sjc1") not in remote
+    assert sites.site_lan(plan, "ams1") in remote and plan.vpc("prod", "us-west-2") in remote
+    assert sites.environment_networks(loaded.fleet, plan, "staging") == [
+        sites.Destination("vpc-us-west-2", plan.vpc("staging", "us-west-2"), "us-west-2")
+    ]
+
+
+# --- site add: bad input ------------------------------------------------------------------------------
+BASE = ["nyc1", "--region", "us-east-1", "--public-ip", "8.8.4.4", "--asn", "65103"]
+
+
+def _with(**changes: str | None) -> list[str]:
+    argv = list(BASE)
+    for flag, value in changes.items():
+        option = "--" + flag.replace("_", "-")
+        if option in argv:
+            i = argv.index(option)
+            del argv[i : i + 2]
+        if value is not None:
+            argv += [option, value]
+    return argv
+
+
+@pytest.mark.parametrize(
+    ("argv", "key", "message"),
+    [
+        pytest.param(["sjc1", *BASE[1:]], "sites.sjc1", "already exists", id="duplicate-site"),
+        pytest.param(_with(public_ip="10.1.2.3"), "sites.nyc1.public_ip", "not a public address", id="private-ip"),
+        pytest.param(_with(public_ip="100.64.0.9"), "sites.nyc1.public_ip", "not a public address", id="cgnat-ip"),
+        pytest.param(_with(public_ip="240.0.0.1"), "sites.nyc1.public_ip", "not a public address", id="reserved-ip"),
+        pytest.param(_with(public_ip="1.2.3"), "sites.nyc1.public_ip", "not an IPv4 address", id="malformed-ip"),
+        pytest.param(
+            _with(public_ip="64.62.140.17"),
+            "sites.nyc1.public_ip",
+            "already site 'sjc1'",
+            id="ip-of-another-site",
+        ),
+        pytest.param(_with(asn="4294967296"), "sites.nyc1.asn", "out of range", id="asn-out-of-range"),
+        pytest.param(_with(asn="0"), "sites.nyc1.asn", "out of range", id="asn-zero"),
+        pytest.param(_with(asn="23456"), "sites.nyc1.asn", "reserved ASN", id="asn-reserved"),
+        pytest.param(_with(asn="7224"), "sites.nyc1.asn", "reserved by AWS in us-east-1", id="asn-aws-reserved"),
+        pytest.param(_with(asn="64513"), "sites.nyc1.asn", "transit gateway's own ASN", id="asn-is-tgw-asn"),
+        pytest.param(
+            _with(region="ap-south-1"),
+            "sites.nyc1.region",
+            "not a region of environment 'prod'",
+            id="unknown-region",
+        ),
+        pytest.param(
+            _with(environment="staging", region="eu-west-1"),
+            "sites.nyc1.region",
+            "not a region of environment 'staging'",
+            id="region-not-in-environment",
+        ),
+        pytest.param(_with(environment="dev"), "sites.nyc1.environment", "unknown environment", id="unknown-env"),
+        pytest.param(_with(lan="10.1.16.0/20"), "sites.nyc1.lan", "overlaps", id="lan-overlaps-vpc"),
+        pytest.param(_with(lan="10.200.8.0/21"), "sites.nyc1.lan", "overlaps", id="lan-overlaps-site"),
+        pytest.param(_with(lan="10.4.26.0/24"), "sites.nyc1.lan", "overlaps", id="lan-overlaps-client-vpn"),
+        pytest.param(_with(lan="11.0.0.0/20"), "sites.nyc1.lan", "RFC 1918", id="lan-not-private"),
+        pytest.param(_with(lan="10.50.0.1/20"), "sites.nyc1.lan", "host bits", id="lan-host-bits"),
+        pytest.param(_with(gpu_nodes="-1"), "sites.nyc1.gpu_nodes", "greater than or equal to 0", id="gpu-nodes"),
+        pytest.param(["Bad_Name", *BASE[1:]], "sites.Bad_Name", "not a valid name", id="bad-name"),
+    ],
+)
+def test_site_add_rejects_bad_input_and_writes_nothing(repo: Repo, argv: list[str], key: str, message: str) -> None:
+    before = repo.snapshot()
+    result = repo.run("site", "add", *argv)
+    assert result.code == 2, result
+    assert result.err.count("error:") == 1 and "Traceback" not in result.err
+    assert f"{key}: " in result.err and message in result.err, result.err
+    assert repo.fleet.name in result.err
+    assert repo.snapshot() == before
+    assert sorted(p.name for p in repo.root.iterdir()) == [
+        "cidr-lock.yaml",
+        "fleet.yaml",
+    ]  # no temp files left
+
+
+def test_site_add_needs_a_complete_lock(repo: Repo) -> None:
+    text = repo.lock.read_text()
+    repo.lock.write_text("\n".join(line for line in text.splitlines() if "site-lan/ams1" not in line) + "\n")
+    before = repo.snapshot()
+    result = repo.run("site", "add", *BASE)
+    assert result.code == 2 and "dlinfra cidr --update" in result.err
+    assert repo.snapshot() == before
+
+
+# --- site add, preview, render: end to end -----------------------------------------------------------
+def test_site_add_then_preview_then_render(repo: Repo, tmp_path: Path) -> None:
+    old_fleet, old_lock = repo.fleet.read_text(), planner.load_lock(repo.lock).allocations
+    result = repo.run("site", "add", *_with(lan="10.60.0.0/20"), "--bgp", "--gpu-nodes", "4")
+    assert result.code == 0, result.err
+    # The fleet file keeps every byte it had and gains the site at the end of sites:.
+    new_fleet = repo.fleet.read_text()
+    lines = new_fleet.splitlines()
+    at = lines.index("  nyc1:  # added by `dlinfra site add`")
+    added = lines[at : at + 8]
+    assert added == [
+        "  nyc1:  # added by `dlinfra site add`",
+        "    region: us-east-1",
+        "    environment: prod",
+        "    public_ip: 8.8.4.4",
+        "    asn: 65103",
+        "    routing: bgp",
+        "    lan: 10.60.0.0/20",
+        "    gpu_nodes: 4",
+    ]
+    assert lines[:at] + lines[at + 8 :] == old_fleet.splitlines()
+    assert new_fleet.index("nyc1:") < new_fleet.index("\nteams:")
+    lock = planner.load_lock(repo.lock).allocations
+    assert set(lock) - set(old_lock) == {
+        "site-lan/nyc1",
+        "hybrid-pods/nyc1",
+        "tunnel/nyc1/1",
+        "tunnel/nyc1/2",
+    }
+    assert all(lock[k] == v for k, v in old_lock.items())
+    assert str(lock["site-lan/nyc1"]) == "10.60.0.0/20"
+    for step in (
+        "pulumi up --stack prod-us-east-1",
+        "pulumi up --stack prod-global",
+        "dlinfra site render nyc1",
+    ):
+        assert step in result.out
+    assert result.out.index("prod-us-east-1    #") < result.out.index("prod-global")
+
+    # Preview every stack of the new fleet: the site is on us-east-1's TGW and routed from the others.
+    fleet = load_fleet(repo.fleet).fleet
+    config = {"dlinfra:fleet": str(repo.fleet), "dlinfra:lock": str(repo.lock)}
+    prod = [role for role in stackroles.roles(fleet) if role.environment == "prod"]
+    runs = {r.role.name: r for r in engine.run_all(ROOT, prod, project="dlinfra", config=config)}
+    home = runs["prod-us-east-1"]
+    assert "nyc1" in home.outputs["site_vpns"]
+    lan_routes = [
+        r
+        for r in runs["prod-global"].resources
+        if r.type == "aws:ec2transitgateway/route:Route" and r.inputs["destinationCidrBlock"] == "10.60.0.0/20"
+    ]
+    assert len(lan_routes) == 2  # us-west-2 and eu-west-1 reach it through their peering with us-east-1
+    keys = [t["preshared_key"] for t in home.outputs["site_vpns"]["nyc1"]["tunnels"]]
+
+    # Render from the offline run, and from a `pulumi stack output --json --show-secrets` file.
+    out_dir = tmp_path / "render"
+    rendered = repo.run("site", "render", "nyc1", "--offline", "--out", str(out_dir))
+    assert rendered.code == 0, rendered.err
+    swanctl = out_dir / "swanctl.conf"
+    assert stat.S_IMODE(swanctl.stat().st_mode) == 0o600
+    text = swanctl.read_text()
+    assert all(f'secret = "{k}"' in text for k in keys)
+    tunnels = home.outputs["site_vpns"]["nyc1"]["tunnels"]
+    assert all(f"remote_addrs = {t['outside_address']}" in text for t in tunnels)
+    assert (out_dir / "frr.conf").exists() and "neighbor 169.254" in (out_dir / "frr.conf").read_text()
+    node = json.loads((out_dir / "site-gateway.json").read_text())
+    assert node["run_list"] == ["role[site-gateway]"]
+    assert node["dlinfra"]["site"]["swanctl_conf"] == "/etc/dlinfra/site/swanctl.conf"
+    assert node["dlinfra_gateway"] == {
+        "routing": "bgp",
+        "swanctl_source": "/etc/dlinfra/site/swanctl.conf",
+        "frr_source": "/etc/dlinfra/site/frr.conf",
+    }
+    node_text = (out_dir / "site-gateway.json").read_text()
+    printed = rendered.out + rendered.err
+    for key in keys:
+        assert key not in node_text and key not in printed
+        assert key not in json.dumps(home.plan("dlinfra"))
+
+    outputs_file = tmp_path / "prod-us-east-1.json"
+    outputs_file.write_text(json.dumps(home.outputs))
+    again = repo.run("site", "render", "nyc1", "--outputs", str(outputs_file), "--out", str(tmp_path / "again"))
+    assert again.code == 0, again.err
+    assert (tmp_path / "again" / "swanctl.conf").read_text() == text
+
+
+def test_static_site_renders_no_frr(repo: Repo, tmp_path: Path) -> None:
+    result = repo.run("site", "render", "ams1", "--offline", "--out", str(tmp_path / "ams1"))
+    assert result.code == 0, result.err
+    assert sorted(p.name for p in (tmp_path / "ams1").iterdir()) == ["site-gateway.json", "swanctl.conf"]
+    node = json.loads((tmp_path / "ams1" / "site-gateway.json").read_text())
+    assert node["dlinfra_gateway"] == {
+        "routing": "static",
+        "swanctl_source": "/etc/dlinfra/site/swanctl.conf",
+    }
+
+
+# --- site render: bad outputs ---------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def usw2_outputs() -> dict[str, Any]:
+    """What `pulumi stack output --json --show-secrets` gives for prod-us-west-2 (offline)."""
+    return reference.runs()["prod-us-west-2"].outputs
+
+
+def _masked(o: dict[str, Any]) -> None:
+    o["site_vpns"] = "[secret]"
+
+
+def _masked_key(o: dict[str, Any]) -> None:
+    o["site_vpns"]["sjc1"]["tunnels"][0]["preshared_key"] = "[secret]"
+
+
+def _other_stack(o: dict[str, Any]) -> None:
+    o["region"] = "us-east-1"
+
+
+def _stale(o: dict[str, Any]) -> None:
+    o["site_vpns"]["sjc1"]["asn"] = 65999
+
+
+def _no_site(o: dict[str, Any]) -> None:
+    o["site_vpns"] = {}
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        (
+            _masked,
+            "site_vpns: the value is masked; export the outputs with `pulumi stack output --json --show-secrets`",
+        ),
+        (_masked_key, "site_vpns.sjc1.tunnels.preshared_key: the pre-shared key is masked"),
+        (_other_stack, "outputs of stack prod-us-east-1, but prod-us-west-2 is needed"),
+        (_stale, "site_vpns.sjc1: the stack outputs disagree with the fleet on asn"),
+        (
+            _no_site,
+            "site_vpns.sjc1: no VPN for site 'sjc1' in the outputs: run `pulumi up --stack prod-us-west-2`",
+        ),
+    ],
+)
+def test_site_render_refuses_bad_outputs(
+    repo: Repo, usw2_outputs: dict[str, Any], change: Callable[[dict[str, Any]], None], message: str
+) -> None:
+    outputs = json.loads(json.dumps(usw2_outputs))
+    change(outputs)
+    (repo.root / "outputs.json").write_text(json.dumps(outputs))
+    result = repo.run("site", "render", "sjc1", "--outputs", "outputs.json", "--out", "out")
+    assert result.code == 2
+    assert message in result.err, result.err
+    assert not (repo.root / "out").exists()
+
+
+def test_site_render_unknown_site_and_unreadable_outputs(repo: Repo) -> None:
+    result = repo.run("site", "render", "nyc9", "--outputs", "missing.json")
+    assert result.code == 2 and "sites.nyc9: no site 'nyc9' in the fleet (sites: sjc1, ams1)" in result.err
+    (repo.root / "bad.json").write_text("[secret]")
+    result = repo.run("site", "render", "sjc1", "--outputs", "bad.json")
+    assert result.code == 2 and "bad.json: not JSON" in result.err
+
+
+# --- site remove ----------------------------------------------------------------------------------------
+def test_site_remove_keeps_allocations_reserved(repo: Repo) -> None:
+    lock_before = repo.lock.read_bytes()
+    result = repo.run("site", "remove", "ams1")
+    assert result.code == 0, result.err
+    assert "ams1" not in load_fleet(repo.fleet).fleet.sites
+    assert repo.lock.read_bytes() == lock_before
+    assert "kept 4 allocation(s) reserved" in result.out and "site-lan/ams1" in result.out
+    assert "pulumi up --stack prod-eu-west-1" in result.out
+    plan = planner.plan(load_fleet(repo.fleet), planner.load_lock(repo.lock))
+    assert set(plan.orphans) == {"site-lan/ams1", "hybrid-pods/ams1", "tunnel/ams1/1", "tunnel/ams1/2"}
+    # The blank line that separates sites: from teams: stays.
+    assert "gpu_model: H100\n    nfs:" in repo.fleet.read_text() and "\n\nteams:" in repo.fleet.read_text()
+
+
+def test_site_remove_release_then_add_restores_the_files(repo: Repo) -> None:
+    before = repo.snapshot()
+    assert repo.run("site", "add", *BASE).code == 0
+    result = repo.run("site", "remove", "nyc1", "--release")
+    assert result.code == 0, result.err
+    assert "released 4 allocation(s)" in result.out
+    assert repo.snapshot() == before
+
+
+def test_removing_every_site_leaves_an_empty_mapping(repo: Repo) -> None:
+    assert repo.run("site", "remove", "sjc1").code == 0
+    assert repo.run("site", "remove", "ams1").code == 0
+    assert "\nsites: {}\n" in repo.fleet.read_text()
+    assert load_fleet(repo.fleet).fleet.sites == {}
+    assert repo.run("site", "add", *BASE).code == 0
+    assert list(load_fleet(repo.fleet).fleet.sites) == ["nyc1"]
+
+
+def test_site_remove_unknown(repo: Repo) -> None:
+    before = repo.snapshot()
+    result = repo.run("site", "remove", "nyc9")
+    assert result.code == 2 and "sites.nyc9: no site 'nyc9'" in result.err
+    assert repo.snapshot() == before
+
+
+# --- vpn profile ----------------------------------------------------------------------------------------
+def test_vpn_profile_offline(repo: Repo, usw2_outputs: dict[str, Any]) -> None:
+    result = repo.run("vpn", "profile", "--region", "us-west-2", "--offline", "--out", "laptop.ovpn")
+    assert result.code == 0, result.err
+    profile = repo.root / "laptop.ovpn"
+    assert stat.S_IMODE(profile.stat().st_mode) == 0o600
+    text = profile.read_text()
+    key = usw2_outputs["client_vpn_client_key_pem"]
+    assert f"<key>\n{key}</key>" in text
+    assert "verify-x509-name dlinfra-prod-usw2-client-vpn-server name" in text
+    host = usw2_outputs["client_vpn_dns_name"].removeprefix("*.")
+    assert any(line.startswith("remote ") and line.endswith(f".{host} 443") for line in text.splitlines())
+    assert "PRIVATE KEY" not in result.out + result.err
+
+
+def test_vpn_profile_refuses_masked_key_and_missing_endpoint(repo: Repo, usw2_outputs: dict[str, Any]) -> None:
+    outputs = dict(usw2_outputs, client_vpn_client_key_pem="[secret]")
+    (repo.root / "o.json").write_text(json.dumps(outputs))
+    result = repo.run("vpn", "profile", "--region", "us-west-2", "--outputs", "o.json")
+    assert result.code == 2 and "client_vpn_client_key_pem: the value is masked" in result.err
+    assert not (repo.root / "build").exists()
+    text = repo.fleet.read_text().replace("    nat: single ", "    client_vpn: false\n    nat: single ")
+    repo.fleet.write_text(text)
+    result = repo.run("vpn", "profile", "--environment", "staging", "--region", "us-west-2", "--outputs", "o.json")
+    assert result.code == 2 and "environments.staging.client_vpn: client_vpn is false" in result.err
+    result = repo.run("vpn", "profile", "--region", "ap-south-1", "--outputs", "o.json")
+    assert result.code == 2 and "'ap-south-1' is not a region of environment 'prod'" in result.err
