@@ -205,6 +205,12 @@ def _site_render(args: argparse.Namespace) -> int:
         f"(chef-client -z -j {rendered.files['node'].name}).",
         markup=False,
     )
+    if "nodeadm" in rendered.files:
+        out.print(
+            f"On each GPU machine: install nodeadm.yaml (mode 0600) under {args.install_dir}/ and converge with "
+            f"chef-client -z -j {rendered.files['gpu-node'].name}; the site-gpu-node role runs nodeadm init with it.",
+            markup=False,
+        )
     return 0
 
 

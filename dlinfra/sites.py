@@ -25,6 +25,7 @@ from dlinfra import planner
 from dlinfra.errors import DlinfraError, FleetError
 from dlinfra.fleet import Fleet, LoadedFleet, Site, load_fleet
 from dlinfra.render.strongswan import SiteVpnView, Tunnel, render_frr, render_swanctl
+from dlinfra.render.nodeadm import HybridNodeView, render_node_config
 
 Net = ipaddress.IPv4Network
 Routing = Literal["static", "bgp"]
@@ -483,7 +484,7 @@ def site_view(fleet: Fleet, site: str, outputs: Mapping[str, Any], *, source: st
 def _unmasked(value: Any, what: str, source: str) -> str:
     if value == SECRET_PLACEHOLDER:
         raise DlinfraError(
-            "the pre-shared key is masked; export with `pulumi stack output --json --show-secrets`",
+            "the value is masked; export with `pulumi stack output --json --show-secrets`",
             file=source,
             key=what,
         )
@@ -571,7 +572,59 @@ def render_site(
         files["frr"] = out_dir / "frr.conf"
         _write_atomic(files["frr"], frr, mode=0o640)
     _write_atomic(files["node"], json.dumps(node, indent=2, sort_keys=True) + "\n", mode=0o644)
+    hybrid = hybrid_view(fleet, site, outputs, source=source)
+    if hybrid is not None:
+        files["nodeadm"] = out_dir / "nodeadm.yaml"
+        write_private(files["nodeadm"], render_node_config(hybrid))
+        files["gpu-node"] = out_dir / "site-gpu-node.json"
+        gpu_node = gpu_node_json(fleet, site, install_dir=install_dir)
+        _write_atomic(files["gpu-node"], json.dumps(gpu_node, indent=2, sort_keys=True) + "\n", mode=0o644)
     return RenderedSite(view=view, files=files)
+
+
+def hybrid_view(fleet: Fleet, site: str, outputs: Mapping[str, Any], *, source: str) -> HybridNodeView | None:
+    """The join settings of a site's GPU machines, or None when the site has none (gpu_nodes: 0)."""
+    spec = fleet.sites[site]
+    if spec.gpu_nodes == 0:
+        return None
+    stack = stack_of(fleet, site)
+    activations = require_output(outputs, "hybrid_activations", source=source, stack=stack)
+    if not isinstance(activations, Mapping) or site not in activations:
+        raise DlinfraError(
+            f"hybrid_activations has no entry for {site}; run `pulumi up --stack {stack}` and export the outputs again",
+            file=source,
+            key="hybrid_activations",
+        )
+    activation = activations[site]
+    try:
+        return HybridNodeView(
+            site=site,
+            cluster_name=_unmasked(
+                require_output(outputs, "cluster_name", source=source, stack=stack), "cluster_name", source
+            ),
+            region=spec.region,
+            activation_id=_unmasked(activation.get("id"), f"hybrid_activations.{site}.id", source),
+            activation_code=_unmasked(activation.get("code"), f"hybrid_activations.{site}.code", source),
+            gpu_model=spec.gpu_model if spec.gpus_per_node else None,
+        )
+    except ValueError as exc:
+        raise DlinfraError(str(exc), file=source, key=f"hybrid_activations.{site}") from None
+
+
+def gpu_node_json(fleet: Fleet, site: str, *, install_dir: str) -> dict[str, Any]:
+    """Chef node JSON for the site's GPU machines (role site-gpu-node); the NodeConfig holds the secret."""
+    spec = fleet.sites[site]
+    return {
+        "run_list": ["role[site-gpu-node]"],
+        "dlinfra_hybrid": {
+            "kubernetes_version": fleet.environments[spec.environment].kubernetes.version,
+            "credential_provider": "ssm",
+            "node_config_source": f"{install_dir}/nodeadm.yaml",
+            "nfs_mounts": [
+                {"server": str(m.server), "export": m.export, "mount_point": m.mount_point} for m in spec.nfs
+            ],
+        },
+    }
 
 
 def next_steps_after_add(fleet: Fleet, site: str, fleet_path: Path) -> list[str]:

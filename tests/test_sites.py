@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from dlinfra import cli_network, planner, sites, stackroles
 from dlinfra.errors import DlinfraError
@@ -260,6 +261,18 @@ def test_site_add_then_preview_then_render(repo: Repo, tmp_path: Path) -> None:
         assert key not in node_text and key not in printed
         assert key not in json.dumps(home.plan("dlinfra"))
 
+    # The site's GPU machines: a nodeadm NodeConfig holding the SSM activation, and their Chef node JSON.
+    activation = home.outputs["hybrid_activations"]["nyc1"]
+    nodeadm = out_dir / "nodeadm.yaml"
+    assert stat.S_IMODE(nodeadm.stat().st_mode) == 0o600
+    config = yaml.safe_load(nodeadm.read_text())
+    assert config["spec"]["hybrid"]["ssm"] == {"activationId": activation["id"], "activationCode": activation["code"]}
+    assert config["spec"]["cluster"] == {"name": home.outputs["cluster_name"], "region": "us-east-1"}
+    gpu_node = json.loads((out_dir / "site-gpu-node.json").read_text())
+    assert gpu_node["run_list"] == ["role[site-gpu-node]"]
+    assert activation["code"] not in printed and activation["code"] not in json.dumps(gpu_node)
+    assert activation["code"] not in json.dumps(home.plan("dlinfra"))
+
     outputs_file = tmp_path / "prod-us-east-1.json"
     outputs_file.write_text(json.dumps(home.outputs))
     again = repo.run("site", "render", "nyc1", "--outputs", str(outputs_file), "--out", str(tmp_path / "again"))
@@ -270,7 +283,12 @@ def test_site_add_then_preview_then_render(repo: Repo, tmp_path: Path) -> None:
 def test_static_site_renders_no_frr(repo: Repo, tmp_path: Path) -> None:
     result = repo.run("site", "render", "ams1", "--offline", "--out", str(tmp_path / "ams1"))
     assert result.code == 0, result.err
-    assert sorted(p.name for p in (tmp_path / "ams1").iterdir()) == ["site-gateway.json", "swanctl.conf"]
+    assert sorted(p.name for p in (tmp_path / "ams1").iterdir()) == [
+        "nodeadm.yaml",
+        "site-gateway.json",
+        "site-gpu-node.json",
+        "swanctl.conf",
+    ]
     node = json.loads((tmp_path / "ams1" / "site-gateway.json").read_text())
     assert node["dlinfra_gateway"] == {
         "routing": "static",
@@ -312,7 +330,7 @@ def _no_site(o: dict[str, Any]) -> None:
             _masked,
             "site_vpns: the value is masked; export the outputs with `pulumi stack output --json --show-secrets`",
         ),
-        (_masked_key, "site_vpns.sjc1.tunnels.preshared_key: the pre-shared key is masked"),
+        (_masked_key, "site_vpns.sjc1.tunnels.preshared_key: the value is masked"),
         (_other_stack, "outputs of stack prod-us-east-1, but prod-us-west-2 is needed"),
         (_stale, "site_vpns.sjc1: the stack outputs disagree with the fleet on asn"),
         (
