@@ -24,8 +24,8 @@ from ruamel.yaml.comments import CommentedMap
 from dlinfra import planner
 from dlinfra.errors import DlinfraError, FleetError
 from dlinfra.fleet import Fleet, LoadedFleet, Site, load_fleet
-from dlinfra.render.strongswan import SiteVpnView, Tunnel, render_frr, render_swanctl
 from dlinfra.render.nodeadm import HybridNodeView, render_node_config
+from dlinfra.render.strongswan import SiteVpnView, Tunnel, render_frr, render_swanctl
 
 Net = ipaddress.IPv4Network
 Routing = Literal["static", "bgp"]
