@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 import stat
 from collections.abc import Callable
@@ -426,3 +427,19 @@ def test_vpn_profile_refuses_masked_key_and_missing_endpoint(repo: Repo, usw2_ou
     assert result.code == 2 and "environments.staging.client_vpn: client_vpn is false" in result.err
     result = repo.run("vpn", "profile", "--region", "ap-south-1", "--outputs", "o.json")
     assert result.code == 2 and "'ap-south-1' is not a region of environment 'prod'" in result.err
+
+
+@pytest.mark.parametrize("site", ["sjc1", "ams1"])
+def test_node_json_golden(usw2_outputs: dict[str, Any], site: str, tmp_path: Path) -> None:
+    """The rendered Chef node JSON files are stable (the offline outputs are deterministic)."""
+    fleet = load_fleet(REFERENCE_FLEET).fleet
+    home = sites.stack_of(fleet, site)
+    outputs = usw2_outputs if home == "prod-us-west-2" else reference.runs()[home].outputs
+    rendered = sites.render_site(fleet, site, outputs, tmp_path, source="offline")
+    golden_dir = Path(__file__).parent / "render" / "golden"
+    for role in ("node", "gpu-node"):
+        text = rendered.files[role].read_text()
+        golden = golden_dir / f"{site}-{rendered.files[role].name}"
+        if os.environ.get("UPDATE_GOLDEN") == "1":
+            golden.write_text(text)
+        assert text == golden.read_text()
