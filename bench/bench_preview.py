@@ -55,6 +55,17 @@ def scaled_fleet(scale: int) -> dict[str, Any]:
     return data
 
 
+def write_manifest(regions: list[str], path: Path) -> None:
+    """A Packer manifest with an AMI for both variants in every region of a generated fleet."""
+    builds = []
+    for n, variant in enumerate(("cpu", "gpu")):
+        amis = ",".join(f"{r}:ami-{n:01x}{i:016x}" for i, r in enumerate(regions))
+        builds.append(
+            {"builder_type": "amazon-ebs", "build_time": 1, "artifact_id": amis, "custom_data": {"variant": variant}}
+        )
+    path.write_text(json.dumps({"builds": builds}))
+
+
 def run_case(fleet_path: Path) -> dict[str, Any]:
     """Run in a child process: allocate the plan, then time preview --all; report figures as JSON."""
     from dlinfra import cli
@@ -62,8 +73,11 @@ def run_case(fleet_path: Path) -> dict[str, Any]:
     if cli.main(["cidr", "--update", "--fleet", str(fleet_path)]) != 0:
         raise SystemExit("cidr --update failed")
     started = time.perf_counter()
+    manifest = fleet_path.parent / "manifest.json"
+    write_manifest(list(yaml.safe_load(fleet_path.read_text())["regions"]), manifest)
+    out = str(fleet_path.parent / "plans")
     code = cli.main(
-        ["preview", "--all", "--summary", "--fleet", str(fleet_path), "--out", str(fleet_path.parent / "plans")]
+        ["preview", "--all", "--summary", "--fleet", str(fleet_path), "--out", out, "--images-manifest", str(manifest)]
     )
     seconds = time.perf_counter() - started
     if code != 0:

@@ -57,6 +57,9 @@ def _parser() -> argparse.ArgumentParser:
         help="plan export folder (default: build/plans); Kubernetes manifests go to its sibling manifests/",
     )
     preview.add_argument("--summary", action="store_true", help="counts only, no resource tree")
+    preview.add_argument(
+        "--images-manifest", type=Path, help="Packer manifest of node AMIs (default: images/manifest.example.json)"
+    )
     parser.set_defaults(extra_handlers=cli_network.register(sub, common))
     return parser
 
@@ -161,6 +164,8 @@ def cmd_preview(args: argparse.Namespace) -> int:
     from dlinfra.offline import engine  # imports pulumi: only when a preview is asked for
 
     config = {"dlinfra:fleet": str(args.fleet.resolve()), "dlinfra:lock": str(lock_path.resolve())}
+    if args.images_manifest is not None:
+        config["dlinfra:images_manifest"] = str(args.images_manifest.resolve())
     started = time.perf_counter()
     total = 0
 

@@ -111,3 +111,14 @@ def test_preview_global_runs_its_dependencies(capsys: pytest.CaptureFixture[str]
     assert "Previewing prod-global" in out and "pulumi:pulumi:StackReference" in out
     plan = json.loads((tmp_path / "prod-global.json").read_text())
     assert plan["outputs"]["vpc_cidrs"]["us-west-2"] == "10.2.0.0/16"
+
+
+def test_preview_takes_an_images_manifest(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    manifest = tmp_path / "manifest.json"
+    text = (REFERENCE_FLEET.parent / "images" / "manifest.example.json").read_text()
+    manifest.write_text(text.replace("us-east-1:ami-", "ap-south-1:ami-"))
+    argv = ["preview", "--stack", "prod-us-east-1", "--summary", "--out", str(tmp_path / "plans")]
+    code, _, err = run(capsys, *argv, "--images-manifest", str(manifest), "--fleet", str(REFERENCE_FLEET))
+    assert code == 2
+    assert "environments.prod.node_pools." in err and "no AMI for variant" in err and "us-east-1" in err
+    assert str(manifest) in err
