@@ -125,6 +125,8 @@ def node_labels(args: NodePoolArgs) -> dict[str, str]:
     labels = {"dlinfra.io/pool": args.pool, "dlinfra.io/capacity": capacity_class(args)}
     if spec.gpu_model:
         labels["nvidia.com/gpu.product"] = spec.gpu_model
+        # cluster-autoscaler treats only nodes with this label as GPU nodes (GPU-aware scale-down).
+        labels["k8s.amazonaws.com/accelerator"] = spec.gpu_model
     return labels | dict(args.labels)
 
 

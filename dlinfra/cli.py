@@ -17,7 +17,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from dlinfra import cli_network, planner, stackroles
+from dlinfra import cli_network, kueue, planner, stackroles
 from dlinfra.errors import DlinfraError
 from dlinfra.fleet import LoadedFleet, load_fleet
 
@@ -81,8 +81,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_BAD_INPUT
 
 
-def cmd_validate(args: argparse.Namespace) -> int:
+def _load(args: argparse.Namespace) -> LoadedFleet:
+    """The fleet, with the checks that span environments (team GPU quotas) done before anything else."""
     loaded = load_fleet(args.fleet)
+    kueue.check_fleet(loaded.fleet, source=str(loaded.path))
+    return loaded
+
+
+def cmd_validate(args: argparse.Namespace) -> int:
+    loaded = _load(args)
     lock = planner.load_lock(_lock_path(args))
     plan = planner.plan(loaded, lock)
     fleet = loaded.fleet
@@ -150,7 +157,7 @@ def _print_plan_table(plan: planner.Plan) -> None:
 
 
 def cmd_preview(args: argparse.Namespace) -> int:
-    loaded = load_fleet(args.fleet)
+    loaded = _load(args)
     lock_path = _lock_path(args)
     planner.plan(loaded, planner.load_lock(lock_path))  # fail here, once, before any stack runs
     fleet = loaded.fleet

@@ -209,6 +209,8 @@ class Environment(Strict):
     nat: Literal["per_az", "single"] = "per_az"  # NAT gateway per AZ (resilient) or one (cheap)
     vpc_prefix: int | None = Field(None, ge=16, le=28)  # overrides address_space.vpc_prefix
     client_vpn: bool = True  # a Client VPN endpoint in each region
+    # Team GPU quotas here: guarantees that must fit the environment's GPUs, or scaled down to fit them.
+    gpu_quotas: Literal["guaranteed", "scaled"] = "guaranteed"
     kubernetes: KubernetesSpec = KubernetesSpec()
     storage: StorageSpec = StorageSpec()
     node_pools: Mapping[str, NodePool] = Field(default_factory=dict)

@@ -6,6 +6,7 @@ import pulumi
 
 from components.client_vpn import ClientVpn, ClientVpnArgs
 from components.network import Network, NetworkArgs
+from components.platform import Platform, platform_args_from_fleet
 from components.site_vpn import SiteVpn, SiteVpnArgs
 from components.transit import TransitHub, TransitHubArgs
 from dlinfra import planner, sites
@@ -108,6 +109,24 @@ def declare(ctx: StackContext) -> None:
     pulumi.export("cluster_name", cluster.name)
     pulumi.export("cluster_endpoint", cluster.endpoint)
     pulumi.export("cluster_certificate_authority", cluster.certificate_authority)
+    platform = Platform(
+        "platform",
+        platform_args_from_fleet(
+            fleet,
+            plan,
+            names=names,
+            provider=cluster.provider,
+            cluster_name=cluster.name,
+            node_pools=pools,
+            efs_file_system_id=storage.efs_id,
+            efs_datasets_access_point_id=storage.datasets_access_point_id,
+            quota_policy=environment.gpu_quotas,
+            fleet_file=str(ctx.root / (pulumi.Config("dlinfra").get("fleet") or "fleet.yaml")),
+        ),
+        opts=pulumi.ResourceOptions(depends_on=[cluster, *pools.values()]),
+    )
+    pulumi.export("termination_queue_url", platform.termination_queue_url)
+    pulumi.export("team_namespaces", platform.namespaces)
     if parts.hybrid is not None:
         pulumi.export("hybrid_role_arn", parts.hybrid.role_arn)
         # Secret: `dlinfra site render` turns it into each site's nodeadm NodeConfig.

@@ -382,3 +382,30 @@ def _ssm_activation(
 ) -> dict[str, Any]:
     # The real activation code is a 20-character secret; the fake one is deterministic and obviously fake.
     return {"activationCode": "offline" + digest(urn + "/code", 13), "expired": False}
+
+
+@special("aws:sqs/queue:Queue")
+def _sqs_queue(cloud: FakeCloud, urn: str, rid: str, inputs: Mapping[str, Any], region: str | None) -> dict[str, Any]:
+    name = _plain(inputs.get("name")) or rid
+    return {
+        "arn": f"arn:{PARTITION}:sqs:{region}:{ACCOUNT_ID}:{name}",
+        "url": f"https://sqs.{region}.amazonaws.com/{ACCOUNT_ID}/{name}",
+    }
+
+
+@special("aws:cloudwatch/eventRule:EventRule")
+def _event_rule(cloud: FakeCloud, urn: str, rid: str, inputs: Mapping[str, Any], region: str | None) -> dict[str, Any]:
+    name = _plain(inputs.get("name")) or rid
+    return {"arn": f"arn:{PARTITION}:events:{region}:{ACCOUNT_ID}:rule/{name}"}
+
+
+@special("aws:eks/podIdentityAssociation:PodIdentityAssociation")
+def _pod_identity(
+    cloud: FakeCloud, urn: str, rid: str, inputs: Mapping[str, Any], region: str | None
+) -> dict[str, Any]:
+    association = "a-" + digest(urn, 17)
+    cluster = _plain(inputs.get("clusterName")) or "cluster"
+    return {
+        "associationId": association,
+        "associationArn": f"arn:{PARTITION}:eks:{region}:{ACCOUNT_ID}:podidentityassociation/{cluster}/{association}",
+    }

@@ -1,0 +1,575 @@
+"""Platform: the GPU platform on a regional EKS cluster (issue 5).
+
+Add-ons from pinned Helm charts (NVIDIA device plugin, DCGM exporter, cluster-autoscaler, node termination
+handler, Kueue, and Cilium for hybrid nodes), their AWS side (Pod Identity roles, the interruption queue and
+its EventBridge rules), and our own objects: team namespaces with RBAC, Kueue flavors and queues with the
+teams' GPU quotas, and the EFS storage class and shared datasets volume. Declared after the cluster.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Literal, Protocol
+
+import pulumi
+import pulumi_aws as aws
+import pulumi_kubernetes as k8s
+
+from components import platform_values as pv
+from dlinfra import instances, kueue, planner, sites
+from dlinfra.fleet import Fleet
+from dlinfra.naming import Names
+
+EFS_STORAGE_CLASS = "efs"  # dynamically provisioned EFS access points (home and scratch directories)
+DATASETS_CLAIM = "datasets"  # the read-only PVC of the shared datasets in every team namespace
+# EFS is elastic and ignores sizes, but Kubernetes requires one on a PV and its claim.
+DATASETS_SIZE = "1Pi"
+EFS_DRIVER = "efs.csi.aws.com"
+KUEUE_USER_ROLE = "kueue-batch-user-role"  # ClusterRole the Kueue chart creates (release name "kueue")
+_K8S_VERSION = re.compile(r"^1\.\d{2}$")
+# Namespaces the cluster or its add-ons own: a team namespace there would hand them to the team.
+RESERVED_NAMESPACES = frozenset({"default", "kube-system", "kube-public", "kube-node-lease", "kueue-system"})
+
+Taint = pv.Taint
+SITE_GPU_TAINT: Taint = (pv.GPU_TAINT_KEY, "true", "NoSchedule")
+
+
+def team_group(team: str) -> str:
+    """The Kubernetes group a team's IAM role maps to (EKS access entry), bound to `edit` in its namespace."""
+    return f"team:{team}"
+
+
+@dataclass(frozen=True, kw_only=True)
+class PoolView:
+    """What the platform needs to know about one node pool of this region."""
+
+    kind: Literal["gpu", "cpu"]
+    instance_type: str  # the pool's primary (first) instance type
+    gpus_per_node: int  # GPUs of the primary type; 0 for CPU pools
+    gpu_model: str | None  # short GPU name (nvidia.com/gpu.product); None for CPU pools
+    efa: bool  # EFA interfaces (informational: EFA devices come from the image and the EFA plugin)
+    capacity_class: kueue.PoolCapacityClass  # orders the autoscaler's expander: reserved > on-demand > spot
+    max_size: int  # instances in this region
+    taints: Sequence[Taint] = ()  # (key, value, effect) on the pool's nodes
+    asg_name: pulumi.Input[str]  # Auto Scaling group name (NodePool.group_name)
+    asg_arn: pulumi.Input[str]  # Auto Scaling group ARN (NodePool.group_arn)
+
+    def __post_init__(self) -> None:
+        if self.max_size < 0:
+            raise ValueError(f"max_size: must be >= 0, got {self.max_size}")
+        if self.kind == "gpu" and (self.gpus_per_node <= 0 or not self.gpu_model):
+            raise ValueError(f"{self.instance_type}: a GPU pool needs gpus_per_node > 0 and a gpu_model")
+        if self.kind == "cpu" and (self.gpus_per_node or self.gpu_model):
+            raise ValueError(f"{self.instance_type}: a CPU pool has no GPUs")
+        if self.capacity_class not in pv.CLASS_PRIORITY:
+            raise ValueError(f"capacity_class: {self.capacity_class!r} is not one of {', '.join(pv.CLASS_PRIORITY)}")
+
+    @property
+    def gpus(self) -> int:
+        """GPU capacity of the pool in this region."""
+        return self.max_size * self.gpus_per_node
+
+
+@dataclass(frozen=True, kw_only=True)
+class TeamView:
+    """A team as the cluster sees it."""
+
+    namespace: str  # the team's namespace (fleet: teams.<team>.namespace, default team-<team>)
+    group: str  # Kubernetes group its IAM role maps to (team_group), bound to `edit` in the namespace
+
+
+@dataclass(frozen=True, kw_only=True)
+class SiteView:
+    """A physical GPU site homed on this region (its machines join as EKS hybrid nodes)."""
+
+    gpu_nodes: int
+    gpus_per_node: int
+    gpu_model: str
+    pod_cidr: str  # the site's pod CIDR: a remote pod network of the cluster and a Cilium IPAM pool
+    taints: Sequence[Taint] = ()  # taints the machines register with (nodeadm); GPU jobs must tolerate them
+
+    def __post_init__(self) -> None:
+        try:
+            net = ipaddress.IPv4Network(self.pod_cidr)
+        except ValueError:
+            raise ValueError(f"pod_cidr: {self.pod_cidr!r} is not an IPv4 network") from None
+        if net.prefixlen > 25:
+            raise ValueError(f"pod_cidr: {self.pod_cidr} is smaller than one node's /25 pod block")
+
+
+@dataclass(frozen=True, kw_only=True)
+class PlatformArgs:
+    names: Names  # naming and tags of this (regional) stack
+    region: str  # AWS region of the cluster
+    cluster_name: pulumi.Input[str]  # EKS cluster name (autoscaler discovery, Pod Identity)
+    kubernetes_version: str  # cluster minor version, e.g. "1.33": picks the autoscaler image, validates manifests
+    provider: pulumi.ProviderResource  # pulumi_kubernetes Provider of this cluster: every Kubernetes child uses it
+    pools: Mapping[str, PoolView]  # pool name -> view, every pool of this region
+    teams: Mapping[str, TeamView]  # team name -> view
+    sites: Mapping[str, SiteView] = field(default_factory=dict)  # sites homed on this region; none: no Cilium
+    quotas: kueue.RegionQuotas  # this region's flavors and nominal GPU quotas (kueue.plan(...).region(region))
+    efs_file_system_id: pulumi.Input[str]  # shared EFS file system (storage class and datasets volume)
+    efs_datasets_access_point_id: pulumi.Input[str]  # access point of the shared datasets directory
+
+    def __post_init__(self) -> None:
+        if not _K8S_VERSION.fullmatch(self.kubernetes_version):
+            raise ValueError(
+                f"kubernetes_version: expected a minor version like '1.33', got {self.kubernetes_version!r}"
+            )
+        pv.autoscaler_image_tag(self.kubernetes_version)  # fails early when no image is pinned for it
+        if self.quotas.region != self.region:
+            raise ValueError(f"quotas: planned for {self.quotas.region}, but this platform is in {self.region}")
+        if set(self.quotas.nominal) != set(self.teams):
+            raise ValueError(
+                f"quotas: teams {sorted(self.quotas.nominal)} do not match teams {sorted(self.teams)}; "
+                "plan quotas from the same fleet"
+            )
+        namespaces = [t.namespace for t in self.teams.values()]
+        if len(set(namespaces)) != len(namespaces):
+            raise ValueError(f"teams: two teams share a namespace ({', '.join(sorted(namespaces))})")
+        for team, view in self.teams.items():
+            if view.namespace in RESERVED_NAMESPACES:
+                raise ValueError(f"teams.{team}.namespace: {view.namespace!r} belongs to the cluster; choose another")
+        for flavor in self.quotas.flavors:
+            self._check_flavor(flavor)
+        planned = {f.source_name for f in self.quotas.flavors if f.source == "pool"}
+        for name, pool in self.pools.items():
+            if pool.kind == "gpu" and pool.gpus and name not in planned:
+                raise ValueError(f"pools.{name}: a GPU pool with no Kueue flavor; plan quotas from the same fleet")
+
+    def _check_flavor(self, flavor: kueue.Flavor) -> None:
+        where = f"quotas: flavor {flavor.name}"
+        if flavor.source == "pool":
+            pool = self.pools.get(flavor.source_name)
+            if pool is None or pool.kind != "gpu":
+                raise ValueError(f"{where}: no GPU pool {flavor.source_name!r} in pools ({', '.join(self.pools)})")
+            if (pool.gpus, pool.gpu_model) != (flavor.gpus, flavor.gpu_model):
+                raise ValueError(
+                    f"{where}: {flavor.gpus} x {flavor.gpu_model} planned, pool has {pool.gpus} x {pool.gpu_model}"
+                )
+        else:
+            site = self.sites.get(flavor.source_name)
+            if site is None:
+                raise ValueError(f"{where}: no site {flavor.source_name!r} in sites ({', '.join(self.sites)})")
+            if (site.gpu_nodes * site.gpus_per_node, site.gpu_model) != (flavor.gpus, flavor.gpu_model):
+                raise ValueError(f"{where}: planned capacity does not match site {flavor.source_name}")
+
+
+class PoolOutputs(Protocol):
+    """What platform_args_from_fleet reads from each declared pool (a components.nodepool.NodePool)."""
+
+    group_name: pulumi.Output[str]
+    group_arn: pulumi.Output[str]
+
+
+def platform_args_from_fleet(
+    fleet: Fleet,
+    plan: planner.Plan,
+    *,
+    names: Names,
+    provider: pulumi.ProviderResource,
+    cluster_name: pulumi.Input[str],
+    node_pools: Mapping[str, PoolOutputs],
+    efs_file_system_id: pulumi.Input[str],
+    efs_datasets_access_point_id: pulumi.Input[str],
+    quota_policy: kueue.QuotaPolicy,
+    fleet_file: str | None = None,
+) -> PlatformArgs:
+    """PlatformArgs of a regional stack from the fleet, its address plan and the declared pools (no resources)."""
+    env, region = names.environment, names.region
+    if region is None:
+        raise ValueError("names: the platform belongs to a regional stack")
+    fleet_pools = fleet.pools_in(env, region)
+    missing = sorted(set(fleet_pools) - set(node_pools))
+    if missing:
+        raise ValueError(f"node_pools: pools {', '.join(missing)} of {env}/{region} were not passed")
+    pools: dict[str, PoolView] = {}
+    for pool_name, pool in fleet_pools.items():
+        spec = instances.lookup(pool.instance_types[0])
+        outputs = node_pools[pool_name]
+        pools[pool_name] = PoolView(
+            kind=pool.kind,
+            instance_type=spec.name,
+            gpus_per_node=spec.gpus,
+            gpu_model=spec.gpu_model,
+            efa=pool.efa,
+            capacity_class=kueue.capacity_class(fleet, env, region, pool_name),
+            max_size=pool.max_size,
+            taints=tuple((t.key, t.value, t.effect) for t in pool.taints),
+            asg_name=outputs.group_name,
+            asg_arn=outputs.group_arn,
+        )
+    return PlatformArgs(
+        names=names,
+        region=region,
+        cluster_name=cluster_name,
+        kubernetes_version=fleet.environments[env].kubernetes.version,
+        provider=provider,
+        pools=pools,
+        teams={t: TeamView(namespace=fleet.team_namespace(t), group=team_group(t)) for t in fleet.teams},
+        sites={
+            name: SiteView(
+                gpu_nodes=site.gpu_nodes,
+                gpus_per_node=site.gpus_per_node,
+                gpu_model=site.gpu_model,
+                pod_cidr=str(sites.site_pods(plan, name)),
+                # The taint dlinfra/render/nodeadm.py registers GPU machines with, as on the cloud GPU pools.
+                taints=(SITE_GPU_TAINT,) if site.gpu_nodes else (),
+            )
+            for name, site in fleet.sites_of(env, region).items()
+        },
+        quotas=kueue.plan(fleet, env, quota_policy, source=fleet_file).region(region),
+        efs_file_system_id=efs_file_system_id,
+        efs_datasets_access_point_id=efs_datasets_access_point_id,
+    )
+
+
+class Platform(pulumi.ComponentResource):
+    """GPU add-ons, autoscaling, interruption handling, team namespaces, Kueue quotas and shared storage."""
+
+    namespaces: dict[str, pulumi.Output[str]]
+    releases: dict[str, pulumi.Output[str]]  # add-on -> Helm release name
+    autoscaler_role_arn: pulumi.Output[str]
+    termination_handler_role_arn: pulumi.Output[str]
+    termination_queue_url: pulumi.Output[str]
+    termination_queue_arn: pulumi.Output[str]
+    storage_class_name: pulumi.Output[str]
+
+    def __init__(self, name: str, args: PlatformArgs, opts: pulumi.ResourceOptions | None = None) -> None:
+        super().__init__("dlinfra:platform:Platform", name, None, opts)
+        self._name, self._args = name, args
+        self.releases = {}
+
+        for addon, values in (
+            ("nvidia-device-plugin", pv.device_plugin_values()),
+            ("dcgm-exporter", pv.dcgm_exporter_values()),
+        ):
+            self._release(addon, values)
+        autoscaler_role = self._autoscaler()
+        handler_role, queue = self._termination_handler()
+        kueue_release = self._release("kueue", pv.kueue_values())
+        namespaces = self._teams()
+        self._queues(kueue_release, namespaces)
+        storage_class = self._storage(namespaces)
+        if args.sites:
+            self._release("cilium", pv.cilium_values([s.pod_cidr for s in args.sites.values()]))
+
+        self.namespaces = {team: ns.metadata.name for team, ns in namespaces.items()}
+        self.autoscaler_role_arn = autoscaler_role.arn
+        self.termination_handler_role_arn = handler_role.arn
+        self.termination_queue_url = queue.url
+        self.termination_queue_arn = queue.arn
+        self.storage_class_name = storage_class.metadata.name
+        self.register_outputs(
+            {
+                "namespaces": self.namespaces,
+                "releases": self.releases,
+                "autoscaler_role_arn": self.autoscaler_role_arn,
+                "termination_handler_role_arn": self.termination_handler_role_arn,
+                "termination_queue_url": self.termination_queue_url,
+                "termination_queue_arn": self.termination_queue_arn,
+                "storage_class_name": self.storage_class_name,
+            }
+        )
+
+    # Options ------------------------------------------------------------------------------------------------
+    def _k8s(
+        self, *, depends_on: Sequence[pulumi.Resource] = (), retain_on_delete: bool = False
+    ) -> pulumi.ResourceOptions:
+        return pulumi.ResourceOptions(
+            parent=self, provider=self._args.provider, depends_on=list(depends_on), retain_on_delete=retain_on_delete
+        )
+
+    def _aws(self) -> pulumi.ResourceOptions:
+        return pulumi.ResourceOptions(parent=self)
+
+    def _meta(
+        self, name: str, namespace: str | None = None, labels: Mapping[str, str] | None = None
+    ) -> k8s.meta.v1.ObjectMetaArgs:
+        return k8s.meta.v1.ObjectMetaArgs(
+            name=name,
+            namespace=namespace,
+            labels={"app.kubernetes.io/managed-by": "pulumi-dlinfra", **(labels or {})},
+        )
+
+    # Helm ---------------------------------------------------------------------------------------------------
+    def _release(
+        self, addon: str, values: Mapping[str, object], depends_on: Sequence[pulumi.Resource] = ()
+    ) -> k8s.helm.v3.Release:
+        """One pinned chart as a Helm release named after the add-on."""
+        spec = pv.load_addons()[addon]
+        release = k8s.helm.v3.Release(
+            f"{self._name}-{addon}",
+            name=addon,
+            chart=spec.chart,
+            version=spec.version,
+            repository_opts=k8s.helm.v3.RepositoryOptsArgs(repo=spec.repository) if spec.repository else None,
+            namespace=spec.namespace,
+            create_namespace=spec.namespace != pv.SYSTEM_NAMESPACE,
+            values=dict(values),
+            # A failed upgrade rolls back instead of leaving a half-applied add-on.
+            atomic=True,
+            cleanup_on_fail=True,
+            max_history=10,
+            timeout=900,
+            opts=self._k8s(depends_on=depends_on),
+        )
+        self.releases[addon] = release.name.apply(lambda n: n or addon)
+        return release
+
+    # Pod Identity -------------------------------------------------------------------------------------------
+    def _pod_role(
+        self, key: str, namespace: str, service_account: str, policy: dict[str, object]
+    ) -> tuple[aws.iam.Role, aws.eks.PodIdentityAssociation]:
+        """An IAM role only this service account of this cluster can assume, with one inline policy."""
+        args, names = self._args, self._args.names
+        role_name = names.physical(key, max_len=64)
+        role = aws.iam.Role(
+            f"{self._name}-{key}-role",
+            name=role_name,
+            assume_role_policy=pulumi.Output.json_dumps(
+                pv.pod_identity_trust(args.cluster_name, namespace, service_account)
+            ),
+            tags=names.tags("platform", role_name),
+            opts=self._aws(),
+        )
+        aws.iam.RolePolicy(
+            f"{self._name}-{key}-policy",
+            role=role.name,
+            name=key,
+            policy=pulumi.Output.json_dumps(policy),
+            opts=pulumi.ResourceOptions(parent=role),
+        )
+        association = aws.eks.PodIdentityAssociation(
+            f"{self._name}-{key}-identity",
+            cluster_name=args.cluster_name,
+            namespace=namespace,
+            service_account=service_account,
+            role_arn=role.arn,
+            tags=names.tags("platform", role_name),
+            opts=pulumi.ResourceOptions(parent=role),
+        )
+        return role, association
+
+    # cluster-autoscaler -------------------------------------------------------------------------------------
+    def _autoscaler(self) -> aws.iam.Role:
+        args = self._args
+        role, association = self._pod_role(
+            "cluster-autoscaler", pv.SYSTEM_NAMESPACE, pv.AUTOSCALER_SA, pv.autoscaler_policy(args.cluster_name)
+        )
+        by_class: dict[str, list[pulumi.Input[str]]] = {}
+        for pool in args.pools.values():
+            by_class.setdefault(pool.capacity_class, []).append(pool.asg_name)
+        classes = sorted(by_class)
+        priorities = pulumi.Output.all(*[pulumi.Output.all(*by_class[c]) for c in classes]).apply(
+            lambda groups: pv.render_priorities(
+                {c: [str(n) for n in names] for c, names in zip(classes, groups, strict=True)}
+            )
+        )
+        priority_map = k8s.core.v1.ConfigMap(
+            f"{self._name}-autoscaler-priorities",
+            metadata=self._meta(pv.PRIORITY_CONFIGMAP, pv.SYSTEM_NAMESPACE),
+            data={"priorities": priorities},
+            opts=self._k8s(),
+        )
+        self._release(
+            "cluster-autoscaler",
+            pv.autoscaler_values(args.cluster_name, args.region, pv.autoscaler_image_tag(args.kubernetes_version)),
+            # The pod must start with credentials and find its priorities, or it falls back to random expansion.
+            depends_on=[association, priority_map],
+        )
+        return role
+
+    # aws-node-termination-handler ---------------------------------------------------------------------------
+    def _termination_handler(self) -> tuple[aws.iam.Role, aws.sqs.Queue]:
+        args, names = self._args, self._args.names
+        queue_name = names.physical("nth", max_len=80)
+        queue = aws.sqs.Queue(
+            f"{self._name}-nth-queue",
+            name=queue_name,
+            sqs_managed_sse_enabled=True,
+            # An interruption notice older than the two-minute spot warning is stale.
+            message_retention_seconds=300,
+            tags=names.tags("platform", queue_name),
+            opts=self._aws(),
+        )
+        patterns: dict[str, pulumi.Input[str]] = {
+            rule: json.dumps(pattern, sort_keys=True) for rule, pattern in pv.TERMINATION_EVENTS.items()
+        }
+        asg_names = [pool.asg_name for pool in args.pools.values()]
+        if asg_names:
+            patterns[pv.LIFECYCLE_RULE] = pulumi.Output.json_dumps(pv.lifecycle_pattern(asg_names))
+        rules = []
+        targets = []
+        for rule_key, pattern in patterns.items():
+            rule_name = names.physical("nth", rule_key, max_len=64)
+            rule = aws.cloudwatch.EventRule(
+                f"{self._name}-nth-{rule_key}",
+                name=rule_name,
+                description=f"{rule_key} events for aws-node-termination-handler",
+                event_pattern=pattern,
+                tags=names.tags("platform", rule_name),
+                opts=self._aws(),
+            )
+            targets.append(
+                aws.cloudwatch.EventTarget(
+                    f"{self._name}-nth-{rule_key}-target",
+                    rule=rule.name,
+                    target_id="nth-queue",
+                    arn=queue.arn,
+                    opts=pulumi.ResourceOptions(parent=rule),
+                )
+            )
+            rules.append(rule)
+        policy = aws.sqs.QueuePolicy(
+            f"{self._name}-nth-queue-policy",
+            queue_url=queue.url,
+            policy=pulumi.Output.json_dumps(pv.queue_policy(queue.arn, [r.arn for r in rules])),
+            opts=pulumi.ResourceOptions(parent=queue),
+        )
+        role, association = self._pod_role(
+            "node-termination-handler",
+            pv.SYSTEM_NAMESPACE,
+            pv.TERMINATION_HANDLER_SA,
+            pv.termination_handler_policy(queue.arn, [pool.asg_arn for pool in args.pools.values()]),
+        )
+        self._release(
+            "aws-node-termination-handler",
+            pv.termination_handler_values(queue.url, args.region),
+            depends_on=[association, policy, *targets],
+        )
+        return role, queue
+
+    # Teams --------------------------------------------------------------------------------------------------
+    def _teams(self) -> dict[str, k8s.core.v1.Namespace]:
+        namespaces: dict[str, k8s.core.v1.Namespace] = {}
+        for team, view in self._args.teams.items():
+            ns = k8s.core.v1.Namespace(
+                f"{self._name}-ns-{team}",
+                metadata=self._meta(
+                    view.namespace,
+                    labels={
+                        pv.TEAM_LABEL: team,
+                        # Baseline stops privileged pods and host access; restricted is only warned about.
+                        "pod-security.kubernetes.io/enforce": "baseline",
+                        "pod-security.kubernetes.io/warn": "restricted",
+                    },
+                ),
+                # Dropping a team from the fleet must not delete its running work and claims with it.
+                opts=self._k8s(retain_on_delete=True),
+            )
+            namespaces[team] = ns
+            for key, role in (("edit", "edit"), ("kueue", KUEUE_USER_ROLE)):
+                k8s.rbac.v1.RoleBinding(
+                    f"{self._name}-{key}-{team}",
+                    metadata=self._meta(f"team-{key}", view.namespace),
+                    role_ref=k8s.rbac.v1.RoleRefArgs(
+                        api_group="rbac.authorization.k8s.io", kind="ClusterRole", name=role
+                    ),
+                    subjects=[
+                        k8s.rbac.v1.SubjectArgs(api_group="rbac.authorization.k8s.io", kind="Group", name=view.group)
+                    ],
+                    opts=self._k8s(depends_on=[ns]),
+                )
+        return namespaces
+
+    # Kueue --------------------------------------------------------------------------------------------------
+    def _custom(
+        self, key: str, kind: str, name: str, spec: dict[str, object], depends_on: Sequence[pulumi.Resource],
+        namespace: str | None = None,
+    ) -> k8s.apiextensions.CustomResource:  # fmt: skip
+        return k8s.apiextensions.CustomResource(
+            f"{self._name}-{key}",
+            api_version=pv.KUEUE_API,
+            kind=kind,
+            metadata=self._meta(name, namespace),
+            spec=spec,
+            opts=self._k8s(depends_on=depends_on),
+        )
+
+    def _queues(self, release: k8s.helm.v3.Release, namespaces: Mapping[str, k8s.core.v1.Namespace]) -> None:
+        args, quotas = self._args, self._args.quotas
+        if not quotas.flavors:
+            return  # no GPU capacity in this region: nothing to queue for
+        flavors = []
+        for flavor in quotas.flavors:
+            source = args.pools[flavor.source_name] if flavor.source == "pool" else args.sites[flavor.source_name]
+            taints = source.taints
+            flavors.append(
+                self._custom(
+                    f"flavor-{flavor.name}",
+                    "ResourceFlavor",
+                    flavor.name,
+                    pv.resource_flavor_spec(flavor, taints),
+                    [release],
+                )
+            )
+        cohort = self._custom("cohort", "Cohort", kueue.COHORT, pv.cohort_spec(quotas), flavors)
+        for team, view in args.teams.items():
+            queue = self._custom(
+                f"queue-{team}", "ClusterQueue", team, pv.cluster_queue_spec(team, view.namespace, quotas), [cohort]
+            )
+            self._custom(
+                f"local-queue-{team}",
+                "LocalQueue",
+                pv.LOCAL_QUEUE,
+                pv.local_queue_spec(team),
+                [queue, namespaces[team]],
+                namespace=view.namespace,
+            )
+
+    # Storage ------------------------------------------------------------------------------------------------
+    def _storage(self, namespaces: Mapping[str, k8s.core.v1.Namespace]) -> k8s.storage.v1.StorageClass:
+        args = self._args
+        storage_class = k8s.storage.v1.StorageClass(
+            f"{self._name}-efs",
+            metadata=self._meta(EFS_STORAGE_CLASS),
+            provisioner=EFS_DRIVER,
+            parameters={
+                "provisioningMode": "efs-ap",
+                "fileSystemId": args.efs_file_system_id,
+                "directoryPerms": "700",
+                "basePath": "/dynamic",
+            },
+            # Deleting a claim must not delete research data; directories are removed deliberately.
+            reclaim_policy="Retain",
+            volume_binding_mode="Immediate",
+            opts=self._k8s(),
+        )
+        handle = pulumi.Output.concat(args.efs_file_system_id, "::", args.efs_datasets_access_point_id)
+        for team, view in args.teams.items():
+            # A PV binds one claim, so each namespace gets its own PV onto the same access point.
+            volume_name = f"{DATASETS_CLAIM}-{view.namespace}"
+            k8s.core.v1.PersistentVolume(
+                f"{self._name}-datasets-{team}",
+                metadata=self._meta(volume_name),
+                spec=k8s.core.v1.PersistentVolumeSpecArgs(
+                    capacity={"storage": DATASETS_SIZE},
+                    access_modes=["ReadOnlyMany"],
+                    persistent_volume_reclaim_policy="Retain",
+                    storage_class_name="",
+                    volume_mode="Filesystem",
+                    csi=k8s.core.v1.CSIPersistentVolumeSourceArgs(
+                        driver=EFS_DRIVER, volume_handle=handle, read_only=True
+                    ),
+                    # Reserved for the team's claim, so no other claim can bind the volume first.
+                    claim_ref=k8s.core.v1.ObjectReferenceArgs(namespace=view.namespace, name=DATASETS_CLAIM),
+                ),
+                opts=self._k8s(),
+            )
+            k8s.core.v1.PersistentVolumeClaim(
+                f"{self._name}-datasets-claim-{team}",
+                metadata=self._meta(DATASETS_CLAIM, view.namespace),
+                spec=k8s.core.v1.PersistentVolumeClaimSpecArgs(
+                    access_modes=["ReadOnlyMany"],
+                    storage_class_name="",
+                    volume_name=volume_name,
+                    resources=k8s.core.v1.VolumeResourceRequirementsArgs(requests={"storage": DATASETS_SIZE}),
+                ),
+                opts=self._k8s(depends_on=[namespaces[team]]),
+            )
+        return storage_class

@@ -1,0 +1,506 @@
+"""What the Platform component declares, as data: pinned charts, Helm values, IAM and event documents, Kueue specs.
+
+Pure functions (no resources), so each piece can be read and tested on its own. Values may hold
+`pulumi.Input`s (cluster name, queue URL); Pulumi resolves them where the dicts are used as inputs.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+from collections.abc import Mapping, Sequence
+from importlib import resources
+from typing import Any
+
+import pulumi
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from dlinfra import kueue
+from dlinfra.errors import DlinfraError
+
+ADDONS_FILE = "dlinfra/data/addons.yaml"
+AUTOSCALER_TAG = "k8s.io/cluster-autoscaler"
+PRIORITY_CONFIGMAP = "cluster-autoscaler-priority-expander"  # the name cluster-autoscaler watches
+AUTOSCALER_SA = "cluster-autoscaler"
+TERMINATION_HANDLER_SA = "aws-node-termination-handler"
+SYSTEM_NAMESPACE = "kube-system"
+POOL_LABEL = "dlinfra.io/pool"
+SITE_LABEL = "dlinfra.io/site"
+TEAM_LABEL = "dlinfra.io/team"
+GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"
+COMPUTE_TYPE_LABEL = "eks.amazonaws.com/compute-type"  # EKS sets it to "hybrid" on hybrid nodes
+GPU_TAINT_KEY = "nvidia.com/gpu"
+LOCAL_QUEUE = "default"  # Kueue sends jobs without a queue-name label to the LocalQueue named "default"
+KUEUE_API = "kueue.x-k8s.io/v1beta2"  # the storage version of the pinned Kueue; v1beta1 is deprecated there
+# Autoscaler priorities (higher wins): capacity we pay for anyway first, spot last.
+CLASS_PRIORITY: Mapping[str, int] = {"reserved": 30, "on-demand": 20, "spot": 10}
+
+# GPU nodes: our pools label them with the GPU model; NVIDIA's feature discovery, if ever run, sets gpu.present.
+GPU_NODE_AFFINITY: dict[str, Any] = {
+    "nodeAffinity": {
+        "requiredDuringSchedulingIgnoredDuringExecution": {
+            "nodeSelectorTerms": [
+                {"matchExpressions": [{"key": GPU_PRODUCT_LABEL, "operator": "Exists"}]},
+                {"matchExpressions": [{"key": "nvidia.com/gpu.present", "operator": "In", "values": ["true"]}]},
+            ]
+        }
+    }
+}
+GPU_TOLERATIONS: list[dict[str, str]] = [
+    {"key": GPU_TAINT_KEY, "operator": "Exists", "effect": "NoSchedule"},
+    {"key": "CriticalAddonsOnly", "operator": "Exists"},
+]
+# Controllers that call AWS run on cloud nodes: Pod Identity and the VPC reach them there.
+CLOUD_NODE_AFFINITY: dict[str, Any] = {
+    "nodeAffinity": {
+        "requiredDuringSchedulingIgnoredDuringExecution": {
+            "nodeSelectorTerms": [
+                {"matchExpressions": [{"key": COMPUTE_TYPE_LABEL, "operator": "NotIn", "values": ["hybrid"]}]}
+            ]
+        }
+    }
+}
+HYBRID_NODE_AFFINITY: dict[str, Any] = {
+    "nodeAffinity": {
+        "requiredDuringSchedulingIgnoredDuringExecution": {
+            "nodeSelectorTerms": [
+                {"matchExpressions": [{"key": COMPUTE_TYPE_LABEL, "operator": "In", "values": ["hybrid"]}]}
+            ]
+        }
+    }
+}
+
+# What the termination handler listens to, by rule. Patterns follow the AWS event shapes NTH's queue processor reads.
+TERMINATION_EVENTS: Mapping[str, dict[str, Any]] = {
+    # AWS Health scheduled changes for EC2 (AWS_EC2_*_SCHEDULED: retirement, reboot, maintenance).
+    "scheduled-change": {
+        "source": ["aws.health"],
+        "detail-type": ["AWS Health Event"],
+        "detail": {"service": ["EC2"], "eventTypeCategory": ["scheduledChange"]},
+    },
+    "spot-interruption": {"source": ["aws.ec2"], "detail-type": ["EC2 Spot Instance Interruption Warning"]},
+    "rebalance": {"source": ["aws.ec2"], "detail-type": ["EC2 Instance Rebalance Recommendation"]},
+    "state-change": {
+        "source": ["aws.ec2"],
+        "detail-type": ["EC2 Instance State-change Notification"],
+        # The states NTH drains on; running/pending notifications would only be noise in the queue.
+        "detail": {"state": ["stopping", "stopped", "shutting-down", "terminated"]},
+    },
+}
+LIFECYCLE_RULE = "asg-lifecycle"  # added per stack: it is filtered to this cluster's Auto Scaling groups
+
+
+class AddonSpec(BaseModel):
+    """One pinned Helm chart from dlinfra/data/addons.yaml."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    chart: str  # chart name in `repository`, or a full oci:// reference
+    repository: str | None = None  # classic Helm repository URL; None for OCI charts
+    version: str = Field(pattern=r"^\d+\.\d+\.\d+$")  # one exact version: no ranges, no pre-releases
+    namespace: str
+    verified: str  # where the pin was checked
+    image_tags: Mapping[str, str] = Field(default_factory=dict)  # Kubernetes minor -> image tag
+
+    @model_validator(mode="after")
+    def _source(self) -> AddonSpec:
+        oci = self.chart.startswith("oci://")
+        if oci == (self.repository is not None):
+            raise ValueError("give either an oci:// chart, or a chart name with a repository URL")
+        if self.repository is not None and not self.repository.startswith("https://"):
+            raise ValueError(f"repository {self.repository!r}: use an https:// URL")
+        return self
+
+
+ADDONS = (
+    "nvidia-device-plugin",
+    "dcgm-exporter",
+    "cluster-autoscaler",
+    "aws-node-termination-handler",
+    "kueue",
+    "cilium",
+)
+
+
+@functools.cache
+def load_addons() -> Mapping[str, AddonSpec]:
+    """The pinned charts; DlinfraError naming the file and key when an entry is malformed or missing."""
+    raw = yaml.safe_load(resources.files("dlinfra").joinpath("data/addons.yaml").read_text(encoding="utf-8"))
+    if not isinstance(raw, Mapping):
+        raise DlinfraError("expected a mapping of add-on name -> chart", file=ADDONS_FILE)
+    out: dict[str, AddonSpec] = {}
+    for name in ADDONS:
+        if name not in raw:
+            raise DlinfraError(
+                "missing: every add-on the Platform installs needs a pinned chart", file=ADDONS_FILE, key=name
+            )
+    for name, spec in raw.items():
+        if name not in ADDONS:
+            raise DlinfraError(f"unknown add-on; known: {', '.join(ADDONS)}", file=ADDONS_FILE, key=str(name))
+        try:
+            out[name] = AddonSpec.model_validate(spec)
+        except ValidationError as exc:
+            problems = "; ".join(f"{'.'.join(map(str, e['loc'])) or 'entry'}: {e['msg']}" for e in exc.errors())
+            raise DlinfraError(problems, file=ADDONS_FILE, key=str(name)) from None
+    return out
+
+
+def autoscaler_image_tag(kubernetes_version: str) -> str:
+    """The cluster-autoscaler image whose minor version matches the cluster's."""
+    tags = load_addons()["cluster-autoscaler"].image_tags
+    if kubernetes_version not in tags:
+        raise DlinfraError(
+            f"no cluster-autoscaler image pinned for Kubernetes {kubernetes_version} (pinned: {', '.join(tags)})",
+            file=ADDONS_FILE,
+            key="cluster-autoscaler.image_tags",
+        )
+    return tags[kubernetes_version]
+
+
+# Helm values --------------------------------------------------------------------------------------------
+
+
+def device_plugin_values() -> dict[str, Any]:
+    """NVIDIA device plugin: GPU nodes only; feature discovery off (it would overwrite our gpu.product label)."""
+    return {
+        "affinity": GPU_NODE_AFFINITY,
+        "tolerations": GPU_TOLERATIONS,
+        "gfd": {"enabled": False},
+        "nfd": {"enabled": False},
+    }
+
+
+def dcgm_exporter_values() -> dict[str, Any]:
+    """DCGM exporter reading the host's DCGM engine (baked into GPU images), on GPU nodes only."""
+    return {
+        "affinity": GPU_NODE_AFFINITY,
+        "tolerations": GPU_TOLERATIONS,
+        # The node already runs nv-hostengine; a second, embedded engine would contend for profiling counters.
+        "arguments": ["-f", "/etc/dcgm-exporter/default-counters.csv", "-r", "localhost:5555"],
+        "hostNetwork": True,
+        # No Prometheus Operator in the platform: a ServiceMonitor would fail the install.
+        "serviceMonitor": {"enabled": False},
+    }
+
+
+def autoscaler_discovery_tags(cluster_name: pulumi.Input[str]) -> list[pulumi.Input[str]]:
+    """ASG tags auto-discovery requires: the ones NodePool puts on every pool of the cluster."""
+    return [f"{AUTOSCALER_TAG}/enabled", pulumi.Output.concat(AUTOSCALER_TAG, "/", cluster_name)]
+
+
+def autoscaler_args() -> dict[str, str]:
+    """cluster-autoscaler flags: priority expander, and scale-down that never evicts running GPU work."""
+    return {
+        # Priorities first (reserved > on-demand > spot), then the least idle capacity among equals.
+        "expander": "priority,least-waste",
+        "balance-similar-node-groups": "true",
+        # Training pods use emptyDir scratch; that must not pin an idle node forever.
+        "skip-nodes-with-local-storage": "false",
+        # CPU nodes: consolidate below half use.
+        "scale-down-utilization-threshold": "0.5",
+        # GPU nodes: only when no GPU is requested at all (one GPU of eight is 0.125), so consolidation never
+        # evicts a running training job. Applies to nodes labelled k8s.amazonaws.com/accelerator (see report).
+        "scale-down-gpu-utilization-threshold": "0.1",
+        "scale-down-unneeded-time": "10m",
+        "scale-down-delay-after-add": "10m",
+        # Large GPU instances take long to boot, load drivers and start Fabric Manager.
+        "max-node-provision-time": "25m",
+        # The GPU DaemonSets (device plugin, DCGM) must not make an idle GPU node look used.
+        "ignore-daemonsets-utilization": "true",
+        "cordon-node-before-terminating": "true",
+    }
+
+
+def autoscaler_values(cluster_name: pulumi.Input[str], region: str, image_tag: str) -> dict[str, Any]:
+    """cluster-autoscaler: AWS auto-discovery by this cluster's tags, credentials from Pod Identity."""
+    return {
+        "cloudProvider": "aws",
+        "awsRegion": region,
+        "autoDiscovery": {"clusterName": cluster_name, "tags": autoscaler_discovery_tags(cluster_name)},
+        "image": {"tag": image_tag},
+        "rbac": {"serviceAccount": {"create": True, "name": AUTOSCALER_SA}},
+        "extraArgs": autoscaler_args(),
+        "affinity": CLOUD_NODE_AFFINITY,
+        # Scale-down must not evict the autoscaler itself mid-decision.
+        "podAnnotations": {"cluster-autoscaler.kubernetes.io/safe-to-evict": "false"},
+    }
+
+
+def _regex_literal(name: str) -> str:
+    return re.sub(r"([.^$*+?()\[\]{}|\\])", r"\\\1", name)
+
+
+def render_priorities(groups: Mapping[str, Sequence[str]]) -> str:
+    """The priority expander's configuration: capacity class -> ASG names, as priority -> anchored regexes."""
+    unknown = set(groups) - set(CLASS_PRIORITY)
+    if unknown:
+        raise ValueError(f"unknown capacity class {sorted(unknown)}; known: {', '.join(CLASS_PRIORITY)}")
+    table = {
+        CLASS_PRIORITY[cls]: [f"^{_regex_literal(name)}$" for name in sorted(names)]
+        for cls, names in sorted(groups.items(), key=lambda kv: -CLASS_PRIORITY[kv[0]])
+        if names
+    }
+    return yaml.safe_dump(table, sort_keys=False)
+
+
+def termination_handler_values(queue_url: pulumi.Input[str], region: str) -> dict[str, Any]:
+    """aws-node-termination-handler in queue-processor mode: cordon, taint and drain before the node goes."""
+    return {
+        "enableSqsTerminationDraining": True,
+        "queueURL": queue_url,
+        "awsRegion": region,
+        "serviceAccount": {"create": True, "name": TERMINATION_HANDLER_SA},
+        # Drain, not only cordon; and taint nodes with scheduled maintenance so nothing new starts there.
+        "cordonOnly": False,
+        "taintNode": True,
+        "deleteLocalData": True,
+        "ignoreDaemonSets": True,
+        "podTerminationGracePeriod": -1,  # each pod's own grace period: training jobs checkpoint on SIGTERM
+        # The rules see every instance of the account and region; the handler acts only on nodes of its own
+        # cluster (others are not found) and drops those messages instead of letting them pile up.
+        "checkTagBeforeDraining": False,
+        "deleteSqsMsgIfNodeNotFound": True,
+        "emitKubernetesEvents": True,
+        "replicas": 2,
+        "podDisruptionBudget": {"maxUnavailable": 1},
+        "affinity": CLOUD_NODE_AFFINITY,
+    }
+
+
+def kueue_manager_config() -> dict[str, Any]:
+    """Kueue's controller configuration (config.kueue.x-k8s.io/v1beta2), replacing the chart's default."""
+    return {
+        "apiVersion": "config.kueue.x-k8s.io/v1beta2",
+        "kind": "Configuration",
+        "health": {"healthProbeBindAddress": ":8081"},
+        "metrics": {"bindAddress": ":8443", "enableClusterQueueResources": True},
+        "webhook": {"port": 9443},
+        "leaderElection": {"leaderElect": True, "resourceName": "c1f6bfd2.kueue.x-k8s.io"},
+        "clientConnection": {"qps": 300, "burst": 500},
+        # Every job in a team namespace is queued (the LocalQueue "default" catches unlabelled ones), so a
+        # team cannot bypass its quota by omitting the queue name; other namespaces are left alone.
+        "manageJobsWithoutQueueName": True,
+        "managedJobsNamespaceSelector": {"matchExpressions": [{"key": TEAM_LABEL, "operator": "Exists"}]},
+        # Quotas cover GPUs only; CPU, memory and EFA requests are not Kueue's business here.
+        "resources": {"quotaCheckStrategy": "IgnoreUndeclared"},
+        # A gang whose pods cannot all start (capacity shortage) gives its quota back and requeues; the timeout
+        # leaves room for scaling GPU pools up from zero.
+        "waitForPodsReady": {
+            "timeout": "30m",
+            "blockAdmission": False,
+            "requeuingStrategy": {"timestamp": "Eviction", "backoffBaseSeconds": 60, "backoffMaxSeconds": 3600},
+        },
+        "integrations": {
+            "frameworks": [
+                "batch/job",
+                "jobset.x-k8s.io/jobset",
+                "kubeflow.org/pytorchjob",
+                "kubeflow.org/mpijob",
+                "trainer.kubeflow.org/trainjob",
+                "ray.io/rayjob",
+                "ray.io/raycluster",
+            ]
+        },
+    }
+
+
+def kueue_values() -> dict[str, Any]:
+    """Kueue: two replicas (its admission webhooks fail closed), our manager configuration."""
+    return {
+        "controllerManager": {"replicas": 2, "podDisruptionBudget": {"enabled": True, "minAvailable": 1}},
+        "managerConfig": {"controllerManagerConfigYaml": yaml.safe_dump(kueue_manager_config(), sort_keys=False)},
+    }
+
+
+def cilium_values(pod_cidrs: Sequence[str]) -> dict[str, Any]:
+    """Cilium for EKS Hybrid Nodes only: agents on hybrid nodes, cluster-pool IPAM over the sites' pod CIDRs."""
+    return {
+        "affinity": HYBRID_NODE_AFFINITY,
+        "ipam": {
+            "mode": "cluster-pool",
+            # Must equal the cluster's remote pod networks; Cilium cannot change these after install.
+            "operator": {"clusterPoolIPv4PodCIDRList": list(pod_cidrs), "clusterPoolIPv4MaskSize": 25},
+        },
+        # Pods on cloud nodes belong to the VPC CNI; Cilium must not restart them.
+        "operator": {"unmanagedPodWatcher": {"restart": False}},
+    }
+
+
+# IAM and EventBridge documents ---------------------------------------------------------------------------
+
+
+def pod_identity_trust(cluster_name: pulumi.Input[str], namespace: str, service_account: str) -> dict[str, Any]:
+    """Trust policy for EKS Pod Identity, limited by session tags to one service account of one cluster."""
+    return {
+        "Version": "2012-10-17",
+        "Statement": [
+            {
+                "Effect": "Allow",
+                "Principal": {"Service": "pods.eks.amazonaws.com"},
+                "Action": ["sts:AssumeRole", "sts:TagSession"],
+                "Condition": {
+                    "StringEquals": {
+                        "aws:RequestTag/eks-cluster-name": cluster_name,
+                        "aws:RequestTag/kubernetes-namespace": namespace,
+                        "aws:RequestTag/kubernetes-service-account": service_account,
+                    }
+                },
+            }
+        ],
+    }
+
+
+def autoscaler_policy(cluster_name: pulumi.Input[str]) -> dict[str, Any]:
+    """Read-only discovery everywhere; resizing only Auto Scaling groups tagged for this cluster."""
+    return {
+        "Version": "2012-10-17",
+        "Statement": [
+            {
+                "Sid": "Discover",
+                "Effect": "Allow",
+                # Describe calls support no resource-level permissions.
+                "Action": [
+                    "autoscaling:DescribeAutoScalingGroups",
+                    "autoscaling:DescribeAutoScalingInstances",
+                    "autoscaling:DescribeLaunchConfigurations",
+                    "autoscaling:DescribeScalingActivities",
+                    "ec2:DescribeImages",
+                    "ec2:DescribeInstanceTypes",
+                    "ec2:DescribeLaunchTemplateVersions",
+                    "ec2:GetInstanceTypesFromInstanceRequirements",
+                ],
+                "Resource": "*",
+            },
+            {
+                "Sid": "ScaleOwnGroups",
+                "Effect": "Allow",
+                "Action": ["autoscaling:SetDesiredCapacity", "autoscaling:TerminateInstanceInAutoScalingGroup"],
+                "Resource": "*",
+                "Condition": {
+                    "StringEquals": {
+                        pulumi.Output.concat("aws:ResourceTag/", AUTOSCALER_TAG, "/", cluster_name): "owned",
+                        f"aws:ResourceTag/{AUTOSCALER_TAG}/enabled": "true",
+                    }
+                },
+            },
+        ],
+    }
+
+
+def termination_handler_policy(queue_arn: pulumi.Input[str], asg_arns: Sequence[pulumi.Input[str]]) -> dict[str, Any]:
+    """Consume the queue, look instances up, and complete lifecycle hooks of this cluster's groups only."""
+    statements: list[dict[str, Any]] = [
+        {
+            "Sid": "ConsumeQueue",
+            "Effect": "Allow",
+            "Action": ["sqs:ReceiveMessage", "sqs:DeleteMessage"],
+            "Resource": queue_arn,
+        },
+        {"Sid": "DescribeInstances", "Effect": "Allow", "Action": "ec2:DescribeInstances", "Resource": "*"},
+    ]
+    if asg_arns:
+        statements.append(
+            {
+                "Sid": "CompleteLifecycle",
+                "Effect": "Allow",
+                "Action": "autoscaling:CompleteLifecycleAction",
+                "Resource": list(asg_arns),
+            }
+        )
+    return {"Version": "2012-10-17", "Statement": statements}
+
+
+def queue_policy(queue_arn: pulumi.Input[str], rule_arns: Sequence[pulumi.Input[str]]) -> dict[str, Any]:
+    """EventBridge may send only from our rules; nothing may use the queue without TLS."""
+    return {
+        "Version": "2012-10-17",
+        "Statement": [
+            {
+                "Sid": "FromEventBridgeRules",
+                "Effect": "Allow",
+                "Principal": {"Service": "events.amazonaws.com"},
+                "Action": "sqs:SendMessage",
+                "Resource": queue_arn,
+                "Condition": {"ArnEquals": {"aws:SourceArn": list(rule_arns)}},
+            },
+            {
+                "Sid": "DenyInsecureTransport",
+                "Effect": "Deny",
+                "Principal": "*",
+                "Action": "sqs:*",
+                "Resource": queue_arn,
+                "Condition": {"Bool": {"aws:SecureTransport": "false"}},
+            },
+        ],
+    }
+
+
+def lifecycle_pattern(asg_names: Sequence[pulumi.Input[str]]) -> dict[str, Any]:
+    """ASG termination lifecycle actions of this cluster's groups (other clusters' hooks are theirs)."""
+    return {
+        "source": ["aws.autoscaling"],
+        "detail-type": ["EC2 Instance-terminate Lifecycle Action"],
+        "detail": {"AutoScalingGroupName": list(asg_names)},
+    }
+
+
+# Kueue objects ------------------------------------------------------------------------------------------
+
+Taint = tuple[str, str, str]  # key, value, effect
+
+
+def resource_flavor_spec(flavor: kueue.Flavor, taints: Sequence[Taint] = ()) -> dict[str, Any]:
+    """A flavor's node labels (so Kueue pins admitted pods to its nodes) and the taints jobs must tolerate."""
+    labels = {GPU_PRODUCT_LABEL: flavor.gpu_model}
+    if flavor.source == "pool":
+        labels[POOL_LABEL] = flavor.source_name
+    else:
+        labels |= {SITE_LABEL: flavor.source_name, COMPUTE_TYPE_LABEL: "hybrid"}
+    spec: dict[str, Any] = {"nodeLabels": dict(sorted(labels.items()))}
+    if taints:
+        spec["nodeTaints"] = [{"key": k, "value": v, "effect": e} for k, v, e in taints]
+    return spec
+
+
+def _gpu_group(quotas: Mapping[str, tuple[int, int | None]]) -> dict[str, Any]:
+    """One resource group over nvidia.com/gpu: flavor -> (nominal, borrowing limit or None)."""
+    flavors = []
+    for name, (nominal, borrowing) in quotas.items():
+        resource: dict[str, str] = {"name": kueue.GPU_RESOURCE, "nominalQuota": str(nominal)}
+        if borrowing is not None:
+            resource["borrowingLimit"] = str(borrowing)
+        flavors.append({"name": name, "resources": [resource]})
+    return {"coveredResources": [kueue.GPU_RESOURCE], "flavors": flavors}
+
+
+def cluster_queue_spec(team: str, namespace: str, quotas: kueue.RegionQuotas) -> dict[str, Any]:
+    """A team's ClusterQueue: its nominal GPUs per flavor, borrowing up to each flavor's size, reclaim by preemption."""
+    group = _gpu_group(
+        {f.name: (quotas.nominal[team][f.name], f.gpus - quotas.nominal[team][f.name]) for f in quotas.flavors}
+    )
+    return {
+        "cohortName": kueue.COHORT,
+        # Only the team's own namespace may point a LocalQueue at this queue.
+        "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": namespace}},
+        "queueingStrategy": "BestEffortFIFO",
+        "resourceGroups": [group],
+        # Try every flavor before borrowing or preempting in the first one that would fit.
+        "flavorFungibility": {"whenCanBorrow": "TryNextFlavor", "whenCanPreempt": "TryNextFlavor"},
+        # Guarantees hold: a team within its quota takes lent GPUs back; borrowers never preempt owners.
+        "preemption": {
+            "reclaimWithinCohort": "Any",
+            "borrowWithinCohort": {"policy": "Never"},
+            "withinClusterQueue": "LowerPriority",
+        },
+    }
+
+
+def cohort_spec(quotas: kueue.RegionQuotas) -> dict[str, Any]:
+    """The cohort's own quota: the GPUs no team is guaranteed, which any team may borrow."""
+    return {"resourceGroups": [_gpu_group({f.name: (quotas.spare(f.name), None) for f in quotas.flavors})]}
+
+
+def local_queue_spec(team: str) -> dict[str, Any]:
+    """The team namespace's LocalQueue, feeding the team's ClusterQueue."""
+    return {"clusterQueue": team}

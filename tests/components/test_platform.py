@@ -1,0 +1,657 @@
+"""Platform under the mock engine, for every regional stack of the reference fleet.
+
+Until stacks/regional.py declares it, a small program builds it from the fleet with fake node pool outputs.
+Every Kubernetes object we write (not the Helm charts) is validated strictly against the cluster's version:
+core kinds with kubernetes-validate, Kueue kinds with tests/k8s/kueue.x-k8s.io-v1beta2.json.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import textwrap
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import kubernetes_validate
+import pytest
+import yaml
+
+from components import nodepool
+from components import platform_values as pv
+from components.platform import (
+    PlatformArgs,
+    PoolView,
+    SiteView,
+    TeamView,
+    platform_args_from_fleet,
+    team_group,
+)
+from dlinfra import kueue, planner, sites, stackroles
+from dlinfra.fleet import Fleet, load_fleet
+from dlinfra.naming import Names
+from dlinfra.offline import engine
+from tests.conftest import REFERENCE_FLEET, REFERENCE_LOCK, ROOT
+
+CONFIG = {"dlinfra:fleet": str(REFERENCE_FLEET), "dlinfra:lock": str(REFERENCE_LOCK)}
+KUEUE_SCHEMA = Path(__file__).parent.parent / "k8s" / "kueue.x-k8s.io-v1beta2.json"
+RELEASE = "kubernetes:helm.sh/v3:Release"
+FS_ID, AP_ID = "fs-0123456789abcdef0", "fsap-0123456789abcdef0"
+ACCOUNT = "123456789012"
+
+PROGRAM = """
+from dataclasses import dataclass
+from pathlib import Path
+
+import pulumi
+import pulumi_kubernetes as k8s
+
+from components.platform import Platform, platform_args_from_fleet
+from stacks.program import load_context
+
+
+@dataclass
+class FakePool:  # what NodePool exposes
+    group_name: pulumi.Output[str]
+    group_arn: pulumi.Output[str]
+
+
+ctx = load_context(Path({root!r}))
+env, region = ctx.role.environment, ctx.role.region
+pools = {{}}
+for pool in ctx.fleet.pools_in(env, region):
+    asg = ctx.names.physical("pool", pool, max_len=255)
+    arn = f"arn:aws:autoscaling:{{region}}:{account}:autoScalingGroup:0:autoScalingGroupName/{{asg}}"
+    pools[pool] = FakePool(pulumi.Output.from_input(asg), pulumi.Output.from_input(arn))
+args = platform_args_from_fleet(
+    ctx.fleet,
+    ctx.plan,
+    names=ctx.names,
+    provider=k8s.Provider("k8s", kubeconfig="{{}}"),
+    cluster_name=ctx.names.physical("eks"),
+    node_pools=pools,
+    efs_file_system_id={fs!r},
+    efs_datasets_access_point_id={ap!r},
+    quota_policy="scaled" if env == "staging" else "guaranteed",
+)
+Platform("platform", args)
+"""
+
+
+class Stack:
+    """One stack's records, indexed for the tests."""
+
+    def __init__(self, result: engine.StackResult) -> None:
+        self.role = result.role
+        self.resources = result.resources
+        self.by_name = {r.name: r for r in result.resources}
+
+    def of_type(self, type_token: str) -> list[engine.ResourceRecord]:
+        return [r for r in self.resources if r.type == type_token]
+
+    def release(self, addon: str) -> dict[str, Any]:
+        return self.by_name[f"platform-{addon}"].inputs
+
+    def kueue(self, kind: str) -> dict[str, dict[str, Any]]:
+        return {
+            r.inputs["metadata"]["name"] + "/" + r.inputs["metadata"].get("namespace", ""): r.inputs
+            for r in self.of_type(f"kubernetes:{pv.KUEUE_API}:{kind}")
+        }
+
+    def queues(self) -> dict[str, dict[str, Any]]:
+        return {key.split("/")[0]: value for key, value in self.kueue("ClusterQueue").items()}
+
+
+@pytest.fixture(scope="module")
+def fleet() -> Fleet:
+    return load_fleet(REFERENCE_FLEET).fleet
+
+
+@pytest.fixture(scope="module")
+def stacks(tmp_path_factory: pytest.TempPathFactory, fleet: Fleet) -> dict[str, Stack]:
+    """Every regional stack's Platform, run once for the module."""
+    program = tmp_path_factory.mktemp("platform") / "program.py"
+    program.write_text(textwrap.dedent(PROGRAM.format(root=str(ROOT), account=ACCOUNT, fs=FS_ID, ap=AP_ID)))
+    out = {}
+    for role in stackroles.roles(fleet):
+        if role.kind == "regional":
+            result = engine.run_stack(ROOT, role, project="dlinfra", config=CONFIG, stack_exports={}, program=program)
+            out[role.name] = Stack(result)
+    return out
+
+
+def _regional() -> list[str]:
+    fleet = load_fleet(REFERENCE_FLEET).fleet
+    return [r.name for r in stackroles.roles(fleet) if r.kind == "regional"]
+
+
+def _names(stack: Stack) -> Names:
+    return Names("dlinfra", stack.role.environment, stack.role.region)
+
+
+def _asg(stack: Stack, pool: str) -> str:
+    return _names(stack).physical("pool", pool, max_len=255)
+
+
+# Add-ons -----------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("stack_name", _regional())
+def test_every_addon_is_a_pinned_release(stacks: dict[str, Stack], fleet: Fleet, stack_name: str) -> None:
+    stack = stacks[stack_name]
+    expected = set(pv.ADDONS)
+    if not fleet.sites_of(stack.role.environment, stack.role.region):
+        expected.remove("cilium")  # hybrid nodes need a CNI only where sites join
+    releases = {r.inputs["name"]: r for r in stack.of_type(RELEASE)}
+    assert set(releases) == expected
+    for addon, record in releases.items():
+        spec = pv.load_addons()[addon]
+        inputs = record.inputs
+        assert re.fullmatch(r"\d+\.\d+\.\d+", inputs["version"]) and inputs["version"] == spec.version
+        assert inputs["chart"] == spec.chart and inputs["namespace"] == spec.namespace
+        if spec.repository:
+            assert inputs["repositoryOpts"] == {"repo": spec.repository}
+        else:
+            assert inputs["chart"].startswith("oci://") and "repositoryOpts" not in inputs
+        assert inputs["atomic"] is True
+
+
+def test_addons_file_pins_exact_versions_from_https_or_oci() -> None:
+    for addon, spec in pv.load_addons().items():
+        assert spec.chart.startswith("oci://") or (spec.repository or "").startswith("https://"), addon
+        assert spec.verified
+
+
+def test_gpu_addons_run_only_on_gpu_nodes(stacks: dict[str, Stack]) -> None:
+    stack = stacks["prod-us-west-2"]
+    for addon in ("nvidia-device-plugin", "dcgm-exporter"):
+        values = stack.release(addon)["values"]
+        terms = values["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][
+            "nodeSelectorTerms"
+        ]
+        keys = {e["key"] for term in terms for e in term["matchExpressions"]}
+        assert keys == {"nvidia.com/gpu.product", "nvidia.com/gpu.present"}
+        assert {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"} in values["tolerations"]
+    assert stack.release("nvidia-device-plugin")["values"]["gfd"] == {"enabled": False}
+    assert stack.release("dcgm-exporter")["values"]["serviceMonitor"] == {"enabled": False}
+
+
+# cluster-autoscaler ------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("stack_name", _regional())
+def test_autoscaler_discovers_this_clusters_pools(stacks: dict[str, Stack], fleet: Fleet, stack_name: str) -> None:
+    stack = stacks[stack_name]
+    cluster = _names(stack).physical("eks")
+    values = stack.release("cluster-autoscaler")["values"]
+    assert values["autoDiscovery"]["clusterName"] == cluster
+    # The discovery tags are exactly the ones NodePool puts on its groups.
+    pool_args = nodepool.NodePoolArgs(
+        names=_names(stack), pool="p", kind="cpu", cluster_name=cluster, ami_id="ami-0", instance_types=["m7i.4xlarge"],
+        subnet_ids={"a": "s"}, vpc_id="vpc-0",
+    )  # fmt: skip
+    pool_tags = {k for k, v in nodepool.autoscaler_tags(pool_args).items() if v in ("true", "owned")}
+    assert set(values["autoDiscovery"]["tags"]) == pool_tags
+    assert values["awsRegion"] == stack.role.region
+    assert values["image"]["tag"].startswith(f"v{fleet.environments[stack.role.environment].kubernetes.version}.")
+    args = values["extraArgs"]
+    assert args["expander"].split(",")[0] == "priority"
+    assert args["skip-nodes-with-local-storage"] == "false" and args["balance-similar-node-groups"] == "true"
+    assert float(args["scale-down-gpu-utilization-threshold"]) < 1 / 8  # never evicts a running GPU job
+    assert "scale-down-utilization-threshold" in args
+
+
+@pytest.mark.parametrize("stack_name", _regional())
+def test_priority_expander_ranks_reserved_on_demand_spot(
+    stacks: dict[str, Stack], fleet: Fleet, stack_name: str
+) -> None:
+    stack = stacks[stack_name]
+    env, region = stack.role.environment, stack.role.region
+    (config_map,) = stack.of_type("kubernetes:core/v1:ConfigMap")
+    assert config_map.inputs["metadata"] == {
+        "name": "cluster-autoscaler-priority-expander",
+        "namespace": "kube-system",
+        "labels": {"app.kubernetes.io/managed-by": "pulumi-dlinfra"},
+    }
+    priorities = yaml.safe_load(config_map.inputs["data"]["priorities"])
+    rank = {}
+    for priority, patterns in priorities.items():
+        for pattern in patterns:
+            matched = [p for p in fleet.pools_in(env, region) if re.fullmatch(pattern, _asg(stack, p))]
+            assert len(matched) == 1, pattern  # anchored: one pattern, one group
+            rank[matched[0]] = priority
+    assert set(rank) == set(fleet.pools_in(env, region))
+    classes = {p: kueue.capacity_class(fleet, env, region, p) for p in rank}
+    order = {"reserved": 3, "on-demand": 2, "spot": 1}
+    for a in rank:
+        for b in rank:
+            if order[classes[a]] > order[classes[b]]:
+                assert rank[a] > rank[b], (a, b)
+    release = stack.by_name["platform-cluster-autoscaler"]
+    assert config_map.urn in release.dependencies
+
+
+@pytest.mark.parametrize("addon", ["cluster-autoscaler", "node-termination-handler"])
+def test_pod_identity_for_the_chart_service_account(stacks: dict[str, Stack], addon: str) -> None:
+    stack = stacks["prod-us-west-2"]
+    cluster = _names(stack).physical("eks")
+    role = stack.by_name[f"platform-{addon}-role"]
+    association = stack.by_name[f"platform-{addon}-identity"]
+    release = stack.by_name[
+        "platform-cluster-autoscaler" if addon == "cluster-autoscaler" else "platform-aws-node-termination-handler"
+    ]
+    values = release.inputs["values"]
+    service_account = values["rbac"]["serviceAccount"] if addon == "cluster-autoscaler" else values["serviceAccount"]
+    assert association.inputs == {
+        "clusterName": cluster,
+        "namespace": release.inputs["namespace"],
+        "serviceAccount": service_account["name"],
+        "roleArn": role.outputs["arn"],
+        "tags": association.inputs["tags"],
+    }
+    assert association.urn in release.dependencies
+    trust = json.loads(role.inputs["assumeRolePolicy"])
+    (statement,) = trust["Statement"]
+    assert statement["Principal"] == {"Service": "pods.eks.amazonaws.com"}
+    assert statement["Condition"]["StringEquals"] == {
+        "aws:RequestTag/eks-cluster-name": cluster,
+        "aws:RequestTag/kubernetes-namespace": "kube-system",
+        "aws:RequestTag/kubernetes-service-account": service_account["name"],
+    }
+    # No IRSA anywhere: no OIDC principal, no role annotation on the service account.
+    assert "annotations" not in service_account and "Federated" not in role.inputs["assumeRolePolicy"]
+
+
+def test_autoscaler_policy_is_scoped_by_the_cluster_tag(stacks: dict[str, Stack]) -> None:
+    stack = stacks["prod-us-west-2"]
+    cluster = _names(stack).physical("eks")
+    policy = json.loads(stack.by_name["platform-cluster-autoscaler-policy"].inputs["policy"])
+    by_sid = {s["Sid"]: s for s in policy["Statement"]}
+    assert all(a.split(":")[1].startswith(("Describe", "GetInstanceTypes")) for a in by_sid["Discover"]["Action"])
+    scale = by_sid["ScaleOwnGroups"]
+    assert sorted(scale["Action"]) == [
+        "autoscaling:SetDesiredCapacity",
+        "autoscaling:TerminateInstanceInAutoScalingGroup",
+    ]
+    assert scale["Condition"]["StringEquals"] == {
+        f"aws:ResourceTag/k8s.io/cluster-autoscaler/{cluster}": "owned",
+        "aws:ResourceTag/k8s.io/cluster-autoscaler/enabled": "true",
+    }
+    assert not any("*" in a for s in policy["Statement"] for a in _list(s["Action"]))
+
+
+def _list(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else [value]
+
+
+# Termination handler -----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("stack_name", _regional())
+def test_termination_handler_queue_rules_and_values(stacks: dict[str, Stack], fleet: Fleet, stack_name: str) -> None:
+    stack = stacks[stack_name]
+    env, region = stack.role.environment, stack.role.region
+    (queue,) = stack.of_type("aws:sqs/queue:Queue")
+    assert queue.inputs["sqsManagedSseEnabled"] is True
+    queue_arn, queue_url = queue.outputs["arn"], queue.outputs["url"]
+    rules = {r.name.removeprefix("platform-nth-"): r for r in stack.of_type("aws:cloudwatch/eventRule:EventRule")}
+    patterns = {key: json.loads(rule.inputs["eventPattern"]) for key, rule in rules.items()}
+    assert patterns["scheduled-change"] == {
+        "source": ["aws.health"],
+        "detail-type": ["AWS Health Event"],
+        "detail": {"service": ["EC2"], "eventTypeCategory": ["scheduledChange"]},
+    }
+    assert patterns["spot-interruption"]["detail-type"] == ["EC2 Spot Instance Interruption Warning"]
+    assert patterns["rebalance"]["detail-type"] == ["EC2 Instance Rebalance Recommendation"]
+    assert patterns["state-change"]["detail-type"] == ["EC2 Instance State-change Notification"]
+    assert patterns["asg-lifecycle"] == {
+        "source": ["aws.autoscaling"],
+        "detail-type": ["EC2 Instance-terminate Lifecycle Action"],
+        "detail": {"AutoScalingGroupName": [_asg(stack, p) for p in fleet.pools_in(env, region)]},
+    }
+    targets = stack.of_type("aws:cloudwatch/eventTarget:EventTarget")
+    assert sorted(t.inputs["rule"] for t in targets) == sorted(r.inputs["name"] for r in rules.values())
+    assert {t.inputs["arn"] for t in targets} == {queue_arn}
+    (queue_policy,) = stack.of_type("aws:sqs/queuePolicy:QueuePolicy")
+    assert queue_policy.inputs["queueUrl"] == queue_url
+    allow, deny = json.loads(queue_policy.inputs["policy"])["Statement"]
+    assert allow["Principal"] == {"Service": "events.amazonaws.com"} and allow["Action"] == "sqs:SendMessage"
+    assert allow["Resource"] == queue_arn
+    assert sorted(allow["Condition"]["ArnEquals"]["aws:SourceArn"]) == sorted(r.outputs["arn"] for r in rules.values())
+    assert deny["Effect"] == "Deny" and deny["Condition"] == {"Bool": {"aws:SecureTransport": "false"}}
+    values = stack.release("aws-node-termination-handler")["values"]
+    assert values["enableSqsTerminationDraining"] is True and values["queueURL"] == queue_url
+    assert values["cordonOnly"] is False and values["taintNode"] is True  # cordon, taint and drain
+    assert values["awsRegion"] == region
+
+
+def test_termination_handler_least_privilege(stacks: dict[str, Stack], fleet: Fleet) -> None:
+    stack = stacks["prod-eu-west-1"]
+    (queue,) = stack.of_type("aws:sqs/queue:Queue")
+    policy = json.loads(stack.by_name["platform-node-termination-handler-policy"].inputs["policy"])
+    by_sid = {s["Sid"]: s for s in policy["Statement"]}
+    assert by_sid["ConsumeQueue"]["Action"] == ["sqs:ReceiveMessage", "sqs:DeleteMessage"]
+    assert by_sid["ConsumeQueue"]["Resource"] == queue.outputs["arn"]
+    assert by_sid["DescribeInstances"]["Action"] == "ec2:DescribeInstances"
+    lifecycle = by_sid["CompleteLifecycle"]
+    assert lifecycle["Action"] == "autoscaling:CompleteLifecycleAction"
+    pools = fleet.pools_in("prod", "eu-west-1")
+    assert [r.rsplit("/", 1)[1] for r in lifecycle["Resource"]] == [_asg(stack, p) for p in pools]
+    assert set(by_sid) == {"ConsumeQueue", "DescribeInstances", "CompleteLifecycle"}
+
+
+# Teams, Kueue --------------------------------------------------------------------------------------------
+
+
+def test_team_namespaces_and_rbac(stacks: dict[str, Stack], fleet: Fleet) -> None:
+    stack = stacks["prod-us-east-1"]
+    namespaces = {r.inputs["metadata"]["name"]: r for r in stack.of_type("kubernetes:core/v1:Namespace")}
+    assert set(namespaces) == {fleet.team_namespace(t) for t in fleet.teams}
+    assert all(r.retain_on_delete for r in namespaces.values())
+    bindings = stack.of_type("kubernetes:rbac.authorization.k8s.io/v1:RoleBinding")
+    edit = {b.inputs["metadata"]["namespace"]: b.inputs for b in bindings if b.inputs["roleRef"]["name"] == "edit"}
+    for team in fleet.teams:
+        binding = edit[fleet.team_namespace(team)]
+        assert binding["roleRef"]["kind"] == "ClusterRole"
+        assert binding["subjects"] == [
+            {"apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": f"team:{team}"}
+        ]
+        assert team_group(team) == f"team:{team}"
+        assert namespaces[fleet.team_namespace(team)].inputs["metadata"]["labels"]["dlinfra.io/team"] == team
+
+
+def test_kueue_quotas_equal_the_fleets(stacks: dict[str, Stack], fleet: Fleet) -> None:
+    totals = dict.fromkeys(fleet.teams, 0)
+    for name, stack in stacks.items():
+        if not name.startswith("prod-"):
+            continue
+        for team, queue in stack.queues().items():
+            assert queue["spec"]["resourceGroups"][0]["coveredResources"] == ["nvidia.com/gpu"]
+            totals[team] += sum(_nominal(queue).values())
+    assert totals == {team: spec.gpu_quota for team, spec in fleet.teams.items()}
+
+
+@pytest.mark.parametrize("stack_name", _regional())
+def test_kueue_flavors_cohort_and_queues(stacks: dict[str, Stack], fleet: Fleet, stack_name: str) -> None:
+    stack = stacks[stack_name]
+    env, region = stack.role.environment, stack.role.region
+    policy = "scaled" if env == "staging" else "guaranteed"
+    planned = kueue.plan(fleet, env, policy).region(region)
+    flavors = {key.rstrip("/"): value for key, value in stack.kueue("ResourceFlavor").items()}
+    assert sorted(flavors) == sorted(f.name for f in planned.flavors)
+    for flavor in planned.flavors:
+        labels = flavors[flavor.name]["spec"]["nodeLabels"]
+        assert labels["nvidia.com/gpu.product"] == flavor.gpu_model
+        if flavor.source == "pool":
+            assert labels["dlinfra.io/pool"] == flavor.source_name
+            taints = fleet.environments[env].node_pools[flavor.source_name].taints
+            assert flavors[flavor.name]["spec"].get("nodeTaints", []) == [
+                {"key": t.key, "value": t.value, "effect": t.effect} for t in taints
+            ]
+        else:
+            assert labels == {"dlinfra.io/site": flavor.source_name, "eks.amazonaws.com/compute-type": "hybrid",
+                              "nvidia.com/gpu.product": flavor.gpu_model}  # fmt: skip
+            # The labels and taint the site's machines register with (dlinfra/render/nodeadm.py).
+            assert flavors[flavor.name]["spec"]["nodeTaints"] == [
+                {"key": "nvidia.com/gpu", "value": "true", "effect": "NoSchedule"}
+            ]
+    (cohort,) = stack.kueue("Cohort").values()
+    assert cohort["metadata"]["name"] == "research"
+    spare = _nominal(cohort)
+    queues = stack.queues()
+    assert set(queues) == set(fleet.teams)
+    for flavor in planned.flavors:
+        nominal = sum(_nominal(q)[flavor.name] for q in queues.values())
+        assert nominal + spare[flavor.name] == flavor.gpus  # the cohort holds exactly what no team is guaranteed
+    for team, queue in queues.items():
+        spec = queue["spec"]
+        assert spec["cohortName"] == "research"
+        assert spec["namespaceSelector"] == {"matchLabels": {"kubernetes.io/metadata.name": fleet.team_namespace(team)}}
+        assert spec["preemption"]["reclaimWithinCohort"] == "Any"
+        # Admission order: owned sites, then reserved capacity, then on demand.
+        assert [f["name"] for f in spec["resourceGroups"][0]["flavors"]] == [f.name for f in planned.flavors]
+        for f in spec["resourceGroups"][0]["flavors"]:
+            (res,) = f["resources"]
+            capacity = next(x.gpus for x in planned.flavors if x.name == f["name"])
+            assert int(res["nominalQuota"]) + int(res["borrowingLimit"]) == capacity  # may borrow the whole flavor
+    local = stack.kueue("LocalQueue")
+    assert local == {
+        f"default/{fleet.team_namespace(t)}": local[f"default/{fleet.team_namespace(t)}"] for t in fleet.teams
+    }
+    for team in fleet.teams:
+        assert local[f"default/{fleet.team_namespace(team)}"]["spec"] == {"clusterQueue": team}
+
+
+def _nominal(queue_or_cohort: Mapping[str, Any]) -> dict[str, int]:
+    """Flavor -> nominal GPUs of a ClusterQueue or Cohort manifest."""
+    (group,) = queue_or_cohort["spec"]["resourceGroups"]
+    return {f["name"]: int(f["resources"][0]["nominalQuota"]) for f in group["flavors"]}
+
+
+def test_kueue_objects_wait_for_the_kueue_chart(stacks: dict[str, Stack]) -> None:
+    stack = stacks["prod-us-west-2"]
+    release = stack.by_name["platform-kueue"].urn
+    for record in stack.of_type(f"kubernetes:{pv.KUEUE_API}:ResourceFlavor"):
+        assert release in record.dependencies
+    config = yaml.safe_load(stack.release("kueue")["values"]["managerConfig"]["controllerManagerConfigYaml"])
+    assert config["resources"] == {"quotaCheckStrategy": "IgnoreUndeclared"}
+    assert config["managedJobsNamespaceSelector"]["matchExpressions"][0]["key"] == "dlinfra.io/team"
+
+
+# Storage, Cilium ----------------------------------------------------------------------------------------
+
+
+def test_efs_storage_class_and_datasets(stacks: dict[str, Stack], fleet: Fleet) -> None:
+    stack = stacks["prod-us-west-2"]
+    (storage_class,) = stack.of_type("kubernetes:storage.k8s.io/v1:StorageClass")
+    assert storage_class.inputs["provisioner"] == "efs.csi.aws.com"
+    assert storage_class.inputs["parameters"]["provisioningMode"] == "efs-ap"
+    assert storage_class.inputs["parameters"]["fileSystemId"] == FS_ID
+    assert storage_class.inputs["parameters"]["directoryPerms"] == "700"
+    volumes = {
+        r.inputs["metadata"]["name"]: r.inputs["spec"] for r in stack.of_type("kubernetes:core/v1:PersistentVolume")
+    }
+    claims = {
+        r.inputs["metadata"]["namespace"]: r.inputs["spec"]
+        for r in stack.of_type("kubernetes:core/v1:PersistentVolumeClaim")
+    }
+    assert set(claims) == {fleet.team_namespace(t) for t in fleet.teams}
+    for namespace, claim in claims.items():
+        volume = volumes[claim["volumeName"]]
+        assert volume["csi"] == {"driver": "efs.csi.aws.com", "volumeHandle": f"{FS_ID}::{AP_ID}", "readOnly": True}
+        assert volume["accessModes"] == claim["accessModes"] == ["ReadOnlyMany"]
+        assert volume["claimRef"] == {"namespace": namespace, "name": "datasets"}
+        assert volume["storageClassName"] == claim["storageClassName"] == ""
+        assert volume["persistentVolumeReclaimPolicy"] == "Retain"
+
+
+def test_cilium_only_on_hybrid_nodes_with_the_sites_pod_cidrs(stacks: dict[str, Stack], fleet: Fleet) -> None:
+    plan = planner.plan(load_fleet(REFERENCE_FLEET), planner.load_lock(REFERENCE_LOCK))
+    for name, stack in stacks.items():
+        env, region = stack.role.environment, stack.role.region
+        homed = fleet.sites_of(env, region)
+        if not homed:
+            assert "platform-cilium" not in stack.by_name, name
+            continue
+        values = stack.release("cilium")["values"]
+        terms = values["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][
+            "nodeSelectorTerms"
+        ]
+        assert terms == [
+            {"matchExpressions": [{"key": "eks.amazonaws.com/compute-type", "operator": "In", "values": ["hybrid"]}]}
+        ]
+        assert values["ipam"]["mode"] == "cluster-pool"
+        assert values["ipam"]["operator"]["clusterPoolIPv4PodCIDRList"] == [
+            str(sites.site_pods(plan, s)) for s in homed
+        ]
+
+
+# Structure and validation -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("stack_name", _regional())
+def test_children_have_the_platform_as_parent_and_kubernetes_the_cluster_provider(
+    stacks: dict[str, Stack], stack_name: str
+) -> None:
+    stack = stacks[stack_name]
+    (component,) = stack.of_type("dlinfra:platform:Platform")
+    (provider,) = stack.of_type("pulumi:providers:kubernetes")
+    parents = {r.urn: r.parent for r in stack.resources}
+    for record in stack.resources:
+        if record.type.startswith("kubernetes:"):
+            assert record.parent == component.urn, record.name
+            assert record.provider == f"{provider.urn}::{provider.id}", record.name
+        elif record.type.startswith("aws:"):
+            ancestor = record.parent
+            while ancestor not in (component.urn, None):
+                ancestor = parents.get(ancestor)
+            assert ancestor == component.urn, record.name  # directly, or under the role or rule it belongs to
+
+
+def _manifests(stack: Stack) -> list[dict[str, Any]]:
+    return [r.inputs for r in stack.resources if r.type.startswith("kubernetes:") and r.type != RELEASE]
+
+
+@pytest.mark.parametrize("stack_name", _regional())
+def test_every_manifest_validates_strictly(stacks: dict[str, Stack], fleet: Fleet, stack_name: str) -> None:
+    stack = stacks[stack_name]
+    version = fleet.environments[stack.role.environment].kubernetes.version
+    kueue_validator = jsonschema.Draft202012Validator(json.loads(KUEUE_SCHEMA.read_text()))
+    manifests = _manifests(stack)
+    assert len(manifests) > 20
+    for manifest in manifests:
+        if manifest["apiVersion"] == pv.KUEUE_API:
+            kueue_validator.validate(manifest)
+            _kueue_cel_rules(manifest)
+        else:
+            kubernetes_validate.validate(manifest, version, strict=True)
+
+
+def _kueue_cel_rules(manifest: Mapping[str, Any]) -> None:
+    """The rules the Kueue CRD states in CEL, which JSON schema cannot."""
+    spec = manifest.get("spec", {})
+    for group in spec.get("resourceGroups", []):
+        for flavor in group["flavors"]:
+            assert [r["name"] for r in flavor["resources"]] == group["coveredResources"]
+    if manifest["kind"] == "ClusterQueue" and "cohortName" not in spec:
+        assert not any(
+            "borrowingLimit" in r for g in spec["resourceGroups"] for f in g["flavors"] for r in f["resources"]
+        )
+
+
+@pytest.mark.parametrize(
+    ("manifest", "message"),
+    [
+        ({"kind": "ClusterQueue", "apiVersion": pv.KUEUE_API, "metadata": {"name": "a"}, "spec": {"cohort": "x"}},
+         "'cohort' was unexpected"),
+        ({"kind": "LocalQueue", "apiVersion": pv.KUEUE_API, "metadata": {"name": "a"}, "spec": {"clusterQueue": "a"}},
+         "'namespace' is a required property"),
+        ({"kind": "ResourceFlavor", "apiVersion": "kueue.x-k8s.io/v1beta1", "metadata": {"name": "a"}},
+         "'kueue.x-k8s.io/v1beta2' was expected"),
+        ({"kind": "ClusterQueue", "apiVersion": pv.KUEUE_API, "metadata": {"name": "a"}, "spec": {"resourceGroups": [
+            {"coveredResources": ["nvidia.com/gpu"], "flavors": [{"name": "f", "resources": [
+                {"name": "nvidia.com/gpu", "nominalQuota": "eight"}]}]}]}},
+         "is not valid under any of the given schemas"),
+    ],
+)  # fmt: skip
+def test_kueue_schema_catches_mistakes(manifest: dict[str, Any], message: str) -> None:
+    validator = jsonschema.Draft202012Validator(json.loads(KUEUE_SCHEMA.read_text()))
+    errors = [e.message for e in validator.iter_errors(manifest)]
+    assert any(message in e for e in errors), errors
+
+
+# Arguments ----------------------------------------------------------------------------------------------
+
+
+def _args(fleet: Fleet, **overrides: Any) -> PlatformArgs:
+    import pulumi
+
+    quotas = kueue.plan(fleet, "prod").region("us-east-1")
+    pool = PoolView(
+        kind="gpu", instance_type="p5.48xlarge", gpus_per_node=8, gpu_model="H100", efa=True,
+        capacity_class="on-demand", max_size=16, asg_name="asg", asg_arn="arn",
+    )  # fmt: skip
+    small = PoolView(
+        kind="gpu", instance_type="g6.12xlarge", gpus_per_node=4, gpu_model="L4", efa=False,
+        capacity_class="on-demand", max_size=12, asg_name="asg2", asg_arn="arn2",
+    )  # fmt: skip
+    base: dict[str, Any] = {
+        "names": Names("dlinfra", "prod", "us-east-1"),
+        "region": "us-east-1",
+        "cluster_name": "c",
+        "kubernetes_version": "1.33",
+        "provider": pulumi.ProviderResource.__new__(pulumi.ProviderResource),
+        "pools": {"train-h100": pool, "interactive": small},
+        "teams": {t: TeamView(namespace=f"team-{t}", group=team_group(t)) for t in fleet.teams},
+        "quotas": quotas,
+        "efs_file_system_id": FS_ID,
+        "efs_datasets_access_point_id": AP_ID,
+    }
+    return PlatformArgs(**(base | overrides))
+
+
+def test_args_from_the_fleet_are_accepted(fleet: Fleet) -> None:
+    assert _args(fleet).quotas.region == "us-east-1"
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        ({"kubernetes_version": "1.33.2"}, "expected a minor version like '1.33'"),
+        ({"kubernetes_version": "1.29"}, "no cluster-autoscaler image pinned for Kubernetes 1.29"),
+        ({"region": "eu-west-1"}, "planned for us-east-1"),
+        ({"teams": {}}, "do not match teams"),
+        ({"pools": {}}, "no GPU pool 'interactive' in pools"),
+        ({"teams": {"vision": TeamView(namespace="x", group="g"), "language": TeamView(namespace="x", group="g"),
+                    "robotics": TeamView(namespace="y", group="g")}}, "share a namespace"),
+        ({"teams": {"vision": TeamView(namespace="kube-system", group="g"),
+                    "language": TeamView(namespace="x", group="g"), "robotics": TeamView(namespace="y", group="g")}},
+         "teams.vision.namespace: 'kube-system' belongs"),
+    ],
+)  # fmt: skip
+def test_bad_args(fleet: Fleet, overrides: dict[str, Any], message: str) -> None:
+    with pytest.raises(Exception, match=message):
+        _args(fleet, **overrides)
+
+
+@pytest.mark.parametrize(
+    ("fields", "message"),
+    [
+        ({"kind": "gpu", "gpus_per_node": 0, "gpu_model": None}, "needs gpus_per_node > 0"),
+        ({"kind": "cpu", "gpus_per_node": 8, "gpu_model": "H100"}, "a CPU pool has no GPUs"),
+        ({"max_size": -1}, "max_size"),
+        ({"capacity_class": "owned"}, "capacity_class"),
+    ],
+)
+def test_bad_pool_views(fields: dict[str, Any], message: str) -> None:
+    base: dict[str, Any] = {
+        "kind": "gpu", "instance_type": "p5.48xlarge", "gpus_per_node": 8, "gpu_model": "H100", "efa": True,
+        "capacity_class": "on-demand", "max_size": 4, "asg_name": "a", "asg_arn": "b",
+    }  # fmt: skip
+    with pytest.raises(ValueError, match=message):
+        PoolView(**(base | fields))
+
+
+@pytest.mark.parametrize(("cidr", "message"), [("10.0.0.0/33", "not an IPv4 network"), ("10.0.0.0/26", "smaller than")])
+def test_bad_site_views(cidr: str, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        SiteView(gpu_nodes=1, gpus_per_node=8, gpu_model="H100", pod_cidr=cidr)
+
+
+def test_args_from_fleet_need_every_pool(fleet: Fleet) -> None:
+    plan = planner.plan(load_fleet(REFERENCE_FLEET), planner.load_lock(REFERENCE_LOCK))
+    with pytest.raises(ValueError, match="pools cpu, interactive, train-h100 of prod/us-west-2 were not passed"):
+        platform_args_from_fleet(
+            fleet, plan, names=Names("dlinfra", "prod", "us-west-2"), provider=None,  # type: ignore[arg-type]
+            cluster_name="c", node_pools={}, efs_file_system_id=FS_ID, efs_datasets_access_point_id=AP_ID,
+            quota_policy="guaranteed",
+        )  # fmt: skip
+
+
+def test_render_priorities_is_anchored_and_ordered() -> None:
+    text = pv.render_priorities({"spot": ["b.x"], "reserved": ["a"], "on-demand": []})
+    assert text == "30:\n- ^a$\n10:\n- ^b\\.x$\n"
+    with pytest.raises(ValueError, match="unknown capacity class"):
+        pv.render_priorities({"owned": ["a"]})

@@ -1,0 +1,165 @@
+"""Kueue quota planning: integer splits that keep totals and capacities, and quotas the fleet cannot honour."""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable
+from fractions import Fraction
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from dlinfra import kueue
+from dlinfra.errors import DlinfraError
+from dlinfra.fleet import Fleet, load_fleet
+from tests.conftest import REFERENCE_FLEET
+
+
+@pytest.fixture(scope="module")
+def fleet() -> Fleet:
+    return load_fleet(REFERENCE_FLEET).fleet
+
+
+def _check_apportion(quotas: dict[str, int], capacities: list[int]) -> dict[str, list[int]]:
+    out = kueue.apportion(quotas, capacities)
+    total = sum(capacities)
+    assert list(out) == list(quotas)
+    for team, row in out.items():
+        assert sum(row) == quotas[team]  # totals preserved
+        for f, value in enumerate(row):
+            exact = Fraction(quotas[team] * capacities[f], total) if total else Fraction(0)
+            assert abs(value - exact) < 1  # each cell is its exact share rounded down or up
+    for f, capacity in enumerate(capacities):
+        assert sum(out[t][f] for t in out) <= capacity  # never more nominal quota than the flavor has
+    return out
+
+
+@pytest.mark.parametrize(
+    ("quotas", "capacities", "expected"),
+    [
+        ({"a": 10}, [3, 7], {"a": [3, 7]}),
+        ({"a": 1, "b": 1}, [1, 1], {"a": [1, 0], "b": [0, 1]}),  # greedy alone would give both column 0
+        ({"a": 5, "b": 5}, [5, 5], {"a": [3, 2], "b": [2, 3]}),
+        ({"a": 0, "b": 4}, [2, 2], {"a": [0, 0], "b": [2, 2]}),
+        ({"a": 3}, [0, 4], {"a": [0, 3]}),
+        ({"a": 0}, [0, 0], {"a": [0, 0]}),
+    ],
+)
+def test_apportion_examples(quotas: dict[str, int], capacities: list[int], expected: dict[str, list[int]]) -> None:
+    assert _check_apportion(quotas, capacities) == expected
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_apportion_properties(seed: int) -> None:
+    rng = random.Random(seed)
+    for _ in range(100):
+        capacities = [rng.randint(0, 24) for _ in range(rng.randint(1, 8))]
+        left = sum(capacities)
+        quotas = {}
+        for i in range(rng.randint(1, 6)):
+            quotas[f"t{i}"] = rng.randint(0, left)
+            left -= quotas[f"t{i}"]
+        first = _check_apportion(quotas, capacities)
+        assert kueue.apportion(quotas, capacities) == first  # deterministic
+
+
+@pytest.mark.parametrize(
+    ("quotas", "capacities", "message"),
+    [
+        ({"a": 5}, [2, 2], "more than the capacity 4"),
+        ({"a": -1}, [2], "must not be negative"),
+        ({"a": 1}, [-1, 3], "negative"),
+    ],
+)
+def test_apportion_rejects(quotas: dict[str, int], capacities: list[int], message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        kueue.apportion(quotas, capacities)
+
+
+def test_flavors_of_the_reference_fleet(fleet: Fleet) -> None:
+    by_region = {}
+    for f in kueue.flavors(fleet, "prod"):
+        by_region.setdefault(f.region, []).append((f.name, f.gpus, f.capacity_class))
+    # Owned sites first, then reserved capacity, then on demand; GPUs = max_size x GPUs of the first type.
+    assert by_region == {
+        "us-west-2": [
+            ("site-sjc1", 128, "owned"),
+            ("pool-train-h100", 128, "reserved"),
+            ("pool-interactive", 48, "on-demand"),
+        ],
+        "us-east-1": [("pool-interactive", 48, "on-demand"), ("pool-train-h100", 128, "on-demand")],
+        "eu-west-1": [
+            ("site-ams1", 64, "owned"),
+            ("pool-interactive", 48, "on-demand"),
+            ("pool-train-a100", 64, "on-demand"),
+        ],
+    }
+
+
+def test_plan_keeps_every_team_quota_and_every_capacity(fleet: Fleet) -> None:
+    plan = kueue.plan(fleet, "prod")
+    for team, spec in fleet.teams.items():
+        assert plan.team_total(team) == spec.gpu_quota
+    capacity = sum(f.gpus for f in kueue.flavors(fleet, "prod"))
+    spare = 0
+    for region in plan.regions.values():
+        for flavor in region.flavors:
+            assert region.spare(flavor.name) >= 0
+            spare += region.spare(flavor.name)
+    assert spare == capacity - sum(t.gpu_quota for t in fleet.teams.values())
+    # Proportional: a team's share of a flavor is its share of the fleet, within rounding.
+    us = plan.region("us-west-2")
+    assert us.nominal["language"]["site-sjc1"] == 50  # 256 x 128 / 656 = 49.95
+
+
+def test_plan_is_deterministic(fleet: Fleet) -> None:
+    assert kueue.plan(fleet, "prod") == kueue.plan(fleet, "prod")
+
+
+def _changed(write_fleet: Callable[..., Path], change: Callable[[dict[str, Any]], Any]) -> Fleet:
+    return load_fleet(write_fleet(change)).fleet
+
+
+def test_quotas_over_capacity_are_an_error(write_fleet: Callable[..., Path], fleet: Fleet) -> None:
+    # Guarantees beyond the GPUs that exist would be promises nobody can keep: refused, naming the numbers.
+    bigger = _changed(write_fleet, lambda d: d["teams"]["language"].update(gpu_quota=500))
+    with pytest.raises(kueue.QuotaError) as info:
+        kueue.plan(bigger, "prod", source="fleet.yaml")
+    text = str(info.value)
+    assert text.startswith("fleet.yaml: teams: ")
+    assert "add up to 756" in text and "has 656 GPUs" in text and "us-west-2: 304" in text
+    assert isinstance(info.value, DlinfraError)
+
+
+def test_quotas_exactly_at_capacity_fit(write_fleet: Callable[..., Path]) -> None:
+    full = _changed(write_fleet, lambda d: d["teams"]["language"].update(gpu_quota=400))  # 192 + 400 + 64 = 656
+    plan = kueue.plan(full, "prod")
+    assert all(r.spare(f.name) == 0 for r in plan.regions.values() for f in r.flavors)
+
+
+def test_team_with_quota_but_no_gpu_capacity(write_fleet: Callable[..., Path]) -> None:
+    def no_gpus(d: dict[str, Any]) -> None:
+        d["environments"]["staging"]["node_pools"]["interactive"]["max_size"] = 0
+
+    staging = _changed(write_fleet, no_gpus)
+    with pytest.raises(kueue.QuotaError) as info:
+        kueue.plan(staging, "staging")
+    assert info.value.key == "teams.vision.gpu_quota"
+    assert "no GPU capacity in any region" in str(info.value)
+    # Scaled (best effort) environments simply get no quota.
+    scaled = kueue.plan(staging, "staging", "scaled")
+    assert scaled.region("us-west-2").flavors == () and scaled.team_total("vision") == 0
+
+
+def test_scaled_policy_shrinks_quotas_to_capacity(fleet: Fleet) -> None:
+    plan = kueue.plan(fleet, "staging", "scaled")
+    region = plan.region("us-west-2")
+    assert [f.name for f in region.flavors] == ["pool-interactive"]  # 2 x g6.xlarge, one L4 each
+    assert {t: region.team_total(t) for t in fleet.teams} == {"vision": 1, "language": 1, "robotics": 0}
+    with pytest.raises(kueue.QuotaError):
+        kueue.plan(fleet, "staging", "guaranteed")
+
+
+def test_scaled_policy_keeps_quotas_that_fit(fleet: Fleet) -> None:
+    assert kueue.plan(fleet, "prod", "scaled").regions == kueue.plan(fleet, "prod").regions
