@@ -122,3 +122,15 @@ def test_preview_takes_an_images_manifest(capsys: pytest.CaptureFixture[str], tm
     assert code == 2
     assert "environments.prod.node_pools." in err and "no AMI for variant" in err and "us-east-1" in err
     assert str(manifest) in err
+
+
+def test_team_quotas_over_capacity_fail_before_any_stack(
+    capsys: pytest.CaptureFixture[str], write_fleet: Callable[..., Path], tmp_path: Path
+) -> None:
+    path = write_fleet(lambda d: d["teams"]["vision"].__setitem__("gpu_quota", 100000))
+    for command in (["validate"], ["preview", "--all", "--out", str(tmp_path / "plans")]):
+        code, out, err = run(capsys, *command, "--fleet", str(path))
+        assert code == 2, command
+        assert f"{path}: teams: team GPU quotas add up to" in err and "environment 'prod'" in err
+        assert "Previewing" not in out
+    assert not (tmp_path / "plans").exists()

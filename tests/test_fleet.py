@@ -149,6 +149,12 @@ BAD = [
     ),
     pytest.param(_set("sites.ams1.pod_cidr", "100.64.0.0/18"), "sites.ams1.pod_cidr", "RFC 1918", id="pod-cidr-public"),
     pytest.param(
+        _set("environments.prod.storage.fsx.storage_capacity_gib", 3600),
+        "environments.prod.storage.fsx.storage_capacity_gib",
+        "3600 GiB is not valid for PERSISTENT_2: use 1200 or a multiple of 2400",
+        id="fsx-increment",
+    ),
+    pytest.param(
         _delete("environments.prod.node_pools.cpu.max_size"),
         "environments.prod.node_pools.cpu.max_size",
         "required",
