@@ -13,6 +13,8 @@ import pulumi
 import pulumi_aws as aws
 import pulumi_kubernetes as k8s
 
+from components.iam import service_trust
+from components.platform_values import pod_identity_trust
 from dlinfra import eks
 from dlinfra.naming import Names
 
@@ -23,18 +25,6 @@ ADDON_IDENTITIES = {
     "vpc-cni": ("aws-node", "arn:aws:iam::aws:policy/AmazonEKS_CNI_Policy"),
     "aws-efs-csi-driver": ("efs-csi-controller-sa", "arn:aws:iam::aws:policy/service-role/AmazonEFSCSIDriverPolicy"),
 }
-POD_IDENTITY_TRUST = json.dumps(
-    {
-        "Version": "2012-10-17",
-        "Statement": [
-            {
-                "Effect": "Allow",
-                "Principal": {"Service": "pods.eks.amazonaws.com"},
-                "Action": ["sts:AssumeRole", "sts:TagSession"],
-            }
-        ],
-    }
-)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -100,18 +90,7 @@ class Cluster(pulumi.ComponentResource):
         role = aws.iam.Role(
             f"{name}-role",
             name=names.physical("eks-cluster", max_len=64),
-            assume_role_policy=json.dumps(
-                {
-                    "Version": "2012-10-17",
-                    "Statement": [
-                        {
-                            "Effect": "Allow",
-                            "Principal": {"Service": "eks.amazonaws.com"},
-                            "Action": ["sts:AssumeRole", "sts:TagSession"],
-                        }
-                    ],
-                }
-            ),
+            assume_role_policy=service_trust("eks.amazonaws.com", tag_session=True),
             tags=tags,
             opts=child,
         )
@@ -232,7 +211,10 @@ class Cluster(pulumi.ComponentResource):
                 addon_role = aws.iam.Role(
                     f"{name}-{addon}-role",
                     name=names.physical("eks", addon, max_len=64),
-                    assume_role_policy=POD_IDENTITY_TRUST,
+                    # Only this add-on's service account in this cluster may assume it.
+                    assume_role_policy=pulumi.Output.json_dumps(
+                        pod_identity_trust(cluster.name, "kube-system", service_account)
+                    ),
                     tags=tags,
                     opts=on_cluster,
                 )

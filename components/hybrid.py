@@ -15,6 +15,7 @@ from dataclasses import dataclass
 import pulumi
 import pulumi_aws as aws
 
+from components.iam import service_trust
 from dlinfra.naming import Names
 
 HYBRID_POLICIES = {
@@ -50,18 +51,7 @@ class HybridNodes(pulumi.ComponentResource):
         role = aws.iam.Role(
             f"{name}-role",
             name=names.physical("hybrid-nodes", max_len=64),
-            assume_role_policy=json.dumps(
-                {
-                    "Version": "2012-10-17",
-                    "Statement": [
-                        {
-                            "Effect": "Allow",
-                            "Principal": {"Service": "ssm.amazonaws.com"},
-                            "Action": "sts:AssumeRole",
-                        }
-                    ],
-                }
-            ),
+            assume_role_policy=service_trust("ssm.amazonaws.com"),
             tags=tags,
             opts=pulumi.ResourceOptions(parent=self),
         )

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import base64
-import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -13,6 +12,7 @@ import jinja2
 import pulumi
 import pulumi_aws as aws
 
+from components.iam import service_trust
 from dlinfra import instances
 from dlinfra.naming import Names
 
@@ -172,14 +172,7 @@ class NodePool(pulumi.ComponentResource):
         role = aws.iam.Role(
             f"{name}-role",
             name=names.physical("node", args.pool, max_len=64),
-            assume_role_policy=json.dumps(
-                {
-                    "Version": "2012-10-17",
-                    "Statement": [
-                        {"Effect": "Allow", "Principal": {"Service": "ec2.amazonaws.com"}, "Action": "sts:AssumeRole"}
-                    ],
-                }
-            ),
+            assume_role_policy=service_trust("ec2.amazonaws.com"),
             tags=tags,
             opts=child,
         )

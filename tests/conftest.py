@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import os
 import shutil
 from collections.abc import Callable
 from pathlib import Path
@@ -42,3 +43,25 @@ def write_fleet(tmp_path: Path, reference_data: dict[str, Any]) -> Callable[...,
         return path
 
     return write
+
+
+# Debian package that provides each external tool the tests drive (.ci/setup installs them).
+APT_PACKAGES = {
+    "ruby": "ruby", "erb": "ruby", "rubocop": "rubocop", "shellcheck": "shellcheck", "packer": "packer",
+}  # fmt: skip
+
+
+@pytest.fixture
+def require_tool() -> Callable[[str], str]:
+    """Path of a command-line tool; skips when it is missing locally, fails when CI=true."""
+
+    def require(tool: str) -> str:
+        path = shutil.which(tool)
+        if path is not None:
+            return path
+        message = f"{tool} is not installed (apt-get install {APT_PACKAGES.get(tool, tool)})"
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"{message}: in CI a check that cannot run is a failure")
+        pytest.skip(message)
+
+    return require

@@ -110,6 +110,14 @@ def test_addons_pinned_with_pod_identity(results: dict, stack: str) -> None:
     assert addons["aws-efs-csi-driver"]["podIdentityAssociations"][0]["serviceAccount"] == "efs-csi-controller-sa"
     for name in ("coredns", "kube-proxy", "eks-pod-identity-agent"):
         assert "podIdentityAssociations" not in addons[name]
+    roles = {r.outputs["arn"]: r for r in _of(results[stack], "aws:iam/role:Role")}
+    for name, account in (("vpc-cni", "aws-node"), ("aws-efs-csi-driver", "efs-csi-controller-sa")):
+        role = roles[addons[name]["podIdentityAssociations"][0]["roleArn"]]
+        (statement,) = json.loads(role.inputs["assumeRolePolicy"])["Statement"]
+        assert statement["Principal"] == {"Service": "pods.eks.amazonaws.com"}
+        tags = statement["Condition"]["StringEquals"]
+        assert tags["aws:RequestTag/kubernetes-service-account"] == account
+        assert tags["aws:RequestTag/kubernetes-namespace"] == "kube-system"
 
 
 def test_hybrid_activation_per_site_and_secret(results: dict) -> None:

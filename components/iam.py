@@ -1,0 +1,16 @@
+"""IAM documents shared by components (not a component): trust policies for AWS service principals."""
+
+from __future__ import annotations
+
+import json
+
+
+def service_trust(service: str, *, tag_session: bool = False) -> str:
+    """A trust policy letting one AWS service assume the role; tag_session for EKS and Pod Identity."""
+    actions: str | list[str] = ["sts:AssumeRole", "sts:TagSession"] if tag_session else "sts:AssumeRole"
+    return json.dumps(
+        {
+            "Version": "2012-10-17",
+            "Statement": [{"Effect": "Allow", "Principal": {"Service": service}, "Action": actions}],
+        }
+    )
