@@ -1,0 +1,146 @@
+"""Run checkov from its own virtualenv (.venv-checkov) and read its JSON report.
+
+checkov exits 0 having scanned nothing when a file has the wrong shape or is missing, so every run must
+show scanned resources and evaluated checks, or it is an error.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from dlinfra.errors import DlinfraError
+
+TIMEOUT_SECONDS = 900
+
+
+class CheckovError(DlinfraError):
+    """checkov is missing, crashed, or scanned nothing."""
+
+
+@dataclass(frozen=True)
+class CheckovResult:
+    """One check on one resource."""
+
+    framework: str
+    check_id: str
+    check_name: str
+    passed: bool
+    file: str  # absolute path of the scanned file
+    resource: str  # Terraform address, or Kubernetes `Kind.namespace.name`
+    lines: tuple[int, int]  # lines of the resource in the scanned file (1-based; 0 when unknown)
+    guideline: str
+
+
+@dataclass(frozen=True)
+class CheckovReport:
+    """A checkov run over one framework."""
+
+    framework: str
+    version: str
+    resource_count: int
+    results: tuple[CheckovResult, ...]
+
+    @property
+    def passed(self) -> int:
+        return sum(r.passed for r in self.results)
+
+    @property
+    def failed(self) -> int:
+        return sum(not r.passed for r in self.results)
+
+    @property
+    def checks(self) -> int:
+        """Distinct checks that ran."""
+        return len({r.check_id for r in self.results})
+
+
+def executable(root: Path) -> Path:
+    """checkov of the project's own checkov virtualenv."""
+    return root / ".venv-checkov" / "bin" / "checkov"
+
+
+def run(
+    framework: str,
+    *,
+    files: Sequence[Path] = (),
+    directory: Path | None = None,
+    checkov: Path,
+    cwd: Path | None = None,
+) -> CheckovReport:
+    """Run one framework over files or a folder; CheckovError unless resources were scanned and checked."""
+    if not checkov.is_file():
+        raise CheckovError(
+            "checkov is not installed there; run .ci/setup (it installs checkov into .venv-checkov)",
+            file=str(checkov),
+        )
+    if not files and directory is None:
+        raise CheckovError(f"nothing to scan for framework {framework}")
+    # --skip-download: no Bridgecrew/Prisma calls (and no network here); --soft-fail: failed checks exit 0,
+    # so a non-zero exit means checkov itself failed. The JSON goes to stdout, logs to stderr.
+    command = [str(checkov), "--framework", framework, "--skip-download", "--output", "json", "--soft-fail"]
+    command += ["-d", str(directory)] if directory is not None else ["-f", *(str(f) for f in files)]
+    env = {**os.environ, "LOG_LEVEL": "WARNING", "BC_SKIP_MAPPING": "TRUE"}
+    try:
+        proc = subprocess.run(
+            command, capture_output=True, text=True, timeout=TIMEOUT_SECONDS, env=env, cwd=cwd, check=False
+        )
+    except subprocess.TimeoutExpired:
+        raise CheckovError(f"checkov ({framework}) did not finish within {TIMEOUT_SECONDS}s") from None
+    if proc.returncode != 0:
+        tail = "\n".join(proc.stderr.strip().splitlines()[-15:])
+        raise CheckovError(f"checkov ({framework}) exited {proc.returncode}:\n{tail}")
+    try:
+        output = json.loads(proc.stdout)
+    except json.JSONDecodeError:
+        raise CheckovError(f"checkov ({framework}) printed no JSON report: {proc.stdout[:300]!r}") from None
+    return parse_report(framework, output)
+
+
+def parse_report(framework: str, output: Any) -> CheckovReport:
+    """The report of `framework` in checkov's JSON output; CheckovError when it scanned or checked nothing."""
+    reports = output if isinstance(output, list) else [output]
+    mine = [r for r in reports if isinstance(r, Mapping) and r.get("check_type") == framework]
+    if not mine:
+        summary = next((r for r in reports if isinstance(r, Mapping) and "resource_count" in r), {})
+        raise CheckovError(
+            f"checkov ({framework}) scanned no resources (summary: {dict(summary) or 'none'}): the export's shape "
+            "or the file list is wrong"
+        )
+    report = mine[0]
+    summary = report.get("summary") or {}
+    body = report.get("results") or {}
+    if summary.get("parsing_errors"):
+        files = ", ".join(str(f) for f in body.get("parsing_errors", []))
+        raise CheckovError(f"checkov ({framework}) could not parse {files}")
+    results = tuple(
+        _result(framework, item, passed)
+        for key, passed in (("passed_checks", True), ("failed_checks", False))
+        for item in body.get(key, [])
+    )
+    resource_count = int(summary.get("resource_count") or 0)
+    if resource_count <= 0 or not results:
+        raise CheckovError(
+            f"checkov ({framework}) scanned {resource_count} resources and evaluated {len(results)} checks: "
+            "a scan that checks nothing proves nothing"
+        )
+    return CheckovReport(framework, str(summary.get("checkov_version", "?")), resource_count, results)
+
+
+def _result(framework: str, item: Mapping[str, Any], passed: bool) -> CheckovResult:
+    lines = item.get("file_line_range") or [0, 0]
+    return CheckovResult(
+        framework=framework,
+        check_id=str(item.get("check_id")),
+        check_name=str(item.get("check_name")),
+        passed=passed,
+        file=str(item.get("file_abs_path") or item.get("file_path") or ""),
+        resource=str(item.get("resource_address") or item.get("resource") or ""),
+        lines=(int(lines[0]), int(lines[-1])),
+        guideline=str(item.get("guideline") or ""),
+    )

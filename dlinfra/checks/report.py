@@ -1,0 +1,155 @@
+"""How `dlinfra check` shows what it found: a terminal summary, JSON for tooling, SARIF 2.1.0 for code scanning."""
+
+from __future__ import annotations
+
+import hashlib
+from collections import Counter
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from dlinfra import __version__
+from dlinfra.checks.runner import CheckRun, Finding
+
+SARIF_SCHEMA = "https://json.schemastore.org/sarif-2.1.0.json"
+CHECKOV_DOCS = "https://www.checkov.io/5.Policy%20Index/all.html"
+
+
+def print_summary(run: CheckRun, console: Console) -> None:
+    """Rule and framework tables, then every blocking finding and advisory, then notes."""
+    counts = Counter(f.rule for f in run.findings if f.tool == "crossguard")
+    rules_table = Table(title=f"CrossGuard rules over {len(run.stacks)} plan(s): {', '.join(run.stacks)}")
+    for column in ("rule", "level", "violations", "result"):
+        rules_table.add_column(column)
+    for rule in run.rules:
+        hits = counts.get(rule.name, 0)
+        verdict = "pass" if not hits else ("FAIL" if rule.level == "mandatory" else "warn")
+        rules_table.add_row(rule.name, rule.level, str(hits), verdict)
+    console.print(rules_table)
+    if run.checkov:
+        table = Table(title="checkov")
+        for column in ("framework", "version", "resources", "checks", "passed", "failed", "skipped"):
+            table.add_column(column, justify="right" if column not in ("framework", "version") else "left")
+        for s in run.checkov:
+            table.add_row(
+                s.framework, s.version, str(s.resources), str(s.checks), str(s.passed), str(s.failed), str(s.skipped)
+            )
+        console.print(table)
+    shown = [f for f in run.findings if f.level != "skipped"]
+    if shown:
+        # One finding per two lines rather than a table: messages are long and CI logs are narrow.
+        console.print("\n[bold]Findings[/]")
+        for f in sorted(shown, key=lambda f: (not f.blocking, f.tool, f.rule, f.stack, f.label)):
+            where = f"{f.location[0]}:{f.location[1]}" if f.location[0] else ""
+            console.print(f"{f.level.upper():9} {f.rule}  {f.stack or '-'}  {f.label}  {where}", markup=False)
+            console.print(f"          {f.message}", markup=False)
+    skipped = [f for f in run.findings if f.level == "skipped"]
+    if skipped:
+        console.print(f"{len(skipped)} checkov failure(s) skipped by the skips file (reasons in --json and SARIF)")
+    for note in run.notes:
+        console.print(f"note: {note}", markup=False)
+    blocking = sum(f.blocking for f in run.findings)
+    console.print(f"[bold]{'FAILED' if blocking else 'passed'}[/]: {blocking} blocking finding(s)")
+
+
+def _finding_json(f: Finding) -> dict[str, Any]:
+    return {
+        "tool": f.tool,
+        "rule": f.rule,
+        "title": f.title,
+        "level": f.level,
+        "blocking": f.blocking,
+        "stack": f.stack,
+        "resource": f.resource,
+        "label": f.label,
+        "message": f.message,
+        "reason": f.reason,
+        "guideline": f.guideline,
+        "location": {"path": f.location[0], "line": f.location[1]} if f.location[0] else None,
+    }
+
+
+def to_json(run: CheckRun) -> dict[str, Any]:
+    """Everything the run found, for tooling."""
+    return {
+        "stacks": run.stacks,
+        "exit_code": run.exit_code,
+        "rules": [{"name": r.name, "level": r.level, "description": r.description} for r in run.rules],
+        "checkov": [s.__dict__ for s in run.checkov],
+        "findings": [_finding_json(f) for f in run.findings],
+        "notes": run.notes,
+    }
+
+
+def _sarif_level(f: Finding) -> str:
+    return "error" if f.blocking else ("warning" if f.level == "advisory" else "note")
+
+
+def _fingerprint(f: Finding) -> str:
+    """Stable across runs, so code scanning tracks one alert per rule and resource."""
+    return hashlib.sha256(f"{f.tool}|{f.rule}|{f.resource}|{f.message}".encode()).hexdigest()
+
+
+def to_sarif(run: CheckRun) -> dict[str, Any]:
+    """SARIF 2.1.0 with two runs: dlinfra's CrossGuard rules and checkov; skipped checks as suppressed results."""
+    runs = []
+    for tool in ("crossguard", "checkov"):
+        findings = [f for f in run.findings if f.tool == tool]
+        rule_meta: dict[str, tuple[str, str]]
+        if tool == "crossguard":
+            rule_meta = {r.name: (r.description, r.level) for r in run.rules}
+            driver: dict[str, Any] = {
+                "name": "dlinfra-crossguard",
+                "version": __version__,
+                "informationUri": "https://www.pulumi.com/docs/iac/crossguard/",
+            }
+        else:
+            rule_meta = {f.rule: (f.title, "failed") for f in findings}
+            version = run.checkov[0].version if run.checkov else "unknown"
+            driver = {"name": "checkov", "version": version, "informationUri": CHECKOV_DOCS}
+        rule_ids = sorted(rule_meta)
+        driver["rules"] = [
+            {
+                "id": rule_id,
+                "shortDescription": {"text": rule_meta[rule_id][0]},
+                "defaultConfiguration": {"level": "warning" if rule_meta[rule_id][1] == "advisory" else "error"},
+                **({"helpUri": g} if (g := _guideline(findings, rule_id)) else {}),
+            }
+            for rule_id in rule_ids
+        ]
+        runs.append(
+            {
+                "tool": {"driver": driver},
+                "results": [_sarif_result(f, rule_ids.index(f.rule)) for f in findings if f.rule in rule_meta],
+            }
+        )
+    return {"$schema": SARIF_SCHEMA, "version": "2.1.0", "runs": runs}
+
+
+def _guideline(findings: list[Finding], rule_id: str) -> str:
+    return next((f.guideline for f in findings if f.rule == rule_id and f.guideline), "")
+
+
+def _sarif_result(f: Finding, index: int) -> dict[str, Any]:
+    path, line = f.location if f.location[0] else ("Pulumi.yaml", 1)
+    result: dict[str, Any] = {
+        "ruleId": f.rule,
+        "ruleIndex": index,
+        "level": _sarif_level(f),
+        "message": {"text": f"{f.stack or 'manifests'}: {f.label}: {f.message}"},
+        "locations": [
+            {
+                "physicalLocation": {
+                    "artifactLocation": {"uri": path},
+                    "region": {"startLine": max(line, 1)},
+                },
+                "logicalLocations": [{"fullyQualifiedName": f.resource or f.label, "kind": "resource"}],
+            }
+        ],
+        "partialFingerprints": {"dlinfraFinding/v1": _fingerprint(f)},
+        "properties": {"stack": f.stack, "tool": f.tool},
+    }
+    if f.level == "skipped":
+        result["suppressions"] = [{"kind": "external", "justification": f.reason}]
+    return result

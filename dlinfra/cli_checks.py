@@ -1,0 +1,121 @@
+"""The `check` and `diff` subcommands, registered into dlinfra's CLI by `register`.
+
+Bad input raises DlinfraError (the CLI prints it and exits 2); `check` exits 1 when a mandatory rule or a
+checkov check that is not skipped fails; `diff` exits 0 whatever the diff holds.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+from rich.console import Console
+
+from dlinfra import stackroles
+from dlinfra.errors import DlinfraError
+from dlinfra.fleet import load_fleet
+
+ROOT = Path(__file__).resolve().parent.parent  # the project: .venv-checkov, components/, stacks/
+DEFAULT_SKIPS = Path("checkov-skips.yaml")
+
+Handler = Callable[[argparse.Namespace], int]
+
+
+def register(
+    subparsers: argparse._SubParsersAction[argparse.ArgumentParser], common: argparse.ArgumentParser
+) -> dict[str, Handler]:
+    """Add `check` and `diff` to the CLI's subparsers; returns their handlers by command name."""
+    check = subparsers.add_parser(
+        "check", parents=[common], help="CrossGuard rules and checkov over the offline plans (before apply)"
+    )
+    which = check.add_mutually_exclusive_group(required=True)
+    which.add_argument("--stack", action="append", help="stack to check (repeatable)")
+    which.add_argument("--all", action="store_true", help="every stack of the fleet (each must have a plan)")
+    check.add_argument("--plans", type=Path, default=Path("build/plans"), help="plan folder (default: build/plans)")
+    check.add_argument("--json", action="store_true", help="print the findings as JSON instead of tables")
+    check.add_argument("--sarif", type=Path, metavar="FILE", help="also write SARIF 2.1.0 (for code scanning)")
+    check.add_argument(
+        "--skips", type=Path, default=None, help="checkov skips with reasons (default: checkov-skips.yaml)"
+    )
+    check.add_argument(
+        "--manifests",
+        type=Path,
+        default=None,
+        help="rendered Kubernetes manifests (default: manifests/ beside --plans)",
+    )
+    check.add_argument("--no-checkov", action="store_true", help="run the CrossGuard rules only (says so)")
+
+    diff = subparsers.add_parser(
+        "diff", parents=[common], help="offline plans of two git revisions compared, as markdown for a PR"
+    )
+    diff.add_argument("--base", required=True, help="base revision (e.g. origin/main)")
+    diff.add_argument("--head", default=None, help="head revision (default: the working tree as it is)")
+    diff.add_argument("--out", type=Path, help="write the markdown to FILE instead of printing it")
+    diff.add_argument(
+        "--touched",
+        action="store_true",
+        help="print the JSON list of head stacks a real preview should cover (changed plan or stack config)",
+    )
+    return {"check": cmd_check, "diff": cmd_diff}
+
+
+def _lock(args: argparse.Namespace) -> Path:
+    lock: Path = args.lock if args.lock is not None else args.fleet.parent / "cidr-lock.yaml"
+    return lock
+
+
+def cmd_check(args: argparse.Namespace) -> int:
+    """`dlinfra check`: exit 0 clean, 1 on blocking findings (bad input raises DlinfraError)."""
+    from dlinfra.checks import checkov, context, plans, report, runner, skips
+
+    loaded = load_fleet(args.fleet)
+    all_stacks = [r.name for r in stackroles.roles(loaded.fleet)]
+    if args.stack:
+        for stack in args.stack:
+            stackroles.parse(loaded.fleet, stack, fleet_file=str(loaded.path))
+    selected, ignored = plans.load_plans(args.plans, args.stack, [] if args.stack else all_stacks)
+    options = runner.CheckOptions(
+        root=ROOT,
+        plans=selected,
+        context=context.build_context(args.fleet, _lock(args)),
+        skips=skips.load_skips(args.skips or DEFAULT_SKIPS, missing_ok=args.skips is None),
+        manifests=args.manifests if args.manifests is not None else args.plans.parent / "manifests",
+        export_dir=args.plans.parent / "checkov",
+        checkov=None if args.no_checkov else checkov.executable(ROOT),
+    )
+    run = runner.run_checks(options)
+    if ignored:
+        run.notes.append(f"ignored plans of stacks the fleet no longer has: {', '.join(ignored)}")
+    if args.sarif:
+        args.sarif.parent.mkdir(parents=True, exist_ok=True)
+        args.sarif.write_text(json.dumps(report.to_sarif(run), indent=2) + "\n", encoding="utf-8")
+    if args.json:
+        sys.stdout.write(json.dumps(report.to_json(run), indent=2) + "\n")
+    else:
+        report.print_summary(run, Console(highlight=False, soft_wrap=True))
+    return run.exit_code
+
+
+def cmd_diff(args: argparse.Namespace) -> int:
+    """`dlinfra diff`: markdown of what the head revision changes against the base."""
+    from dlinfra import diff
+
+    if args.fleet.is_absolute() or (args.lock is not None and args.lock.is_absolute()):
+        raise DlinfraError("--fleet and --lock must be relative to the repository for diff (each revision has its own)")
+    result = diff.diff_revisions(
+        repo=Path.cwd(), base=args.base, head=args.head, fleet=args.fleet, lock=_lock(args), python=sys.executable
+    )
+    if args.touched:
+        sys.stdout.write(json.dumps(diff.touched(result)) + "\n")
+        return 0
+    markdown = diff.render_markdown(result)
+    if args.out:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(markdown, encoding="utf-8")
+        Console(stderr=True).print(f"wrote {args.out}")
+    else:
+        sys.stdout.write(markdown)
+    return 0

@@ -1,0 +1,636 @@
+"""`dlinfra diff`: what a change does to the infrastructure, from the offline plans of two git revisions.
+
+`compare` is a pure function over two plan sets; `diff_revisions` produces those sets by exporting each
+revision with `git archive` (read-only on the repository) and running that revision's own offline preview
+in a subprocess. `render_markdown` writes the result for a pull-request comment: stateful losses and
+renumbered networks first, then per-stack creates, updates, replacements and deletes, the address-plan
+diff and a diagram of regions, sites and links.
+"""
+
+from __future__ import annotations
+
+import io
+import itertools
+import json
+import os
+import re
+import subprocess
+import tarfile
+import tempfile
+from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+
+from dlinfra.errors import DlinfraError
+from policy.dlinfra_policy.rules import STATEFUL_TYPES
+
+Action = Literal["create", "update", "replace", "delete"]
+COMMENT_MARKER = "<!-- dlinfra-diff -->"  # lets the workflow update its own comment instead of adding more
+MAX_MARKDOWN = 60_000  # GitHub rejects comments over 65,536 characters
+MAX_LISTED = 40  # resources listed per section before "and N more"
+PREVIEW_TIMEOUT = 600
+
+# Inputs whose change makes the provider replace the resource (Terraform's ForceNew, which pulumi-aws
+# inherits), by type; compared at the top level of the inputs. `replaceOnChanges` options add to these.
+REPLACEMENT_KEYS: Mapping[str, frozenset[str]] = {
+    "aws:ec2/vpc:Vpc": frozenset({"cidrBlock", "ipv4IpamPoolId", "ipv4NetmaskLength", "instanceTenancy"}),
+    "aws:ec2/subnet:Subnet": frozenset({"cidrBlock", "availabilityZone", "availabilityZoneId", "vpcId"}),
+    "aws:ec2/routeTable:RouteTable": frozenset({"vpcId"}),
+    "aws:ec2/route:Route": frozenset({"routeTableId", "destinationCidrBlock", "destinationIpv6CidrBlock"}),
+    "aws:ec2/natGateway:NatGateway": frozenset({"allocationId", "subnetId", "connectivityType"}),
+    "aws:ec2/eip:Eip": frozenset({"domain", "publicIpv4Pool"}),
+    "aws:ec2/securityGroup:SecurityGroup": frozenset({"name", "namePrefix", "vpcId", "description"}),
+    "aws:ec2/vpcEndpoint:VpcEndpoint": frozenset({"serviceName", "vpcId", "vpcEndpointType"}),
+    "aws:ec2/flowLog:FlowLog": frozenset(
+        {"vpcId", "logDestination", "logDestinationType", "trafficType", "maxAggregationInterval", "iamRoleArn"}
+    ),
+    "aws:ec2/customerGateway:CustomerGateway": frozenset({"bgpAsn", "ipAddress", "type", "certificateArn"}),
+    "aws:ec2/vpnConnection:VpnConnection": frozenset(
+        {"type", "staticRoutesOnly", "tunnel1InsideCidr", "tunnel2InsideCidr", "tunnelInsideIpVersion"}
+    ),
+    "aws:ec2/placementGroup:PlacementGroup": frozenset({"name", "strategy", "partitionCount", "spreadLevel"}),
+    "aws:ec2clientvpn/endpoint:Endpoint": frozenset({"clientCidrBlock", "authenticationOptions", "transportProtocol"}),
+    "aws:ec2transitgateway/transitGateway:TransitGateway": frozenset({"amazonSideAsn"}),
+    "aws:ec2transitgateway/vpcAttachment:VpcAttachment": frozenset({"vpcId", "transitGatewayId"}),
+    "aws:ec2transitgateway/peeringAttachment:PeeringAttachment": frozenset(
+        {"peerRegion", "peerTransitGatewayId", "peerAccountId", "transitGatewayId"}
+    ),
+    "aws:ec2transitgateway/route:Route": frozenset({"destinationCidrBlock", "transitGatewayRouteTableId"}),
+    "aws:efs/fileSystem:FileSystem": frozenset(
+        {"encrypted", "kmsKeyId", "performanceMode", "creationToken", "availabilityZoneName"}
+    ),
+    "aws:efs/mountTarget:MountTarget": frozenset({"fileSystemId", "subnetId", "ipAddress"}),
+    "aws:efs/accessPoint:AccessPoint": frozenset({"fileSystemId", "posixUser", "rootDirectory"}),
+    "aws:s3/bucket:Bucket": frozenset({"bucket", "bucketPrefix", "objectLockEnabled"}),
+    "aws:s3/bucketV2:BucketV2": frozenset({"bucket", "bucketPrefix", "objectLockEnabled"}),
+    "aws:fsx/lustreFileSystem:LustreFileSystem": frozenset(
+        {
+            "deploymentType",
+            "subnetIds",
+            "storageType",
+            "kmsKeyId",
+            "securityGroupIds",
+            "importPath",
+            "exportPath",
+            "fileSystemTypeVersion",
+            "efaEnabled",
+        }
+    ),
+    "aws:ebs/volume:Volume": frozenset({"availabilityZone", "encrypted", "kmsKeyId", "snapshotId"}),
+    "aws:kms/key:Key": frozenset({"customerMasterKeySpec", "keyUsage", "multiRegion"}),
+    "aws:eks/cluster:Cluster": frozenset({"name", "roleArn", "kubernetesNetworkConfig"}),
+    "aws:autoscaling/group:Group": frozenset({"name", "namePrefix"}),
+    "aws:iam/role:Role": frozenset({"name", "namePrefix", "path"}),
+    "aws:cloudwatch/logGroup:LogGroup": frozenset({"name", "namePrefix", "logGroupClass"}),
+    "random:index/randomPassword:RandomPassword": frozenset(
+        {"length", "special", "upper", "lower", "numeric", "overrideSpecial", "keepers"}
+    ),
+    "tls:index/privateKey:PrivateKey": frozenset({"algorithm", "rsaBits", "ecdsaCurve"}),
+}
+
+
+@dataclass(frozen=True)
+class Site:
+    """A physical site as the diagram shows it."""
+
+    name: str
+    region: str
+    environment: str
+    routing: str
+
+
+@dataclass(frozen=True)
+class Topology:
+    """Regions, regional stacks, sites and links of a fleet."""
+
+    regions: tuple[str, ...] = ()
+    primary: str | None = None
+    stacks: tuple[tuple[str, str], ...] = ()  # (environment, region)
+    sites: tuple[Site, ...] = ()
+    peerings: tuple[tuple[str, str, str], ...] = ()  # (environment, region, region)
+
+
+@dataclass(frozen=True)
+class PlanSet:
+    """One revision's offline plans, address plan and topology."""
+
+    label: str  # e.g. "origin/main (1a2b3c4)"
+    plans: Mapping[str, Mapping[str, Any]]  # stack -> plan export (docs/plan-export.md)
+    lock: Mapping[str, str] = field(default_factory=dict)  # allocation key -> CIDR
+    topology: Topology = field(default_factory=Topology)
+    configs: Mapping[str, str] = field(default_factory=dict)  # stack -> text of stacks/Pulumi.<stack>.yaml
+
+
+@dataclass(frozen=True)
+class Change:
+    """What happens to one resource."""
+
+    stack: str
+    action: Action
+    type: str
+    name: str
+    urn: str
+    inputs: tuple[str, ...] = ()  # update: the inputs that change; replace: the ones forcing it
+    note: str = ""
+
+    @property
+    def stateful(self) -> bool:
+        return self.type in STATEFUL_TYPES
+
+
+@dataclass(frozen=True)
+class LockChange:
+    """An address-plan allocation added, released or renumbered."""
+
+    key: str
+    before: str | None
+    after: str | None
+
+
+@dataclass(frozen=True)
+class Diff:
+    """Everything that differs between two plan sets."""
+
+    base: str
+    head: str
+    changes: tuple[Change, ...]
+    stacks_added: tuple[str, ...]
+    stacks_removed: tuple[str, ...]
+    lock: tuple[LockChange, ...]
+    base_topology: Topology
+    head_topology: Topology
+    config_changed: tuple[str, ...] = ()  # stacks whose stack config file changed (secrets never show offline)
+    roles: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)  # head stack -> its plan's role
+
+    @property
+    def dangerous(self) -> list[Change]:
+        """Stateful resources replaced or deleted: data would be lost."""
+        return [c for c in self.changes if c.stateful and c.action in ("replace", "delete")]
+
+    @property
+    def renumbered(self) -> list[LockChange]:
+        return [c for c in self.lock if c.before is not None and c.after is not None]
+
+
+# --- comparing ------------------------------------------------------------------------------------------
+
+
+def _normal(value: Any) -> Any:
+    """Values as compared: the engine's floats equal their integers."""
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    if isinstance(value, dict):
+        return {k: _normal(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_normal(v) for v in value]
+    return value
+
+
+def _changed_inputs(before: Mapping[str, Any], after: Mapping[str, Any]) -> list[str]:
+    return sorted(k for k in set(before) | set(after) if _normal(before.get(k)) != _normal(after.get(k)))
+
+
+def _detail(key: str, before: Any, after: Any) -> list[str]:
+    """A changed map input (tags) as the keys that changed in it, so reviewers see which tag moved."""
+    if isinstance(before, Mapping) and isinstance(after, Mapping) and key in ("tags", "labels"):
+        return [f"{key}.{k}" for k in _changed_inputs(before, after)]
+    return [key]
+
+
+def _alias_urns(resource: Mapping[str, Any]) -> list[str]:
+    """URNs a resource was known by: alias URNs, and name/type alias specs applied to its own URN."""
+    out = []
+    urn = resource["urn"]
+    for alias in resource.get("aliases") or []:
+        if alias.startswith("urn:"):
+            out.append(alias)
+            continue
+        spec = dict(part.split("=", 1) for part in alias.split(",") if "=" in part)
+        head, _, name = urn.rpartition("::")
+        if "type" in spec:
+            head = head.rsplit("$", 1)[0] + "$" + spec["type"] if "$" in head else head
+        out.append(f"{head}::{spec.get('name', name)}")
+    return out
+
+
+def compare_stack(stack: str, base: Mapping[str, Any] | None, head: Mapping[str, Any] | None) -> list[Change]:
+    """Creates, updates, replacements and deletes of one stack's custom resources."""
+    before = {r["urn"]: r for r in (base or {}).get("resources", []) if r.get("custom")}
+    after = {r["urn"]: r for r in (head or {}).get("resources", []) if r.get("custom")}
+    renamed: dict[str, str] = {}  # base URN -> head URN, through aliases
+    for urn, resource in after.items():
+        if urn not in before:
+            for alias in _alias_urns(resource):
+                if alias in before and alias not in after:
+                    renamed[alias] = urn
+                    break
+    out: list[Change] = []
+    matched_heads = set(renamed.values())
+    for urn, old in sorted(before.items()):
+        new_urn = urn if urn in after else renamed.get(urn)
+        if new_urn is None:
+            continue
+        new = after[new_urn]
+        note = f"renamed from {old['name']} (alias)" if new_urn != urn else ""
+        changed = _changed_inputs(old.get("inputs") or {}, new.get("inputs") or {})
+        forcing = REPLACEMENT_KEYS.get(new["type"], frozenset()) | set(new.get("replace_on_changes") or [])
+        forced = [k for k in changed if k in forcing or "*" in forcing]
+        if old.get("provider") != new.get("provider") and old.get("provider") and new.get("provider"):
+            forced.append("(provider)")
+        if forced:
+            out.append(Change(stack, "replace", new["type"], new["name"], new_urn, tuple(forced), note))
+        elif changed:
+            old_inputs, new_inputs = old.get("inputs") or {}, new.get("inputs") or {}
+            shown = [d for k in changed for d in _detail(k, old_inputs.get(k), new_inputs.get(k))]
+            out.append(Change(stack, "update", new["type"], new["name"], new_urn, tuple(shown), note))
+    deleted = [r for urn, r in sorted(before.items()) if urn not in after and urn not in renamed]
+    created = [r for urn, r in sorted(after.items()) if urn not in before and urn not in matched_heads]
+    # A resource whose URN changed without an alias (a moved parent, a renamed component) is deleted and
+    # created again: report the pair as one replacement, with the fix.
+    for old in list(deleted):
+        twin = next((r for r in created if r["type"] == old["type"] and r["name"] == old["name"]), None)
+        if twin is not None:
+            deleted.remove(old)
+            created.remove(twin)
+            note = "URN changed (new parent or type chain) without an alias: add aliases to keep it"
+            out.append(Change(stack, "replace", twin["type"], twin["name"], twin["urn"], ("(urn)",), note))
+    for r in deleted:
+        note = "protected: `pulumi up` refuses until it is unprotected" if r.get("protect") else ""
+        out.append(Change(stack, "delete", r["type"], r["name"], r["urn"], note=note))
+    out += [Change(stack, "create", r["type"], r["name"], r["urn"]) for r in created]
+    return out
+
+
+def compare(base: PlanSet, head: PlanSet) -> Diff:
+    """The difference between two plan sets, stack by stack; pure."""
+    stacks = sorted(set(base.plans) | set(head.plans))
+    changes = [c for s in stacks for c in compare_stack(s, base.plans.get(s), head.plans.get(s))]
+    lock = [
+        LockChange(key, base.lock.get(key), head.lock.get(key))
+        for key in sorted(set(base.lock) | set(head.lock))
+        if base.lock.get(key) != head.lock.get(key)
+    ]
+    return Diff(
+        base=base.label,
+        head=head.label,
+        changes=tuple(changes),
+        stacks_added=tuple(s for s in stacks if s not in base.plans),
+        stacks_removed=tuple(s for s in stacks if s not in head.plans),
+        lock=tuple(lock),
+        base_topology=base.topology,
+        head_topology=head.topology,
+        config_changed=tuple(
+            s for s in sorted(set(base.configs) | set(head.configs)) if base.configs.get(s) != head.configs.get(s)
+        ),
+        roles={s: dict(p.get("role") or {}) for s, p in head.plans.items()},
+    )
+
+
+def touched(diff: Diff) -> list[dict[str, str]]:
+    """Stacks of the head revision that a real preview should cover: planned changes or a changed config."""
+    stacks = {c.stack for c in diff.changes} | set(diff.config_changed)
+    return [
+        {
+            "stack": stack,
+            "kind": str(diff.roles[stack].get("kind") or ""),
+            "environment": str(diff.roles[stack].get("environment") or ""),
+            "region": str(diff.roles[stack].get("region") or ""),
+        }
+        for stack in sorted(stacks)
+        if stack in diff.roles  # a stack the head removes has nothing left to preview
+    ]
+
+
+# --- markdown ----------------------------------------------------------------------------------------------
+
+
+def _code(text: str) -> str:
+    return f"`{text.replace('`', '')}`"
+
+
+def _cell(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+def _limited(lines: Sequence[str], limit: int = MAX_LISTED) -> list[str]:
+    if len(lines) <= limit:
+        return list(lines)
+    return [*lines[:limit], f"| … | {len(lines) - limit} more | |"]
+
+
+def render_markdown(diff: Diff) -> str:
+    """The diff as GitHub-flavoured markdown for a pull-request comment."""
+    out = [COMMENT_MARKER, f"## dlinfra offline diff: {_code(diff.base)} → {_code(diff.head)}", ""]
+    out += _warnings(diff)
+    out += _summary(diff)
+    out += _replacement_table(diff)
+    for stack in sorted({c.stack for c in diff.changes}):
+        out += _stack_section(stack, [c for c in diff.changes if c.stack == stack], diff)
+    out += _lock_section(diff)
+    out += ["### Regions, sites and links", "", *mermaid(diff.base_topology, diff.head_topology), ""]
+    out.append(
+        "<sub>Offline preview under dlinfra's fake cloud: values the cloud computes are not compared. The real "
+        "`pulumi preview` runs in the preview workflow where credentials exist.</sub>"
+    )
+    text = "\n".join(out) + "\n"
+    if len(text) > MAX_MARKDOWN:
+        cut = text[:MAX_MARKDOWN].rsplit("\n", 1)[0]
+        text = cut + "\n\n… (truncated: run `dlinfra diff` locally for the whole diff)\n"
+    return text
+
+
+def _warnings(diff: Diff) -> list[str]:
+    lines: list[str] = []
+    danger = diff.dangerous
+    if danger or diff.renumbered:
+        lines += ["> [!CAUTION]"]
+        if danger:
+            lines.append("> **Stateful resources would be replaced or deleted — their data would be lost:**")
+            for c in danger:
+                why = f" (forced by {', '.join(c.inputs)})" if c.inputs else ""
+                extra = f" — {c.note}" if c.note else ""
+                lines.append(
+                    f"> - **{c.action.upper()}** {_code(c.type)} {_code(c.name)} in {_code(c.stack)}{why}: "
+                    f"{STATEFUL_TYPES[c.type]}{extra}"
+                )
+        if diff.renumbered:
+            lines.append("> **The address plan renumbers live networks:**")
+            lines += [f"> - {_code(c.key)}: {c.before} → {c.after}" for c in diff.renumbered]
+        lines.append("")
+    return lines
+
+
+def _summary(diff: Diff) -> list[str]:
+    config = (
+        [
+            f"Stack config changed: {', '.join(_code(s) for s in diff.config_changed)} "
+            "(the real preview shows its effect).",
+            "",
+        ]
+        if diff.config_changed
+        else []
+    )
+    if not diff.changes and not diff.lock:
+        return ["No changes: every stack plans the same resources with the same inputs.", "", *config]
+    counts = Counter((c.stack, c.action) for c in diff.changes)
+    lines = ["| stack | create | update | replace | delete |", "| --- | ---: | ---: | ---: | ---: |"]
+    for stack in sorted({c.stack for c in diff.changes}):
+        tag = " (new stack)" if stack in diff.stacks_added else (" (removed)" if stack in diff.stacks_removed else "")
+        row = [str(counts.get((stack, a), 0)) for a in ("create", "update", "replace", "delete")]
+        lines.append(f"| {_code(stack)}{tag} | " + " | ".join(row) + " |")
+    return [*lines, "", *config]
+
+
+def _replacement_table(diff: Diff) -> list[str]:
+    replaced = [c for c in diff.changes if c.action == "replace"]
+    if not replaced:
+        return []
+    lines = ["### Replacements by type", "", "| type | resources | forced by |", "| --- | ---: | --- |"]
+    for type_, group in itertools.groupby(sorted(replaced, key=lambda c: c.type), key=lambda c: c.type):
+        members = list(group)
+        keys = sorted({k for c in members for k in c.inputs})
+        lines.append(f"| {_code(type_)} | {len(members)} | {', '.join(_code(k) for k in keys)} |")
+    return [*lines, ""]
+
+
+def _stack_section(stack: str, changes: Sequence[Change], diff: Diff) -> list[str]:
+    counts = Counter(c.action for c in changes)
+    summary = ", ".join(f"{counts[a]} to {a}" for a in ("create", "update", "replace", "delete") if counts[a])
+    lines = [f"### {_code(stack)}", "", f"<details><summary>{summary}</summary>", ""]
+    for action, heading, column in (
+        ("replace", "Replace", "forced by"),
+        ("delete", "Delete", "note"),
+        ("update", "Update", "changed inputs"),
+    ):
+        rows = [c for c in changes if c.action == action]
+        if not rows:
+            continue
+        lines += [f"**{heading}**", "", f"| type | name | {column} |", "| --- | --- | --- |"]
+        body = [
+            f"| {_code(c.type)} | {_code(c.name)} | "
+            + _cell(", ".join(_code(k) for k in c.inputs) + (f" — {c.note}" if c.note else ""))
+            + " |"
+            for c in rows
+        ]
+        lines += [*_limited(body), ""]
+    created = [c for c in changes if c.action == "create"]
+    if created:
+        by_type = Counter(c.type for c in created)
+        lines += ["**Create**", "", "| type | count |", "| --- | ---: |"]
+        lines += [f"| {_code(t)} | {n} |" for t, n in sorted(by_type.items())]
+        lines.append("")
+    return [*lines, "</details>", ""]
+
+
+def _lock_section(diff: Diff) -> list[str]:
+    if not diff.lock:
+        return ["### Address plan", "", "No allocation added, released or renumbered.", ""]
+    lines = ["### Address plan", "", "| key | base | head | change |", "| --- | --- | --- | --- |"]
+    for c in diff.lock:
+        kind = "added" if c.before is None else ("released" if c.after is None else "**renumbered**")
+        lines.append(f"| {_code(c.key)} | {c.before or ''} | {c.after or ''} | {kind} |")
+    return [*lines, ""]
+
+
+def _node(*parts: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_]", "_", "_".join(parts))
+
+
+def mermaid(base: Topology, head: Topology) -> list[str]:
+    """A flowchart of regions (with their stacks), sites and links; what the change adds or removes is marked."""
+    lines = ["```mermaid", "flowchart LR"]
+    added: list[str] = []
+    removed: list[str] = []
+    regions = sorted(set(base.regions) | set(head.regions))
+    for region in regions:
+        label = f"{region} (primary)" if region == head.primary else region
+        lines.append(f'  subgraph {_node("r", region)}["AWS {label}"]')
+        for env, stack_region in sorted(set(base.stacks) | set(head.stacks)):
+            if stack_region == region:
+                node = _node("s", env, region)
+                lines.append(f'    {node}["{env}-{region}"]')
+                _mark(node, (env, region), base.stacks, head.stacks, added, removed)
+        lines.append("  end")
+        _mark(_node("r", region), region, base.regions, head.regions, added, removed)
+    sites = {s.name: s for s in (*base.sites, *head.sites)}
+    for name in sorted(sites):
+        node = _node("site", name)
+        lines.append(f'  {node}(["site {name}"])')
+        _mark(node, name, [s.name for s in base.sites], [s.name for s in head.sites], added, removed)
+    links: list[tuple[str, str, str, bool, bool]] = []  # (a, b, label, in base, in head)
+    for site in sorted(set(base.sites) | set(head.sites), key=lambda s: s.name):
+        a, b = _node("site", site.name), _node("s", site.environment, site.region)
+        links.append((a, b, f"IPsec {site.routing}", site in base.sites, site in head.sites))
+    for env, r1, r2 in sorted(set(base.peerings) | set(head.peerings)):
+        peering = (env, r1, r2)
+        links.append(
+            (
+                _node("s", env, r1),
+                _node("s", env, r2),
+                "TGW peering",
+                peering in base.peerings,
+                peering in head.peerings,
+            )
+        )
+    for a, b, label, in_base, in_head in links:
+        if in_head and not in_base:
+            lines.append(f'  {a} ==>|"{label} (new)"| {b}')
+        elif in_base and not in_head:
+            lines.append(f'  {a} -.-|"{label} (removed)"| {b}')
+        else:
+            lines.append(f'  {a} ---|"{label}"| {b}')
+    lines += [
+        "  classDef added stroke:#1a7f37,stroke-width:3px",
+        "  classDef removed stroke:#cf222e,stroke-dasharray:5 5",
+    ]
+    if added:
+        lines.append(f"  class {','.join(added)} added")
+    if removed:
+        lines.append(f"  class {','.join(removed)} removed")
+    return [*lines, "```"]
+
+
+def _mark(node: str, key: Any, base: Iterable[Any], head: Iterable[Any], added: list[str], removed: list[str]) -> None:
+    in_base, in_head = key in set(base), key in set(head)
+    if in_head and not in_base:
+        added.append(node)
+    elif in_base and not in_head:
+        removed.append(node)
+
+
+# --- revisions ------------------------------------------------------------------------------------------
+
+
+def topology(fleet: Mapping[str, Any]) -> Topology:
+    """The diagram's view of a fleet file, read leniently: an older revision may predate today's schema."""
+    regions = fleet.get("regions") or {}
+    environments = fleet.get("environments") or {}
+    stacks = [(env, region) for env, spec in environments.items() for region in ((spec or {}).get("regions") or {})]
+    peerings = []
+    for env, spec in environments.items():
+        env_regions = sorted((spec or {}).get("regions") or {})
+        peerings += [(env, a, b) for a, b in itertools.combinations(env_regions, 2)]
+    sites = [
+        Site(
+            name=str(name),
+            region=str((spec or {}).get("region", "")),
+            environment=str((spec or {}).get("environment", "prod")),
+            routing=str((spec or {}).get("routing", "static")),
+        )
+        for name, spec in (fleet.get("sites") or {}).items()
+    ]
+    primary = next((r for r, spec in regions.items() if (spec or {}).get("primary")), None)
+    return Topology(
+        regions=tuple(sorted(regions)),
+        primary=primary,
+        stacks=tuple(sorted(stacks)),
+        sites=tuple(sorted(sites, key=lambda s: s.name)),
+        peerings=tuple(sorted(peerings)),
+    )
+
+
+def _git(repo: Path, *args: str, binary: bool = False) -> Any:
+    try:
+        proc = subprocess.run(["git", *args], cwd=repo, capture_output=True, check=False, text=not binary)
+    except FileNotFoundError:
+        raise DlinfraError("git is not installed") from None
+    if proc.returncode != 0:
+        err = proc.stderr if isinstance(proc.stderr, str) else proc.stderr.decode(errors="replace")
+        raise DlinfraError(f"git {' '.join(args)}: {err.strip()}", file=str(repo))
+    return proc.stdout
+
+
+def _resolve(repo: Path, rev: str) -> str:
+    """The commit a revision names; DlinfraError for a revision git does not know."""
+    try:
+        return str(_git(repo, "rev-parse", "--verify", "--quiet", f"{rev}^{{commit}}")).strip()
+    except DlinfraError:
+        raise DlinfraError(
+            f"unknown revision {rev!r} (fetch it first, e.g. `git fetch origin main`)", file=str(repo)
+        ) from None
+
+
+def _export(repo: Path, commit: str, dest: Path) -> None:
+    """The tree of a commit, written to `dest` without touching the repository (git archive)."""
+    data = _git(repo, "archive", "--format=tar", commit, binary=True)
+    with tarfile.open(fileobj=io.BytesIO(data)) as tar:
+        tar.extractall(dest, filter="data")
+
+
+def _preview(tree: Path, out: Path, fleet: Path, lock: Path, python: str, label: str) -> None:
+    """Run a tree's own `dlinfra preview --all` with the given interpreter (the current venv)."""
+    # Options after the subcommand: argparse lets a subcommand's defaults override options given before it.
+    command = [python, "-m", "dlinfra", "preview", "--all", "--fleet", str(fleet), "--lock", str(lock)]
+    command += ["--summary", "--out", str(out)]
+    env = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1"}
+    env.pop("PYTHONPATH", None)  # the revision's own packages, from its tree, must win
+    try:
+        proc = subprocess.run(
+            command, cwd=tree, capture_output=True, text=True, check=False, timeout=PREVIEW_TIMEOUT, env=env
+        )
+    except subprocess.TimeoutExpired:
+        raise DlinfraError(f"offline preview of {label} took longer than {PREVIEW_TIMEOUT}s") from None
+    if proc.returncode != 0:
+        tail = "\n".join((proc.stderr or proc.stdout).strip().splitlines()[-12:])
+        raise DlinfraError(f"offline preview of {label} failed:\n{tail}")
+
+
+def _plan_set(tree: Path, out: Path, fleet: Path, lock: Path, label: str) -> PlanSet:
+    plans = {p.stem: json.loads(p.read_text(encoding="utf-8")) for p in sorted(out.glob("*.json"))}
+    lock_data = _read_yaml(tree / lock) or {}
+    allocations = {str(k): str(v) for k, v in (lock_data.get("allocations") or {}).items()}
+    configs = {
+        p.name[len("Pulumi.") : -len(".yaml")]: p.read_text(encoding="utf-8") for p in tree.glob("stacks/Pulumi.*.yaml")
+    }
+    return PlanSet(
+        label=label,
+        plans=plans,
+        lock=allocations,
+        topology=topology(_read_yaml(tree / fleet) or {}),
+        configs=configs,
+    )
+
+
+def _read_yaml(path: Path) -> Any:
+    if not path.is_file():
+        return None
+    try:
+        return yaml.safe_load(path.read_text(encoding="utf-8"))
+    except yaml.YAMLError as exc:
+        raise DlinfraError(f"not valid YAML ({exc})", file=str(path)) from None
+
+
+def revision_plans(repo: Path, rev: str | None, *, fleet: Path, lock: Path, python: str, work: Path) -> PlanSet:
+    """Offline plans of a revision (None: the working tree as it is, uncommitted changes included)."""
+    if rev is None:
+        tree, label = repo, "working tree"
+    else:
+        commit = _resolve(repo, rev)
+        label = f"{rev} ({commit[:9]})"
+        tree = work / f"tree-{commit[:12]}"
+        tree.mkdir(parents=True, exist_ok=True)
+        _export(repo, commit, tree)
+    out = work / f"plans-{'worktree' if rev is None else _resolve(repo, rev)[:12]}"
+    _preview(tree, out.resolve(), fleet, lock, python, label)
+    return _plan_set(tree, out, fleet, lock, label)
+
+
+def diff_revisions(*, repo: Path, base: str, head: str | None, fleet: Path, lock: Path, python: str) -> Diff:
+    """What `head` (None: the working tree) changes against `base`."""
+    top = Path(str(_git(repo, "rev-parse", "--show-toplevel")).strip())
+    for rev in (base, head):
+        if rev is not None:
+            _resolve(top, rev)  # fail on a bad revision before any preview starts
+    with tempfile.TemporaryDirectory(prefix="dlinfra-diff-") as tmp, ThreadPoolExecutor(max_workers=2) as pool:
+        # The two previews are independent subprocesses: run them side by side.
+        jobs = [
+            pool.submit(revision_plans, top, rev, fleet=fleet, lock=lock, python=python, work=Path(tmp))
+            for rev in (base, head)
+        ]
+        before, after = (job.result() for job in jobs)
+        return compare(before, after)

@@ -1,0 +1,96 @@
+"""The `check` subcommand as registered by dlinfra.cli_checks.register (CrossGuard rules only: no checkov here)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from dlinfra import cli_checks
+from dlinfra.checks import checkov
+from dlinfra.errors import DlinfraError
+from tests.conftest import REFERENCE_FLEET
+
+FIXTURE = Path(__file__).parent / "fixtures" / "test-us-west-2.json"
+
+
+def _cli(*argv: str) -> int:
+    """Parse and dispatch like dlinfra's CLI does once cli.py registers these subcommands."""
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--fleet", default=Path("fleet.yaml"), type=Path)
+    common.add_argument("--lock", default=None, type=Path)
+    parser = argparse.ArgumentParser(prog="dlinfra", parents=[common])
+    handlers = cli_checks.register(parser.add_subparsers(dest="command", required=True), common)
+    assert set(handlers) == {"check", "diff"}
+    args = parser.parse_args(list(argv))
+    return handlers[args.command](args)
+
+
+@pytest.fixture
+def plan_dir(tmp_path: Path) -> Path:
+    """A plan folder holding the bad fixture plan as stack prod-us-west-2 (a stack of the reference fleet)."""
+    folder = tmp_path / "plans"
+    folder.mkdir()
+    data = json.loads(FIXTURE.read_text().replace("test-us-west-2", "prod-us-west-2"))
+    (folder / "prod-us-west-2.json").write_text(json.dumps(data))
+    return folder
+
+
+def _check(plan_dir: Path, *extra: str) -> int:
+    return _cli("--fleet", str(REFERENCE_FLEET), "check", "--stack", "prod-us-west-2", "--plans", str(plan_dir), *extra)
+
+
+def test_check_reports_violations_and_exits_1(plan_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    sarif = plan_dir.parent / "out" / "check.sarif"
+    code = _check(plan_dir, "--no-checkov", "--sarif", str(sarif))
+    out = capsys.readouterr().out
+    assert code == 1
+    assert "efs-encrypted" in out and "FAIL" in out and "checkov not run (--no-checkov)" in out
+    assert "MANDATORY no-world-ingress  prod-us-west-2  aws:ec2/securityGroup:SecurityGroup bastion-sg" in out
+    assert json.loads(sarif.read_text())["version"] == "2.1.0"
+
+
+def test_check_json(plan_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code = _check(plan_dir, "--no-checkov", "--json")
+    report: dict[str, Any] = json.loads(capsys.readouterr().out)
+    assert code == report["exit_code"] == 1
+    assert {f["rule"] for f in report["findings"]} >= {"efs-encrypted", "no-world-ingress"}
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["check", "--stack", "nowhere-us-west-2"], "matches no environment and region"),
+        (["check", "--all"], "no plan for stack(s) prod-us-west-2"),
+        (["check", "--stack", "prod-us-west-2"], "plan file not found"),
+    ],
+)
+def test_check_bad_input(tmp_path: Path, argv: list[str], message: str) -> None:
+    shutil.copy(FIXTURE, tmp_path)
+    with pytest.raises(DlinfraError) as err:
+        _cli("--fleet", str(REFERENCE_FLEET), *argv, "--plans", str(tmp_path))
+    assert message in str(err.value)
+
+
+def test_check_with_checkov_missing_is_an_error(plan_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(checkov, "executable", lambda root: root / "no-such-venv" / "checkov")
+    with pytest.raises(checkov.CheckovError, match="checkov is not installed there"):
+        _check(plan_dir)
+
+
+@pytest.mark.parametrize(
+    "output",
+    [
+        {"passed": 0, "failed": 0, "skipped": 0, "parsing_errors": 0, "resource_count": 0, "checkov_version": "3"},
+        [],
+        {"check_type": "terraform_plan", "results": {}, "summary": {"resource_count": 3, "passed": 0, "failed": 0}},
+        {"check_type": "terraform_plan", "results": {"parsing_errors": ["x.json"]}, "summary": {"parsing_errors": 1}},
+    ],
+)
+def test_a_scan_that_checked_nothing_fails_loudly(output: Any) -> None:
+    with pytest.raises(checkov.CheckovError):
+        checkov.parse_report("terraform_plan", output)

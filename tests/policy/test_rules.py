@@ -1,0 +1,298 @@
+"""Every policy rule passes a good resource and flags a bad one, over small resource dicts (no PolicyPack)."""
+
+from __future__ import annotations
+
+import ipaddress
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import pytest
+
+from policy.dlinfra_policy import rules
+from policy.dlinfra_policy.rules import Resource
+
+STACK = "prod-us-west-2"
+TAGS = {"project": "dlinfra", "environment": "prod", "region": "us-west-2", "component": "test", "managed-by": "x"}
+GPU_TAG = rules.GPU_TEMPLATE_TAG
+CA = rules.AUTOSCALER
+
+PLAN = rules.AddressPlan(
+    vpcs={STACK: ipaddress.IPv4Network("10.2.0.0/16"), "prod-us-east-1": ipaddress.IPv4Network("10.1.0.0/16")},
+    vpc_keys={STACK: "vpc/prod/us-west-2", "prod-us-east-1": "vpc/prod/us-east-1"},
+    blocks={
+        "vpc/prod/us-west-2": ipaddress.IPv4Network("10.2.0.0/16"),
+        "vpc/prod/us-east-1": ipaddress.IPv4Network("10.1.0.0/16"),
+        "site-lan/sjc1": ipaddress.IPv4Network("10.200.0.0/20"),
+    },
+)
+CTX = rules.Context(
+    taggable=lambda t: t != "aws:ec2/route:Route",
+    gpu_count=lambda t: {"p5.48xlarge": 8, "g6.xlarge": 1, "m7i.4xlarge": 0}.get(t),
+    address_plan=PLAN,
+)
+
+
+def res(type_: str, name: str = "r", stack: str = STACK, **options: Any) -> Callable[..., Resource]:
+    """A resource factory: res(TYPE)(inputs...) with URN, protect, dependencies and id from options."""
+
+    def make(**inputs: Any) -> Resource:
+        return Resource(
+            urn=f"urn:pulumi:{stack}::dlinfra::dlinfra:test:T${type_}::{name}",
+            type=type_,
+            name=name,
+            inputs=inputs,
+            protect=options.get("protect", False),
+            dependencies=tuple(options.get("dependencies", ())),
+            id=options.get("id", ""),
+        )
+
+    return make
+
+
+def messages(rule_name: str, resources: Sequence[Resource], ctx: rules.Context = CTX) -> list[str]:
+    """What a rule says about resources (a resource rule sees each, a stack rule all of them)."""
+    rule = next(r for r in rules.RULES if r.name == rule_name)
+    if isinstance(rule, rules.ResourceRule):
+        return [m for r in resources for m in rule.check(r, ctx)]
+    return [v.message for v in rule.check(resources, ctx)]
+
+
+WORLD_22 = {"protocol": "tcp", "fromPort": 22.0, "toPort": 22.0, "cidrBlocks": ["0.0.0.0/0"]}
+LAN_22 = {"protocol": "tcp", "fromPort": 22.0, "toPort": 22.0, "cidrBlocks": ["10.200.0.0/20"]}
+STRONG_VPN = {
+    f"tunnel{t}{key}": value
+    for t in (1, 2)
+    for key, value in {
+        "IkeVersions": ["ikev2"],
+        "Phase1EncryptionAlgorithms": ["AES256-GCM-16", "AES256"],
+        "Phase2EncryptionAlgorithms": ["AES256-GCM-16"],
+        "Phase1IntegrityAlgorithms": ["SHA2-384", "SHA2-256"],
+        "Phase2IntegrityAlgorithms": ["SHA2-256"],
+        "Phase1DhGroupNumbers": [20.0, 19.0, 14.0],
+        "Phase2DhGroupNumbers": [20.0],
+    }.items()
+}
+BUCKET = res("aws:s3/bucket:Bucket", "data", id="dlinfra-data")(bucket="dlinfra-data")
+SSE = "aws:s3/bucketServerSideEncryptionConfiguration:BucketServerSideEncryptionConfiguration"
+KMS_RULE = [{"applyServerSideEncryptionByDefault": {"sseAlgorithm": "aws:kms"}}]
+PAB_ALL = dict.fromkeys(rules.S3_BLOCK_FLAGS, True)
+VPC = "aws:ec2/vpc:Vpc"
+ASG = "aws:autoscaling/group:Group"
+LT = "aws:ec2/launchTemplate:LaunchTemplate"
+GPU_TAGS = [
+    {"key": f"{CA}/enabled", "value": "true", "propagateAtLaunch": False},
+    {"key": f"{CA}/dlinfra-prod-usw2", "value": "owned", "propagateAtLaunch": False},
+    {"key": GPU_TAG, "value": "8", "propagateAtLaunch": False},
+]
+LT_GPU = res(LT, "gpu-lt", id="lt-1")(instanceType="p5.48xlarge")
+ENCRYPTED_ROOT = [{"deviceName": "/dev/xvda", "ebs": {"encrypted": "true", "volumeType": "gp3"}}]
+
+# rule -> (resources that pass, resources that fail); every rule in rules.RULES must be here.
+CASES: dict[str, tuple[list[Resource], list[Resource]]] = {
+    "ebs-encrypted": (
+        [res(LT)(blockDeviceMappings=ENCRYPTED_ROOT), res("aws:ebs/volume:Volume")(encrypted=True)],
+        [res(LT)(blockDeviceMappings=[{"deviceName": "/dev/xvda", "ebs": {"encrypted": "false"}}])],
+    ),
+    "efs-encrypted": (
+        [res("aws:efs/fileSystem:FileSystem")(encrypted=True)],
+        [res("aws:efs/fileSystem:FileSystem")(encrypted=False)],
+    ),
+    "s3-encrypted": (
+        [BUCKET, res(SSE, dependencies=[BUCKET.urn])(bucket="dlinfra-data", rules=KMS_RULE)],
+        [BUCKET],
+    ),
+    "fsx-encrypted": (
+        [res(rules.FSX_LUSTRE)(deploymentType="PERSISTENT_2", kmsKeyId="arn:aws:kms:k"), res(rules.FSX_LUSTRE)()],
+        [res(rules.FSX_LUSTRE)(deploymentType="PERSISTENT_2")],
+    ),
+    "eks-secrets-encrypted": (
+        [res(rules.EKS_CLUSTER)(encryptionConfig={"resources": ["secrets"], "provider": {"keyArn": "arn:k"}})],
+        [res(rules.EKS_CLUSTER)(name="c")],
+    ),
+    "s3-no-public-access": (
+        [BUCKET, res(rules.S3_PUBLIC_ACCESS_BLOCK, dependencies=[BUCKET.urn])(bucket="dlinfra-data", **PAB_ALL)],
+        [BUCKET, res(rules.S3_PUBLIC_ACCESS_BLOCK)(bucket="dlinfra-data", **PAB_ALL | {"blockPublicPolicy": False})],
+    ),
+    "imdsv2-required": (
+        [res(LT)(metadataOptions={"httpTokens": "required", "httpPutResponseHopLimit": 1.0})],
+        [res(LT)(metadataOptions={"httpTokens": "optional"})],
+    ),
+    "no-world-ingress": (
+        [res(rules.SECURITY_GROUP)(ingress=[LAN_22], tags=TAGS)],
+        [res(rules.SECURITY_GROUP)(ingress=[WORLD_22], tags=TAGS)],
+    ),
+    "vpc-cidr-planned": (
+        [res(VPC)(cidrBlock="10.2.0.0/16")],
+        [res(VPC)(cidrBlock="10.3.0.0/16")],
+    ),
+    "stateful-protected": (
+        [res("aws:efs/fileSystem:FileSystem", protect=True)(encrypted=True)],
+        [res("aws:efs/fileSystem:FileSystem")(encrypted=True)],
+    ),
+    "required-tags": (
+        [res(VPC)(tags=TAGS), res("aws:ec2/route:Route")()],
+        [res(VPC)(tags={"project": "dlinfra"})],
+    ),
+    "gpu-pool-scale-from-zero": (
+        [LT_GPU, res(ASG, dependencies=[LT_GPU.urn])(minSize=0.0, launchTemplate={"id": "lt-1"}, tags=GPU_TAGS)],
+        [LT_GPU, res(ASG, dependencies=[LT_GPU.urn])(minSize=0.0, launchTemplate={"id": "lt-1"}, tags=GPU_TAGS[:2])],
+    ),
+    "vpn-strong-crypto": (
+        [res(rules.VPN_CONNECTION)(**STRONG_VPN)],
+        [res(rules.VPN_CONNECTION)(**STRONG_VPN | {"tunnel2IkeVersions": ["ikev1", "ikev2"]})],
+    ),
+    "vpc-flow-logs": (
+        [
+            res(VPC, id="vpc-1")(cidrBlock="10.2.0.0/16"),
+            res(rules.FLOW_LOG)(vpcId="vpc-1", trafficType="ALL"),
+        ],
+        [res(VPC, id="vpc-1")(cidrBlock="10.2.0.0/16")],
+    ),
+    "client-vpn-connection-logs": (
+        [res(rules.CLIENT_VPN_ENDPOINT)(connectionLogOptions={"enabled": True})],
+        [res(rules.CLIENT_VPN_ENDPOINT)(connectionLogOptions={"enabled": False})],
+    ),
+}
+
+
+def test_every_rule_has_cases() -> None:
+    assert sorted(CASES) == sorted(r.name for r in rules.RULES)
+    assert len({r.name for r in rules.RULES}) == len(rules.RULES)
+
+
+@pytest.mark.parametrize("rule_name", sorted(CASES))
+def test_rule_passes_good_resources(rule_name: str) -> None:
+    assert messages(rule_name, CASES[rule_name][0]) == []
+
+
+@pytest.mark.parametrize("rule_name", sorted(CASES))
+def test_rule_flags_bad_resources(rule_name: str) -> None:
+    assert messages(rule_name, CASES[rule_name][1]), f"{rule_name} let a bad resource through"
+
+
+def test_rules_ignore_other_types() -> None:
+    vpc = res(VPC)(cidrBlock="10.2.0.0/16", tags=TAGS)
+    assert [m for r in rules.RULES if isinstance(r, rules.ResourceRule) for m in r.check(vpc, CTX)] == []
+
+
+# --- details that matter ------------------------------------------------------------------------------------
+
+
+def test_ebs_launch_template_without_block_devices_is_flagged() -> None:
+    assert "no EBS block device" in rules.ebs_encrypted(res(LT)(imageId="ami-1"), CTX)[0]
+
+
+def test_ebs_instance_root_volume() -> None:
+    bad = res(rules.INSTANCE)(rootBlockDevice={"encrypted": False}, ebsBlockDevices=[{"encrypted": True}])
+    assert rules.ebs_encrypted(bad, CTX) == ["rootBlockDevice is not encrypted: set rootBlockDevice.encrypted=true"]
+
+
+def test_s3_bucket_matched_by_name_without_dependency() -> None:
+    sse = res(SSE)(bucket="dlinfra-data", rules=KMS_RULE)
+    assert rules.s3_encrypted([BUCKET, sse], CTX) == []
+
+
+def test_s3_weak_algorithm() -> None:
+    sse = res(SSE)(bucket="dlinfra-data", rules=[{"applyServerSideEncryptionByDefault": {"sseAlgorithm": "none"}}])
+    assert "sseAlgorithm 'none'" in rules.s3_encrypted([BUCKET, sse], CTX)[0].message
+
+
+def test_s3_public_acl_and_account_block() -> None:
+    account = res(rules.S3_ACCOUNT_PUBLIC_ACCESS_BLOCK)(**PAB_ALL)
+    public = res("aws:s3/bucket:Bucket", "web")(bucket="web", acl="public-read")
+    found = rules.s3_no_public_access([account, public], CTX)
+    assert [v.message for v in found] == ["S3 bucket has the public ACL 'public-read'"]
+
+
+def test_imdsv2_disabled_endpoint_is_fine_and_unset_is_not() -> None:
+    assert rules.imdsv2_required(res(LT)(metadataOptions={"httpEndpoint": "disabled"}), CTX) == []
+    assert "unset" in rules.imdsv2_required(res(rules.INSTANCE)(ami="ami-1"), CTX)[0]
+
+
+@pytest.mark.parametrize(
+    ("resource", "hits"),
+    [
+        (res(rules.SECURITY_GROUP_INGRESS_RULE)(cidrIpv6="::/0", ipProtocol="tcp", fromPort=443, toPort=443), 1),
+        (res(rules.SECURITY_GROUP_INGRESS_RULE)(cidrIpv4="10.0.0.0/8", ipProtocol="-1"), 0),
+        (res(rules.SECURITY_GROUP_RULE)(type="ingress", cidrBlocks=["0.0.0.0/1", "128.0.0.0/1"], protocol="-1"), 2),
+        (res(rules.SECURITY_GROUP_RULE)(type="egress", cidrBlocks=["0.0.0.0/0"], protocol="-1"), 0),
+        (res(rules.SECURITY_GROUP)(egress=[{"cidrBlocks": ["0.0.0.0/0"], "protocol": "-1"}]), 0),
+    ],
+)
+def test_world_ingress_variants(resource: Resource, hits: int) -> None:
+    assert len(rules.no_world_ingress(resource, CTX)) == hits
+
+
+def test_world_ingress_allowlist_needs_component_protocol_and_ports() -> None:
+    entry = rules.IngressException("edge", "udp", 443, 443, "a public UDP service the design declares")
+    ctx = rules.Context(taggable=CTX.taggable, gpu_count=CTX.gpu_count, ingress_allowlist=(entry,))
+    rule = {"cidrIpv4": "0.0.0.0/0", "ipProtocol": "udp", "fromPort": 443.0, "toPort": 443.0}
+    assert (
+        rules.no_world_ingress(res(rules.SECURITY_GROUP_INGRESS_RULE)(**rule, tags=TAGS | {"component": "edge"}), ctx)
+        == []
+    )
+    assert rules.no_world_ingress(res(rules.SECURITY_GROUP_INGRESS_RULE)(**rule, tags=TAGS), ctx)
+    assert rules.no_world_ingress(
+        res(rules.SECURITY_GROUP_INGRESS_RULE)(**rule | {"ipProtocol": "tcp"}, tags=TAGS | {"component": "edge"}), ctx
+    )
+
+
+def test_design_allowlist_is_documented() -> None:
+    assert all(len(e.reason) > 20 for e in rules.INGRESS_ALLOWLIST)
+
+
+def test_vpc_overlapping_a_site_lan_and_another_vpc() -> None:
+    ours = res(VPC, "a")(cidrBlock="10.200.0.0/16")
+    found = [v.message for v in rules.vpc_cidrs_planned([ours], CTX)]
+    assert any("not the planned block 10.2.0.0/16" in m for m in found)
+    assert any("overlaps site-lan/sjc1" in m for m in found)
+    east = res(VPC, "b", stack="prod-us-east-1")(cidrBlock="10.1.0.0/16")
+    clash = res(VPC, "c", stack="staging-us-west-2")(cidrBlock="10.1.128.0/17")
+    across = rules.vpcs_disjoint([east, clash], across_stacks_only=True)
+    assert [v.urn for v in across] == [clash.urn]
+
+
+def test_vpc_without_plan_is_a_violation_not_a_pass() -> None:
+    ctx = rules.Context(taggable=CTX.taggable, gpu_count=CTX.gpu_count, address_plan_error="lock missing")
+    assert "lock missing" in rules.vpc_cidrs_planned([res(VPC)(cidrBlock="10.2.0.0/16")], ctx)[0].message
+    assert (
+        "has no VPC in the address plan"
+        in rules.vpc_cidrs_planned([res(VPC, stack="x-y")(cidrBlock="10.9.0.0/16")], CTX)[0].message
+    )
+
+
+def test_required_tags_read_autoscaling_group_tag_lists() -> None:
+    group = res(ASG)(tags=[{"key": k, "value": v, "propagateAtLaunch": True} for k, v in TAGS.items()])
+    assert rules.required_tags(group, CTX) == []
+    assert rules.required_tags(res("random:index/randomPassword:RandomPassword")(length=32.0), CTX) == []
+
+
+def test_gpu_pool_detected_by_instance_type_and_count_checked() -> None:
+    overrides = {"launchTemplate": {"overrides": [{"instanceType": "g6.xlarge"}]}}
+    wrong = [*GPU_TAGS[:2], {"key": GPU_TAG, "value": "8"}]
+    found = rules.gpu_pools_scale_from_zero([res(ASG)(mixedInstancesPolicy=overrides, tags=wrong)], CTX)
+    assert [v.message for v in found] == [f"tag {GPU_TAG}=8 but g6.xlarge has 1 GPUs"]
+    undiscoverable = rules.gpu_pools_scale_from_zero([res(ASG)(mixedInstancesPolicy=overrides, tags=[])], CTX)
+    assert len(undiscoverable) == 3
+    cpu = {"launchTemplate": {"overrides": [{"instanceType": "m7i.4xlarge"}]}}
+    assert rules.gpu_pools_scale_from_zero([res(ASG)(mixedInstancesPolicy=cpu, tags=[])], CTX) == []
+
+
+@pytest.mark.parametrize(
+    ("change", "expected"),
+    [
+        ({"tunnel1Phase1DhGroupNumbers": [2.0, 14.0]}, "tunnel1Phase1DhGroupNumbers allows [2]"),
+        ({"tunnel1Phase2DhGroupNumbers": [22.0]}, "tunnel1Phase2DhGroupNumbers allows [22]"),
+        ({"tunnel2Phase1EncryptionAlgorithms": ["AES128"]}, "allows ['AES128']"),
+        ({"tunnel1Phase2IntegrityAlgorithms": ["SHA1"]}, "allows ['SHA1']"),
+        ({"tunnel2Phase2IntegrityAlgorithms": None}, "is unset"),
+        ({"tunnel1IkeVersions": None}, "ikev1 too"),
+    ],
+)
+def test_vpn_weak_proposals(change: dict[str, Any], expected: str) -> None:
+    found = rules.vpn_strong_crypto(res(rules.VPN_CONNECTION)(**STRONG_VPN | change), CTX)
+    assert len(found) == 1 and expected in found[0]
+
+
+def test_stateful_list_names_its_types() -> None:
+    assert {"aws:efs/fileSystem:FileSystem", "aws:s3/bucket:Bucket", "aws:kms/key:Key"} <= set(rules.STATEFUL_TYPES)

