@@ -13,7 +13,7 @@ import pulumi
 import pulumi_aws as aws
 import pulumi_kubernetes as k8s
 
-from components.iam import service_trust
+from components.iam import account_key_policy, service_trust
 from components.platform_values import pod_identity_trust
 from dlinfra import eks
 from dlinfra.naming import Names
@@ -43,7 +43,8 @@ class ClusterArgs:
     hybrid_role_arn: pulumi.Input[str] | None = None  # role of the site machines (HYBRID_LINUX)
     team_role_arns: Mapping[str, str] = field(default_factory=dict)  # team -> role, bound to group team:<name>
     node_security_group_ids: Mapping[str, pulumi.Input[str]] = field(default_factory=dict)  # pool -> node SG
-    log_retention_days: int = 90
+    log_retention_days: int = 365  # control-plane logs are audit records: keep a year
+    log_kms_key_arn: pulumi.Input[str] | None = None  # KMS key the control-plane log group is encrypted with
 
     def __post_init__(self) -> None:
         problem = eks.version_problem(self.version)
@@ -78,12 +79,15 @@ class Cluster(pulumi.ComponentResource):
         cluster_name = names.physical("eks")
         tags = names.tags("cluster")
 
+        identity = aws.get_caller_identity_output(opts=pulumi.InvokeOutputOptions(parent=self))
+        partition = aws.get_partition_output(opts=pulumi.InvokeOutputOptions(parent=self))
         # Losing the secrets key makes every Kubernetes secret unreadable: protect it like data.
         key = aws.kms.Key(
             f"{name}-secrets-key",
             description=f"{cluster_name} Kubernetes secrets",
             enable_key_rotation=True,
             deletion_window_in_days=30,
+            policy=pulumi.Output.json_dumps(account_key_policy(identity.account_id, partition.partition)),
             tags=names.tags("cluster", names.physical("eks-secrets")),
             opts=pulumi.ResourceOptions(parent=self, protect=True, retain_on_delete=True),
         )
@@ -100,11 +104,30 @@ class Cluster(pulumi.ComponentResource):
             policy_arn="arn:aws:iam::aws:policy/AmazonEKSClusterPolicy",
             opts=pulumi.ResourceOptions(parent=role),
         )
+        # EKS encrypts secrets with the key as the cluster role; grant exactly that, on this key only.
+        secrets_access = aws.iam.RolePolicy(
+            f"{name}-secrets-key-access",
+            role=role.id,
+            policy=pulumi.Output.json_dumps(
+                {
+                    "Version": "2012-10-17",
+                    "Statement": [
+                        {
+                            "Effect": "Allow",
+                            "Action": ["kms:Encrypt", "kms:Decrypt", "kms:ListGrants", "kms:DescribeKey"],
+                            "Resource": key.arn,
+                        }
+                    ],
+                }
+            ),
+            opts=pulumi.ResourceOptions(parent=role),
+        )
         # Created before the cluster so retention applies from the first log line.
         logs = aws.cloudwatch.LogGroup(
             f"{name}-logs",
             name=f"/aws/eks/{cluster_name}/cluster",
             retention_in_days=args.log_retention_days,
+            kms_key_id=args.log_kms_key_arn,
             tags=tags,
             opts=child,
         )
@@ -159,7 +182,8 @@ class Cluster(pulumi.ComponentResource):
             upgrade_policy=aws.eks.ClusterUpgradePolicyArgs(support_type="STANDARD"),
             bootstrap_self_managed_addons=False,
             tags=names.tags("cluster", cluster_name),
-            opts=pulumi.ResourceOptions(parent=self, depends_on=[attach, logs]),
+            # Deleting or replacing the cluster loses every Kubernetes object in it.
+            opts=pulumi.ResourceOptions(parent=self, protect=True, depends_on=[attach, secrets_access, logs]),
         )
         on_cluster = pulumi.ResourceOptions(parent=cluster)
 
@@ -200,6 +224,7 @@ class Cluster(pulumi.ComponentResource):
                 referenced_security_group_id=cluster.vpc_config.apply(lambda v: v.cluster_security_group_id or ""),
                 ip_protocol="-1",
                 description="EKS control plane to kubelet and webhooks",
+                tags=names.tags("cluster", names.physical("eks-to-nodes", pool)),
                 opts=on_cluster,
             )
 

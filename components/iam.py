@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 
+import pulumi
+
 
 def service_trust(service: str, *, tag_session: bool = False) -> str:
     """A trust policy letting one AWS service assume the role; tag_session for EKS and Pod Identity."""
@@ -14,3 +16,22 @@ def service_trust(service: str, *, tag_session: bool = False) -> str:
             "Statement": [{"Effect": "Allow", "Principal": {"Service": service}, "Action": actions}],
         }
     )
+
+
+def account_key_policy(
+    account_id: pulumi.Input[str], partition: pulumi.Input[str], *statements: dict[str, object]
+) -> dict[str, object]:
+    """A KMS key policy: the account administers the key (so IAM policies grant its use), plus statements."""
+    return {
+        "Version": "2012-10-17",
+        "Statement": [
+            {
+                "Sid": "AccountAdministersKey",
+                "Effect": "Allow",
+                "Principal": {"AWS": pulumi.Output.concat("arn:", partition, ":iam::", account_id, ":root")},
+                "Action": "kms:*",
+                "Resource": "*",
+            },
+            *statements,
+        ],
+    }

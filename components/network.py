@@ -10,6 +10,7 @@ from typing import Literal
 import pulumi
 import pulumi_aws as aws
 
+from components.iam import account_key_policy
 from dlinfra.naming import Names
 
 TIERS = ("private", "public", "transit")
@@ -109,6 +110,13 @@ class Network(pulumi.ComponentResource):
             enable_dns_support=True,
             tags=names.tags("network", vpc_name),
             opts=child,
+        )
+        # Adopt the VPC's default security group with no rules, so nothing attached to it by accident talks.
+        aws.ec2.DefaultSecurityGroup(
+            f"{name}-default-sg",
+            vpc_id=vpc.id,
+            tags=names.tags("network", names.physical("default-sg-closed")),
+            opts=pulumi.ResourceOptions(parent=vpc),
         )
         subnet_ids: dict[str, dict[str, pulumi.Output[str]]] = {}
         for tier, by_az in args.subnets.items():
@@ -257,7 +265,8 @@ class Network(pulumi.ComponentResource):
             deletion_window_in_days=30,
             policy=pulumi.Output.json_dumps(_log_key_policy(identity.account_id, partition.partition, region)),
             tags=names.tags("network", names.physical("logs")),
-            opts=child,
+            # Every log group of the region is encrypted with it: losing it loses their contents.
+            opts=pulumi.ResourceOptions(parent=self, protect=True, retain_on_delete=True),
         )
         aws.kms.Alias(
             f"{name}-log-key-alias",
@@ -350,34 +359,19 @@ def _subnet_role_tags(tier: str, cluster_name: str | None) -> dict[str, str]:
 
 def _log_key_policy(account_id: pulumi.Input[str], partition: pulumi.Input[str], region: str) -> dict[str, object]:
     """Key policy: the account administers the key; CloudWatch Logs uses it for the account's log groups."""
-    account_root = pulumi.Output.concat("arn:", partition, ":iam::", account_id, ":root")
     log_groups = pulumi.Output.concat("arn:", partition, ":logs:", region, ":", account_id, ":log-group:*")
-    return {
-        "Version": "2012-10-17",
-        "Statement": [
-            {
-                "Sid": "AccountAdministersKey",
-                "Effect": "Allow",
-                "Principal": {"AWS": account_root},
-                "Action": "kms:*",
-                "Resource": "*",
-            },
-            {
-                "Sid": "CloudWatchLogsEncrypts",
-                "Effect": "Allow",
-                "Principal": {"Service": f"logs.{region}.amazonaws.com"},
-                "Action": [
-                    "kms:Encrypt*",
-                    "kms:Decrypt*",
-                    "kms:ReEncrypt*",
-                    "kms:GenerateDataKey*",
-                    "kms:Describe*",
-                ],
-                "Resource": "*",
-                "Condition": {"ArnLike": {"kms:EncryptionContext:aws:logs:arn": log_groups}},
-            },
-        ],
-    }
+    return account_key_policy(
+        account_id,
+        partition,
+        {
+            "Sid": "CloudWatchLogsEncrypts",
+            "Effect": "Allow",
+            "Principal": {"Service": f"logs.{region}.amazonaws.com"},
+            "Action": ["kms:Encrypt*", "kms:Decrypt*", "kms:ReEncrypt*", "kms:GenerateDataKey*", "kms:Describe*"],
+            "Resource": "*",
+            "Condition": {"ArnLike": {"kms:EncryptionContext:aws:logs:arn": log_groups}},
+        },
+    )
 
 
 def _flow_logs_trust(account_id: pulumi.Input[str]) -> dict[str, object]:

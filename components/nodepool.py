@@ -57,6 +57,7 @@ class NodePoolArgs:
     pod_imds_access: bool = False  # hop limit 2 lets pods reach IMDS; 1 keeps it to the node
     root_volume_gib: int = 200  # encrypted gp3 root volume size
     attach_cni_policy: bool = False  # only when the VPC CNI has no Pod Identity association
+    internal_cidrs: Sequence[str] = ()  # VPCs and site networks nodes may reach on any port
 
     def __post_init__(self) -> None:
         if not 0 <= self.min_size <= self.max_size:
@@ -191,7 +192,26 @@ class NodePool(pulumi.ComponentResource):
             name=sg_name,
             description=f"Nodes of pool {args.pool}",
             vpc_id=args.vpc_id,
-            egress=[aws.ec2.SecurityGroupEgressArgs(protocol="-1", from_port=0, to_port=0, cidr_blocks=["0.0.0.0/0"])],
+            # To the internet only HTTP(S) (images, packages, model hubs); to our own networks anything.
+            egress=[
+                aws.ec2.SecurityGroupEgressArgs(
+                    protocol="tcp", from_port=port, to_port=port, cidr_blocks=["0.0.0.0/0"], description=what
+                )
+                for port, what in ((443, "HTTPS to the internet"), (80, "HTTP to the internet (package mirrors)"))
+            ]
+            + (
+                [
+                    aws.ec2.SecurityGroupEgressArgs(
+                        protocol="-1",
+                        from_port=0,
+                        to_port=0,
+                        cidr_blocks=list(args.internal_cidrs),
+                        description="VPCs and site networks of the environment",
+                    )
+                ]
+                if args.internal_cidrs
+                else []
+            ),
             tags=names.tags(component, sg_name),
             opts=child,
         )
@@ -202,6 +222,7 @@ class NodePool(pulumi.ComponentResource):
             referenced_security_group_id=security_group.id,
             ip_protocol="-1",
             description="node to node, pods, NCCL and EFA",
+            tags=names.tags(component, names.physical("nodes", args.pool, "self")),
             opts=pulumi.ResourceOptions(parent=security_group),
         )
         if args.efa:
@@ -211,6 +232,7 @@ class NodePool(pulumi.ComponentResource):
                 referenced_security_group_id=security_group.id,
                 ip_protocol="-1",
                 description="EFA needs egress to its own group",
+                tags=names.tags(component, names.physical("nodes", args.pool, "self-egress")),
                 opts=pulumi.ResourceOptions(parent=security_group),
             )
 

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 import pulumi
 import pulumi_aws as aws
 
+from components.iam import account_key_policy
 from dlinfra.naming import Names
 
 BUCKETS = ("datasets", "checkpoints", "results")
@@ -73,11 +74,15 @@ class Storage(pulumi.ComponentResource):
         stateful = STATEFUL.merge(child)
         tags = names.tags("storage")
 
+        identity = aws.get_caller_identity_output(opts=pulumi.InvokeOutputOptions(parent=self))
+        partition = aws.get_partition_output(opts=pulumi.InvokeOutputOptions(parent=self))
         key = aws.kms.Key(
             f"{name}-key",
             description=f"{names.prefix} storage: EFS, S3 and FSx",
             enable_key_rotation=True,
             deletion_window_in_days=30,
+            # EFS, S3 and FSx use it on callers' behalf, so IAM policies (enabled by this policy) decide who may.
+            policy=pulumi.Output.json_dumps(account_key_policy(identity.account_id, partition.partition)),
             tags=names.tags("storage", names.physical("storage-key")),
             opts=stateful,
         )
@@ -298,7 +303,11 @@ class Storage(pulumi.ComponentResource):
                 )
                 for lo, hi in LUSTRE_PORTS
             ],
-            egress=[aws.ec2.SecurityGroupEgressArgs(protocol="-1", from_port=0, to_port=0, self=True)],
+            egress=[
+                aws.ec2.SecurityGroupEgressArgs(
+                    protocol="-1", from_port=0, to_port=0, self=True, description="Lustre servers to each other"
+                )
+            ],
             tags=names.tags("storage", sg_name),
             opts=pulumi.ResourceOptions(parent=self),
         )  # fmt: skip
@@ -332,6 +341,7 @@ class Storage(pulumi.ComponentResource):
                     events=["NEW", "CHANGED", "DELETED"]
                 ),
             ),
+            tags=names.tags("storage", names.physical("lustre", "datasets")),
             opts=pulumi.ResourceOptions(parent=lustre),
         )
         return lustre.id

@@ -26,6 +26,7 @@ def declare_cluster(
     vpc_id: pulumi.Input[str],
     private_subnet_ids: dict[str, pulumi.Input[str]],
     pools: dict[str, NodePool],
+    log_kms_key_arn: pulumi.Input[str] | None = None,
 ) -> ClusterParts:
     """Declare EKS with access for admins, node pools, teams and the region's physical sites."""
     env, region = ctx.role.environment, ctx.role.region
@@ -70,6 +71,7 @@ def declare_cluster(
             hybrid_role_arn=hybrid.role_arn if hybrid else None,
             team_role_arns={t: team.role_arn for t, team in ctx.fleet.teams.items() if team.role_arn},
             node_security_group_ids={name: pool.security_group_id for name, pool in pools.items()},
+            log_kms_key_arn=log_kms_key_arn,
         ),
     )
     return ClusterParts(cluster=cluster, hybrid=hybrid)

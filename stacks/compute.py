@@ -5,7 +5,7 @@ from __future__ import annotations
 import pulumi
 
 from components.nodepool import NodePool, NodePoolArgs
-from dlinfra import images
+from dlinfra import images, sites
 from dlinfra.errors import DlinfraError
 from stacks.program import StackContext
 
@@ -24,6 +24,7 @@ def declare_pools(ctx: StackContext, *, vpc_id: pulumi.Input[str], private_subne
     assert region is not None
     manifest = load_manifest(ctx)
     cluster_name = ctx.names.physical("eks")
+    internal = [str(d.cidr) for d in sites.environment_networks(ctx.fleet, ctx.plan, env)]
     pools: dict[str, NodePool] = {}
     for pool_name, pool in ctx.fleet.pools_in(env, region).items():
         key = f"environments.{env}.node_pools.{pool_name}"
@@ -57,6 +58,7 @@ def declare_pools(ctx: StackContext, *, vpc_id: pulumi.Input[str], private_subne
                 taints=tuple((t.key, t.value, t.effect) for t in pool.taints),
                 pod_imds_access=pool.pod_imds_access,
                 root_volume_gib=pool.root_volume_gib,
+                internal_cidrs=internal,
             )
         except ValueError as exc:
             raise DlinfraError(str(exc), file=str(ctx.root / "fleet.yaml"), key=key) from None

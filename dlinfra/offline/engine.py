@@ -143,13 +143,36 @@ class _Monitor(mocks.MockMonitor):
         self.stack_urn: str | None = None
         self.lock = threading.Lock()
         self.errors: list[str] = []
+        self.thread_loops: list[asyncio.AbstractEventLoop] = []
+
+    def _ensure_event_loop(self) -> None:
+        """Deserialising resource references needs an event loop on the executor thread serving the call.
+
+        The loops made here are remembered and closed after the run, rather than left to the garbage
+        collector, whose late close of an abandoned loop fails on its already-released self-pipe.
+        """
+        try:
+            asyncio.get_event_loop()
+        except RuntimeError:
+            loop = asyncio.new_event_loop()
+            asyncio.set_event_loop(loop)
+            with self.lock:
+                self.thread_loops.append(loop)
+
+    def close(self) -> None:
+        """Close the event loops made for executor threads."""
+        with self.lock:
+            loops, self.thread_loops = self.thread_loops, []
+        for loop in loops:
+            if not loop.is_closed():
+                loop.close()
 
     def RegisterResource(self, request: Any) -> Any:  # noqa: N802 - gRPC method name
         urn = self.make_urn(request.parent, request.type, request.name)
         if request.type == "pulumi:pulumi:Stack":
             self.stack_urn = urn
             return resource_pb2.RegisterResourceResponse(urn=urn)
-        _ensure_event_loop()
+        self._ensure_event_loop()
         inputs = rpc.deserialize_properties(request.object)
         try:
             rid, state = self.cloud.new_resource(
@@ -187,7 +210,7 @@ class _Monitor(mocks.MockMonitor):
 
     def ReadResource(self, request: Any) -> Any:  # noqa: N802
         """Reads (StackReference is one) answer from the fake cloud like registrations."""
-        _ensure_event_loop()
+        self._ensure_event_loop()
         urn = self.make_urn(request.parent, request.type, request.name)
         state = rpc.deserialize_properties(request.properties)
         try:
@@ -225,7 +248,7 @@ class _Monitor(mocks.MockMonitor):
         return resource_pb2.ReadResourceResponse(urn=urn, properties=obj)
 
     def Invoke(self, request: Any) -> Any:  # noqa: N802
-        _ensure_event_loop()
+        self._ensure_event_loop()
         args = rpc.deserialize_properties(request.args)
         if request.tok == "pulumi:pulumi:getResource":
             return super().Invoke(request)
@@ -247,11 +270,6 @@ class _Monitor(mocks.MockMonitor):
                 if secret:
                     self.result.secret_outputs.add(key)
         return super().RegisterResourceOutputs(request)
-
-
-def _ensure_event_loop() -> None:
-    """Deserialising resource references needs an event loop on the monitor's thread."""
-    mocks._ensure_event_loop()  # type: ignore[attr-defined, no-untyped-call]  # noqa: SLF001
 
 
 def _alias(alias: Any) -> str:
@@ -330,7 +348,12 @@ def run_stack(
         if role.region:
             cfg.setdefault("aws:region", role.region)
         pulumi_config.set_all_config(cfg, [])
-        asyncio.run(stack.run_in_stack(lambda: _run_program(entry)))
+        try:
+            with asyncio.Runner() as runner:
+                runner.get_loop().set_exception_handler(_record_loop_error)
+                runner.run(stack.run_in_stack(lambda: _run_program(entry)))
+        finally:
+            monitor.close()
 
     try:
         contextvars.Context().run(body)
@@ -341,6 +364,15 @@ def run_stack(
         raise EngineError(f"stack {role.name}: {detail}") from None
     result.seconds = time.perf_counter() - started
     return result
+
+
+def _record_loop_error(loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
+    """Keep the event loop's own error reports quiet: a failed stack is reported once, as an EngineError.
+
+    The default handler also formats a traceback, which on CPython 3.11 calls ast.parse; run from a future's
+    finaliser inside another ast.parse, that makes CPython raise "AST constructor recursion depth mismatch".
+    """
+    del loop, context
 
 
 def _run_program(entry: Path) -> None:
