@@ -13,7 +13,7 @@ import pulumi
 import pulumi_aws as aws
 import pulumi_kubernetes as k8s
 
-from components.iam import account_key_policy, service_trust
+from components.iam import protected_key, service_trust
 from components.platform_values import pod_identity_trust
 from dlinfra import eks
 from dlinfra.naming import Names
@@ -79,17 +79,12 @@ class Cluster(pulumi.ComponentResource):
         cluster_name = names.physical("eks")
         tags = names.tags("cluster")
 
-        identity = aws.get_caller_identity_output(opts=pulumi.InvokeOutputOptions(parent=self))
-        partition = aws.get_partition_output(opts=pulumi.InvokeOutputOptions(parent=self))
-        # Losing the secrets key makes every Kubernetes secret unreadable: protect it like data.
-        key = aws.kms.Key(
+        # Losing the secrets key makes every Kubernetes secret unreadable.
+        key = protected_key(
             f"{name}-secrets-key",
             description=f"{cluster_name} Kubernetes secrets",
-            enable_key_rotation=True,
-            deletion_window_in_days=30,
-            policy=pulumi.Output.json_dumps(account_key_policy(identity.account_id, partition.partition)),
             tags=names.tags("cluster", names.physical("eks-secrets")),
-            opts=pulumi.ResourceOptions(parent=self, protect=True, retain_on_delete=True),
+            parent=self,
         )
         role = aws.iam.Role(
             f"{name}-role",

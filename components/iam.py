@@ -1,10 +1,11 @@
-"""IAM documents shared by components (not a component): trust policies for AWS service principals."""
+"""IAM and KMS pieces shared by components (not a component): trust policies and customer-managed keys."""
 
 from __future__ import annotations
 
 import json
 
 import pulumi
+import pulumi_aws as aws
 
 
 def service_trust(service: str, *, tag_session: bool = False) -> str:
@@ -35,3 +36,30 @@ def account_key_policy(
             *statements,
         ],
     }
+
+
+def protected_key(
+    name: str,
+    *,
+    description: str,
+    tags: dict[str, str],
+    parent: pulumi.Resource,
+    statements: tuple[dict[str, object], ...] = (),
+) -> aws.kms.Key:
+    """A rotated customer-managed key the account administers, protected and retained like the data it guards.
+
+    `statements` are added to the key policy (services that use the key directly, such as CloudWatch Logs).
+    """
+    invoke = pulumi.InvokeOutputOptions(parent=parent)
+    account_id = aws.get_caller_identity_output(opts=invoke).account_id
+    partition = aws.get_partition_output(opts=invoke).partition
+    return aws.kms.Key(
+        name,
+        description=description,
+        enable_key_rotation=True,
+        deletion_window_in_days=30,
+        policy=pulumi.Output.json_dumps(account_key_policy(account_id, partition, *statements)),
+        tags=tags,
+        # Deleting or replacing a key makes everything encrypted with it unreadable.
+        opts=pulumi.ResourceOptions(parent=parent, protect=True, retain_on_delete=True),
+    )

@@ -10,7 +10,7 @@ from typing import Literal
 import pulumi
 import pulumi_aws as aws
 
-from components.iam import account_key_policy
+from components.iam import protected_key
 from dlinfra.naming import Names
 
 TIERS = ("private", "public", "transit")
@@ -258,15 +258,13 @@ class Network(pulumi.ComponentResource):
         # Flow logs to a CloudWatch log group encrypted with a customer-managed key (rotated yearly).
         identity = aws.get_caller_identity_output(opts=pulumi.InvokeOutputOptions(parent=self))
         partition = aws.get_partition_output(opts=pulumi.InvokeOutputOptions(parent=self))
-        log_key = aws.kms.Key(
+        # Every log group of the region is encrypted with it: losing it loses their contents.
+        log_key = protected_key(
             f"{name}-log-key",
             description=f"CloudWatch Logs encryption for {names.prefix}",
-            enable_key_rotation=True,
-            deletion_window_in_days=30,
-            policy=pulumi.Output.json_dumps(_log_key_policy(identity.account_id, partition.partition, region)),
             tags=names.tags("network", names.physical("logs")),
-            # Every log group of the region is encrypted with it: losing it loses their contents.
-            opts=pulumi.ResourceOptions(parent=self, protect=True, retain_on_delete=True),
+            parent=self,
+            statements=(_logs_statement(identity.account_id, partition.partition, region),),
         )
         aws.kms.Alias(
             f"{name}-log-key-alias",
@@ -357,21 +355,17 @@ def _subnet_role_tags(tier: str, cluster_name: str | None) -> dict[str, str]:
     return tags
 
 
-def _log_key_policy(account_id: pulumi.Input[str], partition: pulumi.Input[str], region: str) -> dict[str, object]:
-    """Key policy: the account administers the key; CloudWatch Logs uses it for the account's log groups."""
+def _logs_statement(account_id: pulumi.Input[str], partition: pulumi.Input[str], region: str) -> dict[str, object]:
+    """Key policy statement: CloudWatch Logs uses the key for this account's log groups in this region."""
     log_groups = pulumi.Output.concat("arn:", partition, ":logs:", region, ":", account_id, ":log-group:*")
-    return account_key_policy(
-        account_id,
-        partition,
-        {
-            "Sid": "CloudWatchLogsEncrypts",
-            "Effect": "Allow",
-            "Principal": {"Service": f"logs.{region}.amazonaws.com"},
-            "Action": ["kms:Encrypt*", "kms:Decrypt*", "kms:ReEncrypt*", "kms:GenerateDataKey*", "kms:Describe*"],
-            "Resource": "*",
-            "Condition": {"ArnLike": {"kms:EncryptionContext:aws:logs:arn": log_groups}},
-        },
-    )
+    return {
+        "Sid": "CloudWatchLogsEncrypts",
+        "Effect": "Allow",
+        "Principal": {"Service": f"logs.{region}.amazonaws.com"},
+        "Action": ["kms:Encrypt*", "kms:Decrypt*", "kms:ReEncrypt*", "kms:GenerateDataKey*", "kms:Describe*"],
+        "Resource": "*",
+        "Condition": {"ArnLike": {"kms:EncryptionContext:aws:logs:arn": log_groups}},
+    }
 
 
 def _flow_logs_trust(account_id: pulumi.Input[str]) -> dict[str, object]:

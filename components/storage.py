@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import pulumi
 import pulumi_aws as aws
 
-from components.iam import account_key_policy
+from components.iam import protected_key
 from dlinfra.naming import Names
 
 BUCKETS = ("datasets", "checkpoints", "results")
@@ -74,17 +74,12 @@ class Storage(pulumi.ComponentResource):
         stateful = STATEFUL.merge(child)
         tags = names.tags("storage")
 
-        identity = aws.get_caller_identity_output(opts=pulumi.InvokeOutputOptions(parent=self))
-        partition = aws.get_partition_output(opts=pulumi.InvokeOutputOptions(parent=self))
-        key = aws.kms.Key(
+        # EFS, S3 and FSx use the key on callers' behalf, so IAM policies decide who may.
+        key = protected_key(
             f"{name}-key",
             description=f"{names.prefix} storage: EFS, S3 and FSx",
-            enable_key_rotation=True,
-            deletion_window_in_days=30,
-            # EFS, S3 and FSx use it on callers' behalf, so IAM policies (enabled by this policy) decide who may.
-            policy=pulumi.Output.json_dumps(account_key_policy(identity.account_id, partition.partition)),
             tags=names.tags("storage", names.physical("storage-key")),
-            opts=stateful,
+            parent=self,
         )
         aws.kms.Alias(
             f"{name}-key-alias", name=f"alias/{names.physical('storage')}", target_key_id=key.key_id, opts=child
