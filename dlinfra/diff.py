@@ -173,6 +173,13 @@ class Diff:
         return [c for c in self.changes if c.stateful and c.action in ("replace", "delete")]
 
     @property
+    def unprotected(self) -> list[Change]:
+        """Stateful resources that lose protect or retain-on-delete: the next mistake could delete their data."""
+        return [
+            c for c in self.changes if c.stateful and c.action == "update" and any("→ false)" in k for k in c.inputs)
+        ]
+
+    @property
     def renumbered(self) -> list[LockChange]:
         return [c for c in self.lock if c.before is not None and c.after is not None]
 
@@ -242,11 +249,17 @@ def compare_stack(stack: str, base: Mapping[str, Any] | None, head: Mapping[str,
         forced = [k for k in changed if k in forcing or "*" in forcing]
         if old.get("provider") != new.get("provider") and old.get("provider") and new.get("provider"):
             forced.append("(provider)")
+        # Options change no cloud resource, but dropping protect from stateful data is worth a reviewer's eye.
+        options = [
+            f"({option}: {str(bool(old.get(option))).lower()} → {str(bool(new.get(option))).lower()})"
+            for option in ("protect", "retain_on_delete")
+            if bool(old.get(option)) != bool(new.get(option))
+        ]
         if forced:
             out.append(Change(stack, "replace", new["type"], new["name"], new_urn, tuple(forced), note))
-        elif changed:
+        elif changed or options:
             old_inputs, new_inputs = old.get("inputs") or {}, new.get("inputs") or {}
-            shown = [d for k in changed for d in _detail(k, old_inputs.get(k), new_inputs.get(k))]
+            shown = [d for k in changed for d in _detail(k, old_inputs.get(k), new_inputs.get(k))] + options
             out.append(Change(stack, "update", new["type"], new["name"], new_urn, tuple(shown), note))
     deleted = [r for urn, r in sorted(before.items()) if urn not in after and urn not in renamed]
     created = [r for urn, r in sorted(after.items()) if urn not in before and urn not in matched_heads]
@@ -347,7 +360,7 @@ def render_markdown(diff: Diff) -> str:
 def _warnings(diff: Diff) -> list[str]:
     lines: list[str] = []
     danger = diff.dangerous
-    if danger or diff.renumbered:
+    if danger or diff.renumbered or diff.unprotected:
         lines += ["> [!CAUTION]"]
         if danger:
             lines.append("> **Stateful resources would be replaced or deleted — their data would be lost:**")
@@ -358,6 +371,11 @@ def _warnings(diff: Diff) -> list[str]:
                     f"> - **{c.action.upper()}** {_code(c.type)} {_code(c.name)} in {_code(c.stack)}{why}: "
                     f"{STATEFUL_TYPES[c.type]}{extra}"
                 )
+        if diff.unprotected:
+            lines.append("> **Stateful resources lose their protection:**")
+            for c in diff.unprotected:
+                dropped = ", ".join(k for k in c.inputs if "→ false)" in k)
+                lines.append(f"> - {_code(c.type)} {_code(c.name)} in {_code(c.stack)}: {dropped}")
         if diff.renumbered:
             lines.append("> **The address plan renumbers live networks:**")
             lines += [f"> - {_code(c.key)}: {c.before} → {c.after}" for c in diff.renumbered]

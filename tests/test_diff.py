@@ -145,6 +145,20 @@ def test_replace_on_changes_option_forces_replacement() -> None:
     assert change.action == "replace" and change.inputs == ("userData",)
 
 
+def test_dropping_protection_from_stateful_data_is_called_out() -> None:
+    before = resource(EFS, "home", "dlinfra:storage:Storage", protect=True, inputs={"encrypted": True})
+    after = {**before, "protect": False}
+    (change,) = diff.compare_stack(STACK, plan(STACK, before), plan(STACK, after))
+    assert change.action == "update" and change.inputs == ("(protect: true → false)",)
+    result = diff.compare(
+        diff.PlanSet(label="a", plans={STACK: plan(STACK, before)}),
+        diff.PlanSet(label="b", plans={STACK: plan(STACK, after)}),
+    )
+    assert result.unprotected == [change]
+    head = diff.render_markdown(result).split("| stack |")[0]
+    assert "Stateful resources lose their protection" in head and "`home` in `prod-us-west-2`" in head
+
+
 def test_engine_floats_equal_integers() -> None:
     before = resource("aws:autoscaling/group:Group", "asg", inputs={"maxSize": 4.0})
     after = {**before, "inputs": {"maxSize": 4}}
