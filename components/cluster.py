@@ -18,6 +18,7 @@ from components.platform_values import pod_identity_trust
 from dlinfra import eks
 from dlinfra.naming import Names
 
+NODE_PREREQUISITE_ADDONS = ("vpc-cni", "kube-proxy", "eks-pod-identity-agent")
 LOG_TYPES = ("api", "audit", "authenticator", "controllerManager", "scheduler")
 ADMIN_POLICY = "arn:aws:eks::aws:cluster-access-policy/AmazonEKSClusterAdminPolicy"
 # Add-ons that call AWS APIs, with the service account Pod Identity binds and the managed policy they need.
@@ -39,10 +40,8 @@ class ClusterArgs:
     remote_pod_cidrs: Sequence[str] = ()  # pod CIDRs of those sites
     public_access_cidrs: Sequence[str] = ()  # empty: private endpoint only
     admin_role_arns: Sequence[str] = ()  # cluster-admin access entries
-    node_role_arns: Mapping[str, pulumi.Input[str]] = field(default_factory=dict)  # pool -> role (EC2_LINUX)
     hybrid_role_arn: pulumi.Input[str] | None = None  # role of the site machines (HYBRID_LINUX)
     team_role_arns: Mapping[str, str] = field(default_factory=dict)  # team -> role, bound to group team:<name>
-    node_security_group_ids: Mapping[str, pulumi.Input[str]] = field(default_factory=dict)  # pool -> node SG
     log_retention_days: int = 365  # control-plane logs are audit records: keep a year
     log_kms_key_arn: pulumi.Input[str] | None = None  # KMS key the control-plane log group is encrypted with
 
@@ -71,6 +70,7 @@ class Cluster(pulumi.ComponentResource):
     security_group_id: pulumi.Output[str]
     oidc_issuer: pulumi.Output[str]
     provider: k8s.Provider
+    join_prerequisites: list[pulumi.Resource]  # what node groups must wait for before launching nodes
 
     def __init__(self, name: str, args: ClusterArgs, opts: pulumi.ResourceOptions | None = None) -> None:
         super().__init__("dlinfra:cluster:Cluster", name, None, opts)
@@ -195,11 +195,6 @@ class Cluster(pulumi.ComponentResource):
                 access_scope=aws.eks.AccessPolicyAssociationAccessScopeArgs(type="cluster"),
                 opts=pulumi.ResourceOptions(parent=entry),
             )
-        for pool, node_role in sorted(args.node_role_arns.items()):
-            aws.eks.AccessEntry(
-                f"{name}-nodes-{pool}", cluster_name=cluster.name, principal_arn=node_role, type="EC2_LINUX", tags=tags,
-                opts=on_cluster,
-            )  # fmt: skip
         if args.hybrid_role_arn is not None:
             aws.eks.AccessEntry(
                 f"{name}-hybrid-nodes", cluster_name=cluster.name, principal_arn=args.hybrid_role_arn,
@@ -211,19 +206,8 @@ class Cluster(pulumi.ComponentResource):
                 kubernetes_groups=[team_group(team)], tags=tags, opts=on_cluster,
             )  # fmt: skip
 
-        # The control plane reaches kubelets, metrics and admission webhooks on the nodes.
-        for pool, node_sg in sorted(args.node_security_group_ids.items()):
-            aws.vpc.SecurityGroupIngressRule(
-                f"{name}-to-nodes-{pool}",
-                security_group_id=node_sg,
-                referenced_security_group_id=cluster.vpc_config.apply(lambda v: v.cluster_security_group_id or ""),
-                ip_protocol="-1",
-                description="EKS control plane to kubelet and webhooks",
-                tags=names.tags("cluster", names.physical("eks-to-nodes", pool)),
-                opts=on_cluster,
-            )
-
         versions = eks.addon_versions(args.version)
+        addons: dict[str, aws.eks.Addon] = {}
         for addon in eks.ADDONS:
             identities = None
             if addon in ADDON_IDENTITIES:
@@ -245,7 +229,7 @@ class Cluster(pulumi.ComponentResource):
                 identities = [
                     aws.eks.AddonPodIdentityAssociationArgs(role_arn=addon_role.arn, service_account=service_account)
                 ]
-            aws.eks.Addon(
+            addons[addon] = aws.eks.Addon(
                 f"{name}-{addon}",
                 cluster_name=cluster.name,
                 addon_name=addon,
@@ -257,6 +241,9 @@ class Cluster(pulumi.ComponentResource):
                 opts=on_cluster,
             )
 
+        # Nodes may only start once they can join and get pod networking; CoreDNS and the EFS driver become
+        # ready after nodes exist, so nodes must not wait for them.
+        self.join_prerequisites = [cluster, *(addons[a] for a in NODE_PREREQUISITE_ADDONS)]
         self.name = cluster.name
         self.arn = cluster.arn
         self.endpoint = cluster.endpoint

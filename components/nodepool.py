@@ -58,6 +58,8 @@ class NodePoolArgs:
     root_volume_gib: int = 200  # encrypted gp3 root volume size
     attach_cni_policy: bool = False  # only when the VPC CNI has no Pod Identity association
     internal_cidrs: Sequence[str] = ()  # VPCs and site networks nodes may reach on any port
+    cluster_security_group_id: pulumi.Input[str] | None = None  # the control plane's, admitted to the nodes
+    join_after: Sequence[pulumi.Resource] = ()  # the cluster and the add-ons nodes need before they launch
 
     def __post_init__(self) -> None:
         if not 0 <= self.min_size <= self.max_size:
@@ -236,6 +238,26 @@ class NodePool(pulumi.ComponentResource):
                 opts=pulumi.ResourceOptions(parent=security_group),
             )
 
+        if args.cluster_security_group_id is not None:
+            aws.vpc.SecurityGroupIngressRule(
+                f"{name}-from-cluster",
+                security_group_id=security_group.id,
+                referenced_security_group_id=args.cluster_security_group_id,
+                ip_protocol="-1",
+                description="EKS control plane to kubelet and webhooks",
+                tags=names.tags(component, names.physical("nodes", args.pool, "from-cluster")),
+                opts=pulumi.ResourceOptions(parent=security_group),
+            )
+        # Nodes authenticate with their role: the access entry must exist before the first node joins.
+        access = aws.eks.AccessEntry(
+            f"{name}-access",
+            cluster_name=args.cluster_name,
+            principal_arn=role.arn,
+            type="EC2_LINUX",
+            tags=tags,
+            opts=pulumi.ResourceOptions(parent=role, depends_on=list(args.join_after)),
+        )
+
         placement_group = None
         if args.efa:
             placement_group = aws.ec2.PlacementGroup(
@@ -375,7 +397,9 @@ class NodePool(pulumi.ComponentResource):
                 for k, v in sorted(group_tags.items())
             ],
             # The autoscaler owns the desired size; an update must not reset it.
-            opts=pulumi.ResourceOptions(parent=self, ignore_changes=["desiredCapacity"]),
+            opts=pulumi.ResourceOptions(
+                parent=self, ignore_changes=["desiredCapacity"], depends_on=[access, *args.join_after]
+            ),
         )
 
         self.group_name = group.name

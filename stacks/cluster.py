@@ -8,7 +8,6 @@ import pulumi
 
 from components.cluster import Cluster, ClusterArgs
 from components.hybrid import HybridNodes, HybridNodesArgs
-from components.nodepool import NodePool
 from stacks.program import StackContext
 
 
@@ -25,10 +24,9 @@ def declare_cluster(
     *,
     vpc_id: pulumi.Input[str],
     private_subnet_ids: dict[str, pulumi.Input[str]],
-    pools: dict[str, NodePool],
     log_kms_key_arn: pulumi.Input[str] | None = None,
 ) -> ClusterParts:
-    """Declare EKS with access for admins, node pools, teams and the region's physical sites."""
+    """Declare EKS with access for admins, teams and the region's physical sites (node pools add their own)."""
     env, region = ctx.role.environment, ctx.role.region
     assert region is not None
     spec = ctx.fleet.environments[env]
@@ -67,10 +65,8 @@ def declare_cluster(
             remote_pod_cidrs=[str(plan.cidr(f"hybrid-pods/{s}")) for s in sorted(sites)],
             public_access_cidrs=[str(c) for c in spec.kubernetes.public_access_cidrs],
             admin_role_arns=spec.kubernetes.admin_role_arns,
-            node_role_arns={name: pool.role_arn for name, pool in pools.items()},
             hybrid_role_arn=hybrid.role_arn if hybrid else None,
             team_role_arns={t: team.role_arn for t, team in ctx.fleet.teams.items() if team.role_arn},
-            node_security_group_ids={name: pool.security_group_id for name, pool in pools.items()},
             log_kms_key_arn=log_kms_key_arn,
         ),
     )

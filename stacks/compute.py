@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pulumi
 
+from components.cluster import Cluster
 from components.nodepool import NodePool, NodePoolArgs
 from dlinfra import images, sites
 from dlinfra.errors import DlinfraError
@@ -17,9 +18,17 @@ def load_manifest(ctx: StackContext) -> images.AmiManifest:
     return images.load_manifest(ctx.root / (pulumi.Config("dlinfra").get("images_manifest") or DEFAULT_MANIFEST))
 
 
-def declare_pools(ctx: StackContext, *, vpc_id: pulumi.Input[str], private_subnet_ids: dict[str, pulumi.Input[str]]
-                  ) -> dict[str, NodePool]:  # fmt: skip
-    """Declare every pool of the environment that runs in this region; AMIs come from the images manifest."""
+def declare_pools(
+    ctx: StackContext,
+    *,
+    vpc_id: pulumi.Input[str],
+    private_subnet_ids: dict[str, pulumi.Input[str]],
+    cluster: Cluster | None = None,
+) -> dict[str, NodePool]:
+    """Declare every pool of the environment that runs in this region; AMIs come from the images manifest.
+
+    With the cluster given, nodes are admitted from its security group and launch only once it is ready.
+    """
     env, region = ctx.role.environment, ctx.role.region
     assert region is not None
     manifest = load_manifest(ctx)
@@ -59,6 +68,8 @@ def declare_pools(ctx: StackContext, *, vpc_id: pulumi.Input[str], private_subne
                 pod_imds_access=pool.pod_imds_access,
                 root_volume_gib=pool.root_volume_gib,
                 internal_cidrs=internal,
+                cluster_security_group_id=cluster.security_group_id if cluster else None,
+                join_after=cluster.join_prerequisites if cluster else (),
             )
         except ValueError as exc:
             raise DlinfraError(str(exc), file=str(ctx.root / "fleet.yaml"), key=key) from None

@@ -93,12 +93,10 @@ def declare(ctx: StackContext) -> None:
     pulumi.export("site_vpns", site_vpns)
 
     private = network.subnet_ids["private"]
-    pools = declare_pools(ctx, vpc_id=network.vpc_id, private_subnet_ids=private)
     storage = declare_storage(ctx, vpc_id=network.vpc_id, private_subnet_ids=private)
-    parts = declare_cluster(
-        ctx, vpc_id=network.vpc_id, private_subnet_ids=private, pools=pools, log_kms_key_arn=network.log_key_arn
-    )
+    parts = declare_cluster(ctx, vpc_id=network.vpc_id, private_subnet_ids=private, log_kms_key_arn=network.log_key_arn)
     cluster = parts.cluster
+    pools = declare_pools(ctx, vpc_id=network.vpc_id, private_subnet_ids=private, cluster=cluster)
     pulumi.export("node_pools", {name: pool.group_name for name, pool in pools.items()})
     pulumi.export("storage_kms_key_arn", storage.kms_key_arn)
     pulumi.export("efs_id", storage.efs_id)

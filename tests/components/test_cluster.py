@@ -23,8 +23,8 @@ from stacks.compute import declare_pools
 from stacks.cluster import declare_cluster
 ctx = load_context(Path({root!r}))
 subnets = {{az: "subnet-" + az for az in ctx.fleet.azs(ctx.role.region)}}
-pools = declare_pools(ctx, vpc_id="vpc-0test", private_subnet_ids=subnets)
-parts = declare_cluster(ctx, vpc_id="vpc-0test", private_subnet_ids=subnets, pools=pools)
+parts = declare_cluster(ctx, vpc_id="vpc-0test", private_subnet_ids=subnets)
+declare_pools(ctx, vpc_id="vpc-0test", private_subnet_ids=subnets, cluster=parts.cluster)
 if parts.hybrid:
     pulumi.export("activations", parts.hybrid.activations)
 """
@@ -92,6 +92,7 @@ def test_access_entries(results: dict, stack: str) -> None:
     node_roles = [r for r in roles.values() if "NodePool" in r.urn]
     node_entries = [e for e in entries.values() if e["type"] == "EC2_LINUX"]
     assert len(node_entries) == len(node_roles) == len(FLEET.pools_in(env, region))
+    assert {e["principalArn"] for e in node_entries} == {r.outputs["arn"] for r in node_roles}
     hybrid = [e for e in entries.values() if e["type"] == "HYBRID_LINUX"]
     assert len(hybrid) == (1 if FLEET.sites_of(env, region) else 0)
     for team, spec in FLEET.teams.items():
@@ -160,3 +161,20 @@ def test_bad_args(overrides: dict, message: str) -> None:
     }
     with pytest.raises(ValueError, match=message):
         ClusterArgs(**(base | overrides))
+
+
+@pytest.mark.parametrize("stack", REGIONAL)
+def test_nodes_launch_only_once_they_can_join(results: dict, stack: str) -> None:
+    """Every Auto Scaling group waits for the cluster, its node add-ons and its own access entry."""
+    result = results[stack]
+    (cluster,) = _of(result, "aws:eks/cluster:Cluster")
+    addons = {a.inputs["addonName"]: a.urn for a in _of(result, "aws:eks/addon:Addon")}
+    entries = {e.urn for e in _of(result, "aws:eks/accessEntry:AccessEntry") if e.inputs["type"] == "EC2_LINUX"}
+    groups = _of(result, "aws:autoscaling/group:Group")
+    assert groups
+    for group in groups:
+        deps = set(group.dependencies)
+        assert cluster.urn in deps
+        assert {addons["vpc-cni"], addons["kube-proxy"], addons["eks-pod-identity-agent"]} <= deps
+        assert addons["coredns"] not in deps  # CoreDNS only becomes ready once nodes exist
+        assert deps & entries
