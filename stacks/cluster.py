@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import pulumi
+import pulumi_aws as aws
 
 from components.cluster import Cluster, ClusterArgs
 from components.hybrid import HybridNodes, HybridNodesArgs
@@ -40,7 +41,17 @@ def declare_cluster(
     cluster_name = ctx.names.physical("eks")
     hybrid = None
     machines = {name: site.gpu_nodes for name, site in sites.items() if site.gpu_nodes > 0}
-    cluster_arn = pulumi.Output.concat("arn:aws:eks:", region, ":", _account(), ":cluster/", cluster_name)
+    # The hybrid role comes first (the cluster's access entries name it), so its policy names the cluster's ARN.
+    cluster_arn = pulumi.Output.concat(
+        "arn:",
+        aws.get_partition_output().partition,
+        ":eks:",
+        region,
+        ":",
+        aws.get_caller_identity_output().account_id,
+        ":cluster/",
+        cluster_name,
+    )
     if machines:
         hybrid = HybridNodes(
             "hybrid",
@@ -71,9 +82,3 @@ def declare_cluster(
         ),
     )
     return ClusterParts(cluster=cluster, hybrid=hybrid)
-
-
-def _account() -> pulumi.Output[str]:
-    import pulumi_aws as aws
-
-    return aws.get_caller_identity_output().account_id
