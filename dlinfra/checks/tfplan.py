@@ -286,11 +286,6 @@ def snake(name: str) -> str:
     return re.sub(r"(?<=[a-z0-9])(?=[A-Z])", "_", name).lower()
 
 
-def terraform_type(type_token: str) -> str | None:
-    """The Terraform type of a Pulumi type token, or None when dlinfra does not know it."""
-    return TERRAFORM_TYPES.get(type_token)
-
-
 def _resource_name(name: str) -> str:
     """A Terraform resource name (letters, digits, '_' and '-', not starting with a digit)."""
     clean = re.sub(r"[^A-Za-z0-9_-]", "_", name)
