@@ -13,8 +13,11 @@ import pytest
 import yaml
 
 ROOT = Path(__file__).resolve().parent.parent
-REFERENCE_FLEET = ROOT / "fleet.yaml"
-REFERENCE_LOCK = ROOT / "cidr-lock.yaml"
+# Tests read a frozen copy of the reference fleet, never the lab's own fleet.yaml,
+# so a lab that edits its fleet keeps a green suite.
+FIXTURES = ROOT / "tests" / "fixtures"
+REFERENCE_FLEET = FIXTURES / "fleet.yaml"
+REFERENCE_LOCK = FIXTURES / "cidr-lock.yaml"
 
 
 @pytest.fixture(scope="session")

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from dlinfra import cli, planner
-from tests.conftest import REFERENCE_FLEET, REFERENCE_LOCK
+from tests.conftest import REFERENCE_FLEET, REFERENCE_LOCK, ROOT
 
 
 def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
@@ -115,7 +115,7 @@ def test_preview_global_runs_its_dependencies(capsys: pytest.CaptureFixture[str]
 
 def test_preview_takes_an_images_manifest(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     manifest = tmp_path / "manifest.json"
-    text = (REFERENCE_FLEET.parent / "images" / "manifest.example.json").read_text()
+    text = (ROOT / "images" / "manifest.example.json").read_text()
     manifest.write_text(text.replace("us-east-1:ami-", "ap-south-1:ami-"))
     argv = ["preview", "--stack", "prod-us-east-1", "--summary", "--out", str(tmp_path / "plans")]
     code, _, err = run(capsys, *argv, "--images-manifest", str(manifest), "--fleet", str(REFERENCE_FLEET))

@@ -16,6 +16,7 @@ import pytest
 import yaml
 
 from dlinfra import chefcheck, instances
+from tests.conftest import REFERENCE_FLEET
 
 ROOT = Path(__file__).resolve().parents[2]
 CHEF = ROOT / "chef"
@@ -187,7 +188,7 @@ def test_each_role_has_an_example_node(role: Path) -> None:
 
 
 def test_site_example_nodes_match_the_reference_fleet() -> None:
-    site = yaml.safe_load((ROOT / "fleet.yaml").read_text())["sites"]["sjc1"]
+    site = yaml.safe_load((REFERENCE_FLEET).read_text())["sites"]["sjc1"]
     node = json.loads((CHEF / "nodes" / "site-gpu-node.json").read_text())
     assert node["dlinfra_hybrid"]["nfs_mounts"] == site["nfs"]
     gateway = json.loads((CHEF / "nodes" / "site-gateway.json").read_text())

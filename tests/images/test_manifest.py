@@ -11,6 +11,7 @@ import pytest
 import yaml
 
 from dlinfra.images import AmiManifest, ManifestError, ami_for, load_manifest, parse_manifest
+from tests.conftest import REFERENCE_FLEET
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "images" / "manifest.example.json"
@@ -31,7 +32,7 @@ def build(variant: str, build_time: int, artifact: str) -> dict[str, Any]:
 
 def test_example_covers_both_variants_in_every_fleet_region() -> None:
     manifest = load_manifest(EXAMPLE)
-    regions = yaml.safe_load((ROOT / "fleet.yaml").read_text())["regions"]
+    regions = yaml.safe_load((REFERENCE_FLEET).read_text())["regions"]
     assert set(manifest) == {(v, r) for v in ("cpu", "gpu") for r in regions}
     assert len(set(manifest.values())) == len(manifest), "example AMI ids must be distinct"
     for ami in manifest.values():

@@ -15,6 +15,8 @@ from typing import Any
 import pytest
 import yaml
 
+from tests.conftest import REFERENCE_FLEET
+
 ROOT = Path(__file__).resolve().parents[2]
 IMAGES = ROOT / "images"
 CHEF = ROOT / "chef"
@@ -196,7 +198,7 @@ def test_gpu_driver_version_matches_chef() -> None:
 
 
 def test_regions_and_kubernetes_version_match_the_reference_fleet() -> None:
-    fleet = yaml.safe_load((ROOT / "fleet.yaml").read_text())
+    fleet = yaml.safe_load((REFERENCE_FLEET).read_text())
     common = read_pkrvars(IMAGES / "variables" / "common.pkrvars.hcl")
     primary = [name for name, spec in fleet["regions"].items() if (spec or {}).get("primary")]
     assert sorted(common["regions"]) == sorted(fleet["regions"])
