@@ -1,6 +1,8 @@
 """Cluster: an EKS control plane with API-mode access entries, a private endpoint, every control-plane log,
-secrets encryption, remote networks for the physical sites, pinned managed add-ons, and a Kubernetes
-provider built from its outputs.
+secrets encryption, remote networks for the physical sites and pinned managed add-ons.
+
+The Kubernetes objects inside the cluster belong to the in-cluster stack (stacks/in_cluster.py), which builds
+its Kubernetes provider from this cluster's outputs read through StackReference (`kubeconfig_json`).
 """
 
 from __future__ import annotations
@@ -11,7 +13,6 @@ from dataclasses import dataclass, field
 
 import pulumi
 import pulumi_aws as aws
-import pulumi_kubernetes as k8s
 
 from components.iam import protected_key, service_trust
 from components.platform_values import pod_identity_trust
@@ -61,7 +62,7 @@ def team_group(team: str) -> str:
 
 
 class Cluster(pulumi.ComponentResource):
-    """EKS control plane, access entries, managed add-ons and a Kubernetes provider."""
+    """EKS control plane, access entries and managed add-ons."""
 
     name: pulumi.Output[str]
     arn: pulumi.Output[str]
@@ -69,7 +70,6 @@ class Cluster(pulumi.ComponentResource):
     certificate_authority: pulumi.Output[str]
     security_group_id: pulumi.Output[str]
     oidc_issuer: pulumi.Output[str]
-    provider: k8s.Provider
     join_prerequisites: list[pulumi.Resource]  # what node groups must wait for before launching nodes
 
     def __init__(self, name: str, args: ClusterArgs, opts: pulumi.ResourceOptions | None = None) -> None:
@@ -251,15 +251,6 @@ class Cluster(pulumi.ComponentResource):
         self.security_group_id = cluster.vpc_config.apply(lambda v: v.cluster_security_group_id or "")
         self.oidc_issuer = cluster.identities.apply(
             lambda ids: (ids[0].oidcs[0].issuer or "") if ids and ids[0].oidcs else ""
-        )
-        kubeconfig = pulumi.Output.all(self.name, self.endpoint, self.certificate_authority).apply(
-            lambda parts: kubeconfig_json(parts[0], parts[1], parts[2], names.region or "")
-        )
-        self.provider = k8s.Provider(
-            f"{name}-k8s",
-            kubeconfig=kubeconfig,
-            enable_server_side_apply=True,
-            opts=pulumi.ResourceOptions(parent=self),
         )
         self.register_outputs(
             {

@@ -1,22 +1,21 @@
-"""Platform: the GPU platform on a regional EKS cluster (issue 5).
+"""Platform: the objects inside a region's EKS cluster, declared by its in-cluster stack (`<env>-<region>-k8s`).
 
 Add-ons from pinned Helm charts (NVIDIA device plugin, DCGM exporter, cluster-autoscaler, node termination
-handler, Kueue, and Cilium for hybrid nodes), their AWS side (Pod Identity roles, the interruption queue and
-its EventBridge rules), and our own objects: team namespaces with RBAC, Kueue flavors and queues with the
-teams' GPU quotas, and the EFS storage class and shared datasets volume. Declared after the cluster.
+handler, Kueue, and Cilium for hybrid nodes) and our own objects: team namespaces with RBAC, Kueue flavors and
+queues with the teams' GPU quotas, and the EFS storage class and shared datasets volume. Their AWS side (Pod
+Identity roles, the interruption queue and its EventBridge rules) is components/platform_aws.py, in the
+regional stack: only this part needs the private EKS endpoint.
 """
 
 from __future__ import annotations
 
 import ipaddress
-import json
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal, Protocol
 
 import pulumi
-import pulumi_aws as aws
 import pulumi_kubernetes as k8s
 
 from components import platform_values as pv
@@ -55,8 +54,7 @@ class PoolView:
     capacity_class: kueue.PoolCapacityClass  # orders the autoscaler's expander: reserved > on-demand > spot
     max_size: int  # instances in this region
     taints: Sequence[Taint] = ()  # (key, value, effect) on the pool's nodes
-    asg_name: pulumi.Input[str]  # Auto Scaling group name (NodePool.group_name)
-    asg_arn: pulumi.Input[str]  # Auto Scaling group ARN (NodePool.group_arn)
+    asg_name: pulumi.Input[str]  # Auto Scaling group name (NodePool.group_name, read from the regional stack)
 
     def __post_init__(self) -> None:
         if self.max_size < 0:
@@ -114,6 +112,7 @@ class PlatformArgs:
     quotas: kueue.RegionQuotas  # this region's flavors and nominal GPU quotas (kueue.plan(...).region(region))
     efs_file_system_id: pulumi.Input[str]  # shared EFS file system (storage class and datasets volume)
     efs_datasets_access_point_id: pulumi.Input[str]  # access point of the shared datasets directory
+    termination_queue_url: pulumi.Input[str]  # SQS queue the termination handler reads (PlatformAws)
 
     def __post_init__(self) -> None:
         if not _K8S_VERSION.fullmatch(self.kubernetes_version):
@@ -163,7 +162,6 @@ class PoolOutputs(Protocol):
     """What platform_args_from_fleet reads from each declared pool (a components.nodepool.NodePool)."""
 
     group_name: pulumi.Output[str]
-    group_arn: pulumi.Output[str]
 
 
 def platform_args_from_fleet(
@@ -176,10 +174,11 @@ def platform_args_from_fleet(
     node_pools: Mapping[str, PoolOutputs],
     efs_file_system_id: pulumi.Input[str],
     efs_datasets_access_point_id: pulumi.Input[str],
+    termination_queue_url: pulumi.Input[str],
     quota_policy: kueue.QuotaPolicy,
     fleet_file: str | None = None,
 ) -> PlatformArgs:
-    """PlatformArgs of a regional stack from the fleet, its address plan and the declared pools (no resources)."""
+    """PlatformArgs of a region from the fleet, its address plan and the regional stack's pools (no resources)."""
     env, region = names.environment, names.region
     if region is None:
         raise ValueError("names: the platform belongs to a regional stack")
@@ -201,7 +200,6 @@ def platform_args_from_fleet(
             max_size=pool.max_size,
             taints=tuple((t.key, t.value, t.effect) for t in pool.taints),
             asg_name=outputs.group_name,
-            asg_arn=outputs.group_arn,
         )
     return PlatformArgs(
         names=names,
@@ -225,6 +223,7 @@ def platform_args_from_fleet(
         quotas=kueue.plan(fleet, env, quota_policy, source=fleet_file).region(region),
         efs_file_system_id=efs_file_system_id,
         efs_datasets_access_point_id=efs_datasets_access_point_id,
+        termination_queue_url=termination_queue_url,
     )
 
 
@@ -233,10 +232,6 @@ class Platform(pulumi.ComponentResource):
 
     namespaces: dict[str, pulumi.Output[str]]
     releases: dict[str, pulumi.Output[str]]  # add-on -> Helm release name
-    autoscaler_role_arn: pulumi.Output[str]
-    termination_handler_role_arn: pulumi.Output[str]
-    termination_queue_url: pulumi.Output[str]
-    termination_queue_arn: pulumi.Output[str]
     storage_class_name: pulumi.Output[str]
 
     def __init__(self, name: str, args: PlatformArgs, opts: pulumi.ResourceOptions | None = None) -> None:
@@ -249,8 +244,10 @@ class Platform(pulumi.ComponentResource):
             ("dcgm-exporter", pv.dcgm_exporter_values()),
         ):
             self._release(addon, values)
-        autoscaler_role = self._autoscaler()
-        handler_role, queue = self._termination_handler()
+        self._autoscaler()
+        self._release(
+            "aws-node-termination-handler", pv.termination_handler_values(args.termination_queue_url, args.region)
+        )
         kueue_release = self._release("kueue", pv.kueue_values())
         namespaces = self._teams()
         self._queues(kueue_release, namespaces)
@@ -259,19 +256,11 @@ class Platform(pulumi.ComponentResource):
             self._release("cilium", pv.cilium_values([s.pod_cidr for s in args.sites.values()]))
 
         self.namespaces = {team: ns.metadata.name for team, ns in namespaces.items()}
-        self.autoscaler_role_arn = autoscaler_role.arn
-        self.termination_handler_role_arn = handler_role.arn
-        self.termination_queue_url = queue.url
-        self.termination_queue_arn = queue.arn
         self.storage_class_name = storage_class.metadata.name
         self.register_outputs(
             {
                 "namespaces": self.namespaces,
                 "releases": self.releases,
-                "autoscaler_role_arn": self.autoscaler_role_arn,
-                "termination_handler_role_arn": self.termination_handler_role_arn,
-                "termination_queue_url": self.termination_queue_url,
-                "termination_queue_arn": self.termination_queue_arn,
                 "storage_class_name": self.storage_class_name,
             }
         )
@@ -283,9 +272,6 @@ class Platform(pulumi.ComponentResource):
         return pulumi.ResourceOptions(
             parent=self, provider=self._args.provider, depends_on=list(depends_on), retain_on_delete=retain_on_delete
         )
-
-    def _aws(self) -> pulumi.ResourceOptions:
-        return pulumi.ResourceOptions(parent=self)
 
     def _meta(
         self, name: str, namespace: str | None = None, labels: Mapping[str, str] | None = None
@@ -321,46 +307,10 @@ class Platform(pulumi.ComponentResource):
         self.releases[addon] = release.name.apply(lambda n: n or addon)
         return release
 
-    # Pod Identity -------------------------------------------------------------------------------------------
-    def _pod_role(
-        self, key: str, namespace: str, service_account: str, policy: dict[str, object]
-    ) -> tuple[aws.iam.Role, aws.eks.PodIdentityAssociation]:
-        """An IAM role only this service account of this cluster can assume, with one inline policy."""
-        args, names = self._args, self._args.names
-        role_name = names.physical(key, max_len=64)
-        role = aws.iam.Role(
-            f"{self._name}-{key}-role",
-            name=role_name,
-            assume_role_policy=pulumi.Output.json_dumps(
-                pv.pod_identity_trust(args.cluster_name, namespace, service_account)
-            ),
-            tags=names.tags("platform", role_name),
-            opts=self._aws(),
-        )
-        aws.iam.RolePolicy(
-            f"{self._name}-{key}-policy",
-            role=role.name,
-            name=key,
-            policy=pulumi.Output.json_dumps(policy),
-            opts=pulumi.ResourceOptions(parent=role),
-        )
-        association = aws.eks.PodIdentityAssociation(
-            f"{self._name}-{key}-identity",
-            cluster_name=args.cluster_name,
-            namespace=namespace,
-            service_account=service_account,
-            role_arn=role.arn,
-            tags=names.tags("platform", role_name),
-            opts=pulumi.ResourceOptions(parent=role),
-        )
-        return role, association
-
     # cluster-autoscaler -------------------------------------------------------------------------------------
-    def _autoscaler(self) -> aws.iam.Role:
+    def _autoscaler(self) -> None:
+        """The autoscaler with its priority expander; its IAM role comes from the regional stack (PlatformAws)."""
         args = self._args
-        role, association = self._pod_role(
-            "cluster-autoscaler", pv.SYSTEM_NAMESPACE, pv.AUTOSCALER_SA, pv.autoscaler_policy(args.cluster_name)
-        )
         by_class: dict[str, list[pulumi.Input[str]]] = {}
         for pool in args.pools.values():
             by_class.setdefault(pool.capacity_class, []).append(pool.asg_name)
@@ -379,70 +329,9 @@ class Platform(pulumi.ComponentResource):
         self._release(
             "cluster-autoscaler",
             pv.autoscaler_values(args.cluster_name, args.region, pv.autoscaler_image_tag(args.kubernetes_version)),
-            # The pod must start with credentials and find its priorities, or it falls back to random expansion.
-            depends_on=[association, priority_map],
+            # Without its priorities the autoscaler falls back to random expansion.
+            depends_on=[priority_map],
         )
-        return role
-
-    # aws-node-termination-handler ---------------------------------------------------------------------------
-    def _termination_handler(self) -> tuple[aws.iam.Role, aws.sqs.Queue]:
-        args, names = self._args, self._args.names
-        queue_name = names.physical("nth", max_len=80)
-        queue = aws.sqs.Queue(
-            f"{self._name}-nth-queue",
-            name=queue_name,
-            sqs_managed_sse_enabled=True,
-            # An interruption notice older than the two-minute spot warning is stale.
-            message_retention_seconds=300,
-            tags=names.tags("platform", queue_name),
-            opts=self._aws(),
-        )
-        patterns: dict[str, pulumi.Input[str]] = {
-            rule: json.dumps(pattern, sort_keys=True) for rule, pattern in pv.TERMINATION_EVENTS.items()
-        }
-        asg_names = [pool.asg_name for pool in args.pools.values()]
-        if asg_names:
-            patterns[pv.LIFECYCLE_RULE] = pulumi.Output.json_dumps(pv.lifecycle_pattern(asg_names))
-        rules = []
-        targets = []
-        for rule_key, pattern in patterns.items():
-            rule_name = names.physical("nth", rule_key, max_len=64)
-            rule = aws.cloudwatch.EventRule(
-                f"{self._name}-nth-{rule_key}",
-                name=rule_name,
-                description=f"{rule_key} events for aws-node-termination-handler",
-                event_pattern=pattern,
-                tags=names.tags("platform", rule_name),
-                opts=self._aws(),
-            )
-            targets.append(
-                aws.cloudwatch.EventTarget(
-                    f"{self._name}-nth-{rule_key}-target",
-                    rule=rule.name,
-                    target_id="nth-queue",
-                    arn=queue.arn,
-                    opts=pulumi.ResourceOptions(parent=rule),
-                )
-            )
-            rules.append(rule)
-        policy = aws.sqs.QueuePolicy(
-            f"{self._name}-nth-queue-policy",
-            queue_url=queue.url,
-            policy=pulumi.Output.json_dumps(pv.queue_policy(queue.arn, [r.arn for r in rules])),
-            opts=pulumi.ResourceOptions(parent=queue),
-        )
-        role, association = self._pod_role(
-            "node-termination-handler",
-            pv.SYSTEM_NAMESPACE,
-            pv.TERMINATION_HANDLER_SA,
-            pv.termination_handler_policy(queue.arn, [pool.asg_arn for pool in args.pools.values()]),
-        )
-        self._release(
-            "aws-node-termination-handler",
-            pv.termination_handler_values(queue.url, args.region),
-            depends_on=[association, policy, *targets],
-        )
-        return role, queue
 
     # Teams --------------------------------------------------------------------------------------------------
     def _teams(self) -> dict[str, k8s.core.v1.Namespace]:

@@ -1,4 +1,11 @@
-"""Stack names and what each stack is: `<env>-<region>` (regional) or `<env>-global`."""
+"""Stack names and what each stack is.
+
+- `<env>-<region>` (regional): the region's AWS resources, applied from GitHub-hosted runners.
+- `<env>-<region>-k8s` (in-cluster): the objects inside the region's EKS cluster (Helm releases, namespaces,
+  RBAC, Kueue, storage classes). The EKS endpoint is private, so this stack is applied from the runner the
+  regional stack declares inside the VPC; it reads the cluster through StackReference.
+- `<env>-global`: what spans an environment's regions (the transit gateway peering mesh).
+"""
 
 from __future__ import annotations
 
@@ -7,28 +14,41 @@ from typing import Literal
 
 from dlinfra.errors import StackNameError
 from dlinfra.fleet import Fleet
+from dlinfra.naming import Names
+
+K8S_SUFFIX = "k8s"
+RUNNER_COMPONENT = "ci-runner"  # the in-VPC runner's CodeBuild project: Names.physical(RUNNER_COMPONENT)
 
 
 @dataclass(frozen=True)
 class StackRole:
     """What a stack declares: one region of an environment, or what spans the environment's regions."""
 
-    kind: Literal["regional", "global"]
+    kind: Literal["regional", "k8s", "global"]
     environment: str
     region: str | None = None
 
     @property
     def name(self) -> str:
+        if self.kind == "k8s":
+            return f"{self.environment}-{self.region}-{K8S_SUFFIX}"
         return f"{self.environment}-{self.region or 'global'}"
+
+    @property
+    def runs_in_vpc(self) -> bool:
+        """True when only a runner inside the region's VPC can apply the stack (private EKS endpoint)."""
+        return self.kind == "k8s"
 
 
 def roles(fleet: Fleet) -> list[StackRole]:
-    """Every stack of the fleet in dependency order: regional stacks, then global ones.
+    """Every stack of the fleet in dependency order: regional stacks, their in-cluster stacks, then global ones.
 
     An environment gets a global stack only when it spans two or more regions: with one region there
     is nothing to peer.
     """
-    out = [StackRole("regional", env, region) for env, region in fleet.regional_stacks()]
+    regional = list(fleet.regional_stacks())
+    out = [StackRole("regional", env, region) for env, region in regional]
+    out += [StackRole("k8s", env, region) for env, region in regional]
     out += [StackRole("global", env) for env, spec in fleet.environments.items() if len(spec.regions) > 1]
     return out
 
@@ -44,12 +64,48 @@ def parse(fleet: Fleet, stack: str, *, fleet_file: str = "fleet.yaml") -> StackR
     if env is not None and stack == f"{env}-global":
         reason = f"environment {env!r} has one region, so it has no global stack"
     elif env is not None:
-        reason = f"{stack.removeprefix(env + '-')!r} is not a region of environment {env!r}"
+        region = stack.removeprefix(env + "-").removesuffix(f"-{K8S_SUFFIX}")
+        reason = f"{region!r} is not a region of environment {env!r}"
     raise StackNameError(f"stack {stack!r}: {reason}; stacks of this fleet: {valid}", file=fleet_file)
 
 
 def dependencies(fleet: Fleet, role: StackRole) -> list[StackRole]:
-    """Stacks a stack reads through StackReference (a global stack reads its environment's regions)."""
+    """Stacks a stack reads through StackReference: an in-cluster stack reads its region's stack, a global
+    stack every region of its environment."""
     if role.kind == "regional":
         return []
+    if role.kind == "k8s":
+        return [StackRole("regional", role.environment, role.region)]
     return [StackRole("regional", role.environment, r) for r in fleet.environments[role.environment].regions]
+
+
+def runner_project(fleet: Fleet, role: StackRole) -> str:
+    """The CodeBuild project of the in-VPC runner that applies an in-cluster stack (declared by its region)."""
+    if role.kind != "k8s" or role.region is None:
+        raise ValueError(f"{role.name}: only in-cluster stacks run on the in-VPC runner")
+    return Names(fleet.project, role.environment, role.region).physical(RUNNER_COMPONENT)
+
+
+def runs_on(fleet: Fleet, role: StackRole) -> str:
+    """Where a stack is applied: `github-hosted`, or the label prefix of the region's CodeBuild-hosted runner.
+
+    A workflow job targets a CodeBuild runner with `runs-on: <prefix>-${{ github.run_id }}-${{ github.run_attempt }}`
+    (AWS CodeBuild, "Tutorial: Configure a CodeBuild-hosted GitHub Actions runner").
+    """
+    return f"codebuild-{runner_project(fleet, role)}" if role.runs_in_vpc else "github-hosted"
+
+
+def rows(fleet: Fleet, selected: list[StackRole]) -> dict[str, list[dict[str, str]]]:
+    """The stacks grouped by kind, in dependency order, as the apply workflow's job matrices read them."""
+    out: dict[str, list[dict[str, str]]] = {"regional": [], "k8s": [], "global": []}
+    for role in selected:
+        out[role.kind].append(
+            {
+                "stack": role.name,
+                "kind": role.kind,
+                "environment": role.environment,
+                "region": role.region or "",
+                "runs_on": runs_on(fleet, role),
+            }
+        )
+    return out

@@ -6,13 +6,13 @@ import pulumi
 
 from components.client_vpn import ClientVpn, ClientVpnArgs
 from components.network import Network, NetworkArgs
-from components.platform import Platform, platform_args_from_fleet
+from components.platform_aws import PlatformAws, PlatformAwsArgs, PoolGroup
 from components.site_vpn import SiteVpn, SiteVpnArgs
 from components.transit import TransitHub, TransitHubArgs
 from dlinfra import planner, sites
 from stacks.cluster import declare_cluster
 from stacks.compute import declare_pools
-from stacks.program import StackContext
+from stacks.program import StackContext, aws_provider
 from stacks.storage import declare_storage
 
 
@@ -22,6 +22,10 @@ def declare(ctx: StackContext) -> None:
     assert region is not None
     fleet, plan, names = ctx.fleet, ctx.plan, ctx.names
     environment = fleet.environments[env]
+    # Every AWS resource of the stack goes through this provider, so the region is the stack name's, whatever
+    # the profile or environment of whoever runs `pulumi up` says (default providers are disabled).
+    provider = aws_provider(region)
+    in_region = pulumi.ResourceOptions(providers=[provider])
     region_spec = environment.regions[region]
     vpc_cidr = str(plan.vpc(env, region))
     network = Network(
@@ -36,6 +40,7 @@ def declare(ctx: StackContext) -> None:
             nat=environment.nat,
             cluster_name=names.physical("eks"),
         ),
+        opts=in_region,
     )
     # Everything of the environment beyond this VPC: the other regions' VPCs and every site's networks.
     remote = {d.key: str(d.cidr) for d in sites.environment_networks(fleet, plan, env) if d.key != f"vpc-{region}"}
@@ -50,6 +55,7 @@ def declare(ctx: StackContext) -> None:
             amazon_side_asn=region_spec.transit_asn,
             remote_cidrs=remote,
         ),
+        opts=in_region,
     )
     site_vpns: dict[str, pulumi.Output[dict[str, object]]] = {}
     for site_name, site in fleet.sites_of(env, region).items():
@@ -71,6 +77,7 @@ def declare(ctx: StackContext) -> None:
                 remote_cidrs=[str(c) for c in sites.site_remote_cidrs(fleet, plan, site_name)],
                 log_kms_key_arn=network.log_key_arn,
             ),
+            opts=in_region,
         )
         site_vpns[site_name] = vpn.connection
 
@@ -93,10 +100,12 @@ def declare(ctx: StackContext) -> None:
     pulumi.export("site_vpns", site_vpns)
 
     private = network.subnet_ids["private"]
-    storage = declare_storage(ctx, vpc_id=network.vpc_id, private_subnet_ids=private)
-    parts = declare_cluster(ctx, vpc_id=network.vpc_id, private_subnet_ids=private, log_kms_key_arn=network.log_key_arn)
+    storage = declare_storage(ctx, vpc_id=network.vpc_id, private_subnet_ids=private, provider=provider)
+    parts = declare_cluster(
+        ctx, vpc_id=network.vpc_id, private_subnet_ids=private, log_kms_key_arn=network.log_key_arn, provider=provider
+    )
     cluster = parts.cluster
-    pools = declare_pools(ctx, vpc_id=network.vpc_id, private_subnet_ids=private, cluster=cluster)
+    pools = declare_pools(ctx, vpc_id=network.vpc_id, private_subnet_ids=private, cluster=cluster, provider=provider)
     pulumi.export("node_pools", {name: pool.group_name for name, pool in pools.items()})
     pulumi.export("storage_kms_key_arn", storage.kms_key_arn)
     pulumi.export("efs_id", storage.efs_id)
@@ -109,24 +118,17 @@ def declare(ctx: StackContext) -> None:
     pulumi.export("cluster_name", cluster.name)
     pulumi.export("cluster_endpoint", cluster.endpoint)
     pulumi.export("cluster_certificate_authority", cluster.certificate_authority)
-    platform = Platform(
+    platform = PlatformAws(
         "platform",
-        platform_args_from_fleet(
-            fleet,
-            plan,
+        PlatformAwsArgs(
             names=names,
-            provider=cluster.provider,
             cluster_name=cluster.name,
-            node_pools=pools,
-            efs_file_system_id=storage.efs_id,
-            efs_datasets_access_point_id=storage.datasets_access_point_id,
-            quota_policy=environment.gpu_quotas,
-            fleet_file=str(ctx.root / (pulumi.Config("dlinfra").get("fleet") or "fleet.yaml")),
+            pools={name: PoolGroup(name=pool.group_name, arn=pool.group_arn) for name, pool in pools.items()},
         ),
-        opts=pulumi.ResourceOptions(depends_on=[cluster, *pools.values()]),
+        opts=pulumi.ResourceOptions(providers=[provider], depends_on=[cluster]),
     )
+    # Read by the in-cluster stack (`<env>-<region>-k8s`) through StackReference.
     pulumi.export("termination_queue_url", platform.termination_queue_url)
-    pulumi.export("team_namespaces", platform.namespaces)
     if parts.hybrid is not None:
         pulumi.export("hybrid_role_arn", parts.hybrid.role_arn)
         # Secret: `dlinfra site render` turns it into each site's nodeadm NodeConfig.
@@ -144,6 +146,7 @@ def declare(ctx: StackContext) -> None:
                 remote_cidrs=remote,
                 log_kms_key_arn=network.log_key_arn,
             ),
+            opts=in_region,
         )
         pulumi.export("client_vpn_endpoint_id", client_vpn.endpoint_id)
         pulumi.export("client_vpn_dns_name", client_vpn.dns_name)

@@ -22,7 +22,7 @@ def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
 def test_validate_reference(capsys: pytest.CaptureFixture[str]) -> None:
     code, out, _ = run(capsys, "validate", "--fleet", str(REFERENCE_FLEET))
     assert code == 0
-    assert "5 stacks, 2 sites" in out and "56 allocations, 0 orphaned" in out
+    assert "9 stacks, 2 sites" in out and "56 allocations, 0 orphaned" in out
 
 
 def test_cidr_json_lists_every_allocation(capsys: pytest.CaptureFixture[str]) -> None:

@@ -24,7 +24,7 @@ def address_plan(fleet_path: Path, lock_path: Path) -> rules.AddressPlan:
     plan = planner.plan(loaded, planner.load_lock(lock_path))
     vpcs, keys = {}, {}
     for role in stackroles.roles(loaded.fleet):
-        if role.region is not None:
+        if role.kind == "regional" and role.region is not None:
             key = planner.vpc_key(role.environment, role.region)
             vpcs[role.name], keys[role.name] = plan.cidr(key), key
     blocks = {a.key: a.cidr for a in plan.allocations.values() if a.kind not in _NESTED_KINDS}

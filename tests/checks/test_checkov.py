@@ -80,7 +80,11 @@ def test_checkov_scanned_every_reference_plan(run: runner.CheckRun) -> None:
     (tf,) = [s for s in run.checkov if s.framework == "terraform_plan"]
     assert tf.resources > 0 and tf.passed + tf.failed > 0 and tf.checks > 10
     for stack in reference.runs():
-        assert run.checked.get(stack, 0) > 0, f"checkov checked nothing in {stack}"
+        if stack.endswith("-k8s"):
+            # In-cluster stacks declare only Kubernetes objects: checkov scans them as rendered manifests.
+            assert stack not in run.checked, stack
+        else:
+            assert run.checked.get(stack, 0) > 0, f"checkov checked nothing in {stack}"
 
 
 def test_skips_apply_with_their_reason_and_stale_ones_are_reported(run: runner.CheckRun) -> None:

@@ -18,13 +18,14 @@ CONFIG = {"dlinfra:fleet": str(REFERENCE_FLEET), "dlinfra:lock": str(REFERENCE_L
 PROGRAM = """
 from pathlib import Path
 import pulumi
-from stacks.program import load_context
+from stacks.program import aws_provider, load_context
 from stacks.compute import declare_pools
 from stacks.cluster import declare_cluster
 ctx = load_context(Path({root!r}))
 subnets = {{az: "subnet-" + az for az in ctx.fleet.azs(ctx.role.region)}}
-parts = declare_cluster(ctx, vpc_id="vpc-0test", private_subnet_ids=subnets)
-declare_pools(ctx, vpc_id="vpc-0test", private_subnet_ids=subnets, cluster=parts.cluster)
+provider = aws_provider(ctx.role.region)
+parts = declare_cluster(ctx, vpc_id="vpc-0test", private_subnet_ids=subnets, provider=provider)
+declare_pools(ctx, vpc_id="vpc-0test", private_subnet_ids=subnets, cluster=parts.cluster, provider=provider)
 if parts.hybrid:
     pulumi.export("activations", parts.hybrid.activations)
 """
@@ -134,11 +135,27 @@ def test_hybrid_activation_per_site_and_secret(results: dict) -> None:
     assert not _of(results["prod-us-east-1"], "aws:ssm/activation:Activation")  # no site homed there
 
 
-def test_provider_built_from_cluster(results: dict) -> None:
-    (provider,) = _of(results["prod-us-west-2"], "pulumi:providers:kubernetes")
-    config = json.loads(provider.inputs["kubeconfig"])
-    assert config["clusters"][0]["cluster"]["server"].startswith("https://")
-    assert config["users"][0]["user"]["exec"]["args"][:2] == ["eks", "get-token"]
+def test_no_kubernetes_provider_in_the_regional_stack(results: dict) -> None:
+    # The in-cluster stack builds it from StackReference outputs (tests/stacks/test_stacks.py).
+    assert not _of(results["prod-us-west-2"], "pulumi:providers:kubernetes")
+
+
+def test_kubeconfig_authenticates_with_eks_get_token() -> None:
+    from components.cluster import kubeconfig_json
+
+    config = json.loads(kubeconfig_json("c", "https://x.eks.amazonaws.com", "Q0E=", "eu-west-1"))
+    assert config["clusters"][0]["cluster"] == {
+        "server": "https://x.eks.amazonaws.com",
+        "certificate-authority-data": "Q0E=",
+    }
+    assert config["users"][0]["user"]["exec"]["args"] == [
+        "eks",
+        "get-token",
+        "--cluster-name",
+        "c",
+        "--region",
+        "eu-west-1",
+    ]
 
 
 @pytest.mark.parametrize(

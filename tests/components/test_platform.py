@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import re
-import textwrap
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -33,7 +32,8 @@ from dlinfra import kueue, planner, sites, stackroles
 from dlinfra.fleet import Fleet, load_fleet
 from dlinfra.naming import Names
 from dlinfra.offline import engine
-from tests.conftest import REFERENCE_FLEET, REFERENCE_LOCK, ROOT
+from tests.components import _reference as reference
+from tests.conftest import REFERENCE_FLEET, REFERENCE_LOCK
 
 CONFIG = {"dlinfra:fleet": str(REFERENCE_FLEET), "dlinfra:lock": str(REFERENCE_LOCK)}
 KUEUE_SCHEMA = Path(__file__).parent.parent / "k8s" / "kueue.x-k8s.io-v1beta2.json"
@@ -41,52 +41,16 @@ RELEASE = "kubernetes:helm.sh/v3:Release"
 FS_ID, AP_ID = "fs-0123456789abcdef0", "fsap-0123456789abcdef0"
 ACCOUNT = "123456789012"
 
-PROGRAM = """
-from dataclasses import dataclass
-from pathlib import Path
-
-import pulumi
-import pulumi_kubernetes as k8s
-
-from components.platform import Platform, platform_args_from_fleet
-from stacks.program import load_context
-
-
-@dataclass
-class FakePool:  # what NodePool exposes
-    group_name: pulumi.Output[str]
-    group_arn: pulumi.Output[str]
-
-
-ctx = load_context(Path({root!r}))
-env, region = ctx.role.environment, ctx.role.region
-pools = {{}}
-for pool in ctx.fleet.pools_in(env, region):
-    asg = ctx.names.physical("pool", pool, max_len=255)
-    arn = f"arn:aws:autoscaling:{{region}}:{account}:autoScalingGroup:0:autoScalingGroupName/{{asg}}"
-    pools[pool] = FakePool(pulumi.Output.from_input(asg), pulumi.Output.from_input(arn))
-args = platform_args_from_fleet(
-    ctx.fleet,
-    ctx.plan,
-    names=ctx.names,
-    provider=k8s.Provider("k8s", kubeconfig="{{}}"),
-    cluster_name=ctx.names.physical("eks"),
-    node_pools=pools,
-    efs_file_system_id={fs!r},
-    efs_datasets_access_point_id={ap!r},
-    quota_policy="scaled" if env == "staging" else "guaranteed",
-)
-Platform("platform", args)
-"""
-
 
 class Stack:
-    """One stack's records, indexed for the tests."""
+    """One region's platform records, indexed for the tests: the AWS side from the regional stack, the
+    Kubernetes objects from its in-cluster stack."""
 
-    def __init__(self, result: engine.StackResult) -> None:
-        self.role = result.role
-        self.resources = result.resources
-        self.by_name = {r.name: r for r in result.resources}
+    def __init__(self, regional: engine.StackResult, in_cluster: engine.StackResult) -> None:
+        self.role = regional.role
+        self.outputs = regional.outputs
+        self.resources = regional.resources + in_cluster.resources
+        self.by_name = {r.name: r for r in self.resources if r.type != "pulumi:pulumi:StackReference"}
 
     def of_type(self, type_token: str) -> list[engine.ResourceRecord]:
         return [r for r in self.resources if r.type == type_token]
@@ -110,16 +74,14 @@ def fleet() -> Fleet:
 
 
 @pytest.fixture(scope="module")
-def stacks(tmp_path_factory: pytest.TempPathFactory, fleet: Fleet) -> dict[str, Stack]:
-    """Every regional stack's Platform, run once for the module."""
-    program = tmp_path_factory.mktemp("platform") / "program.py"
-    program.write_text(textwrap.dedent(PROGRAM.format(root=str(ROOT), account=ACCOUNT, fs=FS_ID, ap=AP_ID)))
-    out = {}
-    for role in stackroles.roles(fleet):
-        if role.kind == "regional":
-            result = engine.run_stack(ROOT, role, project="dlinfra", config=CONFIG, stack_exports={}, program=program)
-            out[role.name] = Stack(result)
-    return out
+def stacks(fleet: Fleet) -> dict[str, Stack]:
+    """Every region's platform, from the shared offline run of the reference fleet."""
+    runs = reference.runs()
+    return {
+        role.name: Stack(runs[role.name], runs[f"{role.name}-k8s"])
+        for role in stackroles.roles(fleet)
+        if role.kind == "regional"
+    }
 
 
 def _regional() -> list[str]:
@@ -251,7 +213,10 @@ def test_pod_identity_for_the_chart_service_account(stacks: dict[str, Stack], ad
         "roleArn": role.outputs["arn"],
         "tags": association.inputs["tags"],
     }
-    assert association.urn in release.dependencies
+    # The role and association are AWS resources of the regional stack; the release that uses them is in the
+    # in-cluster stack, applied after it.
+    assert association.urn.startswith(f"urn:pulumi:{stack.role.name}::")
+    assert release.urn.startswith(f"urn:pulumi:{stack.role.name}-k8s::")
     trust = json.loads(role.inputs["assumeRolePolicy"])
     (statement,) = trust["Statement"]
     assert statement["Principal"] == {"Service": "pods.eks.amazonaws.com"}
@@ -309,7 +274,8 @@ def test_termination_handler_queue_rules_and_values(stacks: dict[str, Stack], fl
     assert patterns["asg-lifecycle"] == {
         "source": ["aws.autoscaling"],
         "detail-type": ["EC2 Instance-terminate Lifecycle Action"],
-        "detail": {"AutoScalingGroupName": [_asg(stack, p) for p in fleet.pools_in(env, region)]},
+        # In pool-name order, so reordering the fleet's pools changes no pattern.
+        "detail": {"AutoScalingGroupName": [_asg(stack, p) for p in sorted(fleet.pools_in(env, region))]},
     }
     targets = stack.of_type("aws:cloudwatch/eventTarget:EventTarget")
     assert sorted(t.inputs["rule"] for t in targets) == sorted(r.inputs["name"] for r in rules.values())
@@ -337,8 +303,8 @@ def test_termination_handler_least_privilege(stacks: dict[str, Stack], fleet: Fl
     assert by_sid["DescribeInstances"]["Action"] == "ec2:DescribeInstances"
     lifecycle = by_sid["CompleteLifecycle"]
     assert lifecycle["Action"] == "autoscaling:CompleteLifecycleAction"
-    pools = fleet.pools_in("prod", "eu-west-1")
-    assert [r.rsplit("/", 1)[1] for r in lifecycle["Resource"]] == [_asg(stack, p) for p in pools]
+    pools = sorted(fleet.pools_in("prod", "eu-west-1"))
+    assert lifecycle["Resource"] == [stack.by_name[f"pool-{p}-asg"].outputs["arn"] for p in pools]
     assert set(by_sid) == {"ConsumeQueue", "DescribeInstances", "CompleteLifecycle"}
 
 
@@ -445,10 +411,12 @@ def test_kueue_objects_wait_for_the_kueue_chart(stacks: dict[str, Stack]) -> Non
 
 def test_efs_storage_class_and_datasets(stacks: dict[str, Stack], fleet: Fleet) -> None:
     stack = stacks["prod-us-west-2"]
+    # The file system and access point are the regional stack's, read through StackReference.
+    fs_id, ap_id = stack.outputs["efs_id"], stack.outputs["efs_access_points"]["datasets"]
     (storage_class,) = stack.of_type("kubernetes:storage.k8s.io/v1:StorageClass")
     assert storage_class.inputs["provisioner"] == "efs.csi.aws.com"
     assert storage_class.inputs["parameters"]["provisioningMode"] == "efs-ap"
-    assert storage_class.inputs["parameters"]["fileSystemId"] == FS_ID
+    assert storage_class.inputs["parameters"]["fileSystemId"] == fs_id
     assert storage_class.inputs["parameters"]["directoryPerms"] == "700"
     volumes = {
         r.inputs["metadata"]["name"]: r.inputs["spec"] for r in stack.of_type("kubernetes:core/v1:PersistentVolume")
@@ -460,7 +428,7 @@ def test_efs_storage_class_and_datasets(stacks: dict[str, Stack], fleet: Fleet) 
     assert set(claims) == {fleet.team_namespace(t) for t in fleet.teams}
     for namespace, claim in claims.items():
         volume = volumes[claim["volumeName"]]
-        assert volume["csi"] == {"driver": "efs.csi.aws.com", "volumeHandle": f"{FS_ID}::{AP_ID}", "readOnly": True}
+        assert volume["csi"] == {"driver": "efs.csi.aws.com", "volumeHandle": f"{fs_id}::{ap_id}", "readOnly": True}
         assert volume["accessModes"] == claim["accessModes"] == ["ReadOnlyMany"]
         assert volume["claimRef"] == {"namespace": namespace, "name": "datasets"}
         assert volume["storageClassName"] == claim["storageClassName"] == ""
@@ -497,17 +465,21 @@ def test_children_have_the_platform_as_parent_and_kubernetes_the_cluster_provide
 ) -> None:
     stack = stacks[stack_name]
     (component,) = stack.of_type("dlinfra:platform:Platform")
+    (aws_component,) = stack.of_type("dlinfra:platform:PlatformAws")
     (provider,) = stack.of_type("pulumi:providers:kubernetes")
     parents = {r.urn: r.parent for r in stack.resources}
+    platform_aws = 0
     for record in stack.resources:
         if record.type.startswith("kubernetes:"):
             assert record.parent == component.urn, record.name
             assert record.provider == f"{provider.urn}::{provider.id}", record.name
-        elif record.type.startswith("aws:"):
+        elif record.type.startswith("aws:") and record.name.startswith("platform-"):
             ancestor = record.parent
-            while ancestor not in (component.urn, None):
+            while ancestor not in (aws_component.urn, None):
                 ancestor = parents.get(ancestor)
-            assert ancestor == component.urn, record.name  # directly, or under the role or rule it belongs to
+            assert ancestor == aws_component.urn, record.name  # directly, or under the role or rule it belongs to
+            platform_aws += 1
+    assert platform_aws >= 10
 
 
 def _manifests(stack: Stack) -> list[dict[str, Any]]:
@@ -571,11 +543,11 @@ def _args(fleet: Fleet, **overrides: Any) -> PlatformArgs:
     quotas = kueue.plan(fleet, "prod").region("us-east-1")
     pool = PoolView(
         kind="gpu", instance_type="p5.48xlarge", gpus_per_node=8, gpu_model="H100", efa=True,
-        capacity_class="on-demand", max_size=16, asg_name="asg", asg_arn="arn",
+        capacity_class="on-demand", max_size=16, asg_name="asg",
     )  # fmt: skip
     small = PoolView(
         kind="gpu", instance_type="g6.12xlarge", gpus_per_node=4, gpu_model="L4", efa=False,
-        capacity_class="on-demand", max_size=12, asg_name="asg2", asg_arn="arn2",
+        capacity_class="on-demand", max_size=12, asg_name="asg2",
     )  # fmt: skip
     base: dict[str, Any] = {
         "names": Names("dlinfra", "prod", "us-east-1"),
@@ -588,6 +560,7 @@ def _args(fleet: Fleet, **overrides: Any) -> PlatformArgs:
         "quotas": quotas,
         "efs_file_system_id": FS_ID,
         "efs_datasets_access_point_id": AP_ID,
+        "termination_queue_url": "https://sqs.us-east-1.amazonaws.com/123456789012/q",
     }
     return PlatformArgs(**(base | overrides))
 
@@ -628,7 +601,7 @@ def test_bad_args(fleet: Fleet, overrides: dict[str, Any], message: str) -> None
 def test_bad_pool_views(fields: dict[str, Any], message: str) -> None:
     base: dict[str, Any] = {
         "kind": "gpu", "instance_type": "p5.48xlarge", "gpus_per_node": 8, "gpu_model": "H100", "efa": True,
-        "capacity_class": "on-demand", "max_size": 4, "asg_name": "a", "asg_arn": "b",
+        "capacity_class": "on-demand", "max_size": 4, "asg_name": "a",
     }  # fmt: skip
     with pytest.raises(ValueError, match=message):
         PoolView(**(base | fields))
@@ -646,7 +619,7 @@ def test_args_from_fleet_need_every_pool(fleet: Fleet) -> None:
         platform_args_from_fleet(
             fleet, plan, names=Names("dlinfra", "prod", "us-west-2"), provider=None,  # type: ignore[arg-type]
             cluster_name="c", node_pools={}, efs_file_system_id=FS_ID, efs_datasets_access_point_id=AP_ID,
-            quota_policy="guaranteed",
+            termination_queue_url="q", quota_policy="guaranteed",
         )  # fmt: skip
 
 
