@@ -60,6 +60,15 @@ def _parser() -> argparse.ArgumentParser:
     preview.add_argument(
         "--images-manifest", type=Path, help="Packer manifest of node AMIs (default: images/manifest.example.json)"
     )
+    stacks = sub.add_parser(
+        "stacks",
+        parents=[common],
+        help="list the fleet's stacks in apply order, with where each is applied",
+        description="Regional stacks, then in-cluster stacks (applied from the region's in-VPC runner), then "
+        "global stacks. Example: dlinfra stacks --json --only prod-us-west-2-k8s",
+    )
+    stacks.add_argument("--json", action="store_true", help="print {regional, k8s, global} lists of rows")
+    stacks.add_argument("--only", default="", help="one stack name (empty: every stack)")
     parser.set_defaults(extra_handlers=cli_network.register(sub, common) | cli_checks.register(sub, common))
     return parser
 
@@ -73,7 +82,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run the CLI; returns the exit code."""
     args = _parser().parse_args(argv)
     try:
-        handlers = {"validate": cmd_validate, "cidr": cmd_cidr, "preview": cmd_preview, **args.extra_handlers}
+        handlers = {
+            "validate": cmd_validate,
+            "cidr": cmd_cidr,
+            "preview": cmd_preview,
+            "stacks": cmd_stacks,
+            **args.extra_handlers,
+        }
         handler: Callable[[argparse.Namespace], int] = handlers[args.command]
         return handler(args)
     except DlinfraError as exc:
@@ -105,6 +120,25 @@ def cmd_validate(args: argparse.Namespace) -> int:
             f"warning: {_lock_path(args)}: {key}: {net} is no longer in the fleet; it stays reserved until "
             f"`dlinfra cidr --release {key}`"
         )
+    return 0
+
+
+def cmd_stacks(args: argparse.Namespace) -> int:
+    loaded = _load(args)
+    fleet = loaded.fleet
+    only = args.only.strip()
+    selected = [stackroles.parse(fleet, only, fleet_file=str(loaded.path))] if only else stackroles.roles(fleet)
+    grouped = stackroles.rows(fleet, selected)
+    if args.json:
+        sys.stdout.write(json.dumps(grouped, sort_keys=True) + "\n")
+        return 0
+    table = Table(title="Stacks in apply order")
+    for column in ("stack", "kind", "applied from"):
+        table.add_column(column)
+    for kind in ("regional", "k8s", "global"):
+        for row in grouped[kind]:
+            table.add_row(row["stack"], kind, row["runs_on"])
+    out.print(table)
     return 0
 
 

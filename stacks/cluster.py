@@ -26,6 +26,7 @@ def declare_cluster(
     vpc_id: pulumi.Input[str],
     private_subnet_ids: dict[str, pulumi.Input[str]],
     log_kms_key_arn: pulumi.Input[str] | None = None,
+    provider: pulumi.ProviderResource,
 ) -> ClusterParts:
     """Declare EKS with access for admins, teams and the region's physical sites (node pools add their own)."""
     env, region = ctx.role.environment, ctx.role.region
@@ -42,13 +43,14 @@ def declare_cluster(
     hybrid = None
     machines = {name: site.gpu_nodes for name, site in sites.items() if site.gpu_nodes > 0}
     # The hybrid role comes first (the cluster's access entries name it), so its policy names the cluster's ARN.
+    invoke = pulumi.InvokeOutputOptions(provider=provider)
     cluster_arn = pulumi.Output.concat(
         "arn:",
-        aws.get_partition_output().partition,
+        aws.get_partition_output(opts=invoke).partition,
         ":eks:",
         region,
         ":",
-        aws.get_caller_identity_output().account_id,
+        aws.get_caller_identity_output(opts=invoke).account_id,
         ":cluster/",
         cluster_name,
     )
@@ -62,6 +64,7 @@ def declare_cluster(
                 machines=machines,
                 activation_expiry=pulumi.Config("dlinfra").get("hybrid_activation_expiry"),
             ),
+            opts=pulumi.ResourceOptions(providers=[provider]),
         )
     cluster = Cluster(
         "cluster",
@@ -80,5 +83,6 @@ def declare_cluster(
             team_role_arns={t: team.role_arn for t, team in ctx.fleet.teams.items() if team.role_arn},
             log_kms_key_arn=log_kms_key_arn,
         ),
+        opts=pulumi.ResourceOptions(providers=[provider]),
     )
     return ClusterParts(cluster=cluster, hybrid=hybrid)

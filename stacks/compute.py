@@ -24,6 +24,7 @@ def declare_pools(
     vpc_id: pulumi.Input[str],
     private_subnet_ids: dict[str, pulumi.Input[str]],
     cluster: Cluster | None = None,
+    provider: pulumi.ProviderResource,
 ) -> dict[str, NodePool]:
     """Declare every pool of the environment that runs in this region; AMIs come from the images manifest.
 
@@ -73,5 +74,5 @@ def declare_pools(
             )
         except ValueError as exc:
             raise DlinfraError(str(exc), file=str(ctx.root / "fleet.yaml"), key=key) from None
-        pools[pool_name] = NodePool(f"pool-{pool_name}", args)
+        pools[pool_name] = NodePool(f"pool-{pool_name}", args, opts=pulumi.ResourceOptions(providers=[provider]))
     return pools

@@ -5,31 +5,23 @@ from __future__ import annotations
 import itertools
 
 import pulumi
-import pulumi_aws as aws
 
 from components.transit_peering import PeerSide, TransitPeering, TransitPeeringArgs
 from dlinfra import sites
-from stacks.program import StackContext
-
-
-def regional_reference(ctx: StackContext, region: str) -> pulumi.StackReference:
-    """StackReference to one regional stack of this environment (same organization and project)."""
-    org = pulumi.Config("dlinfra").get("organization") or pulumi.get_organization()
-    stack = f"{ctx.role.environment}-{region}"
-    return pulumi.StackReference(f"regional-{region}", stack_name=f"{org}/{pulumi.get_project()}/{stack}")
+from stacks.program import StackContext, aws_provider, stack_reference
 
 
 def declare(ctx: StackContext) -> None:
     """Read every regional stack of the environment, peer their transit gateways, export the view."""
     env_name = ctx.role.environment
     env = ctx.fleet.environments[env_name]
-    refs = {region: regional_reference(ctx, region) for region in env.regions}
+    refs = {region: stack_reference(f"regional-{region}", f"{env_name}-{region}") for region in env.regions}
     pulumi.export("environment", env_name)
     pulumi.export("vpc_cidrs", {region: ref.get_output("vpc_cidr") for region, ref in refs.items()})
     pulumi.export("vpc_ids", {region: ref.get_output("vpc_id") for region, ref in refs.items()})
 
     # This stack has no region of its own: every AWS resource names its region through a provider.
-    providers = {region: aws.Provider(f"aws-{region}", region=region) for region in sorted(env.regions)}
+    providers = {region: aws_provider(region) for region in sorted(env.regions)}
     behind: dict[str, dict[str, str]] = {region: {} for region in env.regions}
     for dest in sites.environment_networks(ctx.fleet, ctx.plan, env_name):
         behind[dest.region][dest.key] = str(dest.cidr)

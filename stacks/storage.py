@@ -10,7 +10,11 @@ from stacks.program import StackContext
 
 
 def declare_storage(
-    ctx: StackContext, *, vpc_id: pulumi.Input[str], private_subnet_ids: dict[str, pulumi.Input[str]]
+    ctx: StackContext,
+    *,
+    vpc_id: pulumi.Input[str],
+    private_subnet_ids: dict[str, pulumi.Input[str]],
+    provider: pulumi.ProviderResource,
 ) -> Storage:
     """Declare the region's shared storage; NFS and Lustre admit only the private (node and pod) subnets."""
     env, region = ctx.role.environment, ctx.role.region
@@ -21,7 +25,7 @@ def declare_storage(
         "storage",
         StorageArgs(
             names=ctx.names,
-            account_id=aws.get_caller_identity_output().account_id,
+            account_id=aws.get_caller_identity_output(opts=pulumi.InvokeOutputOptions(provider=provider)).account_id,
             vpc_id=vpc_id,
             subnet_ids=private_subnet_ids,
             client_cidrs=[str(private[az]) for az in sorted(private)],
@@ -32,4 +36,5 @@ def declare_storage(
             if spec.fsx
             else None,
         ),
+        opts=pulumi.ResourceOptions(providers=[provider]),
     )

@@ -48,6 +48,8 @@ class Plan:
 
     def rule_resources(self) -> list[rules.Resource]:
         """The custom resources as the policy rules see them."""
+        # A resource names its provider as "<provider urn>::<provider id>".
+        providers = {f"{r['urn']}::{r['id']}": r for r in self.resources if r["type"].startswith("pulumi:providers:")}
         return [
             rules.Resource(
                 urn=r["urn"],
@@ -57,6 +59,8 @@ class Plan:
                 protect=r["protect"],
                 dependencies=tuple(r["dependencies"]),
                 id=r["id"],
+                provider_urn=str((providers.get(r.get("provider") or "") or {}).get("urn", r.get("provider") or "")),
+                provider_inputs=(providers.get(r.get("provider") or "") or {}).get("inputs", {}),
             )
             for r in self.resources
             if r["custom"]

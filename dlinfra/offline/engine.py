@@ -133,13 +133,29 @@ def _resource_json(r: ResourceRecord) -> dict[str, Any]:
     }
 
 
+def disabled_default_providers(root: Path) -> frozenset[str]:
+    """Packages whose default providers the project disables (`pulumi:disable-default-providers` in Pulumi.yaml)."""
+    path = root / "Pulumi.yaml"
+    project = yaml.safe_load(path.read_text()) if path.exists() else {}
+    setting = ((project or {}).get("config") or {}).get("pulumi:disable-default-providers")
+    value = setting.get("value") if isinstance(setting, dict) else setting
+    return frozenset(str(p) for p in value or ())
+
+
+def _package(token: str) -> str:
+    return token.split(":", 1)[0]
+
+
 class _Monitor(mocks.MockMonitor):
     """The mock monitor, extended to record every registration's options and the stack's outputs."""
 
-    def __init__(self, cloud: FakeCloud, result: StackResult) -> None:
+    def __init__(
+        self, cloud: FakeCloud, result: StackResult, no_default_providers: frozenset[str] = frozenset()
+    ) -> None:
         super().__init__(mocks=_NoMocks())
         self.cloud = cloud
         self.result = result
+        self.no_default_providers = no_default_providers
         self.stack_urn: str | None = None
         self.lock = threading.Lock()
         self.errors: list[str] = []
@@ -174,6 +190,15 @@ class _Monitor(mocks.MockMonitor):
             return resource_pb2.RegisterResourceResponse(urn=urn)
         self._ensure_event_loop()
         inputs = rpc.deserialize_properties(request.object)
+        if request.custom and not request.provider and _package(request.type) in self.no_default_providers:
+            # What the Pulumi engine does when the project disables the package's default provider.
+            message = (
+                f"{request.name}: {request.type} has no explicit provider, and default {_package(request.type)} "
+                "providers are disabled (Pulumi.yaml pulumi:disable-default-providers); pass the stack's provider"
+            )
+            with self.lock:
+                self.errors.append(message)
+            raise schema.InputError(message)
         try:
             rid, state = self.cloud.new_resource(
                 request.type, request.name, urn, inputs, request.provider or None, bool(request.custom)
@@ -252,6 +277,14 @@ class _Monitor(mocks.MockMonitor):
         args = rpc.deserialize_properties(request.args)
         if request.tok == "pulumi:pulumi:getResource":
             return super().Invoke(request)
+        if not request.provider and _package(request.tok) in self.no_default_providers:
+            message = (
+                f"invoke {request.tok} has no explicit provider, and default {_package(request.tok)} providers are "
+                "disabled (Pulumi.yaml pulumi:disable-default-providers); pass InvokeOutputOptions(provider=...)"
+            )
+            with self.lock:
+                self.errors.append(message)
+            raise schema.InputError(message)
         try:
             ret = self.cloud.call(request.tok, args, request.provider or None)
         except schema.InputError as exc:
@@ -318,8 +351,11 @@ def run_stack(
 ) -> StackResult:
     """Run the stack program for one stack under the fake cloud; EngineError on any failure."""
     result = StackResult(role=role)
-    cloud = FakeCloud(region=role.region, stack_exports=stack_exports)
-    monitor = _Monitor(cloud, result)
+    no_defaults = disabled_default_providers(root)
+    # With the default AWS provider disabled there is no default region: every AWS resource and invoke must
+    # reach the fake cloud through an explicit provider, which names its region.
+    cloud = FakeCloud(region=None if "aws" in no_defaults else role.region, stack_exports=stack_exports)
+    monitor = _Monitor(cloud, result, no_defaults)
     entry = program or root / "stacks" / "__main__.py"
     started = time.perf_counter()
 
@@ -345,8 +381,6 @@ def run_stack(
         )
         settings.ROOT.set(None)
         cfg = {**stack_config(root, role.name), **config}
-        if role.region:
-            cfg.setdefault("aws:region", role.region)
         pulumi_config.set_all_config(cfg, [])
         try:
             with asyncio.Runner() as runner:

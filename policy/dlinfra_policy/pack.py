@@ -20,8 +20,15 @@ PACK_NAME = "dlinfra"
 
 def resource_from_args(args: ResourceValidationArgs) -> rules.Resource:
     """The rules' view of a resource under validation (its dependencies are not known to resource policies)."""
+    provider = args.provider
     return rules.Resource(
-        urn=args.urn, type=args.resource_type, name=args.name, inputs=args.props, protect=bool(args.opts.protect)
+        urn=args.urn,
+        type=args.resource_type,
+        name=args.name,
+        inputs=args.props,
+        protect=bool(args.opts.protect),
+        provider_urn=provider.urn if provider else "",
+        provider_inputs=provider.props if provider else {},
     )
 
 
@@ -34,6 +41,8 @@ def resource_from_stack(resource: PolicyResource) -> rules.Resource:
         inputs=resource.props,
         protect=bool(resource.opts.protect),
         dependencies=tuple(d.urn for d in resource.dependencies),
+        provider_urn=resource.provider.urn if resource.provider else "",
+        provider_inputs=resource.provider.props if resource.provider else {},
     )
 
 

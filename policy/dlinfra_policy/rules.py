@@ -11,8 +11,9 @@ value is unknown during preview; so the rules only use the Mapping and Sequence 
 from __future__ import annotations
 
 import ipaddress
+import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal, NamedTuple
 
 from dlinfra.naming import STANDARD_TAG_KEYS
@@ -110,6 +111,8 @@ class Resource:
     protect: bool = False
     dependencies: tuple[str, ...] = ()  # URNs of the resources this one depends on
     id: str = ""  # known in offline plans; empty during a real preview of a new resource
+    provider_urn: str = ""  # URN of the provider the resource goes through; empty when unknown
+    provider_inputs: Mapping[str, Any] = field(default_factory=dict)  # that provider's inputs (region, ...)
 
     @property
     def stack(self) -> str:
@@ -618,6 +621,35 @@ def client_vpn_connection_logs(resource: Resource, ctx: Context) -> list[str]:
     return ["connectionLogOptions.enabled is not true: laptop connections go unrecorded"]
 
 
+# Packages whose resources must name their provider: Pulumi.yaml disables their default providers, and a
+# default provider takes the region or cluster of whoever runs `pulumi up`.
+EXPLICIT_PROVIDER_PACKAGES = frozenset({"aws", "kubernetes"})
+# A stack named after a region (`<env>-<region>`, `<env>-<region>-k8s`): its AWS resources belong in that region.
+_STACK_REGION = re.compile(r"^[a-z0-9]+-(?P<region>[a-z]{2}(?:-[a-z]+)+-\d)(?:-k8s)?$")
+
+
+def explicit_provider(resource: Resource, ctx: Context) -> list[str]:
+    """AWS and Kubernetes resources go through an explicit provider, and a regional stack's AWS provider is in the
+    stack name's region.
+
+    Pulumi creates a default provider for a resource that names none, configured from the environment of the
+    person or runner applying (AWS_REGION, the profile, the current kubeconfig context): a stack applied from the
+    wrong shell would then create protected keys and IAM in another region, or objects in another cluster.
+    Source: Pulumi docs, "Providers" (default providers, disabling default providers).
+    """
+    package = resource.type.split(":", 1)[0]
+    if package not in EXPLICIT_PROVIDER_PACKAGES:
+        return []
+    provider_name = resource.provider_urn.rsplit("::", 1)[-1] if resource.provider_urn else ""
+    if not provider_name or provider_name.startswith("default"):
+        return [f"uses the default {package} provider: pass the stack's explicit provider"]
+    match = _STACK_REGION.match(resource.stack)
+    region = resource.provider_inputs.get("region")
+    if package == "aws" and match and region != match.group("region"):
+        return [f"provider region is {region!r}, but the stack {resource.stack} is in {match.group('region')}"]
+    return []
+
+
 RULES: tuple[ResourceRule | StackRule, ...] = (
     ResourceRule(
         "ebs-encrypted", "EBS volumes and launch template block devices are encrypted", "mandatory", ebs_encrypted
@@ -658,5 +690,11 @@ RULES: tuple[ResourceRule | StackRule, ...] = (
     StackRule("vpc-flow-logs", "Every VPC has a flow log", "advisory", vpc_flow_logs),
     ResourceRule(
         "client-vpn-connection-logs", "Client VPN endpoints log connections", "advisory", client_vpn_connection_logs
+    ),
+    ResourceRule(
+        "explicit-provider",
+        "AWS and Kubernetes resources use an explicit provider, in the regional stack's own region",
+        "mandatory",
+        explicit_provider,
     ),
 )

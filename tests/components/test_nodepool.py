@@ -23,11 +23,12 @@ CA = "k8s.io/cluster-autoscaler"
 
 PROGRAM = """
 from pathlib import Path
-from stacks.program import load_context
+from stacks.program import aws_provider, load_context
 from stacks.compute import declare_pools
 ctx = load_context(Path({root!r}))
 subnets = {{az: "subnet-" + az for az in ctx.fleet.azs(ctx.role.region)}}
-declare_pools(ctx, vpc_id="vpc-0test", private_subnet_ids=subnets)
+provider = aws_provider(ctx.role.region)
+declare_pools(ctx, vpc_id="vpc-0test", private_subnet_ids=subnets, provider=provider)
 """
 
 

@@ -16,11 +16,12 @@ from tests.conftest import REFERENCE_FLEET, REFERENCE_LOCK, ROOT
 CONFIG = {"dlinfra:fleet": str(REFERENCE_FLEET), "dlinfra:lock": str(REFERENCE_LOCK)}
 PROGRAM = """
 from pathlib import Path
-from stacks.program import load_context
+from stacks.program import aws_provider, load_context
 from stacks.storage import declare_storage
 ctx = load_context(Path({root!r}))
 subnets = {{az: "subnet-" + az for az in ctx.fleet.azs(ctx.role.region)}}
-declare_storage(ctx, vpc_id="vpc-0test", private_subnet_ids=subnets)
+provider = aws_provider(ctx.role.region)
+declare_storage(ctx, vpc_id="vpc-0test", private_subnet_ids=subnets, provider=provider)
 """
 # Every resource type that holds data; each must be protected and retained on delete.
 STATEFUL_TYPES = {

@@ -16,9 +16,10 @@ ROLE = StackRole("regional", "prod", "us-west-2")
 
 
 def _run(tmp_path: Path, body: str, *, exports: dict | None = None) -> engine.StackResult:
+    """Run a small program as a project of its own (tmp_path, no Pulumi.yaml: default providers allowed)."""
     program = tmp_path / "program.py"
     program.write_text("import pulumi\nimport pulumi_aws as aws\n" + textwrap.dedent(body))
-    return engine.run_stack(ROOT, ROLE, project="t", config={}, stack_exports=exports or {}, program=program)
+    return engine.run_stack(tmp_path, ROLE, project="t", config={}, stack_exports=exports or {}, program=program)
 
 
 def test_ids_derive_from_urns_so_runs_are_identical(tmp_path: Path) -> None:

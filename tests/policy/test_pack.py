@@ -49,10 +49,18 @@ def analyzer() -> Any:
     )
 
 
-def _request(kind: Any, type_: str, name: str, props: dict[str, Any], protect: bool = False) -> Any:
+def _request(
+    kind: Any, type_: str, name: str, props: dict[str, Any], protect: bool = False, region: str | None = "us-west-2"
+) -> Any:
+    """An analyzer request; with a region, the resource goes through an explicit AWS provider in that region."""
     request = kind(type=type_, urn=URN.format(type=type_, name=name), name=name)
     json_format.ParseDict(props, request.properties)
     request.options.protect = protect
+    if region is not None:
+        request.provider.type = "pulumi:providers:aws"
+        request.provider.name = f"aws-{region}"
+        request.provider.urn = f"urn:pulumi:prod-us-west-2::dlinfra::pulumi:providers:aws::aws-{region}"
+        json_format.ParseDict({"region": region}, request.provider.properties)
     return request
 
 
@@ -78,6 +86,19 @@ def test_resource_policy_reports_through_the_analyzer(analyzer: Any) -> None:
         proto.AnalyzeRequest, "aws:efs/fileSystem:FileSystem", "home", {"encrypted": True}, protect=True
     )
     assert {name for name, _, _ in _violations(analyzer.Analyze(protected, None))} == {"required-tags"}
+
+
+def test_provider_reaches_the_explicit_provider_rule(analyzer: Any) -> None:
+    def provider_findings(region: str | None) -> list[str]:
+        vpc = _request(proto.AnalyzeRequest, "aws:ec2/vpc:Vpc", "vpc", {"cidrBlock": "10.2.0.0/16"}, region=region)
+        found = _violations(analyzer.Analyze(vpc, None))
+        return [m.splitlines()[-1] for name, m, _ in found if name == "explicit-provider"]
+
+    assert provider_findings("us-west-2") == []
+    assert provider_findings("eu-west-1") == [
+        "provider region is 'eu-west-1', but the stack prod-us-west-2 is in us-west-2"
+    ]
+    assert provider_findings(None) == ["uses the default aws provider: pass the stack's explicit provider"]
 
 
 def test_unknown_values_during_preview_do_not_pass_silently(analyzer: Any) -> None:

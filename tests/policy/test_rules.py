@@ -32,8 +32,13 @@ CTX = rules.Context(
 )
 
 
+PROVIDER = f"urn:pulumi:{STACK}::dlinfra::pulumi:providers:aws::aws-us-west-2"
+DEFAULT_PROVIDER = f"urn:pulumi:{STACK}::dlinfra::pulumi:providers:aws::default_7_12_0"
+
+
 def res(type_: str, name: str = "r", stack: str = STACK, **options: Any) -> Callable[..., Resource]:
-    """A resource factory: res(TYPE)(inputs...) with URN, protect, dependencies and id from options."""
+    """A resource factory: res(TYPE)(inputs...) with URN, protect, dependencies, id and provider from options
+    (by default the stack's explicit us-west-2 provider)."""
 
     def make(**inputs: Any) -> Resource:
         return Resource(
@@ -44,6 +49,8 @@ def res(type_: str, name: str = "r", stack: str = STACK, **options: Any) -> Call
             protect=options.get("protect", False),
             dependencies=tuple(options.get("dependencies", ())),
             id=options.get("id", ""),
+            provider_urn=options.get("provider_urn", PROVIDER),
+            provider_inputs=options.get("provider_inputs", {"region": "us-west-2"}),
         )
 
     return make
@@ -151,6 +158,25 @@ CASES: dict[str, tuple[list[Resource], list[Resource]]] = {
     "client-vpn-connection-logs": (
         [res(rules.CLIENT_VPN_ENDPOINT)(connectionLogOptions={"enabled": True})],
         [res(rules.CLIENT_VPN_ENDPOINT)(connectionLogOptions={"enabled": False})],
+    ),
+    "explicit-provider": (
+        [
+            res(VPC)(cidrBlock="10.2.0.0/16"),
+            # Global stacks have one explicit provider per region; no region is implied by their name.
+            res(VPC, stack="prod-global", provider_inputs={"region": "eu-west-1"})(cidrBlock="10.2.0.0/16"),
+            res(
+                "kubernetes:core/v1:Namespace",
+                stack=f"{STACK}-k8s",
+                provider_urn="urn:x::pulumi:providers:kubernetes::k8s",
+            )(),
+            res("tls:index/privateKey:PrivateKey", provider_urn="")(algorithm="RSA"),
+        ],
+        [
+            res(VPC, provider_urn=DEFAULT_PROVIDER)(cidrBlock="10.2.0.0/16"),
+            res(VPC, provider_urn="")(cidrBlock="10.2.0.0/16"),
+            res(VPC, provider_inputs={"region": "eu-west-1"})(cidrBlock="10.2.0.0/16"),
+            res("kubernetes:core/v1:Namespace", stack=f"{STACK}-k8s", provider_urn="")(),
+        ],
     ),
 }
 
@@ -296,3 +322,16 @@ def test_vpn_weak_proposals(change: dict[str, Any], expected: str) -> None:
 
 def test_stateful_list_names_its_types() -> None:
     assert {"aws:efs/fileSystem:FileSystem", "aws:s3/bucket:Bucket", "aws:kms/key:Key"} <= set(rules.STATEFUL_TYPES)
+
+
+def test_explicit_provider_names_the_problem() -> None:
+    wrong_region = res(VPC, provider_inputs={"region": "eu-west-1"})(cidrBlock="10.2.0.0/16")
+    assert messages("explicit-provider", [wrong_region]) == [
+        "provider region is 'eu-west-1', but the stack prod-us-west-2 is in us-west-2"
+    ]
+    default = res(VPC, provider_urn=DEFAULT_PROVIDER)(cidrBlock="10.2.0.0/16")
+    assert messages("explicit-provider", [default]) == [
+        "uses the default aws provider: pass the stack's explicit provider"
+    ]
+    each_bad = CASES["explicit-provider"][1]
+    assert all(messages("explicit-provider", [r]) for r in each_bad)

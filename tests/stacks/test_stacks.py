@@ -32,14 +32,95 @@ def _of_type(result: engine.StackResult, type_: str) -> list[engine.ResourceReco
     return [r for r in result.resources if r.type == type_]
 
 
-def test_every_stack_runs(results: dict[str, engine.StackResult]) -> None:
-    assert set(results) == {
-        "prod-us-west-2",
-        "prod-us-east-1",
-        "prod-eu-west-1",
-        "staging-us-west-2",
-        "prod-global",
-    }
+REGIONAL = ("prod-us-west-2", "prod-us-east-1", "prod-eu-west-1", "staging-us-west-2")
+
+
+def test_every_stack_runs_in_dependency_order(results: dict[str, engine.StackResult]) -> None:
+    # Regional stacks first, then the in-cluster stacks that read them, then the global stack.
+    assert list(results) == [*REGIONAL, *(f"{s}-k8s" for s in REGIONAL), "prod-global"]
+
+
+def test_stack_names_parse_to_their_roles() -> None:
+    fleet = load_fleet(REFERENCE_FLEET).fleet
+    role = stackroles.parse(fleet, "prod-eu-west-1-k8s")
+    assert (role.kind, role.environment, role.region, role.runs_in_vpc) == ("k8s", "prod", "eu-west-1", True)
+    assert stackroles.dependencies(fleet, role) == [stackroles.StackRole("regional", "prod", "eu-west-1")]
+    assert not stackroles.parse(fleet, "prod-eu-west-1").runs_in_vpc
+    with pytest.raises(Exception, match="'ap-south-1' is not a region of environment 'prod'"):
+        stackroles.parse(fleet, "prod-ap-south-1-k8s")
+
+
+def _provider_regions(result: engine.StackResult) -> dict[str, str]:
+    return {f"{p.urn}::{p.id}": p.inputs["region"] for p in _of_type(result, "pulumi:providers:aws")}
+
+
+@pytest.mark.parametrize("stack", REGIONAL)
+def test_every_aws_resource_goes_through_the_stack_regions_provider(
+    results: dict[str, engine.StackResult], stack: str
+) -> None:
+    result = results[stack]
+    region = stack.split("-", 1)[1]
+    providers = _provider_regions(result)
+    assert set(providers.values()) == {region}
+    aws_resources = [r for r in result.resources if r.custom and r.type.startswith("aws:")]
+    assert len(aws_resources) > 100
+    for r in aws_resources:
+        assert r.provider in providers, f"{r.name} ({r.type}) uses no explicit provider"
+
+
+@pytest.mark.parametrize("stack", [f"{s}-k8s" for s in REGIONAL])
+def test_in_cluster_stack_reads_its_region_and_declares_only_kubernetes_objects(
+    results: dict[str, engine.StackResult], stack: str
+) -> None:
+    result = results[stack]
+    regional = stack.removesuffix("-k8s")
+    (ref,) = _of_type(result, "pulumi:pulumi:StackReference")
+    assert ref.inputs["name"] == f"organization/dlinfra/{regional}"
+    (k8s_provider,) = _of_type(result, "pulumi:providers:kubernetes")
+    kubeconfig = __import__("json").loads(k8s_provider.inputs["kubeconfig"])
+    assert kubeconfig["clusters"][0]["cluster"]["server"] == results[regional].outputs["cluster_endpoint"]
+    assert kubeconfig["users"][0]["user"]["exec"]["args"][-1] == regional.split("-", 1)[1]
+    custom = [r for r in result.resources if r.custom and not r.type.startswith("pulumi:")]
+    assert custom and all(r.type.startswith("kubernetes:") for r in custom)
+    for r in custom:
+        assert r.provider == f"{k8s_provider.urn}::{k8s_provider.id}", r.name
+    # Nothing Kubernetes is left in the regional stack, which GitHub-hosted runners apply.
+    assert not [r for r in results[regional].resources if r.type.startswith(("kubernetes:", "pulumi:providers:kub"))]
+
+
+def test_a_stack_whose_aws_region_config_disagrees_with_its_name_is_refused() -> None:
+    role = stackroles.StackRole("regional", "prod", "eu-west-1")
+    config = {**CONFIG, "aws:region": "us-west-2"}
+    with pytest.raises(engine.EngineError) as info:
+        engine.run_stack(ROOT, role, project="dlinfra", config=config, stack_exports={})
+    message = str(info.value)
+    assert "stacks/Pulumi.prod-eu-west-1.yaml: config.aws:region:" in message
+    assert "in eu-west-1 by its name, but its config sets aws:region to 'us-west-2'" in message
+
+
+def test_a_matching_aws_region_config_is_accepted() -> None:
+    role = stackroles.StackRole("regional", "staging", "us-west-2")
+    result = engine.run_stack(
+        ROOT, role, project="dlinfra", config={**CONFIG, "aws:region": "us-west-2"}, stack_exports={}
+    )
+    assert set(_provider_regions(result).values()) == {"us-west-2"}
+
+
+PROGRAM_WITHOUT_PROVIDER = """
+import pulumi_aws as aws
+
+aws.s3.BucketV2("stray")
+"""
+
+
+def test_a_resource_without_an_explicit_provider_fails_like_pulumi_would(tmp_path: Path) -> None:
+    # Pulumi.yaml disables the default aws and kubernetes providers; the offline engine enforces it.
+    assert {"aws", "kubernetes"} <= engine.disabled_default_providers(ROOT)
+    program = tmp_path / "program.py"
+    program.write_text(PROGRAM_WITHOUT_PROVIDER)
+    role = stackroles.StackRole("regional", "staging", "us-west-2")
+    with pytest.raises(engine.EngineError, match=r"stray: aws:s3/bucketV2:BucketV2 has no explicit provider"):
+        engine.run_stack(ROOT, role, project="dlinfra", config=CONFIG, stack_exports={}, program=program)
 
 
 @pytest.mark.parametrize("stack", ["prod-us-west-2", "prod-us-east-1", "prod-eu-west-1", "staging-us-west-2"])
