@@ -119,12 +119,47 @@ def test_comment_workflow_never_runs_pull_request_code() -> None:
         assert not any("run" in step for step in job["steps"])
 
 
-def test_apply_orders_regional_before_global_with_the_policy_pack() -> None:
+def test_apply_orders_regional_then_in_cluster_and_global_with_the_policy_pack() -> None:
     data = _load(ROOT / ".github" / "workflows" / "apply.yml")
     jobs = data["jobs"]
     assert set(jobs["global"]["needs"]) == {"plan", "regional"}
-    for name in ("regional", "global"):
+    assert set(jobs["k8s"]["needs"]) == {"plan", "regional"}
+    # The in-cluster stacks run on the region's CodeBuild-hosted runner inside the VPC (private EKS endpoint);
+    # the rest on GitHub-hosted runners.
+    assert jobs["k8s"]["runs-on"] == "${{ matrix.target.runs_on }}-${{ github.run_id }}-${{ github.run_attempt }}"
+    assert jobs["regional"]["runs-on"] == jobs["global"]["runs-on"] == "ubuntu-24.04"
+    assert "dlinfra stacks --json" in json.dumps(jobs["plan"])
+    for name in ("regional", "k8s", "global"):
         assert jobs[name]["environment"] == "${{ matrix.target.environment }}"
         (up,) = [s for s in jobs[name]["steps"] if str(s.get("uses", "")).startswith("pulumi/actions@")]
         assert up["with"]["command"] == "up" and up["with"]["policyPacks"] == "policy"
     assert "dlinfra check --all" in json.dumps(jobs["plan"])
+
+
+def _jobs_using(path: Path, needle: str) -> dict[str, dict[str, Any]]:
+    return {name: job for name, job in _load(path)["jobs"].items() if needle in json.dumps(job)}
+
+
+def test_pull_request_previews_cannot_read_what_applies_use() -> None:
+    """The preview runs pull-request code: it holds the `preview` environment's read-only credentials only."""
+    preview = ROOT / ".github" / "workflows" / "preview.yml"
+    text = preview.read_text()
+    assert "PULUMI_ACCESS_TOKEN: ${{ secrets.PULUMI_ACCESS_TOKEN }}" not in text
+    assert "AWS_APPLY_ROLE_ARN" not in text
+    users = _jobs_using(preview, "secrets.")
+    assert set(users) == {"preview", "preview-in-vpc"}
+    for name, job in users.items():
+        assert job["environment"] == "preview", name
+        assert "secrets.PULUMI_PREVIEW_TOKEN" in json.dumps(job) and "vars.AWS_PREVIEW_ROLE_ARN" in json.dumps(job)
+    # Only environments whose fleet entry allows pull-request previews get a real one.
+    stacks = json.dumps(_load(preview)["jobs"]["stacks"])
+    assert 'select(.preview == \\"real\\")' in stacks
+
+
+def test_the_apply_token_is_an_environment_secret() -> None:
+    """Apply jobs read the Pulumi token of the stack's own GitHub environment, which admits main only."""
+    apply = ROOT / ".github" / "workflows" / "apply.yml"
+    users = _jobs_using(apply, "secrets.PULUMI_ACCESS_TOKEN")
+    assert set(users) == {"regional", "k8s", "global"}
+    for name, job in users.items():
+        assert job["environment"] == "${{ matrix.target.environment }}", name
