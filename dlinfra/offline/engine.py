@@ -183,6 +183,19 @@ class _Monitor(mocks.MockMonitor):
             if not loop.is_closed():
                 loop.close()
 
+    def _require_provider(self, what: str, token: str, provider: str) -> None:
+        """Fail as the Pulumi engine does when a package's default provider is disabled and none was given."""
+        package = _package(token)
+        if provider or package not in self.no_default_providers:
+            return
+        message = (
+            f"{what} has no explicit provider, and default {package} providers are disabled "
+            "(Pulumi.yaml pulumi:disable-default-providers); pass the stack's provider"
+        )
+        with self.lock:
+            self.errors.append(message)
+        raise schema.InputError(message)
+
     def RegisterResource(self, request: Any) -> Any:  # noqa: N802 - gRPC method name
         urn = self.make_urn(request.parent, request.type, request.name)
         if request.type == "pulumi:pulumi:Stack":
@@ -190,15 +203,8 @@ class _Monitor(mocks.MockMonitor):
             return resource_pb2.RegisterResourceResponse(urn=urn)
         self._ensure_event_loop()
         inputs = rpc.deserialize_properties(request.object)
-        if request.custom and not request.provider and _package(request.type) in self.no_default_providers:
-            # What the Pulumi engine does when the project disables the package's default provider.
-            message = (
-                f"{request.name}: {request.type} has no explicit provider, and default {_package(request.type)} "
-                "providers are disabled (Pulumi.yaml pulumi:disable-default-providers); pass the stack's provider"
-            )
-            with self.lock:
-                self.errors.append(message)
-            raise schema.InputError(message)
+        if request.custom:
+            self._require_provider(f"{request.name}: {request.type}", request.type, request.provider)
         try:
             rid, state = self.cloud.new_resource(
                 request.type, request.name, urn, inputs, request.provider or None, bool(request.custom)
@@ -277,14 +283,7 @@ class _Monitor(mocks.MockMonitor):
         args = rpc.deserialize_properties(request.args)
         if request.tok == "pulumi:pulumi:getResource":
             return super().Invoke(request)
-        if not request.provider and _package(request.tok) in self.no_default_providers:
-            message = (
-                f"invoke {request.tok} has no explicit provider, and default {_package(request.tok)} providers are "
-                "disabled (Pulumi.yaml pulumi:disable-default-providers); pass InvokeOutputOptions(provider=...)"
-            )
-            with self.lock:
-                self.errors.append(message)
-            raise schema.InputError(message)
+        self._require_provider(f"invoke {request.tok}", request.tok, request.provider)
         try:
             ret = self.cloud.call(request.tok, args, request.provider or None)
         except schema.InputError as exc:
