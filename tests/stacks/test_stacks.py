@@ -121,6 +121,11 @@ def test_a_resource_without_an_explicit_provider_fails_like_pulumi_would(tmp_pat
     role = stackroles.StackRole("regional", "staging", "us-west-2")
     with pytest.raises(engine.EngineError, match=r"stray: aws:s3/bucketV2:BucketV2 has no explicit provider"):
         engine.run_stack(ROOT, role, project="dlinfra", config=CONFIG, stack_exports={}, program=program)
+    program.write_text("import pulumi_aws as aws\n\naws.get_caller_identity()\n")
+    with pytest.raises(
+        engine.EngineError, match=r"invoke aws:index/getCallerIdentity:getCallerIdentity has no explicit"
+    ):
+        engine.run_stack(ROOT, role, project="dlinfra", config=CONFIG, stack_exports={}, program=program)
 
 
 @pytest.mark.parametrize("stack", ["prod-us-west-2", "prod-us-east-1", "prod-eu-west-1", "staging-us-west-2"])
