@@ -57,7 +57,8 @@ def register(
     diff.add_argument(
         "--touched",
         action="store_true",
-        help="print the JSON list of head stacks a real preview should cover (changed plan or stack config)",
+        help="print the JSON list of head stacks a real preview should cover (changed plan or stack config), "
+        "with where each runs (runs_on) and whether pull requests may preview it for real (preview: real|offline)",
     )
     return {"check": cmd_check, "diff": cmd_diff}
 
@@ -109,7 +110,8 @@ def cmd_diff(args: argparse.Namespace) -> int:
         repo=Path.cwd(), base=args.base, head=args.head, fleet=args.fleet, lock=_lock(args), python=sys.executable
     )
     if args.touched:
-        sys.stdout.write(json.dumps(diff.touched(result)) + "\n")
+        fleet = load_fleet(args.fleet).fleet  # the head revision's (the working tree is the head in CI)
+        sys.stdout.write(json.dumps(diff.touched(result, fleet)) + "\n")
         return 0
     markdown = diff.render_markdown(result)
     if args.out:

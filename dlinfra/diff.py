@@ -26,7 +26,9 @@ from typing import Any, Literal
 
 import yaml
 
+from dlinfra import stackroles
 from dlinfra.errors import DlinfraError
+from dlinfra.fleet import Fleet
 from policy.dlinfra_policy.rules import STATEFUL_TYPES
 
 Action = Literal["create", "update", "replace", "delete"]
@@ -304,10 +306,14 @@ def compare(base: PlanSet, head: PlanSet) -> Diff:
     )
 
 
-def touched(diff: Diff) -> list[dict[str, str]]:
-    """Stacks of the head revision that a real preview should cover: planned changes or a changed config."""
+def touched(diff: Diff, fleet: Fleet | None = None) -> list[dict[str, str]]:
+    """Stacks of the head revision that a real preview should cover: planned changes or a changed config.
+
+    With the head's fleet, each row also says where the stack runs (`runs_on`: github-hosted or the in-VPC
+    runner's label prefix) and whether pull requests may preview it for real (`preview`: real or offline).
+    """
     stacks = {c.stack for c in diff.changes} | set(diff.config_changed)
-    return [
+    rows = [
         {
             "stack": stack,
             "kind": str(diff.roles[stack].get("kind") or ""),
@@ -317,6 +323,13 @@ def touched(diff: Diff) -> list[dict[str, str]]:
         for stack in sorted(stacks)
         if stack in diff.roles  # a stack the head removes has nothing left to preview
     ]
+    if fleet is None:
+        return rows
+    for row in rows:
+        role = stackroles.parse(fleet, row["stack"])
+        row["runs_on"] = stackroles.runs_on(fleet, role)
+        row["preview"] = "real" if stackroles.pull_request_preview(fleet, role) else "offline"
+    return rows
 
 
 # --- markdown ----------------------------------------------------------------------------------------------

@@ -166,6 +166,52 @@ class KubernetesSpec(Strict):
         return v
 
 
+_ROLE_ARN = re.compile(r"arn:aws[a-z-]*:iam::\d{12}:role/[\w+=,.@/-]{1,512}")
+_CONNECTION_ARN = re.compile(
+    r"arn:aws[a-z-]*:(codeconnections|codestar-connections):[a-z0-9-]+:\d{12}:connection/[\w-]+"
+)
+_GITHUB_REPOSITORY = re.compile(r"https://github\.com/[A-Za-z0-9-]{1,39}/[A-Za-z0-9._-]{1,100}")
+
+
+class CiSpec(Strict):
+    """How CI applies and previews an environment's stacks (apply.yml, preview.yml)."""
+
+    # Role apply.yml assumes by OIDC; gets a cluster-admin EKS access entry so the in-cluster stacks apply.
+    apply_role_arn: str
+    # Read-only role the preview workflows assume; gets a view-only EKS access entry (no Secrets).
+    preview_role_arn: str
+    # Repository whose workflow jobs the in-VPC runner takes (https://github.com/<owner>/<repo>).
+    repository: str
+    # AWS CodeConnections connection to GitHub that the runner's CodeBuild project uses.
+    connection_arn: str
+    # Real `pulumi preview` of this environment's stacks on pull requests: the preview credential can then
+    # decrypt this environment's state, so leave it false where the state holds secrets that matter (prod).
+    pull_request_preview: bool = False
+
+    @field_validator("apply_role_arn", "preview_role_arn")
+    @classmethod
+    def _role(cls, v: str) -> str:
+        if not _ROLE_ARN.fullmatch(v):
+            raise ValueError(f"{v!r} is not an IAM role ARN (arn:aws:iam::<12 digits>:role/<name>)")
+        return v
+
+    @field_validator("repository")
+    @classmethod
+    def _repository(cls, v: str) -> str:
+        if not _GITHUB_REPOSITORY.fullmatch(v):
+            raise ValueError(f"{v!r} is not a GitHub repository URL (https://github.com/<owner>/<repo>)")
+        return v
+
+    @field_validator("connection_arn")
+    @classmethod
+    def _connection(cls, v: str) -> str:
+        if not _CONNECTION_ARN.fullmatch(v):
+            raise ValueError(
+                f"{v!r} is not a CodeConnections ARN (arn:aws:codeconnections:<region>:<12 digits>:connection/<id>)"
+            )
+        return v
+
+
 class FsxSpec(Strict):
     """FSx for Lustre scratch linked to the datasets bucket."""
 
@@ -214,6 +260,7 @@ class Environment(Strict):
     kubernetes: KubernetesSpec = KubernetesSpec()
     storage: StorageSpec = StorageSpec()
     node_pools: Mapping[str, NodePool] = Field(default_factory=dict)
+    ci: CiSpec | None = None  # None: no in-VPC runner or CI access entries; admins apply over the laptop VPN
 
     @field_validator("regions", mode="before")
     @classmethod

@@ -109,3 +109,10 @@ def rows(fleet: Fleet, selected: list[StackRole]) -> dict[str, list[dict[str, st
             }
         )
     return out
+
+
+def pull_request_preview(fleet: Fleet, role: StackRole) -> bool:
+    """True when pull requests get a real `pulumi preview` of the stack: its environment says so (ci), since
+    the preview credential can then decrypt that environment's state."""
+    ci = fleet.environments[role.environment].ci
+    return bool(ci and ci.pull_request_preview)

@@ -12,7 +12,8 @@ from typing import Any
 import pytest
 
 from dlinfra import diff
-from tests.conftest import ROOT
+from dlinfra.fleet import load_fleet
+from tests.conftest import REFERENCE_FLEET, REFERENCE_LOCK, ROOT
 
 STACK = "prod-us-west-2"
 PREFIX = f"urn:pulumi:{STACK}::dlinfra::"
@@ -245,6 +246,9 @@ def test_diff_of_two_revisions(tmp_path: Path) -> None:
         if (ROOT / name).is_file() and not name.startswith("tests/"):
             (repo / name).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy(ROOT / name, repo / name)
+    # The fixture fleet, never the lab's own.
+    shutil.copy(REFERENCE_FLEET, repo / "fleet.yaml")
+    shutil.copy(REFERENCE_LOCK, repo / "cidr-lock.yaml")
     _git(repo, "init", "-q", "-b", "main")
     _git(repo, "-c", "user.name=t", "-c", "user.email=t@example.org", "add", ".")
     _git(repo, "-c", "user.name=t", "-c", "user.email=t@example.org", "commit", "-q", "-m", "base")
@@ -266,6 +270,13 @@ def test_diff_of_two_revisions(tmp_path: Path) -> None:
         "environment": "prod",
         "region": "eu-west-1",
     }
+    # With the head fleet: where each stack runs, and whether a pull request may preview it for real
+    # (environments.<env>.ci.pull_request_preview: staging yes, prod no).
+    head = load_fleet(fleet).fleet
+    annotated = {row["stack"]: row for row in diff.touched(result, head)}
+    assert annotated["staging-us-west-2"]["preview"] == "real"
+    assert {annotated[s]["preview"] for s in annotated if s.startswith("prod-")} == {"offline"}
+    assert {row["runs_on"] for row in annotated.values()} == {"github-hosted"}
     assert "`main (" in working and "→ `working tree`" in working
     assert "`tags.owner`" in working and "[!CAUTION]" not in working
     assert "| `prod-us-west-2` | 0 |" in working and "No allocation added" in working

@@ -196,6 +196,30 @@ BAD = [
         "the pool runs in us-west-2b",
         id="reservation-other-az",
     ),
+    pytest.param(
+        _set("environments.prod.ci.apply_role_arn", "arn:aws:iam::1111:role/apply"),
+        "environments.prod.ci.apply_role_arn",
+        "is not an IAM role ARN",
+        id="ci-bad-role",
+    ),
+    pytest.param(
+        _set("environments.staging.ci.repository", "git@github.com:lab/dlinfra.git"),
+        "environments.staging.ci.repository",
+        "is not a GitHub repository URL",
+        id="ci-bad-repository",
+    ),
+    pytest.param(
+        _set("environments.prod.ci.connection_arn", "arn:aws:codecommit:us-west-2:111122223333:repo"),
+        "environments.prod.ci.connection_arn",
+        "is not a CodeConnections ARN",
+        id="ci-bad-connection",
+    ),
+    pytest.param(
+        _delete("environments.prod.ci.preview_role_arn"),
+        "environments.prod.ci.preview_role_arn",
+        "",
+        id="ci-missing-preview-role",
+    ),
 ]
 
 
