@@ -180,7 +180,10 @@ class Cluster(pulumi.ComponentResource):
             # Deleting or replacing the cluster loses every Kubernetes object in it.
             opts=pulumi.ResourceOptions(parent=self, protect=True, depends_on=[attach, secrets_access, logs]),
         )
-        on_cluster = pulumi.ResourceOptions(parent=cluster)
+        # Access entries, add-ons and add-on roles are the component's children, not the cluster's: a child
+        # inherits `protect`, and removing a team, an admin or a site's hybrid access must be appliable. The
+        # alias keeps the URNs they had under the cluster, so nothing is replaced by the move.
+        on_cluster = pulumi.ResourceOptions(parent=self, protect=False, aliases=[pulumi.Alias(parent=cluster)])
 
         for arn in args.admin_role_arns:
             entry = aws.eks.AccessEntry(

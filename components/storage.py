@@ -115,11 +115,13 @@ class Storage(pulumi.ComponentResource):
             tags=names.tags("storage", names.physical("efs")),
             opts=stateful,
         )
+        # Children would inherit the file system's `protect`; mount targets and access points must stay removable.
+        on_efs = pulumi.ResourceOptions(parent=efs, protect=False)
         aws.efs.BackupPolicy(
             f"{name}-efs-backup",
             file_system_id=efs.id,
             backup_policy=aws.efs.BackupPolicyBackupPolicyArgs(status="ENABLED"),
-            opts=pulumi.ResourceOptions(parent=efs),
+            opts=on_efs,
         )
         for az, subnet_id in sorted(args.subnet_ids.items()):
             aws.efs.MountTarget(
@@ -127,7 +129,7 @@ class Storage(pulumi.ComponentResource):
                 file_system_id=efs.id,
                 subnet_id=subnet_id,
                 security_groups=[efs_sg.id],
-                opts=pulumi.ResourceOptions(parent=efs),
+                opts=on_efs,
             )
         home = aws.efs.AccessPoint(
             f"{name}-efs-home",
@@ -139,7 +141,7 @@ class Storage(pulumi.ComponentResource):
                 ),
             ),
             tags=names.tags("storage", names.physical("efs", "home")),
-            opts=pulumi.ResourceOptions(parent=efs),
+            opts=on_efs,
         )
         datasets_ap = aws.efs.AccessPoint(
             f"{name}-efs-datasets",
@@ -152,7 +154,7 @@ class Storage(pulumi.ComponentResource):
                 ),
             ),
             tags=names.tags("storage", names.physical("efs", "datasets")),
-            opts=pulumi.ResourceOptions(parent=efs),
+            opts=on_efs,
         )
 
         # S3: access logs first, since every data bucket logs to it.
@@ -204,7 +206,8 @@ class Storage(pulumi.ComponentResource):
             tags=names.tags("storage", names.physical(purpose), {"dlinfra:purpose": purpose}),
             opts=STATEFUL.merge(pulumi.ResourceOptions(parent=self)),
         )
-        child = pulumi.ResourceOptions(parent=bucket)
+        # Configuration of the bucket, not data: explicitly unprotected rather than inheriting the bucket's protect.
+        child = pulumi.ResourceOptions(parent=bucket, protect=False)
         aws.s3.BucketPublicAccessBlock(
             f"{name}-{purpose}-public-access",
             bucket=bucket.id,
@@ -337,7 +340,8 @@ class Storage(pulumi.ComponentResource):
                 ),
             ),
             tags=names.tags("storage", names.physical("lustre", "datasets")),
-            opts=pulumi.ResourceOptions(parent=lustre),
+            # The link, not the data (delete_data_in_filesystem stays false): removable, unlike the file system.
+            opts=pulumi.ResourceOptions(parent=lustre, protect=False),
         )
         return lustre.id
 

@@ -510,6 +510,19 @@ def stateful_protected(resource: Resource, ctx: Context) -> list[str]:
     return [f"{what} would be lost on delete or replace: declare it with ResourceOptions(protect=True)"]
 
 
+def protect_only_stateful(resource: Resource, ctx: Context) -> list[str]:
+    """Only what holds data is protected: a protected resource can never be deleted by an apply, so protecting
+    access entries, add-ons or policies (as a child inheriting its parent's `protect` does) makes removing a
+    team, an admin or a site impossible to apply. Source: Pulumi docs, resource option `protect` (children
+    inherit it from their parent)."""
+    if not resource.protect or resource.type in STATEFUL_TYPES:
+        return []
+    return [
+        f"{resource.type} is protected but holds no data (not in STATEFUL_TYPES): it could never be removed; "
+        "set protect=False explicitly if it inherits protect from a stateful parent"
+    ]
+
+
 def required_tags(resource: Resource, ctx: Context) -> list[str]:
     """Taggable AWS resources carry project, environment, region, component and managed-by."""
     if not resource.type.startswith("aws:") or not ctx.taggable(resource.type):
@@ -676,6 +689,9 @@ RULES: tuple[ResourceRule | StackRule, ...] = (
     ),
     ResourceRule(
         "stateful-protected", "Stateful resources are protected against deletion", "mandatory", stateful_protected
+    ),
+    ResourceRule(
+        "protect-only-stateful", "Only resources that hold data are protected", "mandatory", protect_only_stateful
     ),
     ResourceRule("required-tags", "Taggable AWS resources carry dlinfra's standard tags", "mandatory", required_tags),
     StackRule(

@@ -136,6 +136,13 @@ CASES: dict[str, tuple[list[Resource], list[Resource]]] = {
         [res("aws:efs/fileSystem:FileSystem", protect=True)(encrypted=True)],
         [res("aws:efs/fileSystem:FileSystem")(encrypted=True)],
     ),
+    "protect-only-stateful": (
+        [res("aws:efs/fileSystem:FileSystem", protect=True)(encrypted=True), res("aws:eks/accessEntry:AccessEntry")()],
+        [
+            res("aws:eks/accessEntry:AccessEntry", protect=True)(),
+            res("aws:efs/mountTarget:MountTarget", protect=True)(),
+        ],
+    ),
     "required-tags": (
         [res(VPC)(tags=TAGS), res("aws:ec2/route:Route")()],
         [res(VPC)(tags={"project": "dlinfra"})],

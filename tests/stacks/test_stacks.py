@@ -282,3 +282,33 @@ def test_no_secret_reaches_a_plan_export(results: dict[str, engine.StackResult],
         assert "PRIVATE KEY" not in text, result.role.name
         leaked = [s[:4] + "..." for s in secrets if s in text]
         assert not leaked, f"{result.role.name}: {leaked}"
+
+
+def test_removing_a_team_an_admin_and_a_sites_machines_deletes_nothing_protected(
+    results: dict[str, engine.StackResult], write_fleet: Any
+) -> None:
+    """Access entries, add-on roles and the like are removable: only what holds data is protected."""
+
+    def change(data: dict[str, Any]) -> None:
+        del data["teams"]["robotics"]
+        data["environments"]["prod"]["kubernetes"]["admin_role_arns"] = []
+        data["sites"]["sjc1"]["gpu_nodes"] = 0  # the site's machines leave: hybrid role, activation, entry go
+
+    path = write_fleet(change)
+    config = {"dlinfra:fleet": str(path), "dlinfra:lock": str(path.parent / "cidr-lock.yaml")}
+    role = stackroles.StackRole("regional", "prod", "us-west-2")
+    after = engine.run_stack(ROOT, role, project="dlinfra", config=config, stack_exports={})
+    before = results["prod-us-west-2"]
+    kept = {r.urn for r in after.resources} | {a for r in after.resources for a in r.aliases}
+    deleted = [r for r in before.resources if r.urn not in kept]
+    deleted_types = {r.type for r in deleted}
+    assert {"aws:eks/accessEntry:AccessEntry", "aws:ssm/activation:Activation"} <= deleted_types
+    assert len([r for r in deleted if r.type == "aws:eks/accessEntry:AccessEntry"]) == 3  # team, admin, hybrid
+    assert [r.name for r in deleted if r.protect] == []
+    # What holds data stays protected.
+    (cluster,) = _of_type(after, "aws:eks/cluster:Cluster")
+    assert cluster.protect and all(k.protect for k in _of_type(after, "aws:kms/key:Key"))
+    cluster_entries = [r for r in _of_type(after, "aws:eks/accessEntry:AccessEntry") if r.name.startswith("cluster-")]
+    assert cluster_entries
+    for r in cluster_entries:
+        assert not r.protect and r.aliases, r.name  # moved from under the cluster, with an alias
