@@ -18,6 +18,10 @@ from dlinfra.naming import Names
 _RSA_BITS = 2048
 _HOURS_PER_DAY = 24
 _EARLY_RENEWAL_DAYS = 30
+# ACM only lets Client VPN use an imported server certificate that names a domain ("Certificate ... does not
+# have a domain" otherwise): the server certificate carries a DNS SAN under this private suffix. Nothing
+# resolves it; laptops check the certificate's common name (verify-x509-name), which stays as it was.
+SERVER_DOMAIN_SUFFIX = "clientvpn.internal"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -101,6 +105,7 @@ class ClientVpn(pulumi.ComponentResource):
             ca,
             cert_hours,
             child,
+            dns_names=[f"{server_cn}.{SERVER_DOMAIN_SUFFIX}"],
         )
         client_key, client_cert = _leaf(
             f"{name}-client",
@@ -238,10 +243,13 @@ def _leaf(
     ca: tls.SelfSignedCert,
     validity_hours: int,
     opts: pulumi.ResourceOptions,
+    dns_names: list[str] | None = None,
 ) -> tuple[tls.PrivateKey, tls.LocallySignedCert]:
-    """A key and a certificate signed by the endpoint's CA, for one TLS role."""
+    """A key and a certificate signed by the endpoint's CA, for one TLS role (with DNS SANs when given)."""
     key = tls.PrivateKey(f"{name}-key", algorithm="RSA", rsa_bits=_RSA_BITS, opts=opts)
-    request = tls.CertRequest(f"{name}-csr", private_key_pem=key.private_key_pem, subject=subject, opts=opts)
+    request = tls.CertRequest(
+        f"{name}-csr", private_key_pem=key.private_key_pem, subject=subject, dns_names=dns_names, opts=opts
+    )
     cert = tls.LocallySignedCert(
         f"{name}-cert",
         cert_request_pem=request.cert_request_pem,

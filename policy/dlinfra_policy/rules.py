@@ -663,6 +663,39 @@ def explicit_provider(resource: Resource, ctx: Context) -> list[str]:
     return []
 
 
+TLS_CERT_REQUEST = "tls:index/certRequest:CertRequest"
+TLS_SIGNED_CERTS = ("tls:index/locallySignedCert:LocallySignedCert", "tls:index/selfSignedCert:SelfSignedCert")
+
+
+def _domain_shaped(name: Any) -> bool:
+    labels = str(name).rstrip(".").split(".")
+    return len(labels) >= 2 and all(
+        re.fullmatch(r"[a-z0-9*]([a-z0-9-]{0,61}[a-z0-9])?", label or "") for label in labels
+    )
+
+
+def server_certificates_name_a_domain(resources: Sequence[Resource], ctx: Context) -> list[Violation]:
+    """Server certificates carry a domain-shaped DNS subject alternative name.
+
+    ACM refuses to let AWS Client VPN use an imported server certificate without a domain name, and current TLS
+    clients ignore the common name. Source: AWS Client VPN administrator guide, "Mutual authentication"; ACM
+    user guide, "Prerequisites for importing certificates".
+    """
+    by_urn = {r.urn: r for r in resources}
+    out = []
+    for cert in resources:
+        if cert.type not in TLS_SIGNED_CERTS or "server_auth" not in _items(cert.inputs.get("allowedUses")):
+            continue
+        if cert.type == TLS_SIGNED_CERTS[1]:
+            names = _items(cert.inputs.get("dnsNames"))
+        else:
+            requests = [by_urn[d] for d in cert.dependencies if d in by_urn and by_urn[d].type == TLS_CERT_REQUEST]
+            names = [n for request in requests for n in _items(request.inputs.get("dnsNames"))]
+        if not any(_domain_shaped(n) for n in names):
+            out.append(Violation(cert.urn, "server certificate has no domain-shaped DNS name: ACM will not use it"))
+    return out
+
+
 RULES: tuple[ResourceRule | StackRule, ...] = (
     ResourceRule(
         "ebs-encrypted", "EBS volumes and launch template block devices are encrypted", "mandatory", ebs_encrypted
@@ -706,6 +739,12 @@ RULES: tuple[ResourceRule | StackRule, ...] = (
     StackRule("vpc-flow-logs", "Every VPC has a flow log", "advisory", vpc_flow_logs),
     ResourceRule(
         "client-vpn-connection-logs", "Client VPN endpoints log connections", "advisory", client_vpn_connection_logs
+    ),
+    StackRule(
+        "server-cert-domain-san",
+        "Server certificates name a domain in their subject alternative names",
+        "mandatory",
+        server_certificates_name_a_domain,
     ),
     ResourceRule(
         "explicit-provider",

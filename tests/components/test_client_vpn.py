@@ -91,6 +91,13 @@ def test_certificates_and_secret_keys(stack: str, tmp_path: Path) -> None:
         assert schema.is_secret(cert.inputs["caPrivateKeyPem"])
         key = named(result, f"client-vpn-{role}-key")
         assert (key.inputs["algorithm"], plain(key.inputs["rsaBits"])) == ("RSA", 2048)
+    # ACM only lets Client VPN use a server certificate that names a domain: a DNS SAN under a private suffix,
+    # while laptops keep checking the common name.
+    server_csr = named(result, "client-vpn-server-csr")
+    server_cn = server_csr.inputs["subject"]["commonName"]
+    assert server_csr.inputs["dnsNames"] == [f"{server_cn}.clientvpn.internal"]
+    assert result.outputs["client_vpn_server_name"] == server_cn
+    assert "dnsNames" not in named(result, "client-vpn-client-csr").inputs
     acm = named(result, "client-vpn-server-acm")
     assert schema.is_secret(acm.inputs["privateKey"])
     assert acm.inputs["certificateChain"] == ca.outputs["certPem"]

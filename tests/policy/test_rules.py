@@ -92,6 +92,7 @@ GPU_TAGS = [
     {"key": GPU_TAG, "value": "8", "propagateAtLaunch": False},
 ]
 LT_GPU = res(LT, "gpu-lt", id="lt-1")(instanceType="p5.48xlarge")
+SIGNED = "tls:index/locallySignedCert:LocallySignedCert"
 ENCRYPTED_ROOT = [{"deviceName": "/dev/xvda", "ebs": {"encrypted": "true", "volumeType": "gp3"}}]
 
 # rule -> (resources that pass, resources that fail); every rule in rules.RULES must be here.
@@ -165,6 +166,18 @@ CASES: dict[str, tuple[list[Resource], list[Resource]]] = {
     "client-vpn-connection-logs": (
         [res(rules.CLIENT_VPN_ENDPOINT)(connectionLogOptions={"enabled": True})],
         [res(rules.CLIENT_VPN_ENDPOINT)(connectionLogOptions={"enabled": False})],
+    ),
+    "server-cert-domain-san": (
+        [
+            CSR_WITH_DOMAIN := res(rules.TLS_CERT_REQUEST, "server-csr")(dnsNames=["vpn-server.clientvpn.internal"]),
+            res(SIGNED, dependencies=[CSR_WITH_DOMAIN.urn])(allowedUses=["key_encipherment", "server_auth"]),
+            res(SIGNED, "client")(allowedUses=["client_auth"]),  # client certificates need no domain
+        ],
+        [
+            CSR_BARE := res(rules.TLS_CERT_REQUEST, "server-csr")(subject={"commonName": "vpn-server"}),
+            res(SIGNED, dependencies=[CSR_BARE.urn])(allowedUses=["server_auth"]),
+            res(rules.TLS_SIGNED_CERTS[1])(allowedUses=["server_auth"], dnsNames=["server"]),
+        ],
     ),
     "explicit-provider": (
         [
