@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 import pulumi
 import pulumi_aws as aws
 
+from components import security_groups as sg
 from components.iam import protected_key, service_trust
 from components.platform_values import pod_identity_trust
 from dlinfra import eks
@@ -132,15 +133,15 @@ class Cluster(pulumi.ComponentResource):
             name=sg_name,
             description="Kubernetes API from the VPC, site LANs and the laptop VPN",
             vpc_id=args.vpc_id,
-            ingress=[
-                aws.ec2.SecurityGroupIngressArgs(
-                    protocol="tcp", from_port=443, to_port=443, cidr_blocks=list(args.api_client_cidrs),
-                    description="Kubernetes API (private endpoint)",
-                )
-            ],
             tags=names.tags("cluster", sg_name),
             opts=child,
-        )  # fmt: skip
+        )
+        for cidr in sorted(args.api_client_cidrs):
+            sg.rule(
+                f"{name}-api-from-{sg.cidr_key(cidr)}", "ingress", group=api_sg, peer=sg.Peer(cidr=cidr),
+                description="Kubernetes API (private endpoint)", names=names, component="cluster", protocol="tcp",
+                ports=(443, 443),
+            )  # fmt: skip
         remote = None
         if args.remote_node_cidrs:
             remote = aws.eks.ClusterRemoteNetworkConfigArgs(

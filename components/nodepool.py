@@ -12,11 +12,19 @@ import jinja2
 import pulumi
 import pulumi_aws as aws
 
+from components import security_groups as sg
 from components.iam import service_trust
 from dlinfra import instances
 from dlinfra.naming import Names
 
 TEMPLATES = Path(__file__).parent / "templates"
+
+
+def cluster_owned_tag(cluster_name: str) -> str:
+    """The tag key that marks an instance as a node of the cluster (value `owned`)."""
+    return f"kubernetes.io/cluster/{cluster_name}"
+
+
 _ENV = jinja2.Environment(
     loader=jinja2.FileSystemLoader(TEMPLATES), undefined=jinja2.StrictUndefined, keep_trailing_newline=True
 )
@@ -194,60 +202,37 @@ class NodePool(pulumi.ComponentResource):
             name=sg_name,
             description=f"Nodes of pool {args.pool}",
             vpc_id=args.vpc_id,
-            # To the internet only HTTP(S) (images, packages, model hubs); to our own networks anything.
-            egress=[
-                aws.ec2.SecurityGroupEgressArgs(
-                    protocol="tcp", from_port=port, to_port=port, cidr_blocks=["0.0.0.0/0"], description=what
-                )
-                for port, what in ((443, "HTTPS to the internet"), (80, "HTTP to the internet (package mirrors)"))
-            ]
-            + (
-                [
-                    aws.ec2.SecurityGroupEgressArgs(
-                        protocol="-1",
-                        from_port=0,
-                        to_port=0,
-                        cidr_blocks=list(args.internal_cidrs),
-                        description="VPCs and site networks of the environment",
-                    )
-                ]
-                if args.internal_cidrs
-                else []
-            ),
             tags=names.tags(component, sg_name),
             opts=child,
         )
-        # Node to node: pod traffic, NCCL, and EFA (which requires all traffic to and from its own group).
-        aws.vpc.SecurityGroupIngressRule(
-            f"{name}-self",
-            security_group_id=security_group.id,
-            referenced_security_group_id=security_group.id,
-            ip_protocol="-1",
-            description="node to node, pods, NCCL and EFA",
-            tags=names.tags(component, names.physical("nodes", args.pool, "self")),
-            opts=pulumi.ResourceOptions(parent=security_group),
-        )
-        if args.efa:
-            aws.vpc.SecurityGroupEgressRule(
-                f"{name}-self-egress",
-                security_group_id=security_group.id,
-                referenced_security_group_id=security_group.id,
-                ip_protocol="-1",
-                description="EFA needs egress to its own group",
-                tags=names.tags(component, names.physical("nodes", args.pool, "self-egress")),
-                opts=pulumi.ResourceOptions(parent=security_group),
-            )
+        this_group = sg.Peer(security_group_id=security_group.id)
 
+        def rule(
+            key: str,
+            direction: sg.Direction,
+            peer: sg.Peer,
+            description: str,
+            protocol: str = "-1",
+            ports: tuple[int, int] | None = None,
+        ) -> None:
+            sg.rule(
+                f"{name}-sg-{key}", direction, group=security_group, peer=peer, description=description,
+                names=names, component=component, protocol=protocol, ports=ports,
+            )  # fmt: skip
+
+        # To the internet only HTTP(S) (images, packages, model hubs); to our own networks anything.
+        world = sg.Peer(cidr="0.0.0.0/0")
+        rule("to-https", "egress", world, "HTTPS to the internet", protocol="tcp", ports=(443, 443))
+        rule("to-http", "egress", world, "HTTP to the internet (package mirrors)", protocol="tcp", ports=(80, 80))
+        for cidr in sorted(args.internal_cidrs):
+            rule(f"to-{sg.cidr_key(cidr)}", "egress", sg.Peer(cidr=cidr), "VPCs and site networks of the environment")
+        # Node to node: pod traffic, NCCL, and EFA (which requires all traffic to and from its own group).
+        rule("self", "ingress", this_group, "node to node, pods, NCCL and EFA")
+        if args.efa:
+            rule("self-egress", "egress", this_group, "EFA needs egress to its own group")
         if args.cluster_security_group_id is not None:
-            aws.vpc.SecurityGroupIngressRule(
-                f"{name}-from-cluster",
-                security_group_id=security_group.id,
-                referenced_security_group_id=args.cluster_security_group_id,
-                ip_protocol="-1",
-                description="EKS control plane to kubelet and webhooks",
-                tags=names.tags(component, names.physical("nodes", args.pool, "from-cluster")),
-                opts=pulumi.ResourceOptions(parent=security_group),
-            )
+            cluster_group = sg.Peer(security_group_id=args.cluster_security_group_id)
+            rule("from-cluster", "ingress", cluster_group, "EKS control plane to kubelet and webhooks")
         # Nodes authenticate with their role: the access entry must exist before the first node joins.
         access = aws.eks.AccessEntry(
             f"{name}-access",
@@ -336,7 +321,9 @@ class NodePool(pulumi.ComponentResource):
             update_default_version=True,
             tag_specifications=[
                 aws.ec2.LaunchTemplateTagSpecificationArgs(
-                    resource_type=kind, tags=names.tags(component, names.physical("node", args.pool))
+                    resource_type=kind,
+                    tags=names.tags(component, names.physical("node", args.pool))
+                    | ({cluster_owned_tag(args.cluster_name): "owned"} if kind == "instance" else {}),
                 )
                 for kind in ("instance", "volume", "network-interface")
             ],
@@ -344,7 +331,13 @@ class NodePool(pulumi.ComponentResource):
             opts=child,
         )
 
-        group_tags = names.tags(component, names.physical("node", args.pool)) | autoscaler_tags(args)
+        # Self-managed nodes carry kubernetes.io/cluster/<name>=owned (propagated to instances at launch): the
+        # in-tree cloud provider, the load balancer controller and the VPC CNI find a cluster's nodes by it.
+        group_tags = (
+            names.tags(component, names.physical("node", args.pool))
+            | {cluster_owned_tag(args.cluster_name): "owned"}
+            | autoscaler_tags(args)
+        )
         lt_spec = aws.autoscaling.GroupLaunchTemplateArgs(id=template.id, version=template.latest_version.apply(str))
         mixed = None
         if args.spot:

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 import pulumi
 import pulumi_aws as aws
 
+from components import security_groups as sg
 from components.iam import protected_key
 from dlinfra.naming import Names
 
@@ -92,15 +93,15 @@ class Storage(pulumi.ComponentResource):
             name=efs_sg_name,
             description="NFS from nodes and pods only",
             vpc_id=args.vpc_id,
-            ingress=[
-                aws.ec2.SecurityGroupIngressArgs(
-                    protocol="tcp", from_port=NFS_PORT, to_port=NFS_PORT, cidr_blocks=list(args.client_cidrs),
-                    description="NFS from node and pod subnets",
-                )
-            ],
             tags=names.tags("storage", efs_sg_name),
             opts=child,
-        )  # fmt: skip
+        )
+        for cidr in sorted(args.client_cidrs):
+            sg.rule(
+                f"{name}-efs-from-{sg.cidr_key(cidr)}", "ingress", group=efs_sg, peer=sg.Peer(cidr=cidr),
+                description="NFS from node and pod subnets", names=names, component="storage", protocol="tcp",
+                ports=(NFS_PORT, NFS_PORT),
+            )  # fmt: skip
         efs = aws.efs.FileSystem(
             f"{name}-efs",
             creation_token=names.physical("efs"),
@@ -288,26 +289,24 @@ class Storage(pulumi.ComponentResource):
             name=sg_name,
             description="Lustre from nodes and pods, and between file servers",
             vpc_id=args.vpc_id,
-            ingress=[
-                aws.ec2.SecurityGroupIngressArgs(
-                    protocol="tcp", from_port=lo, to_port=hi, cidr_blocks=list(args.client_cidrs),
-                    description="Lustre clients",
-                )
-                for lo, hi in LUSTRE_PORTS
-            ]
-            + [
-                aws.ec2.SecurityGroupIngressArgs(
-                    protocol="tcp", from_port=lo, to_port=hi, self=True, description="Lustre servers"
-                )
-                for lo, hi in LUSTRE_PORTS
-            ],
-            egress=[
-                aws.ec2.SecurityGroupEgressArgs(
-                    protocol="-1", from_port=0, to_port=0, self=True, description="Lustre servers to each other"
-                )
-            ],
             tags=names.tags("storage", sg_name),
             opts=pulumi.ResourceOptions(parent=self),
+        )
+        servers = sg.Peer(security_group_id=lustre_sg.id)
+        for lo, hi in LUSTRE_PORTS:
+            for cidr in sorted(args.client_cidrs):
+                sg.rule(
+                    f"{name}-lustre-from-{sg.cidr_key(cidr)}-{lo}", "ingress", group=lustre_sg,
+                    peer=sg.Peer(cidr=cidr), description="Lustre clients", names=names, component="storage",
+                    protocol="tcp", ports=(lo, hi),
+                )  # fmt: skip
+            sg.rule(
+                f"{name}-lustre-servers-{lo}", "ingress", group=lustre_sg, peer=servers, description="Lustre servers",
+                names=names, component="storage", protocol="tcp", ports=(lo, hi),
+            )  # fmt: skip
+        sg.rule(
+            f"{name}-lustre-servers-out", "egress", group=lustre_sg, peer=servers,
+            description="Lustre servers to each other", names=names, component="storage",
         )  # fmt: skip
         first_az = sorted(args.subnet_ids)[0]
         lustre = aws.fsx.LustreFileSystem(

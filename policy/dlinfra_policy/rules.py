@@ -663,6 +663,42 @@ def explicit_provider(resource: Resource, ctx: Context) -> list[str]:
     return []
 
 
+def sg_no_inline_rules(resource: Resource, ctx: Context) -> list[str]:
+    """Security groups declare no inline rules: every rule is its own resource.
+
+    Inline `ingress`/`egress` blocks and separate rule resources on one group fight each other: perpetual
+    diffs, and an apply that revokes the other's rules. Source: pulumi-aws `ec2.SecurityGroup` docs, "NOTE on
+    Security Groups and Security Group Rules" (use `vpc.SecurityGroupIngressRule`/`EgressRule`).
+    """
+    if resource.type != SECURITY_GROUP:
+        return []
+    inline = [key for key in ("ingress", "egress") if _items(resource.inputs.get(key))]
+    return [f"inline {key} rules: declare them as separate rule resources" for key in inline]
+
+
+def nodes_cluster_owned(resource: Resource, ctx: Context) -> list[str]:
+    """Node groups tag their instances `kubernetes.io/cluster/<cluster>=owned`, propagated at launch.
+
+    Self-managed nodes without it are not recognised as the cluster's by the AWS cloud provider and the load
+    balancer controller. Source: Amazon EKS user guide, "Create self-managed Amazon Linux nodes" (the
+    CloudFormation template's ASG tag); cluster-autoscaler AWS docs (auto-discovery tags).
+    """
+    if resource.type != AUTOSCALING_GROUP:
+        return []
+    tags = {str(t.get("key")): t for t in _objects(resource.inputs.get("tags"))}
+    clusters = [
+        key.removeprefix(f"{AUTOSCALER}/")
+        for key, tag in tags.items()
+        if key.startswith(f"{AUTOSCALER}/") and key != f"{AUTOSCALER}/enabled" and tag.get("value") == "owned"
+    ]
+    out = []
+    for cluster in clusters:
+        tag = tags.get(f"kubernetes.io/cluster/{cluster}")
+        if tag is None or tag.get("value") != "owned" or not _true(tag.get("propagateAtLaunch")):
+            out.append(f"nodes of cluster {cluster} lack kubernetes.io/cluster/{cluster}=owned propagated at launch")
+    return out
+
+
 TLS_CERT_REQUEST = "tls:index/certRequest:CertRequest"
 TLS_SIGNED_CERTS = ("tls:index/locallySignedCert:LocallySignedCert", "tls:index/selfSignedCert:SelfSignedCert")
 
@@ -739,6 +775,13 @@ RULES: tuple[ResourceRule | StackRule, ...] = (
     StackRule("vpc-flow-logs", "Every VPC has a flow log", "advisory", vpc_flow_logs),
     ResourceRule(
         "client-vpn-connection-logs", "Client VPN endpoints log connections", "advisory", client_vpn_connection_logs
+    ),
+    ResourceRule("sg-no-inline-rules", "Security groups have no inline rules", "mandatory", sg_no_inline_rules),
+    ResourceRule(
+        "nodes-cluster-owned-tag",
+        "Node groups tag instances kubernetes.io/cluster/<name>=owned",
+        "mandatory",
+        nodes_cluster_owned,
     ),
     StackRule(
         "server-cert-domain-san",

@@ -88,6 +88,21 @@ def test_pool(pools: dict, stack: str, pool: str) -> None:
     for key, value in spec.labels.items():
         assert tags[f"{CA}/node-template/label/{key}"] == value
     assert tags["environment"] == env and tags["managed-by"] == "pulumi-dlinfra"
+    # Self-managed node convention: instances say which cluster owns them, from launch on.
+    cluster = f"dlinfra-{env}-{_code(region)}-eks"
+    (owned,) = [t for t in asg.inputs["tags"] if t["key"] == f"kubernetes.io/cluster/{cluster}"]
+    assert owned["value"] == "owned" and owned["propagateAtLaunch"] is True
+    (instance_tags,) = [t["tags"] for t in lt.inputs["tagSpecifications"] if t["resourceType"] == "instance"]
+    assert instance_tags[f"kubernetes.io/cluster/{cluster}"] == "owned"
+    # The pool's security group has no inline rules; each rule is its own resource.
+    (group,) = res["aws:ec2/securityGroup:SecurityGroup"]
+    assert "ingress" not in group.inputs and "egress" not in group.inputs
+    egress = res["aws:vpc/securityGroupEgressRule:SecurityGroupEgressRule"]
+    to_world = {(r.inputs["fromPort"], r.inputs["cidrIpv4"]) for r in egress if r.inputs.get("cidrIpv4") == "0.0.0.0/0"}
+    assert to_world == {(443.0, "0.0.0.0/0"), (80.0, "0.0.0.0/0")}
+    assert {r.inputs["description"] for r in res["aws:vpc/securityGroupIngressRule:SecurityGroupIngressRule"]} >= {
+        "node to node, pods, NCCL and EFA"
+    }
     # Sizes, drain hook, refresh.
     assert (asg.inputs["minSize"], asg.inputs["maxSize"]) == (spec.min_size, spec.max_size)
     (hook,) = asg.inputs["initialLifecycleHooks"]

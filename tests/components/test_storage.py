@@ -32,6 +32,9 @@ STATEFUL_TYPES = {
 }
 
 
+RULE_IN = "aws:vpc/securityGroupIngressRule:SecurityGroupIngressRule"
+
+
 def _regional() -> list[str]:
     fleet = load_fleet(REFERENCE_FLEET).fleet
     return [r.name for r in stackroles.roles(fleet) if r.kind == "regional"]
@@ -86,9 +89,13 @@ def test_efs_mount_target_in_every_az(stacks: dict, stack: str) -> None:
     mounts = _of(stacks[stack], "aws:efs/mountTarget:MountTarget")
     assert sorted(m.inputs["subnetId"] for m in mounts) == sorted(f"subnet-{az}" for az in azs)
     (sg,) = [s for s in _of(stacks[stack], "aws:ec2/securityGroup:SecurityGroup") if "efs" in s.name]
-    (rule,) = sg.inputs["ingress"]
-    assert (rule["fromPort"], rule["toPort"], rule["protocol"]) == (2049, 2049, "tcp")
-    assert "0.0.0.0/0" not in rule["cidrBlocks"] and len(rule["cidrBlocks"]) == len(azs)
+    assert "ingress" not in sg.inputs and "egress" not in sg.inputs  # rules are separate resources
+    rules = [r for r in _of(stacks[stack], RULE_IN) if r.parent == sg.urn]
+    assert {(r.inputs["fromPort"], r.inputs["toPort"], r.inputs["ipProtocol"]) for r in rules} == {
+        (2049.0, 2049.0, "tcp")
+    }
+    cidrs = {r.inputs["cidrIpv4"] for r in rules}
+    assert "0.0.0.0/0" not in cidrs and len(cidrs) == len(rules) == len(azs)
     paths = sorted(ap.inputs["rootDirectory"]["path"] for ap in _of(stacks[stack], "aws:efs/accessPoint:AccessPoint"))
     assert paths == ["/datasets", "/home"]
     (backup,) = _of(stacks[stack], "aws:efs/backupPolicy:BackupPolicy")

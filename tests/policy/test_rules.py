@@ -93,6 +93,7 @@ GPU_TAGS = [
 ]
 LT_GPU = res(LT, "gpu-lt", id="lt-1")(instanceType="p5.48xlarge")
 SIGNED = "tls:index/locallySignedCert:LocallySignedCert"
+OWNED = "kubernetes.io/cluster/dlinfra-prod-usw2"
 ENCRYPTED_ROOT = [{"deviceName": "/dev/xvda", "ebs": {"encrypted": "true", "volumeType": "gp3"}}]
 
 # rule -> (resources that pass, resources that fail); every rule in rules.RULES must be here.
@@ -166,6 +167,17 @@ CASES: dict[str, tuple[list[Resource], list[Resource]]] = {
     "client-vpn-connection-logs": (
         [res(rules.CLIENT_VPN_ENDPOINT)(connectionLogOptions={"enabled": True})],
         [res(rules.CLIENT_VPN_ENDPOINT)(connectionLogOptions={"enabled": False})],
+    ),
+    "sg-no-inline-rules": (
+        [res(rules.SECURITY_GROUP)(tags=TAGS), res(rules.SECURITY_GROUP)(ingress=[], egress=[])],
+        [res(rules.SECURITY_GROUP)(ingress=[LAN_22]), res(rules.SECURITY_GROUP)(egress=[LAN_22])],
+    ),
+    "nodes-cluster-owned-tag": (
+        [res(ASG)(tags=[*GPU_TAGS, {"key": OWNED, "value": "owned", "propagateAtLaunch": True}])],
+        [
+            res(ASG)(tags=GPU_TAGS),
+            res(ASG)(tags=[*GPU_TAGS, {"key": OWNED, "value": "owned", "propagateAtLaunch": False}]),
+        ],
     ),
     "server-cert-domain-san": (
         [
