@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pulumi
 
+from components.ci_runner import CiRunner, CiRunnerArgs
 from components.client_vpn import ClientVpn, ClientVpnArgs
 from components.network import Network, NetworkArgs
 from components.platform_aws import PlatformAws, PlatformAwsArgs, PoolGroup
@@ -129,6 +130,23 @@ def declare(ctx: StackContext) -> None:
     )
     # Read by the in-cluster stack (`<env>-<region>-k8s`) through StackReference.
     pulumi.export("termination_queue_url", platform.termination_queue_url)
+    if environment.ci is not None:
+        # The runner that applies this region's in-cluster stack from inside the VPC (apply.yml, job k8s).
+        runner = CiRunner(
+            "ci-runner",
+            CiRunnerArgs(
+                names=names,
+                vpc_id=network.vpc_id,
+                vpc_cidr=vpc_cidr,
+                subnet_ids=private,
+                repository=environment.ci.repository,
+                connection_arn=environment.ci.connection_arn,
+                log_kms_key_arn=network.log_key_arn,
+            ),
+            opts=in_region,
+        )
+        pulumi.export("ci_runner_project", runner.project_name)
+        pulumi.export("ci_runner_label", runner.runner_label)
     if parts.hybrid is not None:
         pulumi.export("hybrid_role_arn", parts.hybrid.role_arn)
         # Secret: `dlinfra site render` turns it into each site's nodeadm NodeConfig.

@@ -48,6 +48,8 @@ TERRAFORM_TYPES: Mapping[str, str] = {
     "aws:cloudwatch/logResourcePolicy:LogResourcePolicy": "aws_cloudwatch_log_resource_policy",
     "aws:cloudwatch/logStream:LogStream": "aws_cloudwatch_log_stream",
     "aws:cloudwatch/logSubscriptionFilter:LogSubscriptionFilter": "aws_cloudwatch_log_subscription_filter",
+    "aws:codebuild/project:Project": "aws_codebuild_project",
+    "aws:codebuild/webhook:Webhook": "aws_codebuild_webhook",
     "aws:cloudwatch/metricAlarm:MetricAlarm": "aws_cloudwatch_metric_alarm",
     "aws:ebs/defaultKmsKey:DefaultKmsKey": "aws_ebs_default_kms_key",
     "aws:ebs/encryptionByDefault:EncryptionByDefault": "aws_ebs_encryption_by_default",
