@@ -23,6 +23,9 @@ from dlinfra.naming import Names
 NODE_PREREQUISITE_ADDONS = ("vpc-cni", "kube-proxy", "eks-pod-identity-agent")
 LOG_TYPES = ("api", "audit", "authenticator", "controllerManager", "scheduler")
 ADMIN_POLICY = "arn:aws:eks::aws:cluster-access-policy/AmazonEKSClusterAdminPolicy"
+# Read-only like Kubernetes' `view` role, which leaves out Secrets (AmazonEKSAdminViewPolicy would include them).
+# Source: Amazon EKS user guide, "Review access policy permissions".
+VIEW_POLICY = "arn:aws:eks::aws:cluster-access-policy/AmazonEKSViewPolicy"
 # Add-ons that call AWS APIs, with the service account Pod Identity binds and the managed policy they need.
 ADDON_IDENTITIES = {
     "vpc-cni": ("aws-node", "arn:aws:iam::aws:policy/AmazonEKS_CNI_Policy"),
@@ -42,6 +45,8 @@ class ClusterArgs:
     remote_pod_cidrs: Sequence[str] = ()  # pod CIDRs of those sites
     public_access_cidrs: Sequence[str] = ()  # empty: private endpoint only
     admin_role_arns: Sequence[str] = ()  # cluster-admin access entries
+    ci_apply_role_arn: str | None = None  # role apply.yml assumes: cluster admin, to apply the in-cluster stack
+    ci_preview_role_arn: str | None = None  # role the previews assume: view only, no Secrets
     hybrid_role_arn: pulumi.Input[str] | None = None  # role of the site machines (HYBRID_LINUX)
     team_role_arns: Mapping[str, str] = field(default_factory=dict)  # team -> role, bound to group team:<name>
     log_retention_days: int = 365  # control-plane logs are audit records: keep a year
@@ -53,6 +58,12 @@ class ClusterArgs:
             raise ValueError(f"version: {problem}")
         if len(self.subnet_ids) < 2:
             raise ValueError(f"subnet_ids: EKS needs subnets in at least two AZs, got {len(self.subnet_ids)}")
+        ci_roles = [r for r in (self.ci_apply_role_arn, self.ci_preview_role_arn) if r is not None]
+        for arn in ci_roles:
+            if arn in self.admin_role_arns:
+                raise ValueError(f"ci role {arn}: already an admin role; a principal has one access entry")
+        if len(set(ci_roles)) != len(ci_roles):
+            raise ValueError("ci_apply_role_arn and ci_preview_role_arn: previews must not use the apply role")
         if bool(self.remote_node_cidrs) != bool(self.remote_pod_cidrs):
             raise ValueError("remote_node_cidrs and remote_pod_cidrs: give both (hybrid nodes) or neither")
 
@@ -186,16 +197,21 @@ class Cluster(pulumi.ComponentResource):
         # alias keeps the URNs they had under the cluster, so nothing is replaced by the move.
         on_cluster = pulumi.ResourceOptions(parent=self, protect=False, aliases=[pulumi.Alias(parent=cluster)])
 
-        for arn in args.admin_role_arns:
+        entries = {f"admin-{_role_key(arn)}": (arn, ADMIN_POLICY) for arn in args.admin_role_arns}
+        if args.ci_apply_role_arn is not None:
+            entries["ci-apply"] = (args.ci_apply_role_arn, ADMIN_POLICY)
+        if args.ci_preview_role_arn is not None:
+            entries["ci-preview"] = (args.ci_preview_role_arn, VIEW_POLICY)
+        for entry_key, (arn, access_policy) in entries.items():
             entry = aws.eks.AccessEntry(
-                f"{name}-admin-{_role_key(arn)}", cluster_name=cluster.name, principal_arn=arn, type="STANDARD",
-                tags=tags, opts=on_cluster,
+                f"{name}-{entry_key}", cluster_name=cluster.name, principal_arn=arn, type="STANDARD", tags=tags,
+                opts=on_cluster,
             )  # fmt: skip
             aws.eks.AccessPolicyAssociation(
-                f"{name}-admin-{_role_key(arn)}-policy",
+                f"{name}-{entry_key}-policy",
                 cluster_name=cluster.name,
                 principal_arn=arn,
-                policy_arn=ADMIN_POLICY,
+                policy_arn=access_policy,
                 access_scope=aws.eks.AccessPolicyAssociationAccessScopeArgs(type="cluster"),
                 opts=pulumi.ResourceOptions(parent=entry),
             )

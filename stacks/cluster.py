@@ -79,6 +79,8 @@ def declare_cluster(
             remote_pod_cidrs=[str(plan.cidr(f"hybrid-pods/{s}")) for s in sorted(sites)],
             public_access_cidrs=[str(c) for c in spec.kubernetes.public_access_cidrs],
             admin_role_arns=spec.kubernetes.admin_role_arns,
+            ci_apply_role_arn=spec.ci.apply_role_arn if spec.ci else None,
+            ci_preview_role_arn=spec.ci.preview_role_arn if spec.ci else None,
             hybrid_role_arn=hybrid.role_arn if hybrid else None,
             team_role_arns={t: team.role_arn for t, team in ctx.fleet.teams.items() if team.role_arn},
             log_kms_key_arn=log_kms_key_arn,

@@ -86,9 +86,19 @@ def test_access_entries(results: dict, stack: str) -> None:
     admins = FLEET.environments[env].kubernetes.admin_role_arns
     for arn in admins:
         assert entries[arn]["type"] == "STANDARD"
-    policies = _of(results[stack], "aws:eks/accessPolicyAssociation:AccessPolicyAssociation")
-    assert {p.inputs["principalArn"] for p in policies} == set(admins)
-    assert all(p.inputs["policyArn"].endswith("AmazonEKSClusterAdminPolicy") for p in policies)
+    policies = {
+        p.inputs["principalArn"]: p.inputs["policyArn"].rsplit("/", 1)[1]
+        for p in _of(results[stack], "aws:eks/accessPolicyAssociation:AccessPolicyAssociation")
+    }
+    ci = FLEET.environments[env].ci
+    assert ci is not None
+    # Admins and the CI apply role administer the cluster (apply.yml applies the in-cluster stack); the preview
+    # role only views, without Secrets.
+    assert policies == {
+        **dict.fromkeys(admins, "AmazonEKSClusterAdminPolicy"),
+        ci.apply_role_arn: "AmazonEKSClusterAdminPolicy",
+        ci.preview_role_arn: "AmazonEKSViewPolicy",
+    }
     roles = {r.urn: r for r in _of(results[stack], "aws:iam/role:Role")}
     node_roles = [r for r in roles.values() if "NodePool" in r.urn]
     node_entries = [e for e in entries.values() if e["type"] == "EC2_LINUX"]
@@ -165,6 +175,14 @@ def test_kubeconfig_authenticates_with_eks_get_token() -> None:
         ({"version": "1.29"}, r"version: dlinfra has no pinned add-on versions for Kubernetes 1.29"),
         ({"subnet_ids": {"a": "s"}}, r"at least two AZs"),
         ({"remote_node_cidrs": ["10.200.0.0/20"]}, r"give both"),
+        (
+            {"ci_apply_role_arn": "arn:aws:iam::1:role/a", "ci_preview_role_arn": "arn:aws:iam::1:role/a"},
+            r"must not use",
+        ),
+        (
+            {"admin_role_arns": ["arn:aws:iam::1:role/a"], "ci_apply_role_arn": "arn:aws:iam::1:role/a"},
+            r"one access entry",
+        ),
     ],
 )
 def test_bad_args(overrides: dict, message: str) -> None:
