@@ -8,14 +8,12 @@ machines that registered keep their identity, so adding machines later means a n
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import pulumi
 import pulumi_aws as aws
 
-from components.iam import service_trust
 from dlinfra.naming import Names
 
 HYBRID_POLICIES = {
@@ -30,12 +28,16 @@ class HybridNodesArgs:
     cluster_name: pulumi.Input[str]
     cluster_arn: pulumi.Input[str]
     machines: Mapping[str, int]  # site -> number of machines that may register (its gpu_nodes)
-    activation_expiry: str | None = None  # RFC 3339; None: AWS's default of 24 hours after creation
+    # site -> RFC 3339 instant its activation stops registering machines; absent: AWS's 24 hours after creation
+    activation_expiry: Mapping[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         for site, count in self.machines.items():
             if not 1 <= count <= 1000:
                 raise ValueError(f"machines.{site}: {count} is outside 1..1000 (SSM activation registration limit)")
+        for site in self.activation_expiry:
+            if site not in self.machines:
+                raise ValueError(f"activation_expiry.{site}: no machines of that site register here")
 
 
 class HybridNodes(pulumi.ComponentResource):
@@ -48,10 +50,16 @@ class HybridNodes(pulumi.ComponentResource):
         super().__init__("dlinfra:cluster:HybridNodes", name, None, opts)
         names = args.names
         tags = names.tags("hybrid-nodes")
+        invoke = pulumi.InvokeOutputOptions(parent=self)
+        account_id = aws.get_caller_identity_output(opts=invoke).account_id
+        partition = aws.get_partition_output(opts=invoke).partition
+        ssm_arn = pulumi.Output.concat("arn:", partition, ":ssm:", names.region or "", ":", account_id, ":")
         role = aws.iam.Role(
             f"{name}-role",
             name=names.physical("hybrid-nodes", max_len=64),
-            assume_role_policy=service_trust("ssm.amazonaws.com"),
+            # Only SSM acting for this account's activations in this region (confused-deputy protection), as the
+            # EKS guide "Prepare credentials for hybrid nodes" gives it.
+            assume_role_policy=pulumi.Output.json_dumps(_ssm_trust(account_id, pulumi.Output.concat(ssm_arn, "*"))),
             tags=tags,
             opts=pulumi.ResourceOptions(parent=self),
         )
@@ -59,20 +67,26 @@ class HybridNodes(pulumi.ComponentResource):
             aws.iam.RolePolicyAttachment(
                 f"{name}-{key}", role=role.name, policy_arn=arn, opts=pulumi.ResourceOptions(parent=role)
             )
-        # nodeadm reads the cluster's endpoint and CA itself: DescribeCluster on this cluster only.
+        # nodeadm reads the cluster's endpoint and CA itself (DescribeCluster on this cluster only), and
+        # `nodeadm uninstall` deregisters the machine from SSM when a site takes it out.
         aws.iam.RolePolicy(
             f"{name}-describe-cluster",
             role=role.id,
-            policy=pulumi.Output.from_input(args.cluster_arn).apply(
-                lambda arn: json.dumps(
-                    {
-                        "Version": "2012-10-17",
-                        "Statement": [{"Effect": "Allow", "Action": "eks:DescribeCluster", "Resource": arn}],
-                    }
-                )
+            policy=pulumi.Output.json_dumps(
+                {
+                    "Version": "2012-10-17",
+                    "Statement": [
+                        {"Sid": "DescribeCluster", "Effect": "Allow", "Action": "eks:DescribeCluster",
+                         "Resource": args.cluster_arn},
+                        {"Sid": "UninstallDescribe", "Effect": "Allow", "Action": "ssm:DescribeInstanceInformation",
+                         "Resource": "*"},  # a List/Describe action without resource-level scoping
+                        {"Sid": "UninstallDeregister", "Effect": "Allow", "Action": "ssm:DeregisterManagedInstance",
+                         "Resource": pulumi.Output.concat(ssm_arn, "managed-instance/*")},
+                    ],
+                }
             ),
             opts=pulumi.ResourceOptions(parent=role),
-        )
+        )  # fmt: skip
         activations: dict[str, pulumi.Output[dict[str, str]]] = {}
         for site, count in sorted(args.machines.items()):
             activation = aws.ssm.Activation(
@@ -81,7 +95,7 @@ class HybridNodes(pulumi.ComponentResource):
                 description=f"EKS hybrid nodes of site {site}",
                 iam_role=role.name,
                 registration_limit=count,
-                expiration_date=args.activation_expiry,
+                expiration_date=args.activation_expiry.get(site),
                 tags=names.tags("hybrid-nodes", extra={"dlinfra:site": site}),
                 opts=pulumi.ResourceOptions(parent=self, additional_secret_outputs=["activationCode"]),
             )
@@ -91,3 +105,21 @@ class HybridNodes(pulumi.ComponentResource):
         self.role_arn = role.arn
         self.activations = pulumi.Output.secret(pulumi.Output.all(**activations).apply(dict))
         self.register_outputs({"role_arn": self.role_arn, "activations": self.activations})
+
+
+def _ssm_trust(account_id: pulumi.Input[str], source_arn: pulumi.Input[str]) -> dict[str, object]:
+    """SSM may assume the role for hybrid activations of this account and region only."""
+    return {
+        "Version": "2012-10-17",
+        "Statement": [
+            {
+                "Effect": "Allow",
+                "Principal": {"Service": "ssm.amazonaws.com"},
+                "Action": "sts:AssumeRole",
+                "Condition": {
+                    "StringEquals": {"aws:SourceAccount": account_id},
+                    "ArnEquals": {"aws:SourceArn": source_arn},
+                },
+            }
+        ],
+    }

@@ -6,6 +6,7 @@ overlaps need the lock too and live in `dlinfra.planner`.
 
 from __future__ import annotations
 
+import datetime
 import functools
 import ipaddress
 import re
@@ -293,6 +294,17 @@ class Site(Strict):
     gpus_per_node: int = Field(8, ge=0)
     gpu_model: str = "H100"
     nfs: tuple[NfsMount, ...] = ()
+    # Until when the site's SSM hybrid activation registers new machines (UTC, at most 30 days after the apply
+    # that creates it; default: AWS's 24 hours). A fixed instant, so previews stay stable; changing it creates
+    # a new activation with a new code, and machines already registered keep working.
+    activation_expiry: datetime.datetime | None = None
+
+    @field_validator("activation_expiry")
+    @classmethod
+    def _utc(cls, v: datetime.datetime | None) -> datetime.datetime | None:
+        if v is not None and v.utcoffset() is None:
+            raise ValueError(f"{v.isoformat()} has no time zone: write it in UTC, e.g. 2026-12-20T00:00:00Z")
+        return v
 
     @field_validator("public_ip")
     @classmethod

@@ -62,7 +62,11 @@ def declare_cluster(
                 cluster_name=cluster_name,
                 cluster_arn=cluster_arn,
                 machines=machines,
-                activation_expiry=pulumi.Config("dlinfra").get("hybrid_activation_expiry"),
+                activation_expiry={
+                    name: site.activation_expiry.isoformat().replace("+00:00", "Z")
+                    for name, site in sites.items()
+                    if site.activation_expiry is not None and site.gpu_nodes > 0
+                },
             ),
             opts=pulumi.ResourceOptions(providers=[provider]),
         )

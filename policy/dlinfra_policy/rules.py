@@ -11,6 +11,7 @@ value is unknown during preview; so the rules only use the Mapping and Sequence 
 from __future__ import annotations
 
 import ipaddress
+import json
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -699,6 +700,33 @@ def nodes_cluster_owned(resource: Resource, ctx: Context) -> list[str]:
     return out
 
 
+IAM_ROLE = "aws:iam/role:Role"
+# Services that act for any account: a role they may assume names the account and source it is for.
+# Sources: IAM user guide, "The confused deputy problem"; EKS guide "Prepare credentials for hybrid nodes" (SSM);
+# CodeBuild guide "Allow CodeBuild to interact with other AWS services" (service role trust).
+CONFUSED_DEPUTY_SERVICES = frozenset({"ssm.amazonaws.com", "codebuild.amazonaws.com"})
+
+
+def service_trust_scoped(resource: Resource, ctx: Context) -> list[str]:
+    """Roles that SSM or CodeBuild may assume limit it to this account and source (aws:SourceAccount, SourceArn)."""
+    if resource.type != IAM_ROLE:
+        return []
+    document = resource.inputs.get("assumeRolePolicy")
+    try:
+        policy = json.loads(document) if isinstance(document, str) else _object(document)
+    except json.JSONDecodeError:
+        return ["assumeRolePolicy is not JSON"]
+    out = []
+    for statement in _objects(policy.get("Statement")):
+        services = set(_items(_object(statement.get("Principal")).get("Service")))
+        for service in sorted(services & CONFUSED_DEPUTY_SERVICES):
+            keys = {key for block in _object(statement.get("Condition")).values() for key in _object(block)}
+            missing = [k for k in ("aws:SourceAccount", "aws:SourceArn") if k not in keys]
+            if missing:
+                out.append(f"trusts {service} without {' and '.join(missing)} conditions (confused deputy)")
+    return out
+
+
 TLS_CERT_REQUEST = "tls:index/certRequest:CertRequest"
 TLS_SIGNED_CERTS = ("tls:index/locallySignedCert:LocallySignedCert", "tls:index/selfSignedCert:SelfSignedCert")
 
@@ -782,6 +810,12 @@ RULES: tuple[ResourceRule | StackRule, ...] = (
         "Node groups tag instances kubernetes.io/cluster/<name>=owned",
         "mandatory",
         nodes_cluster_owned,
+    ),
+    ResourceRule(
+        "service-trust-scoped",
+        "Roles SSM or CodeBuild assume are scoped to this account and source",
+        "mandatory",
+        service_trust_scoped,
     ),
     StackRule(
         "server-cert-domain-san",

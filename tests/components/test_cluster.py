@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import json
 import textwrap
+from typing import Any
 
 import pytest
 
 from components.cluster import ClusterArgs
 from dlinfra import eks, planner, stackroles
+from dlinfra.errors import FleetError
 from dlinfra.fleet import load_fleet
 from dlinfra.naming import Names
 from dlinfra.offline import engine
@@ -137,8 +139,25 @@ def test_hybrid_activation_per_site_and_secret(results: dict) -> None:
     (activation,) = _of(stack, "aws:ssm/activation:Activation")
     assert activation.inputs["registrationLimit"] == FLEET.sites["sjc1"].gpu_nodes
     assert "activationCode" in activation.additional_secret_outputs
+    assert "expirationDate" not in activation.inputs  # no expiry in the fleet: AWS's 24 hours
     role = next(r for r in _of(stack, "aws:iam/role:Role") if "hybrid" in r.name)
-    assert json.loads(role.inputs["assumeRolePolicy"])["Statement"][0]["Principal"] == {"Service": "ssm.amazonaws.com"}
+    (trust,) = json.loads(role.inputs["assumeRolePolicy"])["Statement"]
+    assert trust["Principal"] == {"Service": "ssm.amazonaws.com"}
+    # Only SSM acting for this account's activations in this region (EKS: "Prepare credentials for hybrid nodes").
+    assert trust["Condition"] == {
+        "StringEquals": {"aws:SourceAccount": "123456789012"},
+        "ArnEquals": {"aws:SourceArn": "arn:aws:ssm:us-west-2:123456789012:*"},
+    }
+    policy = json.loads(
+        next(p for p in _of(stack, "aws:iam/rolePolicy:RolePolicy") if p.name == "hybrid-describe-cluster").inputs[
+            "policy"
+        ]
+    )
+    by_sid = {s["Sid"]: s for s in policy["Statement"]}
+    # What `nodeadm uninstall` needs to deregister a machine that leaves.
+    assert by_sid["UninstallDeregister"]["Action"] == "ssm:DeregisterManagedInstance"
+    assert by_sid["UninstallDeregister"]["Resource"] == "arn:aws:ssm:us-west-2:123456789012:managed-instance/*"
+    assert by_sid["UninstallDescribe"]["Action"] == "ssm:DescribeInstanceInformation"
     code = stack.outputs["activations"]["sjc1"]["code"]
     assert "activations" in stack.secret_outputs
     assert code not in json.dumps(stack.plan("dlinfra"))
@@ -213,3 +232,20 @@ def test_nodes_launch_only_once_they_can_join(results: dict, stack: str) -> None
         assert {addons["vpc-cni"], addons["kube-proxy"], addons["eks-pod-identity-agent"]} <= deps
         assert addons["coredns"] not in deps  # CoreDNS only becomes ready once nodes exist
         assert deps & entries
+
+
+def test_activation_expiry_comes_from_the_fleet(write_fleet: Any) -> None:
+    path = write_fleet(lambda data: data["sites"]["sjc1"].update(activation_expiry="2026-12-20T00:00:00Z"))
+    config = {"dlinfra:fleet": str(path), "dlinfra:lock": str(path.parent / "cidr-lock.yaml")}
+    program = path.parent / "program.py"
+    program.write_text(textwrap.dedent(PROGRAM.format(root=str(ROOT))))
+    role = stackroles.StackRole("regional", "prod", "us-west-2")
+    result = engine.run_stack(ROOT, role, project="dlinfra", config=config, stack_exports={}, program=program)
+    (activation,) = _of(result, "aws:ssm/activation:Activation")
+    assert activation.inputs["expirationDate"] == "2026-12-20T00:00:00Z"
+
+
+def test_activation_expiry_needs_a_time_zone(write_fleet: Any) -> None:
+    path = write_fleet(lambda data: data["sites"]["sjc1"].update(activation_expiry="2026-12-20T00:00:00"))
+    with pytest.raises(FleetError, match=r"sites.sjc1.activation_expiry.*has no time zone"):
+        load_fleet(path)

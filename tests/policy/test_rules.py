@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ipaddress
+import json
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -96,6 +97,17 @@ SIGNED = "tls:index/locallySignedCert:LocallySignedCert"
 OWNED = "kubernetes.io/cluster/dlinfra-prod-usw2"
 ENCRYPTED_ROOT = [{"deviceName": "/dev/xvda", "ebs": {"encrypted": "true", "volumeType": "gp3"}}]
 
+
+def _trust(service: str, *, scoped: bool) -> dict[str, Any]:
+    statement: dict[str, Any] = {"Effect": "Allow", "Principal": {"Service": service}, "Action": "sts:AssumeRole"}
+    if scoped:
+        statement["Condition"] = {
+            "StringEquals": {"aws:SourceAccount": "111122223333"},
+            "ArnEquals": {"aws:SourceArn": "arn:aws:ssm:us-west-2:111122223333:*"},
+        }
+    return {"Version": "2012-10-17", "Statement": [statement]}
+
+
 # rule -> (resources that pass, resources that fail); every rule in rules.RULES must be here.
 CASES: dict[str, tuple[list[Resource], list[Resource]]] = {
     "ebs-encrypted": (
@@ -177,6 +189,16 @@ CASES: dict[str, tuple[list[Resource], list[Resource]]] = {
         [
             res(ASG)(tags=GPU_TAGS),
             res(ASG)(tags=[*GPU_TAGS, {"key": OWNED, "value": "owned", "propagateAtLaunch": False}]),
+        ],
+    ),
+    "service-trust-scoped": (
+        [
+            res("aws:iam/role:Role")(assumeRolePolicy=json.dumps(_trust("ssm.amazonaws.com", scoped=True))),
+            res("aws:iam/role:Role")(assumeRolePolicy=json.dumps(_trust("ec2.amazonaws.com", scoped=False))),
+        ],
+        [
+            res("aws:iam/role:Role")(assumeRolePolicy=json.dumps(_trust("ssm.amazonaws.com", scoped=False))),
+            res("aws:iam/role:Role")(assumeRolePolicy=json.dumps(_trust("codebuild.amazonaws.com", scoped=False))),
         ],
     ),
     "server-cert-domain-san": (
