@@ -5,7 +5,6 @@ retained on delete: losing researchers' data is the one failure this toolkit mus
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -75,12 +74,19 @@ class Storage(pulumi.ComponentResource):
         stateful = STATEFUL.merge(child)
         tags = names.tags("storage")
 
-        # EFS, S3 and FSx use the key on callers' behalf, so IAM policies decide who may.
+        partition = aws.get_partition_output(opts=pulumi.InvokeOutputOptions(parent=self)).partition
+        bucket_arns = {
+            purpose: pulumi.Output.concat("arn:", partition, ":s3:::", _bucket_name(args, purpose))
+            for purpose in ("logs", *BUCKETS)
+        }
+        # EFS, S3 and FSx use the key on callers' behalf, so IAM policies decide who may; FSx's data repository
+        # link is the exception, below.
         key = protected_key(
             f"{name}-key",
             description=f"{names.prefix} storage: EFS, S3 and FSx",
             tags=names.tags("storage", names.physical("storage-key")),
             parent=self,
+            statements=(_fsx_data_repository_statement(args, partition, bucket_arns["datasets"]),) if args.fsx else (),
         )
         aws.kms.Alias(
             f"{name}-key-alias", name=f"alias/{names.physical('storage')}", target_key_id=key.key_id, opts=child
@@ -159,7 +165,13 @@ class Storage(pulumi.ComponentResource):
         )
 
         # S3: access logs first, since every data bucket logs to it.
-        logs = self._bucket(name, "logs", args, key_arn=None, tags=tags)
+        # Server access logs are delivered by the S3 logging service, which the log bucket's policy must admit:
+        # for these source buckets of this account only (S3 user guide, "Enabling Amazon S3 server access
+        # logging": bucket policy for the logging service principal, with aws:SourceAccount and aws:SourceArn).
+        logs = self._bucket(
+            name, "logs", args, key_arn=None, tags=tags,
+            statements=(_log_delivery_statement(args, bucket_arns),),
+        )  # fmt: skip
         buckets = {
             purpose: self._bucket(name, purpose, args, key_arn=key.arn, tags=tags, logs=logs) for purpose in BUCKETS
         }
@@ -197,13 +209,13 @@ class Storage(pulumi.ComponentResource):
         key_arn: pulumi.Input[str] | None,
         tags: Mapping[str, str],
         logs: aws.s3.Bucket | None = None,
+        statements: tuple[dict[str, object], ...] = (),
     ) -> aws.s3.Bucket:
         """A private, versioned, encrypted, TLS-only bucket with lifecycle rules that fit its purpose."""
         names = args.names
-        physical = pulumi.Output.concat(names.physical(purpose, max_len=50), "-", args.account_id)
         bucket = aws.s3.Bucket(
             f"{name}-{purpose}",
-            bucket=physical,
+            bucket=_bucket_name(args, purpose),
             tags=names.tags("storage", names.physical(purpose), {"dlinfra:purpose": purpose}),
             opts=STATEFUL.merge(pulumi.ResourceOptions(parent=self)),
         )
@@ -253,7 +265,9 @@ class Storage(pulumi.ComponentResource):
         aws.s3.BucketPolicy(
             f"{name}-{purpose}-policy",
             bucket=bucket.id,
-            policy=bucket.arn.apply(_tls_only_policy),
+            policy=pulumi.Output.json_dumps(
+                {"Version": "2012-10-17", "Statement": [_tls_only_statement(bucket.arn), *statements]}
+            ),
             opts=child,
         )
         aws.s3.BucketLifecycleConfiguration(
@@ -345,23 +359,68 @@ class Storage(pulumi.ComponentResource):
         return lustre.id
 
 
-def _tls_only_policy(bucket_arn: str) -> str:
+def _bucket_name(args: StorageArgs, purpose: str) -> pulumi.Output[str]:
+    """A bucket's physical name: global in S3, so it carries the account id."""
+    return pulumi.Output.concat(args.names.physical(purpose, max_len=50), "-", args.account_id)
+
+
+def _tls_only_statement(bucket_arn: pulumi.Input[str]) -> dict[str, object]:
     """Deny every request that does not use TLS, for the bucket and its objects."""
-    return json.dumps(
-        {
-            "Version": "2012-10-17",
-            "Statement": [
-                {
-                    "Sid": "DenyInsecureTransport",
-                    "Effect": "Deny",
-                    "Principal": "*",
-                    "Action": "s3:*",
-                    "Resource": [bucket_arn, f"{bucket_arn}/*"],
-                    "Condition": {"Bool": {"aws:SecureTransport": "false"}},
-                }
-            ],
-        }
-    )
+    return {
+        "Sid": "DenyInsecureTransport",
+        "Effect": "Deny",
+        "Principal": "*",
+        "Action": "s3:*",
+        "Resource": [bucket_arn, pulumi.Output.concat(bucket_arn, "/*")],
+        "Condition": {"Bool": {"aws:SecureTransport": "false"}},
+    }
+
+
+def _log_delivery_statement(args: StorageArgs, bucket_arns: Mapping[str, pulumi.Output[str]]) -> dict[str, object]:
+    """The S3 logging service may write access logs under s3/, for the data buckets of this account only."""
+    return {
+        "Sid": "S3ServerAccessLogs",
+        "Effect": "Allow",
+        "Principal": {"Service": "logging.s3.amazonaws.com"},
+        "Action": "s3:PutObject",
+        "Resource": pulumi.Output.concat(bucket_arns["logs"], "/s3/*"),
+        "Condition": {
+            "ArnLike": {"aws:SourceArn": [bucket_arns[p] for p in BUCKETS]},
+            "StringEquals": {"aws:SourceAccount": args.account_id},
+        },
+    }
+
+
+def _fsx_data_repository_statement(
+    args: StorageArgs, partition: pulumi.Input[str], datasets_arn: pulumi.Input[str]
+) -> dict[str, object]:
+    """Let FSx's S3 service-linked role use the key for the datasets bucket's objects (SSE-KMS).
+
+    The role is named after the file system (AWSServiceRoleForFSxS3Access_fs-...), which does not exist when the
+    key is made, so the statement matches the role by ARN pattern, through S3 in this region and account only, for
+    this bucket's objects only. Source: FSx for Lustre user guide, "Working with server-side encrypted Amazon S3
+    buckets".
+    """
+    region = args.names.region or ""
+    role_pattern = pulumi.Output.concat(
+        "arn:", partition, ":iam::", args.account_id,
+        ":role/aws-service-role/s3.data-source.lustre.fsx.amazonaws.com/AWSServiceRoleForFSxS3Access_*",
+    )  # fmt: skip
+    return {
+        "Sid": "FsxDataRepositoryThroughS3",
+        "Effect": "Allow",
+        "Principal": {"AWS": "*"},
+        "Action": ["kms:Encrypt", "kms:Decrypt", "kms:ReEncrypt*", "kms:GenerateDataKey*", "kms:DescribeKey"],
+        "Resource": "*",
+        "Condition": {
+            "StringEquals": {"kms:CallerAccount": args.account_id, "kms:ViaService": f"s3.{region}.amazonaws.com"},
+            "ArnLike": {"aws:PrincipalArn": role_pattern},
+            # With S3 Bucket Keys the context is the bucket's ARN; without, each object's.
+            "StringLike": {
+                "kms:EncryptionContext:aws:s3:arn": [datasets_arn, pulumi.Output.concat(datasets_arn, "/*")]
+            },
+        },
+    }
 
 
 def _lifecycle_rules(purpose: str, checkpoint_days: int) -> list[aws.s3.BucketLifecycleConfigurationRuleArgs]:

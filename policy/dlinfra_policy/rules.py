@@ -700,6 +700,67 @@ def nodes_cluster_owned(resource: Resource, ctx: Context) -> list[str]:
     return out
 
 
+S3_LOGGING = ("aws:s3/bucketLogging:BucketLogging", "aws:s3/bucketLoggingV2:BucketLoggingV2")
+S3_POLICY = "aws:s3/bucketPolicy:BucketPolicy"
+
+
+def s3_access_logs_delivered(resources: Sequence[Resource], ctx: Context) -> list[Violation]:
+    """A bucket that receives server access logs admits the S3 logging service, scoped to the source account,
+    and is not SSE-KMS encrypted (log delivery cannot use a customer key). Without the policy statement the logs
+    are silently never delivered. Source: S3 user guide, "Enabling Amazon S3 server access logging" (permissions
+    for log delivery, with aws:SourceArn and aws:SourceAccount; SSE-S3 for the destination bucket).
+    """
+    buckets = [r for r in resources if r.type in S3_BUCKETS]
+    policies = [r for r in resources if r.type == S3_POLICY]
+    configs = [r for r in resources if r.type in S3_ENCRYPTION_CONFIGS]
+    out = []
+    def names(child: Resource, key: str, bucket: Resource) -> bool:
+        # By value only: a logging configuration also depends on its source bucket.
+        return child.inputs.get(key) in {bucket.id, bucket.inputs.get("bucket")} - {None, ""}
+
+    for logging in (r for r in resources if r.type in S3_LOGGING):
+        target = next((b for b in buckets if names(logging, "targetBucket", b)), None)
+        if target is None:
+            continue  # a bucket of another stack or account: not ours to check here
+        statements = [
+            s
+            for p in policies
+            if names(p, "bucket", target)
+            for s in _objects(_json_or_object(p.inputs.get("policy")).get("Statement"))
+        ]
+        admitted = [
+            s
+            for s in statements
+            if s.get("Effect") == "Allow"
+            and "logging.s3.amazonaws.com" in _items(_object(s.get("Principal")).get("Service"))
+            and any("aws:SourceAccount" in _object(block) for block in _object(s.get("Condition")).values())
+        ]
+        if not admitted:
+            out.append(
+                Violation(
+                    logging.urn,
+                    "the log bucket's policy does not admit logging.s3.amazonaws.com with aws:SourceAccount: "
+                    "no access log will be delivered",
+                )
+            )
+        for config in configs:
+            rules = _objects(config.inputs.get("rules", config.inputs.get("rule")))
+            algorithms = {_object(r.get("applyServerSideEncryptionByDefault")).get("sseAlgorithm") for r in rules}
+            if names(config, "bucket", target) and algorithms & {"aws:kms", "aws:kms:dsse"}:
+                out.append(Violation(logging.urn, "the log bucket uses SSE-KMS: server access logs need SSE-S3"))
+    return out
+
+
+def _json_or_object(value: Any) -> Mapping[str, Any]:
+    if isinstance(value, str):
+        try:
+            parsed = json.loads(value)
+        except json.JSONDecodeError:
+            return {}
+        return parsed if isinstance(parsed, dict) else {}
+    return _object(value)
+
+
 IAM_ROLE = "aws:iam/role:Role"
 # Services that act for any account: a role they may assume names the account and source it is for.
 # Sources: IAM user guide, "The confused deputy problem"; EKS guide "Prepare credentials for hybrid nodes" (SSM);
@@ -816,6 +877,12 @@ RULES: tuple[ResourceRule | StackRule, ...] = (
         "Roles SSM or CodeBuild assume are scoped to this account and source",
         "mandatory",
         service_trust_scoped,
+    ),
+    StackRule(
+        "s3-access-logs-delivered",
+        "Buckets that receive access logs admit the S3 logging service and use SSE-S3",
+        "mandatory",
+        s3_access_logs_delivered,
     ),
     StackRule(
         "server-cert-domain-san",

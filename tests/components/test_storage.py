@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import textwrap
+from typing import Any
 
 import pytest
 
@@ -111,7 +112,7 @@ def test_buckets_private_tls_only_versioned_logged(stacks: dict, stack: str) -> 
             for k in ("blockPublicAcls", "blockPublicPolicy", "ignorePublicAcls", "restrictPublicBuckets")
         )
     for policy in _of(res, "aws:s3/bucketPolicy:BucketPolicy"):
-        (statement,) = json.loads(policy.inputs["policy"])["Statement"]
+        statement = json.loads(policy.inputs["policy"])["Statement"][0]  # the log bucket adds log delivery
         assert statement["Effect"] == "Deny" and statement["Condition"] == {"Bool": {"aws:SecureTransport": "false"}}
         assert len(statement["Resource"]) == 2
     assert len(_of(res, "aws:s3/bucketPolicy:BucketPolicy")) == 4
@@ -158,3 +159,47 @@ def test_fsx_capacity_increments(capacity: int, ok: bool) -> None:
     else:
         with pytest.raises(ValueError, match=r"fsx.storage_capacity_gib: \d+ is not 1200 or a multiple of 2400"):
             FsxArgs(storage_capacity_gib=capacity, throughput_per_tib=250)
+
+
+def _key_statements(res: list[engine.ResourceRecord]) -> dict[str, dict[str, Any]]:
+    (key,) = [k for k in _of(res, "aws:kms/key:Key") if "storage" in k.name]
+    return {s["Sid"]: s for s in json.loads(key.inputs["policy"])["Statement"]}
+
+
+def test_fsx_can_use_the_datasets_key_through_s3(stacks: dict) -> None:
+    """FSx's S3 service-linked role may use the storage key for the datasets bucket only, through S3."""
+    for stack, res in stacks.items():
+        statements = _key_statements(res)
+        if not _of(res, "aws:fsx/lustreFileSystem:LustreFileSystem"):
+            assert "FsxDataRepositoryThroughS3" not in statements, stack
+            continue
+        region = stack.split("-", 1)[1]
+        fsx = statements["FsxDataRepositoryThroughS3"]
+        (datasets,) = [b for b in _of(res, "aws:s3/bucket:Bucket") if b.name == "storage-datasets"]
+        condition = fsx["Condition"]
+        assert condition["StringEquals"] == {
+            "kms:CallerAccount": "123456789012",
+            "kms:ViaService": f"s3.{region}.amazonaws.com",
+        }
+        assert condition["ArnLike"]["aws:PrincipalArn"].endswith(
+            ":role/aws-service-role/s3.data-source.lustre.fsx.amazonaws.com/AWSServiceRoleForFSxS3Access_*"
+        )
+        arn = datasets.outputs["arn"]
+        assert condition["StringLike"]["kms:EncryptionContext:aws:s3:arn"] == [arn, f"{arn}/*"]
+        assert "kms:Decrypt" in fsx["Action"] and "kms:GenerateDataKey*" in fsx["Action"]
+
+
+def test_access_logs_are_delivered_to_the_log_bucket(stacks: dict) -> None:
+    for stack, res in stacks.items():
+        buckets = {b.name.removeprefix("storage-"): b for b in _of(res, "aws:s3/bucket:Bucket")}
+        (policy,) = [p for p in _of(res, "aws:s3/bucketPolicy:BucketPolicy") if p.name == "storage-logs-policy"]
+        statements = {s["Sid"]: s for s in json.loads(policy.inputs["policy"])["Statement"]}
+        delivery = statements["S3ServerAccessLogs"]
+        assert delivery["Principal"] == {"Service": "logging.s3.amazonaws.com"}
+        assert delivery["Resource"] == buckets["logs"].outputs["arn"] + "/s3/*"
+        sources = sorted(b.outputs["arn"] for name, b in buckets.items() if name != "logs")
+        assert sorted(delivery["Condition"]["ArnLike"]["aws:SourceArn"]) == sources, stack
+        assert delivery["Condition"]["StringEquals"] == {"aws:SourceAccount": "123456789012"}
+        for logging in _of(res, "aws:s3/bucketLogging:BucketLogging"):
+            assert logging.inputs["targetBucket"] == buckets["logs"].id
+            assert logging.inputs["targetPrefix"].startswith("s3/")

@@ -98,6 +98,21 @@ OWNED = "kubernetes.io/cluster/dlinfra-prod-usw2"
 ENCRYPTED_ROOT = [{"deviceName": "/dev/xvda", "ebs": {"encrypted": "true", "volumeType": "gp3"}}]
 
 
+LOG_BUCKET = res("aws:s3/bucket:Bucket", "logs", id="dlinfra-logs")(bucket="dlinfra-logs")
+TLS_ONLY = {"Statement": [{"Effect": "Deny", "Principal": "*", "Action": "s3:*"}]}
+LOG_POLICY = {
+    "Statement": [
+        *TLS_ONLY["Statement"],
+        {
+            "Effect": "Allow",
+            "Principal": {"Service": "logging.s3.amazonaws.com"},
+            "Action": "s3:PutObject",
+            "Condition": {"StringEquals": {"aws:SourceAccount": "111122223333"}},
+        },
+    ]
+}
+
+
 def _trust(service: str, *, scoped: bool) -> dict[str, Any]:
     statement: dict[str, Any] = {"Effect": "Allow", "Principal": {"Service": service}, "Action": "sts:AssumeRole"}
     if scoped:
@@ -189,6 +204,23 @@ CASES: dict[str, tuple[list[Resource], list[Resource]]] = {
         [
             res(ASG)(tags=GPU_TAGS),
             res(ASG)(tags=[*GPU_TAGS, {"key": OWNED, "value": "owned", "propagateAtLaunch": False}]),
+        ],
+    ),
+    "s3-access-logs-delivered": (
+        [
+            LOG_BUCKET,
+            BUCKET,
+            res("aws:s3/bucketLogging:BucketLogging")(bucket="dlinfra-data", targetBucket="dlinfra-logs"),
+            res(rules.S3_POLICY, dependencies=[LOG_BUCKET.urn])(bucket="dlinfra-logs", policy=json.dumps(LOG_POLICY)),
+            res(SSE, dependencies=[LOG_BUCKET.urn])(
+                bucket="dlinfra-logs", rules=[{"applyServerSideEncryptionByDefault": {"sseAlgorithm": "AES256"}}]
+            ),
+        ],
+        [
+            LOG_BUCKET,
+            res("aws:s3/bucketLogging:BucketLogging")(bucket="dlinfra-data", targetBucket="dlinfra-logs"),
+            res(rules.S3_POLICY, dependencies=[LOG_BUCKET.urn])(bucket="dlinfra-logs", policy=json.dumps(TLS_ONLY)),
+            res(SSE, dependencies=[LOG_BUCKET.urn])(bucket="dlinfra-logs", rules=KMS_RULE),
         ],
     ),
     "service-trust-scoped": (
