@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Literal
 
 import pulumi
 import pulumi_aws as aws
@@ -37,6 +38,9 @@ ADDON_IDENTITIES = {
 class ClusterArgs:
     names: Names  # naming and tags of this stack
     version: str  # Kubernetes minor version EKS offers and dlinfra pins add-ons for, e.g. "1.33"
+    upgrade_policy: Literal[
+        "standard", "extended"
+    ]  # support EKS keeps the version on (fleet: kubernetes.upgrade_policy)
     vpc_id: pulumi.Input[str]
     subnet_ids: Mapping[str, pulumi.Input[str]]  # AZ -> private subnet id for the control-plane ENIs
     service_cidr: str  # from the address plan (service/<env>/<region>)
@@ -186,7 +190,8 @@ class Cluster(pulumi.ComponentResource):
             encryption_config=aws.eks.ClusterEncryptionConfigArgs(
                 provider=aws.eks.ClusterEncryptionConfigProviderArgs(key_arn=key.arn), resources=["secrets"]
             ),
-            upgrade_policy=aws.eks.ClusterUpgradePolicyArgs(support_type="STANDARD"),
+            # Explicit, from the fleet: what EKS does when standard support ends (dlinfra/data/eks.yaml dates).
+            upgrade_policy=aws.eks.ClusterUpgradePolicyArgs(support_type=args.upgrade_policy.upper()),
             bootstrap_self_managed_addons=False,
             tags=names.tags("cluster", cluster_name),
             # Deleting or replacing the cluster loses every Kubernetes object in it.

@@ -17,9 +17,9 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from dlinfra import cli_checks, cli_network, kueue, planner, stackroles
+from dlinfra import cli_checks, cli_network, eks, kueue, planner, stackroles
 from dlinfra.errors import DlinfraError
-from dlinfra.fleet import LoadedFleet, load_fleet
+from dlinfra.fleet import LoadedFleet, load_fleet, version_lifecycle
 
 ROOT = Path(__file__).resolve().parent.parent  # the project: Pulumi.yaml, stacks/, components/
 EXIT_BAD_INPUT = 2
@@ -97,9 +97,12 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _load(args: argparse.Namespace) -> LoadedFleet:
-    """The fleet, with the checks that span environments (team GPU quotas) done before anything else."""
+    """The fleet, with the checks that span environments (team GPU quotas) and the cluster versions' support
+    dates done before anything else; warnings go to stderr."""
     loaded = load_fleet(args.fleet)
     kueue.check_fleet(loaded.fleet, source=str(loaded.path))
+    for warning in version_lifecycle(loaded, eks.today()):
+        err.print(f"warning: {warning}", markup=False)
     return loaded
 
 

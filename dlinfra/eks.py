@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import datetime
 import functools
+import os
 from collections.abc import Mapping
+from dataclasses import dataclass
 from importlib import resources
+from typing import Literal
 
 from ruamel.yaml import YAML
 
@@ -43,3 +47,59 @@ def version_problem(version: str) -> str | None:
             f"(it has {', '.join(supported_versions())}); add them to dlinfra/data/eks.yaml"
         )
     return None
+
+
+UpgradePolicy = Literal["standard", "extended"]
+WARN_DAYS = 90  # a quarter ahead: time to test add-ons on the next version and schedule the upgrade
+TODAY_VARIABLE = "DLINFRA_TODAY"  # YYYY-MM-DD: the date lifecycle checks use (tests pin it)
+
+
+def today() -> datetime.date:
+    """The date lifecycle checks use: DLINFRA_TODAY when set (tests pin it), else the calendar's."""
+    pinned = os.environ.get(TODAY_VARIABLE)
+    return datetime.date.fromisoformat(pinned) if pinned else datetime.date.today()
+
+
+@dataclass(frozen=True)
+class Lifecycle:
+    """Where a cluster version stands in its support under an upgrade policy, on a given day."""
+
+    level: Literal["ok", "warning", "error"]
+    message: str
+
+
+def support_end(version: str, policy: UpgradePolicy) -> datetime.date:
+    """The last day of the support the policy pays for; KeyError for a version without dates."""
+    dates: Mapping[str, Mapping[str, datetime.date]] = _data()["support"]  # type: ignore[assignment]
+    return dates[version]["standard_end" if policy == "standard" else "extended_end"]
+
+
+def lifecycle(version: str, policy: UpgradePolicy, on: datetime.date) -> Lifecycle:
+    """ok, a warning within WARN_DAYS of the end of the policy's support, or an error past it.
+
+    Past the end, EKS has upgraded (or is about to upgrade) the cluster by itself, so declaring the old version
+    would make the next apply try to downgrade it.
+    """
+    try:
+        end = support_end(version, policy)
+    except KeyError:
+        return Lifecycle("error", f"Kubernetes {version} has no support dates in dlinfra/data/eks.yaml")
+    newer = [v for v in supported_versions() if _minor(v) > _minor(version) and support_end(v, policy) > on]
+    advice = f"move to {newer[0]}" if newer else "pin add-ons for a newer version in dlinfra/data/eks.yaml"
+    if on > end:
+        return Lifecycle(
+            "error",
+            f"Kubernetes {version} left {policy} support on {end.isoformat()}: EKS upgrades the cluster itself, "
+            f"and this fleet would try to downgrade it; {advice} (or upgrade_policy: extended, if it still covers it)",
+        )
+    if (end - on).days <= WARN_DAYS:
+        return Lifecycle(
+            "warning",
+            f"Kubernetes {version} leaves {policy} support on {end.isoformat()} ({(end - on).days} days); {advice}",
+        )
+    return Lifecycle("ok", f"Kubernetes {version} has {policy} support until {end.isoformat()}")
+
+
+def _minor(version: str) -> tuple[int, int]:
+    major, minor = version.split(".")
+    return int(major), int(minor)

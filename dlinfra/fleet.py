@@ -155,6 +155,9 @@ class KubernetesSpec(Strict):
     """EKS settings for every cluster of an environment."""
 
     version: str = Field("1.33", pattern=r"^1\.\d{2}$")  # EKS minor version
+    # What EKS does at the end of standard support: upgrade the cluster (standard) or keep it on paid extended
+    # support for 12 more months (extended). Required: each choice has a cost, and dlinfra checks the dates.
+    upgrade_policy: Literal["standard", "extended"] | None = None
     admin_role_arns: tuple[str, ...] = ()  # IAM roles given cluster-admin access entries
     public_access_cidrs: tuple[ipaddress.IPv4Network, ...] = ()  # empty: private endpoint only
 
@@ -435,6 +438,12 @@ def _cross_checks(fleet: Fleet) -> Iterator[FleetError]:
         version_problem = eks.version_problem(env.kubernetes.version)
         if version_problem:
             yield FleetError(version_problem, key=f"environments.{env_name}.kubernetes.version")
+        if env.kubernetes.upgrade_policy is None:
+            yield FleetError(
+                "required: say `standard` (EKS upgrades the cluster when standard support ends) or `extended` "
+                "(12 more months of paid support)",
+                key=f"environments.{env_name}.kubernetes.upgrade_policy",
+            )
         for region in env.regions:
             if region not in fleet.regions:
                 yield FleetError(
@@ -590,6 +599,23 @@ def parse_yaml(path: Path) -> Any:
         if "duplicate key" in str(exc):
             problem = f"duplicate key: {str(exc).split('found duplicate key', 1)[-1].split(chr(10))[0].strip()}"
         raise FleetError(f"malformed YAML at {where}: {problem}", file=str(path)) from None
+
+
+def version_lifecycle(loaded: LoadedFleet, on: datetime.date) -> list[str]:
+    """Warnings for cluster versions near the end of their support; FleetError for one past it.
+
+    Time-dependent, so not part of the model: the CLI and the stack program call it with today's date.
+    """
+    warnings = []
+    for env_name, env in loaded.fleet.environments.items():
+        assert env.kubernetes.upgrade_policy is not None  # the model requires it
+        state = eks.lifecycle(env.kubernetes.version, env.kubernetes.upgrade_policy, on)
+        key = f"environments.{env_name}.kubernetes.version"
+        if state.level == "error":
+            raise FleetError(state.message, file=str(loaded.path), key=key)
+        if state.level == "warning":
+            warnings.append(f"{loaded.path}: {key}: {state.message}")
+    return warnings
 
 
 def load_fleet(path: str | Path) -> LoadedFleet:

@@ -75,6 +75,7 @@ def declare_cluster(
         ClusterArgs(
             names=ctx.names,
             version=spec.kubernetes.version,
+            upgrade_policy=spec.kubernetes.upgrade_policy or "standard",
             vpc_id=vpc_id,
             subnet_ids=private_subnet_ids,
             service_cidr=str(plan.cidr(f"service/{env}/{region}")),

@@ -8,9 +8,9 @@ from pathlib import Path
 import pulumi
 import pulumi_aws as aws
 
-from dlinfra import kueue, planner, stackroles
+from dlinfra import eks, kueue, planner, stackroles
 from dlinfra.errors import DlinfraError, StackNameError
-from dlinfra.fleet import Fleet, load_fleet
+from dlinfra.fleet import Fleet, load_fleet, version_lifecycle
 from dlinfra.naming import Names
 
 
@@ -32,6 +32,8 @@ def load_context(root: Path) -> StackContext:
     lock = planner.load_lock(root / (config.get("lock") or "cidr-lock.yaml"))
     plan = planner.plan(loaded, lock)
     kueue.check_fleet(loaded.fleet, source=str(loaded.path))
+    for warning in version_lifecycle(loaded, eks.today()):
+        pulumi.log.warn(warning)
     role = stackroles.parse(loaded.fleet, pulumi.get_stack(), fleet_file=str(loaded.path))
     check_region_config(role, pulumi.Config("aws").get("region"), stack_file=f"stacks/Pulumi.{role.name}.yaml")
     names = Names(loaded.fleet.project, role.environment, role.region, loaded.fleet.tags)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import copy
 import os
 import shutil
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +18,20 @@ ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = ROOT / "tests" / "fixtures"
 REFERENCE_FLEET = FIXTURES / "fleet.yaml"
 REFERENCE_LOCK = FIXTURES / "cidr-lock.yaml"
+# Cluster-version support checks depend on the date: the suite runs on a pinned one, so it stays green as the
+# calendar moves (dlinfra.eks.today reads it).
+TEST_TODAY = "2026-11-22"
+
+
+@pytest.fixture(scope="session", autouse=True)
+def pinned_today() -> Iterator[str]:
+    previous = os.environ.get("DLINFRA_TODAY")
+    os.environ["DLINFRA_TODAY"] = TEST_TODAY
+    yield TEST_TODAY
+    if previous is None:
+        os.environ.pop("DLINFRA_TODAY", None)
+    else:
+        os.environ["DLINFRA_TODAY"] = previous
 
 
 @pytest.fixture(scope="session")

@@ -10,6 +10,7 @@ value is unknown during preview; so the rules only use the Mapping and Sequence 
 
 from __future__ import annotations
 
+import datetime
 import ipaddress
 import json
 import re
@@ -147,6 +148,7 @@ class Context:
     address_plan: AddressPlan | None = None
     address_plan_error: str = ""  # why the plan could not be loaded: reported as a violation, never ignored
     ingress_allowlist: tuple[IngressException, ...] = INGRESS_ALLOWLIST
+    today: datetime.date | None = None  # the date version-support checks use; None: dlinfra.eks.today()
 
 
 ResourceCheck = Callable[[Resource, Context], list[str]]
@@ -714,6 +716,7 @@ def s3_access_logs_delivered(resources: Sequence[Resource], ctx: Context) -> lis
     policies = [r for r in resources if r.type == S3_POLICY]
     configs = [r for r in resources if r.type in S3_ENCRYPTION_CONFIGS]
     out = []
+
     def names(child: Resource, key: str, bucket: Resource) -> bool:
         # By value only: a logging configuration also depends on its source bucket.
         return child.inputs.get(key) in {bucket.id, bucket.inputs.get("bucket")} - {None, ""}
@@ -759,6 +762,23 @@ def _json_or_object(value: Any) -> Mapping[str, Any]:
             return {}
         return parsed if isinstance(parsed, dict) else {}
     return _object(value)
+
+
+def eks_version_supported(resource: Resource, ctx: Context) -> list[str]:
+    """EKS clusters name their upgrade policy and run a version still inside the support that policy pays for.
+
+    Past its end, EKS upgrades the cluster itself and the stack would try to downgrade it. Source: Amazon EKS user
+    guide, "Understand the Kubernetes version lifecycle on EKS" (dates in dlinfra/data/eks.yaml).
+    """
+    from dlinfra import eks  # the support dates are data of the planning core
+
+    if resource.type != EKS_CLUSTER:
+        return []
+    support = str(_object(resource.inputs.get("upgradePolicy")).get("supportType") or "")
+    if support not in ("STANDARD", "EXTENDED"):
+        return ["upgradePolicy.supportType is not set: EKS would pick it, and with it when the cluster is upgraded"]
+    state = eks.lifecycle(str(resource.inputs.get("version")), support.lower(), ctx.today or eks.today())  # type: ignore[arg-type]
+    return [state.message] if state.level == "error" else []
 
 
 IAM_ROLE = "aws:iam/role:Role"
@@ -883,6 +903,12 @@ RULES: tuple[ResourceRule | StackRule, ...] = (
         "Buckets that receive access logs admit the S3 logging service and use SSE-S3",
         "mandatory",
         s3_access_logs_delivered,
+    ),
+    ResourceRule(
+        "eks-version-supported",
+        "EKS clusters name their upgrade policy and run a version it still supports",
+        "mandatory",
+        eks_version_supported,
     ),
     StackRule(
         "server-cert-domain-san",

@@ -208,6 +208,7 @@ def test_bad_args(overrides: dict, message: str) -> None:
     base = {
         "names": Names("dlinfra", "prod", "us-west-2"),
         "version": "1.33",
+        "upgrade_policy": "extended",
         "vpc_id": "vpc-1",
         "subnet_ids": {"a": "s-a", "b": "s-b"},
         "service_cidr": "10.3.224.0/20",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime
 import ipaddress
 import json
 from collections.abc import Callable, Sequence
@@ -30,6 +31,7 @@ CTX = rules.Context(
     taggable=lambda t: t != "aws:ec2/route:Route",
     gpu_count=lambda t: {"p5.48xlarge": 8, "g6.xlarge": 1, "m7i.4xlarge": 0}.get(t),
     address_plan=PLAN,
+    today=datetime.date(2026, 11, 22),
 )
 
 
@@ -221,6 +223,13 @@ CASES: dict[str, tuple[list[Resource], list[Resource]]] = {
             res("aws:s3/bucketLogging:BucketLogging")(bucket="dlinfra-data", targetBucket="dlinfra-logs"),
             res(rules.S3_POLICY, dependencies=[LOG_BUCKET.urn])(bucket="dlinfra-logs", policy=json.dumps(TLS_ONLY)),
             res(SSE, dependencies=[LOG_BUCKET.urn])(bucket="dlinfra-logs", rules=KMS_RULE),
+        ],
+    ),
+    "eks-version-supported": (
+        [res(rules.EKS_CLUSTER)(version="1.33", upgradePolicy={"supportType": "EXTENDED"})],
+        [
+            res(rules.EKS_CLUSTER)(version="1.33", upgradePolicy={"supportType": "STANDARD"}),  # ended 2026-07-29
+            res(rules.EKS_CLUSTER)(version="1.33"),
         ],
     ),
     "service-trust-scoped": (
