@@ -1,16 +1,24 @@
-"""ClientVpn: laptop VPN (AWS Client VPN, OpenVPN compatible) with mutual TLS, logs and routes."""
+"""ClientVpn: laptop VPN (AWS Client VPN, OpenVPN compatible) for people, with logs and routes.
+
+Two ways in, never a key shared by every laptop: federated sign-in (SAML, e.g. IAM Identity Center) with
+authorization rules per team group, or one client certificate per person whose common name a client connect
+handler checks against the fleet's list, so removing a person refuses their next connection.
+"""
 
 from __future__ import annotations
 
 import ipaddress
-from collections.abc import Mapping
-from dataclasses import dataclass
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Literal
 
 import pulumi
 import pulumi_aws as aws
 import pulumi_tls as tls
 
+from components.iam import service_trust
 from components.network import LOG_RETENTION_DAYS
 from dlinfra.naming import Names
 
@@ -22,6 +30,7 @@ _EARLY_RENEWAL_DAYS = 30
 # have a domain" otherwise): the server certificate carries a DNS SAN under this private suffix. Nothing
 # resolves it; laptops check the certificate's common name (verify-x509-name), which stays as it was.
 SERVER_DOMAIN_SUFFIX = "clientvpn.internal"
+CONNECT_HANDLER = Path(__file__).parent / "lambdas" / "client_vpn_connect.py"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -37,8 +46,20 @@ class ClientVpnArgs:
     session_timeout_hours: Literal[8, 10, 12, 24] = 12  # a laptop reconnects after this long
     ca_validity_days: int = 3650  # the endpoint's private CA
     cert_validity_days: int = 730  # server and client certificates; re-issued 30 days before expiry
+    saml_provider_arn: str | None = None  # federated sign-in through this IAM SAML provider; or:
+    users: Sequence[str] = ()  # one client certificate per person (certificate sign-in); exactly one of the two
+    self_service_saml_provider_arn: str | None = None  # SAML provider of the self-service portal (saml only)
+    access_groups: Mapping[str, str] = field(default_factory=dict)  # key -> IdP group allowed in (saml only)
 
     def __post_init__(self) -> None:
+        if (self.saml_provider_arn is None) == (not self.users):
+            raise ValueError("saml_provider_arn, users: give exactly one (federated or per-person sign-in)")
+        if self.saml_provider_arn is not None and not self.access_groups:
+            raise ValueError("access_groups: federated sign-in authorizes by group; name at least one")
+        if self.users and (self.access_groups or self.self_service_saml_provider_arn):
+            raise ValueError("access_groups, self_service_saml_provider_arn: only with federated sign-in")
+        if len(set(self.users)) != len(self.users):
+            raise ValueError("users: a person is listed twice")
         vpc = ipaddress.IPv4Network(self.vpc_cidr)
         client = ipaddress.IPv4Network(self.client_cidr)
         if not 12 <= client.prefixlen <= 22:
@@ -73,8 +94,8 @@ class ClientVpn(pulumi.ComponentResource):
     dns_name: pulumi.Output[str]
     server_name: pulumi.Output[str]  # server certificate CN, for the profile's verify-x509-name
     ca_cert_pem: pulumi.Output[str]
-    client_cert_pem: pulumi.Output[str]
-    client_key_pem: pulumi.Output[str]  # secret
+    authentication: str  # "saml" or "certificate"
+    user_credentials: pulumi.Output[dict[str, dict[str, str]]]  # person -> {cert_pem, key_pem}; secret; {} for saml
 
     def __init__(self, name: str, args: ClientVpnArgs, opts: pulumi.ResourceOptions | None = None) -> None:
         super().__init__("dlinfra:vpn:ClientVpn", name, None, opts)
@@ -107,15 +128,20 @@ class ClientVpn(pulumi.ComponentResource):
             child,
             dns_names=[f"{server_cn}.{SERVER_DOMAIN_SUFFIX}"],
         )
-        client_key, client_cert = _leaf(
-            f"{name}-client",
-            tls.CertRequestSubjectArgs(common_name=names.physical("client-vpn", "client"), organization=names.project),
-            "client_auth",
-            ca_key,
-            ca,
-            cert_hours,
-            child,
-        )
+        credentials: dict[str, pulumi.Output[dict[str, str]]] = {}
+        for user in sorted(args.users):
+            user_key, user_cert = _leaf(
+                f"{name}-user-{user}",
+                tls.CertRequestSubjectArgs(common_name=user, organization=names.project),
+                "client_auth",
+                ca_key,
+                ca,
+                cert_hours,
+                child,
+            )
+            credentials[user] = pulumi.Output.all(user_cert.cert_pem, user_key.private_key_pem).apply(
+                lambda pems: {"cert_pem": pems[0], "key_pem": pems[1]}
+            )
         # Client and server certificates share the CA, so the imported server certificate also serves as the
         # client root chain (AWS documents this), and no CA private key ever reaches ACM.
         server_private_key: pulumi.Output[str] = pulumi.Output.secret(server_key.private_key_pem)
@@ -160,16 +186,27 @@ class ClientVpn(pulumi.ComponentResource):
                 opts=child,
             )
 
+        federated = args.saml_provider_arn is not None
+        if federated:
+            authentication = aws.ec2clientvpn.EndpointAuthenticationOptionArgs(
+                type="federated-authentication",
+                saml_provider_arn=args.saml_provider_arn,
+                self_service_saml_provider_arn=args.self_service_saml_provider_arn,
+            )
+            connect = None
+        else:
+            authentication = aws.ec2clientvpn.EndpointAuthenticationOptionArgs(
+                type="certificate-authentication", root_certificate_chain_arn=acm_cert.arn
+            )
+            handler = self._connect_handler(name, args, endpoint_name)
+            connect = aws.ec2clientvpn.EndpointClientConnectOptionsArgs(enabled=True, lambda_function_arn=handler.arn)
         endpoint = aws.ec2clientvpn.Endpoint(
             f"{name}-endpoint",
             description=f"{endpoint_name}: laptops into {names.prefix}",
             server_certificate_arn=acm_cert.arn,
             client_cidr_block=args.client_cidr,
-            authentication_options=[
-                aws.ec2clientvpn.EndpointAuthenticationOptionArgs(
-                    type="certificate-authentication", root_certificate_chain_arn=acm_cert.arn
-                )
-            ],
+            authentication_options=[authentication],
+            client_connect_options=connect,
             connection_log_options=aws.ec2clientvpn.EndpointConnectionLogOptionsArgs(
                 enabled=True, cloudwatch_log_group=log_group.name, cloudwatch_log_stream=log_stream.name
             ),
@@ -178,7 +215,7 @@ class ClientVpn(pulumi.ComponentResource):
             transport_protocol="udp",
             vpn_port=443,
             session_timeout_hours=args.session_timeout_hours,
-            self_service_portal="disabled",
+            self_service_portal="enabled" if args.self_service_saml_provider_arn else "disabled",
             security_group_ids=[security_group.id],
             vpc_id=args.vpc_id,
             tags=names.tags("vpn", endpoint_name),
@@ -192,18 +229,21 @@ class ClientVpn(pulumi.ComponentResource):
                 subnet_id=subnet_id,
                 opts=child,
             )
-        # Mutual TLS carries no group identity, so AWS only honours rules that authorize all groups; per-team
-        # rules (access_group_id) need SAML or Active Directory authentication. Every holder of a client
-        # certificate may reach the environment's networks; what they can open there is up to the hosts.
+        # Federated sign-in carries the person's IdP groups: each allowed group gets its own rules. Certificates
+        # carry no group, so AWS only honours rules for all groups there; who may connect at all is then the
+        # connect handler's list of people.
+        groups: Mapping[str, str | None] = dict(sorted(args.access_groups.items())) if federated else {"all": None}
         for key, cidr in destinations.items():
-            aws.ec2clientvpn.AuthorizationRule(
-                f"{name}-authorize-{key}",
-                client_vpn_endpoint_id=endpoint.id,
-                target_network_cidr=cidr,
-                authorize_all_groups=True,
-                description=f"every client certificate holder to {key}",
-                opts=child,
-            )
+            for group_key, group in groups.items():
+                aws.ec2clientvpn.AuthorizationRule(
+                    f"{name}-authorize-{key}" if group is None else f"{name}-authorize-{group_key}-{key}",
+                    client_vpn_endpoint_id=endpoint.id,
+                    target_network_cidr=cidr,
+                    authorize_all_groups=True if group is None else None,
+                    access_group_id=group,
+                    description=f"{'every listed person' if group is None else group_key} to {key}",
+                    opts=child,
+                )
         # The VPC route comes with each association; the rest go through every associated subnet, so losing an
         # AZ keeps the routes alive in the others.
         for key, cidr in sorted(args.remote_cidrs.items()):
@@ -221,17 +261,84 @@ class ClientVpn(pulumi.ComponentResource):
         self.dns_name = endpoint.dns_name
         self.server_name = pulumi.Output.from_input(server_cn)
         self.ca_cert_pem = ca.cert_pem
-        self.client_cert_pem = client_cert.cert_pem
-        self.client_key_pem = pulumi.Output.secret(client_key.private_key_pem)
+        self.authentication = "saml" if federated else "certificate"
+        self.user_credentials = pulumi.Output.secret(pulumi.Output.all(**credentials).apply(dict))
         self.register_outputs(
             {
                 "endpoint_id": self.endpoint_id,
                 "dns_name": self.dns_name,
                 "server_name": self.server_name,
                 "ca_cert_pem": self.ca_cert_pem,
-                "client_cert_pem": self.client_cert_pem,
-                "client_key_pem": self.client_key_pem,
+                "authentication": self.authentication,
+                "user_credentials": self.user_credentials,
             }
+        )
+
+    def _connect_handler(self, name: str, args: ClientVpnArgs, endpoint_name: str) -> aws.lambda_.Function:
+        """The Lambda that admits only the listed people's certificates (its name must start AWSClientVPN-)."""
+        names = args.names
+        function_name = f"AWSClientVPN-{endpoint_name}"[:64]
+        tags = names.tags("vpn", function_name)
+        child = pulumi.ResourceOptions(parent=self)
+        logs = aws.cloudwatch.LogGroup(
+            f"{name}-connect-logs",
+            name=f"/aws/lambda/{function_name}",
+            retention_in_days=args.log_retention_days,
+            kms_key_id=args.log_kms_key_arn,
+            tags=tags,
+            opts=child,
+        )
+        role = aws.iam.Role(
+            f"{name}-connect-role",
+            name=names.physical("client-vpn", "connect", max_len=64),
+            assume_role_policy=service_trust("lambda.amazonaws.com"),
+            tags=tags,
+            opts=child,
+        )
+        policy = aws.iam.RolePolicy(
+            f"{name}-connect-policy",
+            role=role.id,
+            name="connect-handler",
+            policy=pulumi.Output.json_dumps(
+                {
+                    "Version": "2012-10-17",
+                    "Statement": [
+                        {
+                            "Sid": "Logs",
+                            "Effect": "Allow",
+                            "Action": ["logs:CreateLogStream", "logs:PutLogEvents"],
+                            "Resource": pulumi.Output.concat(logs.arn, ":*"),
+                        },
+                        {
+                            "Sid": "Traces",  # X-Ray takes no resource-level scoping
+                            "Effect": "Allow",
+                            "Action": ["xray:PutTraceSegments", "xray:PutTelemetryRecords"],
+                            "Resource": "*",
+                        },
+                    ],
+                }
+            ),
+            opts=pulumi.ResourceOptions(parent=role),
+        )
+        return aws.lambda_.Function(
+            f"{name}-connect",
+            name=function_name,
+            description=f"Admits the listed people's certificates to {endpoint_name}",
+            runtime="python3.12",
+            handler=f"{CONNECT_HANDLER.stem}.handler",
+            code=pulumi.AssetArchive({CONNECT_HANDLER.name: pulumi.FileAsset(str(CONNECT_HANDLER))}),
+            role=role.arn,
+            timeout=10,  # Client VPN waits at most 30 s
+            memory_size=128,
+            # The list of people is not secret; a customer key would add a key-policy dependency for nothing.
+            environment=aws.lambda_.FunctionEnvironmentArgs(
+                variables={"ALLOWED_COMMON_NAMES": json.dumps(sorted(args.users))}
+            ),
+            reserved_concurrent_executions=10,  # bounds what a flood of connection attempts can cost
+            tracing_config=aws.lambda_.FunctionTracingConfigArgs(mode="Active"),
+            logging_config=aws.lambda_.FunctionLoggingConfigArgs(log_format="Text", log_group=logs.name),
+            tags=tags,
+            opts=pulumi.ResourceOptions(parent=self, depends_on=[policy]),
         )
 
 

@@ -70,7 +70,10 @@ def register(subparsers: Any, common: argparse.ArgumentParser) -> dict[str, Hand
     profile.add_argument("--region", required=True)
     profile.add_argument("--environment", default="prod", help="(default: prod)")
     _outputs_source(profile)
-    profile.add_argument("--out", type=Path, help="profile path (default: build/vpn/<env>-<region>.ovpn)")
+    profile.add_argument(
+        "--user", help="whose profile (certificate sign-in: a name in environments.<env>.client_vpn.users)"
+    )
+    profile.add_argument("--out", type=Path, help="profile path (default: build/vpn/<env>-<region>[-<user>].ovpn)")
     return {"site": cmd_site, "vpn": cmd_vpn}
 
 
@@ -241,30 +244,54 @@ def _vpn_profile(args: argparse.Namespace) -> int:
     env, region = args.environment, args.region
     stack = f"{env}-{region}"
     stackroles.parse(fleet, stack, fleet_file=str(args.fleet))
-    if not fleet.environments[env].client_vpn:
+    vpn = fleet.environments[env].client_vpn
+    if vpn is None:
         raise DlinfraError(
-            "client_vpn is false: this environment has no Client VPN endpoint",
+            "no client_vpn: this environment has no Client VPN endpoint",
             file=str(args.fleet),
             key=f"environments.{env}.client_vpn",
+        )
+    if vpn.users and args.user not in vpn.users:
+        given = f"--user {args.user!r} is not listed" if args.user else "--user NAME is required"
+        raise DlinfraError(
+            f"{given}: profiles are per person; listed: {', '.join(vpn.users)}",
+            file=str(args.fleet),
+            key=f"environments.{env}.client_vpn.users",
+        )
+    if vpn.saml and args.user:
+        raise DlinfraError(
+            "federated sign-in: everyone uses the same profile and signs in as themselves; drop --user",
+            file=str(args.fleet),
+            key=f"environments.{env}.client_vpn.saml",
         )
     outputs, source = _outputs(args, fleet, env, region)
     sites.check_stack(outputs, env, region, source=source)
     values = {
         field: sites.require_output(outputs, f"client_vpn_{field}", source=source, stack=stack)
-        for field in ("dns_name", "server_name", "ca_cert_pem", "client_cert_pem", "client_key_pem")
+        for field in ("dns_name", "server_name", "ca_cert_pem")
     }
+    cert = key = None
+    if vpn.users:
+        people = sites.require_output(outputs, "client_vpn_users", source=source, stack=stack)
+        person = people.get(args.user) if isinstance(people, dict) else None
+        if not isinstance(person, dict):
+            raise DlinfraError(f"client_vpn_users has no {args.user!r}: apply the stack first", file=source)
+        cert, key = str(person["cert_pem"]), str(person["key_pem"])
     try:
         profile = ClientVpnProfile(
-            name=f"{fleet.project} {stack}",
+            name=f"{fleet.project} {stack}" + (f" ({args.user})" if args.user else ""),
             endpoint_dns_name=str(values["dns_name"]),
             server_name=str(values["server_name"]),
             ca_cert_pem=str(values["ca_cert_pem"]),
-            client_cert_pem=str(values["client_cert_pem"]),
-            client_key_pem=str(values["client_key_pem"]),
+            client_cert_pem=cert,
+            client_key_pem=key,
         )
     except ValueError as exc:
         raise DlinfraError(str(exc), file=source) from None
-    path = args.out or Path("build/vpn") / f"{stack}.ovpn"
+    path = args.out or Path("build/vpn") / (f"{stack}-{args.user}.ovpn" if args.user else f"{stack}.ovpn")
     sites.write_private(path, render_ovpn(profile))
-    out.print(f"wrote {path} (mode 0600: holds the client private key; never commit or share it)", markup=False)
+    what = (
+        "federated sign-in, no key" if profile.federated else f"holds {args.user}'s private key: give it to them only"
+    )
+    out.print(f"wrote {path} (mode 0600; {what})", markup=False)
     return 0

@@ -216,6 +216,48 @@ class CiSpec(Strict):
         return v
 
 
+_SAML_PROVIDER_ARN = re.compile(r"arn:aws[a-z-]*:iam::\d{12}:saml-provider/[\w+=,.@-]{1,128}")
+_PERSON = re.compile(r"[a-z][a-z0-9._-]{0,62}")
+
+
+class SamlSpec(Strict):
+    """Laptop VPN by federated sign-in (SAML 2.0, e.g. IAM Identity Center): people, not shared keys."""
+
+    provider_arn: str  # IAM SAML identity provider for the VPN (arn:aws:iam::<account>:saml-provider/<name>)
+    self_service_provider_arn: str | None = None  # a second IAM SAML provider for the self-service portal
+    admin_group: str | None = None  # IdP group whose members reach everything the endpoint routes
+
+    @field_validator("provider_arn", "self_service_provider_arn")
+    @classmethod
+    def _arn(cls, v: str | None) -> str | None:
+        if v is not None and not _SAML_PROVIDER_ARN.fullmatch(v):
+            raise ValueError(f"{v!r} is not an IAM SAML provider ARN (arn:aws:iam::<12 digits>:saml-provider/<name>)")
+        return v
+
+
+class ClientVpnSpec(Strict):
+    """How people authenticate to the environment's laptop VPN: federated (saml) or per-person certificates."""
+
+    saml: SamlSpec | None = None  # federated sign-in; teams with `vpn_group` reach the networks, per group
+    users: tuple[str, ...] = ()  # otherwise: one certificate per person; removing a name revokes it
+
+    @field_validator("users")
+    @classmethod
+    def _people(cls, v: tuple[str, ...]) -> tuple[str, ...]:
+        for user in v:
+            if not _PERSON.fullmatch(user):
+                raise ValueError(f"{user!r} is not a user name (lower-case letters, digits, '.', '_', '-')")
+        if len(set(v)) != len(v):
+            raise ValueError("a user is listed twice")
+        return tuple(sorted(v))  # order in the file changes nothing declared
+
+    @model_validator(mode="after")
+    def _one_mode(self) -> ClientVpnSpec:
+        if (self.saml is None) == (not self.users):
+            raise ValueError("give exactly one of saml (federated sign-in) or users (per-person certificates)")
+        return self
+
+
 class FsxSpec(Strict):
     """FSx for Lustre scratch linked to the datasets bucket."""
 
@@ -258,13 +300,26 @@ class Environment(Strict):
     regions: Mapping[str, EnvironmentRegion] = Field(min_length=1)
     nat: Literal["per_az", "single"] = "per_az"  # NAT gateway per AZ (resilient) or one (cheap)
     vpc_prefix: int | None = Field(None, ge=16, le=28)  # overrides address_space.vpc_prefix
-    client_vpn: bool = True  # a Client VPN endpoint in each region
+    # A Client VPN endpoint in each region and how people sign in to it; None (or false): no laptop VPN.
+    client_vpn: ClientVpnSpec | None = None
     # Team GPU quotas here: guarantees that must fit the environment's GPUs, or scaled down to fit them.
     gpu_quotas: Literal["guaranteed", "scaled"] = "guaranteed"
     kubernetes: KubernetesSpec = KubernetesSpec()
     storage: StorageSpec = StorageSpec()
     node_pools: Mapping[str, NodePool] = Field(default_factory=dict)
     ci: CiSpec | None = None  # None: no in-VPC runner or CI access entries; admins apply over the laptop VPN
+
+    @field_validator("client_vpn", mode="before")
+    @classmethod
+    def _client_vpn(cls, v: Any) -> Any:
+        if v is False:
+            return None
+        if v is True:
+            raise ValueError(
+                "say how people sign in: `saml: {provider_arn: ...}` (federated) or `users: [...]` (a certificate "
+                "each); a key shared by every laptop can't be revoked"
+            )
+        return v
 
     @field_validator("regions", mode="before")
     @classmethod
@@ -333,6 +388,9 @@ class Team(Strict):
     cpu_quota: int = Field(0, ge=0)  # vCPUs guaranteed; 0: no CPU guarantee
     role_arn: str | None = None  # IAM role whose sessions act as the team in Kubernetes
     namespace: Name | None = None  # default: team-<name>
+    # The team's group in the VPN's SAML identity provider (IAM Identity Center: the group id): with federated
+    # laptop VPN, its members reach the networks. Not used with per-person certificates (no groups in TLS).
+    vpn_group: str | None = Field(None, min_length=1, max_length=255)
 
     @field_validator("role_arn")
     @classmethod
@@ -438,6 +496,13 @@ def _cross_checks(fleet: Fleet) -> Iterator[FleetError]:
         version_problem = eks.version_problem(env.kubernetes.version)
         if version_problem:
             yield FleetError(version_problem, key=f"environments.{env_name}.kubernetes.version")
+        saml = env.client_vpn.saml if env.client_vpn else None
+        if saml is not None and saml.admin_group is None and not any(t.vpn_group for t in fleet.teams.values()):
+            yield FleetError(
+                "federated sign-in authorizes by group, but no team has a vpn_group and there is no admin_group: "
+                "nobody could reach anything",
+                key=f"environments.{env_name}.client_vpn.saml",
+            )
         if env.kubernetes.upgrade_policy is None:
             yield FleetError(
                 "required: say `standard` (EKS upgrades the cluster when standard support ends) or `extended` "

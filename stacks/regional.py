@@ -152,7 +152,11 @@ def declare(ctx: StackContext) -> None:
         # Secret: `dlinfra site render` turns it into each site's nodeadm NodeConfig.
         pulumi.export("hybrid_activations", parts.hybrid.activations)
 
-    if environment.client_vpn:
+    if environment.client_vpn is not None:
+        saml = environment.client_vpn.saml
+        groups = {t: team.vpn_group for t, team in fleet.teams.items() if team.vpn_group} if saml else {}
+        if saml is not None and saml.admin_group:
+            groups["admins"] = saml.admin_group
         client_vpn = ClientVpn(
             "client-vpn",
             ClientVpnArgs(
@@ -163,6 +167,10 @@ def declare(ctx: StackContext) -> None:
                 subnet_ids=network.subnet_ids["private"],
                 remote_cidrs=remote,
                 log_kms_key_arn=network.log_key_arn,
+                saml_provider_arn=saml.provider_arn if saml else None,
+                self_service_saml_provider_arn=saml.self_service_provider_arn if saml else None,
+                access_groups=groups,
+                users=environment.client_vpn.users,
             ),
             opts=in_region,
         )
@@ -170,5 +178,6 @@ def declare(ctx: StackContext) -> None:
         pulumi.export("client_vpn_dns_name", client_vpn.dns_name)
         pulumi.export("client_vpn_server_name", client_vpn.server_name)
         pulumi.export("client_vpn_ca_cert_pem", client_vpn.ca_cert_pem)
-        pulumi.export("client_vpn_client_cert_pem", client_vpn.client_cert_pem)
-        pulumi.export("client_vpn_client_key_pem", client_vpn.client_key_pem)
+        pulumi.export("client_vpn_authentication", client_vpn.authentication)
+        # Secret: each person's certificate and key; `dlinfra vpn profile --user NAME` renders one profile.
+        pulumi.export("client_vpn_users", client_vpn.user_credentials)

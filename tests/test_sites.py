@@ -401,30 +401,50 @@ def test_site_remove_unknown(repo: Repo) -> None:
 
 
 # --- vpn profile ----------------------------------------------------------------------------------------
-def test_vpn_profile_offline(repo: Repo, usw2_outputs: dict[str, Any]) -> None:
+def test_vpn_profile_federated_offline(repo: Repo, usw2_outputs: dict[str, Any]) -> None:
+    # prod signs in through SAML: one profile for everyone, no key in it.
     result = repo.run("vpn", "profile", "--region", "us-west-2", "--offline", "--out", "laptop.ovpn")
     assert result.code == 0, result.err
     profile = repo.root / "laptop.ovpn"
     assert stat.S_IMODE(profile.stat().st_mode) == 0o600
     text = profile.read_text()
-    key = usw2_outputs["client_vpn_client_key_pem"]
-    assert f"<key>\n{key}</key>" in text
+    assert "auth-federate" in text.splitlines() and "<key>" not in text and "PRIVATE KEY" not in text
     assert "verify-x509-name dlinfra-prod-usw2-client-vpn-server name" in text
     host = usw2_outputs["client_vpn_dns_name"].removeprefix("*.")
     assert any(line.startswith("remote ") and line.endswith(f".{host} 443") for line in text.splitlines())
+    result = repo.run("vpn", "profile", "--region", "us-west-2", "--offline", "--user", "alice")
+    assert result.code == 2 and "drop --user" in result.err
+
+
+def test_vpn_profile_per_person(repo: Repo) -> None:
+    staging = reference.runs()["staging-us-west-2"].outputs
+    base = ["vpn", "profile", "--environment", "staging", "--region", "us-west-2", "--offline"]
+    result = repo.run(*base, "--user", "alice")
+    assert result.code == 0, result.err
+    text = (repo.root / "build" / "vpn" / "staging-us-west-2-alice.ovpn").read_text()
+    alice, bob = staging["client_vpn_users"]["alice"], staging["client_vpn_users"]["bob"]
+    assert f"<key>\n{alice['key_pem']}</key>" in text and f"<cert>\n{alice['cert_pem']}</cert>" in text
+    assert bob["key_pem"] not in text and bob["cert_pem"] not in text
     assert "PRIVATE KEY" not in result.out + result.err
+    for argv, message in (((), "--user NAME is required"), (("--user", "mallory"), "--user 'mallory' is not listed")):
+        result = repo.run(*base, *argv)
+        assert result.code == 2 and message in result.err and "environments.staging.client_vpn.users" in result.err
 
 
-def test_vpn_profile_refuses_masked_key_and_missing_endpoint(repo: Repo, usw2_outputs: dict[str, Any]) -> None:
-    outputs = dict(usw2_outputs, client_vpn_client_key_pem="[secret]")
+def test_vpn_profile_refuses_masked_key_and_missing_endpoint(repo: Repo) -> None:
+    outputs = dict(reference.runs()["staging-us-west-2"].outputs, client_vpn_users="[secret]")
     (repo.root / "o.json").write_text(json.dumps(outputs))
-    result = repo.run("vpn", "profile", "--region", "us-west-2", "--outputs", "o.json")
-    assert result.code == 2 and "client_vpn_client_key_pem: the value is masked" in result.err
+    base = ["vpn", "profile", "--environment", "staging", "--region", "us-west-2", "--outputs", "o.json"]
+    result = repo.run(*base, "--user", "alice")
+    assert result.code == 2 and "client_vpn_users: the value is masked" in result.err
     assert not (repo.root / "build").exists()
-    text = repo.fleet.read_text().replace("    nat: single ", "    client_vpn: false\n    nat: single ")
+    text = repo.fleet.read_text().replace("      users: [alice, bob]\n", "")
+    text = text.replace(
+        "    client_vpn:                 # one certificate per person: removing a name revokes it\n", ""
+    )
     repo.fleet.write_text(text)
-    result = repo.run("vpn", "profile", "--environment", "staging", "--region", "us-west-2", "--outputs", "o.json")
-    assert result.code == 2 and "environments.staging.client_vpn: client_vpn is false" in result.err
+    result = repo.run(*base)
+    assert result.code == 2 and "environments.staging.client_vpn: no client_vpn" in result.err
     result = repo.run("vpn", "profile", "--region", "ap-south-1", "--outputs", "o.json")
     assert result.code == 2 and "'ap-south-1' is not a region of environment 'prod'" in result.err
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import hashlib
 import json
 import runpy
 import threading
@@ -19,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from pulumi import asset as pulumi_asset
 from pulumi.runtime import config as pulumi_config
 from pulumi.runtime import mocks, rpc, settings, stack
 from pulumi.runtime.proto import resource_pb2
@@ -87,10 +89,24 @@ class StackResult:
         }
 
 
+def _asset(value: Any) -> Any:
+    """An asset or archive as plain data: the file's name and content hash (deterministic across machines)."""
+    if isinstance(value, pulumi_asset.FileAsset):
+        data = Path(value.path).read_bytes()
+        return {"asset": {"file": Path(value.path).name, "sha256": hashlib.sha256(data).hexdigest()}}
+    if isinstance(value, pulumi_asset.StringAsset):
+        return {"asset": {"sha256": hashlib.sha256(value.text.encode()).hexdigest()}}
+    if isinstance(value, pulumi_asset.AssetArchive):
+        return {"archive": {name: _asset(item) for name, item in sorted(value.assets.items())}}
+    return {"asset": {"kind": type(value).__name__}}
+
+
 def _mask(value: Any) -> Any:
-    """Replace every secret-wrapped value with the mask, at any depth."""
+    """Replace every secret-wrapped value with the mask, and assets with their hashes, at any depth."""
     if schema.is_secret(value):
         return MASK
+    if isinstance(value, (pulumi_asset.Asset, pulumi_asset.Archive)):
+        return _asset(value)
     if isinstance(value, dict):
         return {k: _mask(v) for k, v in value.items()}
     if isinstance(value, list):

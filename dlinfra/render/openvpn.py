@@ -35,8 +35,8 @@ class ClientVpnProfile:
     endpoint_dns_name: str  # the endpoint's DNS name as AWS reports it: "*.cvpn-endpoint-....amazonaws.com"
     server_name: str  # CN of the endpoint's server certificate (verify-x509-name)
     ca_cert_pem: str  # the endpoint's private CA certificate
-    client_cert_pem: str  # this profile's client certificate
-    client_key_pem: str = field(repr=False)  # its private key (secret)
+    client_cert_pem: str | None = None  # this person's client certificate; None with federated (SAML) sign-in
+    client_key_pem: str | None = field(default=None, repr=False)  # its private key (secret)
     port: int = 443  # the endpoint's vpn_port
     protocol: Literal["udp", "tcp"] = "udp"  # the endpoint's transport_protocol
 
@@ -51,12 +51,20 @@ class ClientVpnProfile:
         if not _X509_NAME.fullmatch(self.server_name):
             raise ValueError(f"ClientVpnProfile.server_name: {self.server_name!r} is not a certificate CN")
         _pem("ca_cert_pem", self.ca_cert_pem, "CERTIFICATE")
-        _pem("client_cert_pem", self.client_cert_pem, "CERTIFICATE")
-        _pem("client_key_pem", self.client_key_pem, "RSA PRIVATE KEY", "PRIVATE KEY", "EC PRIVATE KEY")
+        if (self.client_cert_pem is None) != (self.client_key_pem is None):
+            raise ValueError("ClientVpnProfile.client_cert_pem, client_key_pem: give both (certificate) or neither")
+        if self.client_cert_pem is not None and self.client_key_pem is not None:
+            _pem("client_cert_pem", self.client_cert_pem, "CERTIFICATE")
+            _pem("client_key_pem", self.client_key_pem, "RSA PRIVATE KEY", "PRIVATE KEY", "EC PRIVATE KEY")
         if not 1 <= self.port <= 65535:
             raise ValueError(f"ClientVpnProfile.port: {self.port} is not a port")
         if self.protocol not in ("udp", "tcp"):
             raise ValueError(f"ClientVpnProfile.protocol: must be udp or tcp, got {self.protocol!r}")
+
+    @property
+    def federated(self) -> bool:
+        """SAML sign-in: the AWS-provided client opens the identity provider; no certificate on the laptop."""
+        return self.client_cert_pem is None
 
     @property
     def host(self) -> str:
@@ -91,9 +99,8 @@ def render_ovpn(profile: ClientVpnProfile, *, prefix: str | None = None) -> str:
             port=profile.port,
             server_name=profile.server_name,
             ca_cert_pem=_pem("ca_cert_pem", profile.ca_cert_pem, "CERTIFICATE"),
-            client_cert_pem=_pem("client_cert_pem", profile.client_cert_pem, "CERTIFICATE"),
-            client_key_pem=_pem(
-                "client_key_pem", profile.client_key_pem, "RSA PRIVATE KEY", "PRIVATE KEY", "EC PRIVATE KEY"
-            ),
+            federated=profile.federated,
+            client_cert_pem=profile.client_cert_pem,
+            client_key_pem=profile.client_key_pem,
         )
     )

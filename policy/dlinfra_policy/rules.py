@@ -841,6 +841,21 @@ def server_certificates_name_a_domain(resources: Sequence[Resource], ctx: Contex
     return out
 
 
+def client_vpn_revocable(resource: Resource, ctx: Context) -> list[str]:
+    """A Client VPN endpoint that accepts client certificates can refuse one: a client connect handler checks who
+    is still admitted (without it, every certificate the CA ever issued gets in until it expires). Federated
+    sign-in is revocable at the identity provider. Source: AWS Client VPN administrator guide, "Connection
+    authorization" and "Client certificate revocation lists"."""
+    if resource.type != CLIENT_VPN_ENDPOINT:
+        return []
+    kinds = {str(o.get("type")) for o in _objects(resource.inputs.get("authenticationOptions"))}
+    if "certificate-authentication" not in kinds:
+        return []
+    if _true(_object(resource.inputs.get("clientConnectOptions")).get("enabled")):
+        return []
+    return ["certificate sign-in without a client connect handler: a removed person's certificate still gets in"]
+
+
 RULES: tuple[ResourceRule | StackRule, ...] = (
     ResourceRule(
         "ebs-encrypted", "EBS volumes and launch template block devices are encrypted", "mandatory", ebs_encrypted
@@ -915,6 +930,12 @@ RULES: tuple[ResourceRule | StackRule, ...] = (
         "Server certificates name a domain in their subject alternative names",
         "mandatory",
         server_certificates_name_a_domain,
+    ),
+    ResourceRule(
+        "client-vpn-revocable",
+        "Client VPN certificate sign-in can refuse a removed person",
+        "mandatory",
+        client_vpn_revocable,
     ),
     ResourceRule(
         "explicit-provider",

@@ -1,14 +1,19 @@
-"""ClientVpn: private CA and certificates, ACM import, mutual-TLS endpoint, associations, rules, routes."""
+"""ClientVpn: private CA and certificates, ACM import, per-person sign-in (SAML or certificates), rules, routes.
+
+The fixture fleet signs prod in through SAML and gives staging's people a certificate each.
+"""
 
 from __future__ import annotations
 
 import ipaddress
+import json
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from components.client_vpn import ClientVpnArgs
+from components.lambdas import client_vpn_connect as connect
 from dlinfra import sites
 from dlinfra.naming import Names
 from dlinfra.offline import engine, schema
@@ -30,14 +35,28 @@ def test_endpoint(stack: str) -> None:
     i = endpoint.inputs
     assert i["clientCidrBlock"] == str(plan().cidr(f"client-vpn/{env}/{region}"))
     assert i["serverCertificateArn"] == cert.outputs["arn"]
-    assert i["authenticationOptions"] == [
-        {"type": "certificate-authentication", "rootCertificateChainArn": cert.outputs["arn"]}
-    ]
+    vpn = fleet().environments[env].client_vpn
+    assert vpn is not None
+    if vpn.saml:
+        assert i["authenticationOptions"] == [
+            {
+                "type": "federated-authentication",
+                "samlProviderArn": vpn.saml.provider_arn,
+                "selfServiceSamlProviderArn": vpn.saml.self_service_provider_arn,
+            }
+        ]
+        assert "clientConnectOptions" not in i
+    else:
+        assert i["authenticationOptions"] == [
+            {"type": "certificate-authentication", "rootCertificateChainArn": cert.outputs["arn"]}
+        ]
+        handler = named(result, "client-vpn-connect")
+        assert i["clientConnectOptions"] == {"enabled": True, "lambdaFunctionArn": handler.outputs["arn"]}
     assert i["splitTunnel"] is True
     assert (i["transportProtocol"], plain(i["vpnPort"])) == ("udp", 443)
     assert i["dnsServers"] == [str(vpc.network_address + 2)]
     assert i["vpcId"] == result.outputs["vpc_id"]
-    assert i["selfServicePortal"] == "disabled"
+    assert i["selfServicePortal"] == ("enabled" if vpn.saml else "disabled")
     logs = i["connectionLogOptions"]
     assert logs["enabled"] is True
     group = named(result, "client-vpn-logs")
@@ -66,12 +85,20 @@ def test_associations_rules_and_routes(stack: str) -> None:
     assert {s.inputs["availabilityZone"] for s in subnets} == set(fleet().azs(region))
     assert all(a.inputs["clientVpnEndpointId"] == endpoint.id for a in associations)
     remote = _remote(env, region)
-    rules = {
-        r.inputs["targetNetworkCidr"]: r.inputs
-        for r in of_type(result, "aws:ec2clientvpn/authorizationRule:AuthorizationRule")
-    }
-    assert set(rules) == {str(plan().vpc(env, region)), *remote.values()}
-    assert all(r["authorizeAllGroups"] is True and "accessGroupId" not in r for r in rules.values())
+    destinations = {str(plan().vpc(env, region)), *remote.values()}
+    rules = of_type(result, "aws:ec2clientvpn/authorizationRule:AuthorizationRule")
+    vpn = fleet().environments[env].client_vpn
+    assert vpn is not None
+    if vpn.saml:
+        # Per team group (and the admins' group), to every destination; never "all groups".
+        groups = {t.vpn_group for t in fleet().teams.values() if t.vpn_group} | {vpn.saml.admin_group}
+        pairs = {(r.inputs["accessGroupId"], r.inputs["targetNetworkCidr"]) for r in rules}
+        assert pairs == {(g, d) for g in groups for d in destinations}
+        assert not [r for r in rules if r.inputs.get("authorizeAllGroups")]
+    else:
+        # Certificates carry no group: every admitted person (the connect handler's list) reaches them.
+        assert {r.inputs["targetNetworkCidr"] for r in rules} == destinations
+        assert all(r.inputs["authorizeAllGroups"] is True and "accessGroupId" not in r.inputs for r in rules)
     routes: dict[str, set[str]] = {}
     for r in of_type(result, "aws:ec2clientvpn/route:Route"):
         routes.setdefault(r.inputs["destinationCidrBlock"], set()).add(r.inputs["targetVpcSubnetId"])
@@ -84,32 +111,71 @@ def test_certificates_and_secret_keys(stack: str, tmp_path: Path) -> None:
     ca = named(result, "client-vpn-ca")
     assert ca.inputs["isCaCertificate"] is True
     assert set(ca.inputs["allowedUses"]) >= {"cert_signing"}
-    for role, usage in (("server", "server_auth"), ("client", "client_auth")):
+    env, _ = env_region(stack)
+    vpn = fleet().environments[env].client_vpn
+    assert vpn is not None
+    people = [f"user-{u}" for u in vpn.users]
+    for role, usage in (("server", "server_auth"), *((p, "client_auth") for p in people)):
         cert = named(result, f"client-vpn-{role}-cert")
         assert usage in cert.inputs["allowedUses"]
         assert cert.inputs["caCertPem"] == ca.outputs["certPem"]
         assert schema.is_secret(cert.inputs["caPrivateKeyPem"])
         key = named(result, f"client-vpn-{role}-key")
         assert (key.inputs["algorithm"], plain(key.inputs["rsaBits"])) == ("RSA", 2048)
+    for user in vpn.users:
+        assert named(result, f"client-vpn-user-{user}-csr").inputs["subject"]["commonName"] == user
     # ACM only lets Client VPN use a server certificate that names a domain: a DNS SAN under a private suffix,
     # while laptops keep checking the common name.
     server_csr = named(result, "client-vpn-server-csr")
     server_cn = server_csr.inputs["subject"]["commonName"]
     assert server_csr.inputs["dnsNames"] == [f"{server_cn}.clientvpn.internal"]
     assert result.outputs["client_vpn_server_name"] == server_cn
-    assert "dnsNames" not in named(result, "client-vpn-client-csr").inputs
     acm = named(result, "client-vpn-server-acm")
     assert schema.is_secret(acm.inputs["privateKey"])
     assert acm.inputs["certificateChain"] == ca.outputs["certPem"]
     out = result.outputs
     assert out["client_vpn_ca_cert_pem"] == ca.outputs["certPem"]
-    assert "PRIVATE KEY" in out["client_vpn_client_key_pem"]
-    assert "client_vpn_client_key_pem" in result.secret_outputs
-    assert "client_vpn_client_cert_pem" not in result.secret_outputs
     assert out["client_vpn_dns_name"].startswith("*.cvpn-endpoint-")
+    # No key shared by every laptop: each person's own certificate and key, as one secret output.
+    assert "client_vpn_client_key_pem" not in out and "client_vpn_users" in result.secret_outputs
+    assert sorted(out["client_vpn_users"]) == list(vpn.users)
+    assert out["client_vpn_authentication"] == ("saml" if vpn.saml else "certificate")
     text = engine.write_plan(result, "dlinfra", tmp_path).read_text()
     assert "PRIVATE KEY" not in text
-    assert out["client_vpn_client_key_pem"] not in text
+    for credentials in out["client_vpn_users"].values():
+        assert "PRIVATE KEY" in credentials["key_pem"] and credentials["key_pem"] not in text
+
+
+def test_only_listed_people_are_admitted() -> None:
+    """The connect handler admits exactly the fleet's users: removing a name refuses that person's next connection."""
+    result = runs()["staging-us-west-2"]
+    handler = named(result, "client-vpn-connect")
+    assert handler.inputs["name"].startswith("AWSClientVPN-")  # Client VPN only calls functions named so
+    allowed = json.loads(handler.inputs["environment"]["variables"]["ALLOWED_COMMON_NAMES"])
+    assert allowed == ["alice", "bob"]
+    assert connect.decide("alice", frozenset(allowed))["allow"] is True
+    denied = connect.decide("carol", frozenset(allowed))
+    assert denied["allow"] is False and "no longer admitted" in denied["error-msg-on-denied-connection"]
+    assert denied["schema-version"] == "v3" and denied["posture-compliance-statuses"] == []
+
+
+def test_handler_reads_its_list_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("ALLOWED_COMMON_NAMES", json.dumps(["alice"]))
+    assert connect.handler({"common-name": "alice", "connection-id": "cvpn-connection-1"}, None)["allow"] is True
+    assert connect.handler({"common-name": "mallory"}, None)["allow"] is False
+
+
+def test_removing_a_person_removes_them_from_the_handler(write_fleet: Any) -> None:
+    from dlinfra import stackroles
+    from tests.conftest import ROOT
+
+    path = write_fleet(lambda data: data["environments"]["staging"]["client_vpn"].update(users=["alice"]))
+    config = {"dlinfra:fleet": str(path), "dlinfra:lock": str(path.parent / "cidr-lock.yaml")}
+    role = stackroles.StackRole("regional", "staging", "us-west-2")
+    result = engine.run_stack(ROOT, role, project="dlinfra", config=config, stack_exports={})
+    handler = named(result, "client-vpn-connect")
+    assert json.loads(handler.inputs["environment"]["variables"]["ALLOWED_COMMON_NAMES"]) == ["alice"]
+    assert not [r for r in result.resources if r.name.startswith("client-vpn-user-bob")]
 
 
 def _args(**overrides: Any) -> ClientVpnArgs:
@@ -121,6 +187,7 @@ def _args(**overrides: Any) -> ClientVpnArgs:
         "subnet_ids": {"us-west-2a": "subnet-1"},
         "remote_cidrs": {"vpc-us-east-1": "10.1.0.0/16"},
         "log_kms_key_arn": "arn:aws:kms:us-west-2:123456789012:key/x",
+        "users": ("alice",),
     }
     return ClientVpnArgs(**(fields | overrides))
 
@@ -145,6 +212,10 @@ def test_resolver_is_the_vpc_base_plus_two() -> None:
         ({"session_timeout_hours": 9}, r"^session_timeout_hours: must be 8, 10, 12 or 24"),
         ({"cert_validity_days": 20}, r"^cert_validity_days: must exceed the 30-day early-renewal window"),
         ({"cert_validity_days": 4000}, r"^cert_validity_days: must be positive and shorter"),
+        ({"users": ()}, r"^saml_provider_arn, users: give exactly one"),
+        ({"saml_provider_arn": "arn:aws:iam::1:saml-provider/x"}, r"^saml_provider_arn, users: give exactly one"),
+        ({"users": (), "saml_provider_arn": "arn:aws:iam::1:saml-provider/x"}, r"^access_groups: federated"),
+        ({"access_groups": {"a": "g"}}, r"^access_groups, self_service_saml_provider_arn: only with federated"),
     ],
 )
 def test_args_are_checked(overrides: dict[str, Any], message: str) -> None:

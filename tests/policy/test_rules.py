@@ -254,6 +254,16 @@ CASES: dict[str, tuple[list[Resource], list[Resource]]] = {
             res(rules.TLS_SIGNED_CERTS[1])(allowedUses=["server_auth"], dnsNames=["server"]),
         ],
     ),
+    "client-vpn-revocable": (
+        [
+            res(rules.CLIENT_VPN_ENDPOINT)(authenticationOptions=[{"type": "federated-authentication"}]),
+            res(rules.CLIENT_VPN_ENDPOINT)(
+                authenticationOptions=[{"type": "certificate-authentication"}],
+                clientConnectOptions={"enabled": True, "lambdaFunctionArn": "arn:aws:lambda:x"},
+            ),
+        ],
+        [res(rules.CLIENT_VPN_ENDPOINT)(authenticationOptions=[{"type": "certificate-authentication"}])],
+    ),
     "explicit-provider": (
         [
             res(VPC)(cidrBlock="10.2.0.0/16"),

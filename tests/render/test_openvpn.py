@@ -89,3 +89,19 @@ def test_a_bad_key_is_never_echoed() -> None:
 def test_bad_prefix() -> None:
     with pytest.raises(ValueError, match=r"prefix: 'a b' is not a DNS label"):
         render_ovpn(profile(), prefix="a b")
+
+
+def test_federated_profile_has_no_key_and_signs_in_through_the_idp() -> None:
+    rendered = render_ovpn(profile(client_cert_pem=None, client_key_pem=None), prefix="a1b2c3d4e5f6")
+    path = GOLDEN / "client-saml.ovpn"
+    if UPDATE:
+        path.write_text(rendered)
+    assert rendered == path.read_text(), "client-saml.ovpn changed: review, then UPDATE_GOLDEN=1 pytest tests/render"
+    lines = rendered.splitlines()
+    assert {"auth-user-pass", "auth-federate"} <= set(lines)
+    assert "<key>" not in lines and "<cert>" not in lines and "PRIVATE KEY" not in rendered
+
+
+def test_certificate_and_key_come_together() -> None:
+    with pytest.raises(ValueError, match="give both"):
+        profile(client_key_pem=None)
