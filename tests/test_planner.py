@@ -253,7 +253,8 @@ def fleets(draw: st.DrawFn) -> dict[str, Any]:
         envs[env] = {
             "regions": {r: {"transit_asn": 64512 + i} for r in env_regions},
             "vpc_prefix": draw(st.sampled_from([16, 18, 20])),
-            "client_vpn": draw(st.booleans()),
+            "client_vpn": {"users": ["alice"]} if draw(st.booleans()) else False,
+            "kubernetes": {"version": "1.33", "upgrade_policy": "extended"},
         }
     sites = {}
     for n in range(draw(st.integers(0, 4))):

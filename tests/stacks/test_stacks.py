@@ -274,9 +274,9 @@ def test_no_secret_reaches_a_plan_export(results: dict[str, engine.StackResult],
     for result in results.values():
         for conn in (result.outputs.get("site_vpns") or {}).values():
             secrets += [t["preshared_key"] for t in conn["tunnels"]]
-        if "client_vpn_client_key_pem" in result.outputs:
-            secrets.append(result.outputs["client_vpn_client_key_pem"])
-    assert len(secrets) == 4 + 4  # two sites x two tunnels, four Client VPN endpoints
+        for person in (result.outputs.get("client_vpn_users") or {}).values():
+            secrets.append(person["key_pem"])
+    assert len(secrets) == 4 + 2  # two sites x two tunnels, staging's two people (prod signs in through SAML)
     for result in results.values():
         text = engine.write_plan(result, "dlinfra", tmp_path).read_text()
         assert "PRIVATE KEY" not in text, result.role.name
