@@ -80,8 +80,11 @@ class HybridNodes(pulumi.ComponentResource):
                          "Resource": args.cluster_arn},
                         {"Sid": "UninstallDescribe", "Effect": "Allow", "Action": "ssm:DescribeInstanceInformation",
                          "Resource": "*"},  # a List/Describe action without resource-level scoping
+                        # Only machines registered for this cluster: managed instances inherit their activation's
+                        # tags, and each activation carries the cluster's ARN (EKS hybrid-nodes credentials guide).
                         {"Sid": "UninstallDeregister", "Effect": "Allow", "Action": "ssm:DeregisterManagedInstance",
-                         "Resource": pulumi.Output.concat(ssm_arn, "managed-instance/*")},
+                         "Resource": pulumi.Output.concat(ssm_arn, "managed-instance/*"),
+                         "Condition": {"StringEquals": {"ssm:resourceTag/EKSClusterARN": args.cluster_arn}}},
                     ],
                 }
             ),
@@ -96,7 +99,7 @@ class HybridNodes(pulumi.ComponentResource):
                 iam_role=role.name,
                 registration_limit=count,
                 expiration_date=args.activation_expiry.get(site),
-                tags=names.tags("hybrid-nodes", extra={"dlinfra:site": site}),
+                tags={**names.tags("hybrid-nodes", extra={"dlinfra:site": site}), "EKSClusterARN": args.cluster_arn},
                 opts=pulumi.ResourceOptions(parent=self, additional_secret_outputs=["activationCode"]),
             )
             activations[site] = pulumi.Output.all(activation.id, activation.activation_code).apply(

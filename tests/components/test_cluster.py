@@ -157,6 +157,11 @@ def test_hybrid_activation_per_site_and_secret(results: dict) -> None:
     # What `nodeadm uninstall` needs to deregister a machine that leaves.
     assert by_sid["UninstallDeregister"]["Action"] == "ssm:DeregisterManagedInstance"
     assert by_sid["UninstallDeregister"]["Resource"] == "arn:aws:ssm:us-west-2:123456789012:managed-instance/*"
+    cluster_arn = "arn:aws:eks:us-west-2:123456789012:cluster/dlinfra-prod-usw2-eks"
+    assert by_sid["UninstallDeregister"]["Condition"] == {
+        "StringEquals": {"ssm:resourceTag/EKSClusterARN": cluster_arn}
+    }
+    assert activation.inputs["tags"]["EKSClusterARN"] == cluster_arn
     assert by_sid["UninstallDescribe"]["Action"] == "ssm:DescribeInstanceInformation"
     code = stack.outputs["activations"]["sjc1"]["code"]
     assert "activations" in stack.secret_outputs
