@@ -566,6 +566,56 @@ def gpu_pools_scale_from_zero(resources: Sequence[Resource], ctx: Context) -> li
     return out
 
 
+def _is_gpu_group(group: Resource, templates: Sequence[Resource], ctx: Context) -> bool:
+    """True when the group launches GPU instance types, or declares GPUs in its scale-from-zero template."""
+    if GPU_TEMPLATE_TAG in tags_of(group):
+        return True
+    return any(ctx.gpu_count(t) for t in _group_instance_types(group, templates))
+
+
+def gpu_pools_no_auto_refresh(resources: Sequence[Resource], ctx: Context) -> list[Violation]:
+    """GPU Auto Scaling groups never replace running instances by themselves (that drains training jobs).
+
+    Sources: pulumi-aws autoscaling.Group `instance_refresh` ("A refresh is started when any of ...
+    launch_template, mixed_instances_policy change", so a new AMI or user data starts one); AWS EC2 Auto
+    Scaling user guide, "Replace Auto Scaling instances based on maximum instance lifetime" and "Suspend and
+    resume Amazon EC2 Auto Scaling processes" (AZRebalance terminates instances to even out AZs). GPU pools
+    are rolled on purpose with `dlinfra pool roll`.
+    """
+    templates = [r for r in resources if r.type == LAUNCH_TEMPLATE]
+    out: list[Violation] = []
+    for group in (r for r in resources if r.type == AUTOSCALING_GROUP):
+        if not _is_gpu_group(group, templates, ctx):
+            continue
+        inputs = group.inputs
+        if _object(inputs.get("instanceRefresh")):
+            out.append(
+                Violation(
+                    group.urn,
+                    "instanceRefresh is set: every new launch template version (AMI, user data) would terminate "
+                    "running GPU nodes; remove it and roll the pool with `dlinfra pool roll`",
+                )
+            )
+        lifetime = _int(inputs.get("maxInstanceLifetime"))
+        if lifetime:
+            out.append(
+                Violation(
+                    group.urn,
+                    f"maxInstanceLifetime={lifetime}s replaces GPU nodes when they reach that age, jobs or not: "
+                    "leave it unset",
+                )
+            )
+        if "AZRebalance" not in [str(p) for p in _items(inputs.get("suspendedProcesses"))]:
+            out.append(
+                Violation(
+                    group.urn,
+                    'AZRebalance is not suspended: Auto Scaling terminates GPU nodes to even out AZs; add it to '
+                    "suspendedProcesses",
+                )
+            )
+    return out
+
+
 def _algorithms(values: Iterable[Any]) -> list[str | int]:
     return [n if (n := _int(v)) is not None else str(v) for v in values]
 
@@ -658,5 +708,11 @@ RULES: tuple[ResourceRule | StackRule, ...] = (
     StackRule("vpc-flow-logs", "Every VPC has a flow log", "advisory", vpc_flow_logs),
     ResourceRule(
         "client-vpn-connection-logs", "Client VPN endpoints log connections", "advisory", client_vpn_connection_logs
+    ),
+    StackRule(
+        "gpu-pools-no-auto-refresh",
+        "GPU pools never replace running nodes by themselves (instance refresh, lifetime, AZ rebalance)",
+        "mandatory",
+        gpu_pools_no_auto_refresh,
     ),
 )

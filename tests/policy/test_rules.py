@@ -85,6 +85,8 @@ GPU_TAGS = [
     {"key": GPU_TAG, "value": "8", "propagateAtLaunch": False},
 ]
 LT_GPU = res(LT, "gpu-lt", id="lt-1")(instanceType="p5.48xlarge")
+REFRESH = {"strategy": "Rolling", "preferences": {"minHealthyPercentage": 90.0, "skipMatching": True}}
+CPU_MIX = {"launchTemplate": {"overrides": [{"instanceType": "m7i.4xlarge"}]}}
 ENCRYPTED_ROOT = [{"deviceName": "/dev/xvda", "ebs": {"encrypted": "true", "volumeType": "gp3"}}]
 
 # rule -> (resources that pass, resources that fail); every rule in rules.RULES must be here.
@@ -136,6 +138,19 @@ CASES: dict[str, tuple[list[Resource], list[Resource]]] = {
     "gpu-pool-scale-from-zero": (
         [LT_GPU, res(ASG, dependencies=[LT_GPU.urn])(minSize=0.0, launchTemplate={"id": "lt-1"}, tags=GPU_TAGS)],
         [LT_GPU, res(ASG, dependencies=[LT_GPU.urn])(minSize=0.0, launchTemplate={"id": "lt-1"}, tags=GPU_TAGS[:2])],
+    ),
+    "gpu-pools-no-auto-refresh": (
+        [
+            LT_GPU,
+            res(ASG, dependencies=[LT_GPU.urn])(launchTemplate={"id": "lt-1"}, suspendedProcesses=["AZRebalance"]),
+            res(ASG, "cpu")(mixedInstancesPolicy=CPU_MIX, instanceRefresh=REFRESH),
+        ],
+        [
+            LT_GPU,
+            res(ASG, dependencies=[LT_GPU.urn])(
+                launchTemplate={"id": "lt-1"}, suspendedProcesses=["AZRebalance"], instanceRefresh=REFRESH
+            ),
+        ],
     ),
     "vpn-strong-crypto": (
         [res(rules.VPN_CONNECTION)(**STRONG_VPN)],
@@ -296,3 +311,22 @@ def test_vpn_weak_proposals(change: dict[str, Any], expected: str) -> None:
 
 def test_stateful_list_names_its_types() -> None:
     assert {"aws:efs/fileSystem:FileSystem", "aws:s3/bucket:Bucket", "aws:kms/key:Key"} <= set(rules.STATEFUL_TYPES)
+
+
+@pytest.mark.parametrize(
+    ("inputs", "expected"),
+    [
+        ({"suspendedProcesses": ["AZRebalance"]}, []),
+        ({"suspendedProcesses": ["AZRebalance"], "maxInstanceLifetime": 604800.0}, ["maxInstanceLifetime=604800s"]),
+        ({}, ["AZRebalance is not suspended"]),
+        ({"suspendedProcesses": ["AZRebalance"], "instanceRefresh": REFRESH}, ["instanceRefresh is set"]),
+    ],
+)
+def test_gpu_pools_no_auto_refresh_details(inputs: dict[str, Any], expected: list[str]) -> None:
+    # Found as a GPU pool by its scale-from-zero tag alone (a template not in the stack, e.g. during preview).
+    group = res(ASG)(launchTemplate={"id": "lt-elsewhere"}, tags=GPU_TAGS, **inputs)
+    found = [v.message for v in rules.gpu_pools_no_auto_refresh([group], CTX)]
+    assert len(found) == len(expected) and all(e in m for e, m in zip(expected, found, strict=True))
+    # CPU pools may refresh automatically.
+    cpu = res(ASG)(mixedInstancesPolicy=CPU_MIX, instanceRefresh=REFRESH, maxInstanceLifetime=604800.0)
+    assert rules.gpu_pools_no_auto_refresh([cpu], CTX) == []
