@@ -609,7 +609,7 @@ def gpu_pools_no_auto_refresh(resources: Sequence[Resource], ctx: Context) -> li
             out.append(
                 Violation(
                     group.urn,
-                    'AZRebalance is not suspended: Auto Scaling terminates GPU nodes to even out AZs; add it to '
+                    "AZRebalance is not suspended: Auto Scaling terminates GPU nodes to even out AZs; add it to "
                     "suspendedProcesses",
                 )
             )
