@@ -1,4 +1,4 @@
-"""Command line: `python -m dlinfra validate | cidr | preview ...`.
+"""Command line: `python -m dlinfra validate | cidr | preview | check | pool roll ...`.
 
 Every command takes --fleet and --lock. Bad input exits 2 with one message naming the file and key;
 nothing is written when a command fails.
@@ -17,7 +17,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from dlinfra import cli_checks, cli_network, kueue, planner, stackroles
+from dlinfra import cli_checks, cli_network, kueue, planner, pools, stackroles
 from dlinfra.errors import DlinfraError
 from dlinfra.fleet import LoadedFleet, load_fleet
 
@@ -60,7 +60,11 @@ def _parser() -> argparse.ArgumentParser:
     preview.add_argument(
         "--images-manifest", type=Path, help="Packer manifest of node AMIs (default: images/manifest.example.json)"
     )
-    parser.set_defaults(extra_handlers=cli_network.register(sub, common) | cli_checks.register(sub, common))
+    parser.set_defaults(
+        extra_handlers=cli_network.register(sub, common)
+        | cli_checks.register(sub, common)
+        | pools.register(sub, common)
+    )
     return parser
 
 
