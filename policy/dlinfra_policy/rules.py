@@ -48,6 +48,9 @@ S3_ENCRYPTION_CONFIGS = (
 S3_PUBLIC_ACCESS_BLOCK = "aws:s3/bucketPublicAccessBlock:BucketPublicAccessBlock"
 S3_ACCOUNT_PUBLIC_ACCESS_BLOCK = "aws:s3/accountPublicAccessBlock:AccountPublicAccessBlock"
 S3_ACLS = ("aws:s3/bucketAcl:BucketAcl", "aws:s3/bucketAclV2:BucketAclV2")
+K8S_NAMESPACE = "kubernetes:core/v1:Namespace"
+TEAM_LABEL = "dlinfra.io/team"  # components/platform_values.TEAM_LABEL: a team's namespace
+PSA_ENFORCE = "pod-security.kubernetes.io/enforce"
 
 # What a stateful resource holds: losing it to a replacement or deletion loses data. This is the one list:
 # the `stateful-protected` rule and `dlinfra diff` (which shouts about their replacement) both read it.
@@ -616,6 +619,25 @@ def gpu_pools_no_auto_refresh(resources: Sequence[Resource], ctx: Context) -> li
     return out
 
 
+def team_namespaces_pod_security(resource: Resource, ctx: Context) -> list[str]:
+    """Team namespaces enforce the baseline or restricted Pod Security Standard, never privileged.
+
+    Source: Kubernetes "Pod Security Admission" (the pod-security.kubernetes.io/enforce label; unset means
+    privileged) and "Pod Security Standards" (baseline forbids privileged containers, host namespaces, hostPath
+    and added capabilities). Training pods that use EFA need none of those (tests/k8s/efa-training-pod.yaml).
+    """
+    if resource.type != K8S_NAMESPACE:
+        return []
+    labels = _object(_object(resource.inputs.get("metadata")).get("labels"))
+    if TEAM_LABEL not in [str(k) for k in labels]:
+        return []
+    level = labels.get(PSA_ENFORCE)
+    if level in ("baseline", "restricted"):
+        return []
+    state = "unset, which admits privileged pods" if level is None else f"{level!r}"
+    return [f'{PSA_ENFORCE} is {state}: team namespaces enforce "baseline" (or "restricted")']
+
+
 def _algorithms(values: Iterable[Any]) -> list[str | int]:
     return [n if (n := _int(v)) is not None else str(v) for v in values]
 
@@ -714,5 +736,11 @@ RULES: tuple[ResourceRule | StackRule, ...] = (
         "GPU pools never replace running nodes by themselves (instance refresh, lifetime, AZ rebalance)",
         "mandatory",
         gpu_pools_no_auto_refresh,
+    ),
+    ResourceRule(
+        "team-namespaces-pod-security",
+        "Team namespaces enforce the baseline or restricted Pod Security Standard",
+        "mandatory",
+        team_namespaces_pod_security,
     ),
 )

@@ -85,6 +85,7 @@ GPU_TAGS = [
     {"key": GPU_TAG, "value": "8", "propagateAtLaunch": False},
 ]
 LT_GPU = res(LT, "gpu-lt", id="lt-1")(instanceType="p5.48xlarge")
+TEAM_NS = {rules.TEAM_LABEL: "a", "pod-security.kubernetes.io/warn": "restricted"}
 REFRESH = {"strategy": "Rolling", "preferences": {"minHealthyPercentage": 90.0, "skipMatching": True}}
 CPU_MIX = {"launchTemplate": {"overrides": [{"instanceType": "m7i.4xlarge"}]}}
 ENCRYPTED_ROOT = [{"deviceName": "/dev/xvda", "ebs": {"encrypted": "true", "volumeType": "gp3"}}]
@@ -151,6 +152,13 @@ CASES: dict[str, tuple[list[Resource], list[Resource]]] = {
                 launchTemplate={"id": "lt-1"}, suspendedProcesses=["AZRebalance"], instanceRefresh=REFRESH
             ),
         ],
+    ),
+    "team-namespaces-pod-security": (
+        [
+            res(rules.K8S_NAMESPACE)(metadata={"name": "team-a", "labels": TEAM_NS | {rules.PSA_ENFORCE: "baseline"}}),
+            res(rules.K8S_NAMESPACE)(metadata={"name": "kube-system"}),
+        ],
+        [res(rules.K8S_NAMESPACE)(metadata={"name": "team-a", "labels": TEAM_NS | {rules.PSA_ENFORCE: "privileged"}})],
     ),
     "vpn-strong-crypto": (
         [res(rules.VPN_CONNECTION)(**STRONG_VPN)],
@@ -330,3 +338,17 @@ def test_gpu_pools_no_auto_refresh_details(inputs: dict[str, Any], expected: lis
     # CPU pools may refresh automatically.
     cpu = res(ASG)(mixedInstancesPolicy=CPU_MIX, instanceRefresh=REFRESH, maxInstanceLifetime=604800.0)
     assert rules.gpu_pools_no_auto_refresh([cpu], CTX) == []
+
+
+def test_team_namespace_without_an_enforced_level_is_flagged() -> None:
+    unset = res(rules.K8S_NAMESPACE)(metadata={"name": "team-a", "labels": TEAM_NS})
+    (message,) = rules.team_namespaces_pod_security(unset, CTX)
+    assert "unset, which admits privileged pods" in message
+    restricted = res(rules.K8S_NAMESPACE)(metadata={"labels": TEAM_NS | {rules.PSA_ENFORCE: "restricted"}})
+    assert rules.team_namespaces_pod_security(restricted, CTX) == []
+
+
+def test_policy_team_label_is_the_platforms() -> None:
+    from components import platform_values
+
+    assert rules.TEAM_LABEL == platform_values.TEAM_LABEL
