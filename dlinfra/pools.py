@@ -392,7 +392,8 @@ def _print_plan(
     )
     if target.spec is not None and target.spec.capacity_reservations.get(target.region) is not None:
         out.print(
-            "This pool runs in a capacity reservation or capacity block: a replacement can only launch once the "
-            "node it replaces has terminated, and a capacity block ends at its end time whatever the roll does.",
+            "This pool runs in a capacity reservation or capacity block: each node terminates before its "
+            "replacement launches into the capacity it freed, and a capacity block ends at its end time whatever "
+            "the roll does.",
             markup=False,
         )
