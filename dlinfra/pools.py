@@ -333,7 +333,7 @@ def follow(client: Any, target: Target, refresh_id: str, interval: float) -> str
             time.sleep(interval)
     except KeyboardInterrupt:
         err.print(f"stopped watching; refresh {refresh_id} goes on (watch again with --status --wait)")
-        raise
+        raise SystemExit(130) from None
 
 
 def show_status(client: Any, target: Target, refresh_id: str | None, *, wait: bool, interval: float) -> int:
