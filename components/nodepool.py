@@ -39,6 +39,8 @@ CNI_POLICY = "arn:aws:iam::aws:policy/AmazonEKS_CNI_Policy"
 ROOT_DEVICE = "/dev/sda1"  # Ubuntu AMIs boot from /dev/sda1
 DRAIN_TIMEOUT_SECONDS = 900  # how long the termination hook holds an instance while its pods drain
 AUTOSCALER_PREFIX = "k8s.io/cluster-autoscaler"
+# Set on every node of an EFA pool: the EFA device plugin runs where this label is (components/platform_values).
+EFA_LABEL = "vpc.amazonaws.com/efa.present"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -138,7 +140,34 @@ def node_labels(args: NodePoolArgs) -> dict[str, str]:
         labels["nvidia.com/gpu.product"] = spec.gpu_model
         # cluster-autoscaler treats only nodes with this label as GPU nodes (GPU-aware scale-down).
         labels["k8s.amazonaws.com/accelerator"] = spec.gpu_model
-    return labels | dict(args.labels)
+    # The EFA label comes last: a fleet label must not take the device plugin off an EFA pool.
+    return labels | dict(args.labels) | ({EFA_LABEL: "true"} if args.efa else {})
+
+
+def instance_refresh(args: NodePoolArgs) -> aws.autoscaling.GroupInstanceRefreshArgs | None:
+    """CPU pools roll by themselves when their launch template changes; GPU pools never do.
+
+    With an instance_refresh block, every change of the group's launch template version (a new AMI or user
+    data) starts a refresh that terminates running nodes. For GPU pools that drains training jobs, in
+    capacity blocks too, so they get no block: the group still follows the template's latest version, so new
+    nodes boot the new image, and the running ones are replaced only by `dlinfra pool roll` (README).
+    """
+    if args.kind == "gpu":
+        return None
+    return aws.autoscaling.GroupInstanceRefreshArgs(
+        strategy="Rolling",
+        preferences=aws.autoscaling.GroupInstanceRefreshPreferencesArgs(
+            # Launch a replacement before terminating (up to 110%) and keep 90% in service meanwhile.
+            min_healthy_percentage=90,
+            max_healthy_percentage=110,
+            # Nodes already on the group's template version are not replaced again.
+            skip_matching=True,
+            # Scale-in protection or standby are deliberate holds by an operator: leave those nodes alone
+            # (AWS's CLI default, Wait, fails the whole refresh after an hour instead).
+            scale_in_protected_instances="Ignore",
+            standby_instances="Ignore",
+        ),
+    )
 
 
 def capacity_class(args: NodePoolArgs) -> str:
@@ -379,12 +408,7 @@ class NodePool(pulumi.ComponentResource):
                     default_result="CONTINUE",
                 )
             ],
-            instance_refresh=aws.autoscaling.GroupInstanceRefreshArgs(
-                strategy="Rolling",
-                preferences=aws.autoscaling.GroupInstanceRefreshPreferencesArgs(
-                    min_healthy_percentage=90, skip_matching=True, instance_warmup="300"
-                ),
-            ),
+            instance_refresh=instance_refresh(args),
             tags=[
                 aws.autoscaling.GroupTagArgs(key=k, value=v, propagate_at_launch=not k.startswith(AUTOSCALER_PREFIX))
                 for k, v in sorted(group_tags.items())

@@ -50,7 +50,7 @@ class PoolView:
     instance_type: str  # the pool's primary (first) instance type
     gpus_per_node: int  # GPUs of the primary type; 0 for CPU pools
     gpu_model: str | None  # short GPU name (nvidia.com/gpu.product); None for CPU pools
-    efa: bool  # EFA interfaces (informational: EFA devices come from the image and the EFA plugin)
+    efa: bool  # EFA interfaces: the EFA device plugin runs on this pool's nodes
     capacity_class: kueue.PoolCapacityClass  # orders the autoscaler's expander: reserved > on-demand > spot
     max_size: int  # instances in this region
     taints: Sequence[Taint] = ()  # (key, value, effect) on the pool's nodes
@@ -244,6 +244,14 @@ class Platform(pulumi.ComponentResource):
             ("dcgm-exporter", pv.dcgm_exporter_values()),
         ):
             self._release(addon, values)
+        efa_pools = [pool for pool in args.pools.values() if pool.efa]
+        if efa_pools:  # advertises vpc.amazonaws.com/efa, which the EFA pools' scale-from-zero tags promise
+            self._release(
+                "aws-efa-k8s-device-plugin",
+                pv.efa_device_plugin_values(
+                    args.region, [p.instance_type for p in efa_pools], [t for p in efa_pools for t in p.taints]
+                ),
+            )
         self._autoscaler()
         self._release(
             "aws-node-termination-handler", pv.termination_handler_values(args.termination_queue_url, args.region)

@@ -31,6 +31,10 @@ TEAM_LABEL = "dlinfra.io/team"
 GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"
 COMPUTE_TYPE_LABEL = "eks.amazonaws.com/compute-type"  # EKS sets it to "hybrid" on hybrid nodes
 GPU_TAINT_KEY = "nvidia.com/gpu"
+# EFA pools label their nodes with this (components/nodepool.py EFA_LABEL); the EFA device plugin runs there and
+# advertises this resource, one per EFA interface.
+EFA_NODE_LABEL = "vpc.amazonaws.com/efa.present"
+EFA_RESOURCE = "vpc.amazonaws.com/efa"
 LOCAL_QUEUE = "default"  # Kueue sends jobs without a queue-name label to the LocalQueue named "default"
 KUEUE_API = "kueue.x-k8s.io/v1beta2"  # the storage version of the pinned Kueue; v1beta1 is deprecated there
 # Autoscaler priorities (higher wins): capacity we pay for anyway first, spot last.
@@ -98,10 +102,13 @@ class AddonSpec(BaseModel):
 
     chart: str  # chart name in `repository`, or a full oci:// reference
     repository: str | None = None  # classic Helm repository URL; None for OCI charts
-    version: str = Field(pattern=r"^\d+\.\d+\.\d+$")  # one exact version: no ranges, no pre-releases
+    # One exact version: no ranges, no pre-releases. Some repositories (eks-charts) spell versions with a
+    # leading "v"; pin them exactly as the repository index does.
+    version: str = Field(pattern=r"^v?\d+\.\d+\.\d+$")
     namespace: str
     verified: str  # where the pin was checked
     image_tags: Mapping[str, str] = Field(default_factory=dict)  # Kubernetes minor -> image tag
+    image_registries: Mapping[str, str] = Field(default_factory=dict)  # AWS region -> registry host of the image
 
     @model_validator(mode="after")
     def _source(self) -> AddonSpec:
@@ -120,6 +127,7 @@ ADDONS = (
     "aws-node-termination-handler",
     "kueue",
     "cilium",
+    "aws-efa-k8s-device-plugin",
 )
 
 
@@ -158,6 +166,18 @@ def autoscaler_image_tag(kubernetes_version: str) -> str:
     return tags[kubernetes_version]
 
 
+def image_registry(addon: str, region: str) -> str:
+    """The registry an add-on's image is pulled from in a region (the region's own, through the ECR endpoint)."""
+    registries = load_addons()[addon].image_registries
+    if region not in registries:
+        raise DlinfraError(
+            f"no image registry pinned for region {region} (pinned: {', '.join(sorted(registries))})",
+            file=ADDONS_FILE,
+            key=f"{addon}.image_registries",
+        )
+    return registries[region]
+
+
 # Helm values --------------------------------------------------------------------------------------------
 
 
@@ -168,6 +188,33 @@ def device_plugin_values() -> dict[str, Any]:
         "tolerations": GPU_TOLERATIONS,
         "gfd": {"enabled": False},
         "nfd": {"enabled": False},
+        # With MOFED on (the default of plugin 0.19.0-0.19.2), every GPU container gets all of the node's
+        # /dev/infiniband/uverbs* devices, which belong to the EFA device plugin (EKS user guide, "Manage EFA
+        # devices on Amazon EKS"). Off explicitly, whatever the pinned chart's default.
+        "mofedEnabled": False,
+    }
+
+
+def efa_device_plugin_values(
+    region: str, instance_types: Sequence[str], taints: Sequence[tuple[str, str, str]] = ()
+) -> dict[str, Any]:
+    """AWS EFA device plugin: advertises vpc.amazonaws.com/efa on the nodes of EFA pools, and nowhere else.
+
+    `instance_types` are the EFA pools' types: the chart's own node affinity lists the EFA instance types it
+    knew when released, so a newer type would get no plugin. `taints` are the EFA pools' taints; the GPU
+    taint is always tolerated.
+    """
+    if not instance_types:
+        raise ValueError("instance_types: the EFA device plugin is for EFA pools; none were given")
+    tolerated = {(GPU_TAINT_KEY, "NoSchedule")} | {(key, effect) for key, _, effect in taints}
+    return {
+        "image": {"repository": f"{image_registry('aws-efa-k8s-device-plugin', region)}/eks/aws-efa-k8s-device-plugin"},
+        "nodeSelector": {EFA_NODE_LABEL: "true"},
+        "supportedInstanceLabels": {
+            "keys": ["node.kubernetes.io/instance-type"],
+            "values": sorted(set(instance_types)),
+        },
+        "tolerations": [{"key": key, "operator": "Exists", "effect": effect} for key, effect in sorted(tolerated)],
     }
 
 

@@ -1,4 +1,4 @@
-"""Command line: `python -m dlinfra validate | cidr | preview ...`.
+"""Command line: `python -m dlinfra validate | cidr | preview | check | pool roll ...`.
 
 Every command takes --fleet and --lock. Bad input exits 2 with one message naming the file and key;
 nothing is written when a command fails.
@@ -17,7 +17,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from dlinfra import cli_checks, cli_network, eks, kueue, planner, stackroles
+from dlinfra import cli_checks, cli_network, eks, kueue, planner, pools, stackroles
 from dlinfra.errors import DlinfraError
 from dlinfra.fleet import LoadedFleet, load_fleet, version_lifecycle
 
@@ -69,7 +69,11 @@ def _parser() -> argparse.ArgumentParser:
     )
     stacks.add_argument("--json", action="store_true", help="print {regional, k8s, global} lists of rows")
     stacks.add_argument("--only", default="", help="one stack name (empty: every stack)")
-    parser.set_defaults(extra_handlers=cli_network.register(sub, common) | cli_checks.register(sub, common))
+    parser.set_defaults(
+        extra_handlers=cli_network.register(sub, common)
+        | cli_checks.register(sub, common)
+        | pools.register(sub, common)
+    )
     return parser
 
 

@@ -51,6 +51,9 @@ S3_ENCRYPTION_CONFIGS = (
 S3_PUBLIC_ACCESS_BLOCK = "aws:s3/bucketPublicAccessBlock:BucketPublicAccessBlock"
 S3_ACCOUNT_PUBLIC_ACCESS_BLOCK = "aws:s3/accountPublicAccessBlock:AccountPublicAccessBlock"
 S3_ACLS = ("aws:s3/bucketAcl:BucketAcl", "aws:s3/bucketAclV2:BucketAclV2")
+K8S_NAMESPACE = "kubernetes:core/v1:Namespace"
+TEAM_LABEL = "dlinfra.io/team"  # components/platform_values.TEAM_LABEL: a team's namespace
+PSA_ENFORCE = "pod-security.kubernetes.io/enforce"
 
 # What a stateful resource holds: losing it to a replacement or deletion loses data. This is the one list:
 # the `stateful-protected` rule and `dlinfra diff` (which shouts about their replacement) both read it.
@@ -585,6 +588,75 @@ def gpu_pools_scale_from_zero(resources: Sequence[Resource], ctx: Context) -> li
     return out
 
 
+def _is_gpu_group(group: Resource, templates: Sequence[Resource], ctx: Context) -> bool:
+    """True when the group launches GPU instance types, or declares GPUs in its scale-from-zero template."""
+    if GPU_TEMPLATE_TAG in tags_of(group):
+        return True
+    return any(ctx.gpu_count(t) for t in _group_instance_types(group, templates))
+
+
+def gpu_pools_no_auto_refresh(resources: Sequence[Resource], ctx: Context) -> list[Violation]:
+    """GPU Auto Scaling groups never replace running instances by themselves (that drains training jobs).
+
+    Sources: pulumi-aws autoscaling.Group `instance_refresh` ("A refresh is started when any of ...
+    launch_template, mixed_instances_policy change", so a new AMI or user data starts one); AWS EC2 Auto
+    Scaling user guide, "Replace Auto Scaling instances based on maximum instance lifetime" and "Suspend and
+    resume Amazon EC2 Auto Scaling processes" (AZRebalance terminates instances to even out AZs). GPU pools
+    are rolled on purpose with `dlinfra pool roll`.
+    """
+    templates = [r for r in resources if r.type == LAUNCH_TEMPLATE]
+    out: list[Violation] = []
+    for group in (r for r in resources if r.type == AUTOSCALING_GROUP):
+        if not _is_gpu_group(group, templates, ctx):
+            continue
+        inputs = group.inputs
+        if _object(inputs.get("instanceRefresh")):
+            out.append(
+                Violation(
+                    group.urn,
+                    "instanceRefresh is set: every new launch template version (AMI, user data) would terminate "
+                    "running GPU nodes; remove it and roll the pool with `dlinfra pool roll`",
+                )
+            )
+        lifetime = _int(inputs.get("maxInstanceLifetime"))
+        if lifetime:
+            out.append(
+                Violation(
+                    group.urn,
+                    f"maxInstanceLifetime={lifetime}s replaces GPU nodes when they reach that age, jobs or not: "
+                    "leave it unset",
+                )
+            )
+        if "AZRebalance" not in [str(p) for p in _items(inputs.get("suspendedProcesses"))]:
+            out.append(
+                Violation(
+                    group.urn,
+                    "AZRebalance is not suspended: Auto Scaling terminates GPU nodes to even out AZs; add it to "
+                    "suspendedProcesses",
+                )
+            )
+    return out
+
+
+def team_namespaces_pod_security(resource: Resource, ctx: Context) -> list[str]:
+    """Team namespaces enforce the baseline or restricted Pod Security Standard, never privileged.
+
+    Source: Kubernetes "Pod Security Admission" (the pod-security.kubernetes.io/enforce label; unset means
+    privileged) and "Pod Security Standards" (baseline forbids privileged containers, host namespaces, hostPath
+    and added capabilities). Training pods that use EFA need none of those (tests/k8s/efa-training-pod.yaml).
+    """
+    if resource.type != K8S_NAMESPACE:
+        return []
+    labels = _object(_object(resource.inputs.get("metadata")).get("labels"))
+    if TEAM_LABEL not in [str(k) for k in labels]:
+        return []
+    level = labels.get(PSA_ENFORCE)
+    if level in ("baseline", "restricted"):
+        return []
+    state = "unset, which admits privileged pods" if level is None else f"{level!r}"
+    return [f'{PSA_ENFORCE} is {state}: team namespaces enforce "baseline" (or "restricted")']
+
+
 def _algorithms(values: Iterable[Any]) -> list[str | int]:
     return [n if (n := _int(v)) is not None else str(v) for v in values]
 
@@ -942,5 +1014,17 @@ RULES: tuple[ResourceRule | StackRule, ...] = (
         "AWS and Kubernetes resources use an explicit provider, in the regional stack's own region",
         "mandatory",
         explicit_provider,
+    ),
+    StackRule(
+        "gpu-pools-no-auto-refresh",
+        "GPU pools never replace running nodes by themselves (instance refresh, lifetime, AZ rebalance)",
+        "mandatory",
+        gpu_pools_no_auto_refresh,
+    ),
+    ResourceRule(
+        "team-namespaces-pod-security",
+        "Team namespaces enforce the baseline or restricted Pod Security Standard",
+        "mandatory",
+        team_namespaces_pod_security,
     ),
 )

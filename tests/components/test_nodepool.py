@@ -87,6 +87,13 @@ def test_pool(pools: dict, stack: str, pool: str) -> None:
         assert tags[f"{CA}/node-template/taint/{taint.key}"] == f"{taint.value}:{taint.effect}"
     for key, value in spec.labels.items():
         assert tags[f"{CA}/node-template/label/{key}"] == value
+    # EFA pools carry the label the EFA device plugin selects, on the nodes and in the scale-from-zero template.
+    user_data = base64.b64decode(lt.inputs["userData"]).decode()
+    efa_label = f"{nodepool.EFA_LABEL}=true"
+    if spec.efa:
+        assert tags[f"{CA}/node-template/label/{nodepool.EFA_LABEL}"] == "true" and efa_label in user_data
+    else:
+        assert f"{CA}/node-template/label/{nodepool.EFA_LABEL}" not in tags and efa_label not in user_data
     assert tags["environment"] == env and tags["managed-by"] == "pulumi-dlinfra"
     # Self-managed node convention: instances say which cluster owns them, from launch on.
     cluster = f"dlinfra-{env}-{_code(region)}-eks"
@@ -108,7 +115,19 @@ def test_pool(pools: dict, stack: str, pool: str) -> None:
     (hook,) = asg.inputs["initialLifecycleHooks"]
     assert hook["lifecycleTransition"] == "autoscaling:EC2_INSTANCE_TERMINATING"
     assert hook["defaultResult"] == "CONTINUE" and hook["heartbeatTimeout"] >= 300
-    assert asg.inputs["instanceRefresh"]["strategy"] == "Rolling"
+    # A new AMI or user data rolls CPU pools by itself; GPU pools only by `dlinfra pool roll`.
+    if spec.kind == "gpu":
+        assert "instanceRefresh" not in asg.inputs and "maxInstanceLifetime" not in asg.inputs
+    else:
+        refresh = asg.inputs["instanceRefresh"]
+        assert refresh["strategy"] == "Rolling" and refresh["preferences"]["skipMatching"] is True
+        assert refresh["preferences"]["minHealthyPercentage"] >= 90
+    # Either way the group follows the template's latest version, so new nodes boot the new image.
+    version = (asg.inputs.get("launchTemplate") or {}).get("version") or asg.inputs["mixedInstancesPolicy"][
+        "launchTemplate"
+    ]["launchTemplateSpecification"]["version"]
+    assert version == str(int(lt.outputs["latestVersion"]))
+    assert "AZRebalance" in asg.inputs["suspendedProcesses"]
     assert "desiredCapacity" in asg.ignore_changes
     # IMDSv2 and encryption.
     meta = lt.inputs["metadataOptions"]

@@ -29,11 +29,12 @@ from components.platform import (
     team_group,
 )
 from dlinfra import kueue, planner, sites, stackroles
+from dlinfra.errors import DlinfraError
 from dlinfra.fleet import Fleet, load_fleet
 from dlinfra.naming import Names
 from dlinfra.offline import engine
 from tests.components import _reference as reference
-from tests.conftest import REFERENCE_FLEET, REFERENCE_LOCK
+from tests.conftest import REFERENCE_FLEET, REFERENCE_LOCK, ROOT
 
 CONFIG = {"dlinfra:fleet": str(REFERENCE_FLEET), "dlinfra:lock": str(REFERENCE_LOCK)}
 KUEUE_SCHEMA = Path(__file__).parent.parent / "k8s" / "kueue.x-k8s.io-v1beta2.json"
@@ -106,12 +107,14 @@ def test_every_addon_is_a_pinned_release(stacks: dict[str, Stack], fleet: Fleet,
     expected = set(pv.ADDONS)
     if not fleet.sites_of(stack.role.environment, stack.role.region):
         expected.remove("cilium")  # hybrid nodes need a CNI only where sites join
+    if not any(p.efa for p in fleet.pools_in(stack.role.environment, stack.role.region).values()):
+        expected.remove("aws-efa-k8s-device-plugin")  # only where EFA pools run
     releases = {r.inputs["name"]: r for r in stack.of_type(RELEASE)}
     assert set(releases) == expected
     for addon, record in releases.items():
         spec = pv.load_addons()[addon]
         inputs = record.inputs
-        assert re.fullmatch(r"\d+\.\d+\.\d+", inputs["version"]) and inputs["version"] == spec.version
+        assert re.fullmatch(r"v?\d+\.\d+\.\d+", inputs["version"]) and inputs["version"] == spec.version
         assert inputs["chart"] == spec.chart and inputs["namespace"] == spec.namespace
         if spec.repository:
             assert inputs["repositoryOpts"] == {"repo": spec.repository}
@@ -137,7 +140,56 @@ def test_gpu_addons_run_only_on_gpu_nodes(stacks: dict[str, Stack]) -> None:
         assert keys == {"nvidia.com/gpu.product", "nvidia.com/gpu.present"}
         assert {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"} in values["tolerations"]
     assert stack.release("nvidia-device-plugin")["values"]["gfd"] == {"enabled": False}
+    # /dev/infiniband belongs to the EFA device plugin: the NVIDIA plugin must not hand it to GPU containers.
+    assert stack.release("nvidia-device-plugin")["values"]["mofedEnabled"] is False
     assert stack.release("dcgm-exporter")["values"]["serviceMonitor"] == {"enabled": False}
+
+
+@pytest.mark.parametrize("stack_name", _regional())
+def test_efa_device_plugin_runs_on_efa_pools(stacks: dict[str, Stack], fleet: Fleet, stack_name: str) -> None:
+    stack = stacks[stack_name]
+    env, region = stack.role.environment, stack.role.region
+    efa_pools = {n: p for n, p in fleet.pools_in(env, region).items() if p.efa}
+    if not efa_pools:
+        assert "platform-aws-efa-k8s-device-plugin" not in stack.by_name
+        return
+    release = stack.release("aws-efa-k8s-device-plugin")
+    assert release["namespace"] == "kube-system"
+    values = release["values"]
+    # It runs where the EFA pools' nodes are: a label every one of their nodes carries (and its scale-from-zero
+    # template), on exactly the pools' instance types, tolerating their taints (the GPU taint included).
+    (selector,) = values["nodeSelector"].items()
+    for name, pool in efa_pools.items():
+        args = nodepool.NodePoolArgs(
+            names=_names(stack), pool=name, kind=pool.kind, cluster_name="c", ami_id="ami-0",
+            instance_types=pool.instance_types, subnet_ids={"a": "s"}, vpc_id="vpc-0", efa=True,
+            taints=[(t.key, t.value, t.effect) for t in pool.taints],
+        )  # fmt: skip
+        assert selector in nodepool.node_labels(args).items()
+        assert f"k8s.io/cluster-autoscaler/node-template/label/{selector[0]}" in nodepool.autoscaler_tags(args)
+        # ... which also promise the EFA resource the plugin advertises.
+        assert f"k8s.io/cluster-autoscaler/node-template/resources/{pv.EFA_RESOURCE}" in nodepool.autoscaler_tags(args)
+        for taint in pool.taints:
+            assert {"key": taint.key, "operator": "Exists", "effect": taint.effect} in values["tolerations"]
+    assert {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"} in values["tolerations"]
+    assert values["supportedInstanceLabels"] == {
+        "keys": ["node.kubernetes.io/instance-type"],
+        "values": sorted({p.instance_types[0] for p in efa_pools.values()}),
+    }
+    # The region's own copy of the image, through the VPC's ECR endpoint.
+    assert re.fullmatch(
+        rf"\d{{12}}\.dkr\.ecr\.{region}\.amazonaws\.com/eks/aws-efa-k8s-device-plugin", values["image"]["repository"]
+    )
+
+
+def test_efa_image_registry_for_every_known_region() -> None:
+    regions = yaml.safe_load((ROOT / "dlinfra" / "data" / "regions.yaml").read_text())
+    for region in regions:
+        assert pv.image_registry("aws-efa-k8s-device-plugin", region).endswith(f".dkr.ecr.{region}.amazonaws.com")
+    with pytest.raises(DlinfraError, match=r"aws-efa-k8s-device-plugin\.image_registries: no image registry pinned"):
+        pv.image_registry("aws-efa-k8s-device-plugin", "mars-north-1")
+    with pytest.raises(ValueError, match="instance_types"):
+        pv.efa_device_plugin_values("us-west-2", [])
 
 
 # cluster-autoscaler ------------------------------------------------------------------------------------

@@ -97,6 +97,9 @@ GPU_TAGS = [
 LT_GPU = res(LT, "gpu-lt", id="lt-1")(instanceType="p5.48xlarge")
 SIGNED = "tls:index/locallySignedCert:LocallySignedCert"
 OWNED = "kubernetes.io/cluster/dlinfra-prod-usw2"
+TEAM_NS = {rules.TEAM_LABEL: "a", "pod-security.kubernetes.io/warn": "restricted"}
+REFRESH = {"strategy": "Rolling", "preferences": {"minHealthyPercentage": 90.0, "skipMatching": True}}
+CPU_MIX = {"launchTemplate": {"overrides": [{"instanceType": "m7i.4xlarge"}]}}
 ENCRYPTED_ROOT = [{"deviceName": "/dev/xvda", "ebs": {"encrypted": "true", "volumeType": "gp3"}}]
 
 
@@ -181,6 +184,26 @@ CASES: dict[str, tuple[list[Resource], list[Resource]]] = {
     "gpu-pool-scale-from-zero": (
         [LT_GPU, res(ASG, dependencies=[LT_GPU.urn])(minSize=0.0, launchTemplate={"id": "lt-1"}, tags=GPU_TAGS)],
         [LT_GPU, res(ASG, dependencies=[LT_GPU.urn])(minSize=0.0, launchTemplate={"id": "lt-1"}, tags=GPU_TAGS[:2])],
+    ),
+    "gpu-pools-no-auto-refresh": (
+        [
+            LT_GPU,
+            res(ASG, dependencies=[LT_GPU.urn])(launchTemplate={"id": "lt-1"}, suspendedProcesses=["AZRebalance"]),
+            res(ASG, "cpu")(mixedInstancesPolicy=CPU_MIX, instanceRefresh=REFRESH),
+        ],
+        [
+            LT_GPU,
+            res(ASG, dependencies=[LT_GPU.urn])(
+                launchTemplate={"id": "lt-1"}, suspendedProcesses=["AZRebalance"], instanceRefresh=REFRESH
+            ),
+        ],
+    ),
+    "team-namespaces-pod-security": (
+        [
+            res(rules.K8S_NAMESPACE)(metadata={"name": "team-a", "labels": TEAM_NS | {rules.PSA_ENFORCE: "baseline"}}),
+            res(rules.K8S_NAMESPACE)(metadata={"name": "kube-system"}),
+        ],
+        [res(rules.K8S_NAMESPACE)(metadata={"name": "team-a", "labels": TEAM_NS | {rules.PSA_ENFORCE: "privileged"}})],
     ),
     "vpn-strong-crypto": (
         [res(rules.VPN_CONNECTION)(**STRONG_VPN)],
@@ -440,3 +463,36 @@ def test_explicit_provider_names_the_problem() -> None:
     ]
     each_bad = CASES["explicit-provider"][1]
     assert all(messages("explicit-provider", [r]) for r in each_bad)
+
+
+@pytest.mark.parametrize(
+    ("inputs", "expected"),
+    [
+        ({"suspendedProcesses": ["AZRebalance"]}, []),
+        ({"suspendedProcesses": ["AZRebalance"], "maxInstanceLifetime": 604800.0}, ["maxInstanceLifetime=604800s"]),
+        ({}, ["AZRebalance is not suspended"]),
+        ({"suspendedProcesses": ["AZRebalance"], "instanceRefresh": REFRESH}, ["instanceRefresh is set"]),
+    ],
+)
+def test_gpu_pools_no_auto_refresh_details(inputs: dict[str, Any], expected: list[str]) -> None:
+    # Found as a GPU pool by its scale-from-zero tag alone (a template not in the stack, e.g. during preview).
+    group = res(ASG)(launchTemplate={"id": "lt-elsewhere"}, tags=GPU_TAGS, **inputs)
+    found = [v.message for v in rules.gpu_pools_no_auto_refresh([group], CTX)]
+    assert len(found) == len(expected) and all(e in m for e, m in zip(expected, found, strict=True))
+    # CPU pools may refresh automatically.
+    cpu = res(ASG)(mixedInstancesPolicy=CPU_MIX, instanceRefresh=REFRESH, maxInstanceLifetime=604800.0)
+    assert rules.gpu_pools_no_auto_refresh([cpu], CTX) == []
+
+
+def test_team_namespace_without_an_enforced_level_is_flagged() -> None:
+    unset = res(rules.K8S_NAMESPACE)(metadata={"name": "team-a", "labels": TEAM_NS})
+    (message,) = rules.team_namespaces_pod_security(unset, CTX)
+    assert "unset, which admits privileged pods" in message
+    restricted = res(rules.K8S_NAMESPACE)(metadata={"labels": TEAM_NS | {rules.PSA_ENFORCE: "restricted"}})
+    assert rules.team_namespaces_pod_security(restricted, CTX) == []
+
+
+def test_policy_team_label_is_the_platforms() -> None:
+    from components import platform_values
+
+    assert rules.TEAM_LABEL == platform_values.TEAM_LABEL
