@@ -18,6 +18,7 @@ import pulumi
 import pulumi_aws as aws
 
 from components import security_groups as sg
+from components.iam import scoped_service_trust
 from components.network import LOG_RETENTION_DAYS
 from dlinfra import stackroles
 from dlinfra.naming import Names
@@ -106,7 +107,9 @@ class CiRunner(pulumi.ComponentResource):
         role = aws.iam.Role(
             f"{name}-role",
             name=names.physical("ci-runner", max_len=64),
-            assume_role_policy=pulumi.Output.json_dumps(_trust(account_id, project_arn)),
+            assume_role_policy=pulumi.Output.json_dumps(
+                scoped_service_trust("codebuild.amazonaws.com", account_id, project_arn)
+            ),
             tags=tags,
             opts=child,
         )
@@ -190,24 +193,6 @@ class CiRunner(pulumi.ComponentResource):
                 "security_group_id": self.security_group_id,
             }
         )
-
-
-def _trust(account_id: pulumi.Input[str], project_arn: pulumi.Input[str]) -> dict[str, object]:
-    """CodeBuild may assume the role for this project of this account only (confused-deputy protection)."""
-    return {
-        "Version": "2012-10-17",
-        "Statement": [
-            {
-                "Effect": "Allow",
-                "Principal": {"Service": "codebuild.amazonaws.com"},
-                "Action": "sts:AssumeRole",
-                "Condition": {
-                    "StringEquals": {"aws:SourceAccount": account_id},
-                    "ArnLike": {"aws:SourceArn": project_arn},
-                },
-            }
-        ],
-    }
 
 
 def _runner_policy(

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 import pulumi
 import pulumi_aws as aws
 
+from components.iam import scoped_service_trust
 from dlinfra.naming import Names
 
 HYBRID_POLICIES = {
@@ -59,7 +60,9 @@ class HybridNodes(pulumi.ComponentResource):
             name=names.physical("hybrid-nodes", max_len=64),
             # Only SSM acting for this account's activations in this region (confused-deputy protection), as the
             # EKS guide "Prepare credentials for hybrid nodes" gives it.
-            assume_role_policy=pulumi.Output.json_dumps(_ssm_trust(account_id, pulumi.Output.concat(ssm_arn, "*"))),
+            assume_role_policy=pulumi.Output.json_dumps(
+                scoped_service_trust("ssm.amazonaws.com", account_id, pulumi.Output.concat(ssm_arn, "*"))
+            ),
             tags=tags,
             opts=pulumi.ResourceOptions(parent=self),
         )
@@ -108,21 +111,3 @@ class HybridNodes(pulumi.ComponentResource):
         self.role_arn = role.arn
         self.activations = pulumi.Output.secret(pulumi.Output.all(**activations).apply(dict))
         self.register_outputs({"role_arn": self.role_arn, "activations": self.activations})
-
-
-def _ssm_trust(account_id: pulumi.Input[str], source_arn: pulumi.Input[str]) -> dict[str, object]:
-    """SSM may assume the role for hybrid activations of this account and region only."""
-    return {
-        "Version": "2012-10-17",
-        "Statement": [
-            {
-                "Effect": "Allow",
-                "Principal": {"Service": "ssm.amazonaws.com"},
-                "Action": "sts:AssumeRole",
-                "Condition": {
-                    "StringEquals": {"aws:SourceAccount": account_id},
-                    "ArnEquals": {"aws:SourceArn": source_arn},
-                },
-            }
-        ],
-    }

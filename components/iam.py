@@ -19,6 +19,27 @@ def service_trust(service: str, *, tag_session: bool = False) -> str:
     )
 
 
+def scoped_service_trust(
+    service: str, account_id: pulumi.Input[str], source_arn: pulumi.Input[str]
+) -> dict[str, object]:
+    """A trust policy letting one AWS service assume the role only on behalf of this account and source ARN
+    (pattern), against the confused-deputy problem (IAM user guide, "The confused deputy problem")."""
+    return {
+        "Version": "2012-10-17",
+        "Statement": [
+            {
+                "Effect": "Allow",
+                "Principal": {"Service": service},
+                "Action": "sts:AssumeRole",
+                "Condition": {
+                    "StringEquals": {"aws:SourceAccount": account_id},
+                    "ArnLike": {"aws:SourceArn": source_arn},
+                },
+            }
+        ],
+    }
+
+
 def account_key_policy(
     account_id: pulumi.Input[str], partition: pulumi.Input[str], *statements: dict[str, object]
 ) -> dict[str, object]:

@@ -146,7 +146,7 @@ def test_hybrid_activation_per_site_and_secret(results: dict) -> None:
     # Only SSM acting for this account's activations in this region (EKS: "Prepare credentials for hybrid nodes").
     assert trust["Condition"] == {
         "StringEquals": {"aws:SourceAccount": "123456789012"},
-        "ArnEquals": {"aws:SourceArn": "arn:aws:ssm:us-west-2:123456789012:*"},
+        "ArnLike": {"aws:SourceArn": "arn:aws:ssm:us-west-2:123456789012:*"},
     }
     policy = json.loads(
         next(p for p in _of(stack, "aws:iam/rolePolicy:RolePolicy") if p.name == "hybrid-describe-cluster").inputs[
