@@ -211,30 +211,66 @@ def _detail(key: str, before: Any, after: Any) -> list[str]:
     return [key]
 
 
-def _alias_urns(resource: Mapping[str, Any]) -> list[str]:
-    """URNs a resource was known by: alias URNs, and name/type alias specs applied to its own URN."""
-    out = []
+STACK_TYPE = "pulumi:pulumi:Stack"
+
+
+def _child_urns(prefix: str, parent: str | None, type_: str, name: str) -> list[str]:
+    """The URN a resource gets under `parent` (None: no parent), in both conventions plans may hold.
+
+    Pulumi prefixes the type with the parent's whole type chain and leaves out the stack; the offline engine (Pulumi's
+    mock monitor) uses only the parent's own type, the stack's included. Both are tried: a candidate only counts when
+    the base plan has that URN.
+    """
+    if parent is None:
+        return [f"{prefix}::{type_}::{name}"]
+    chain = parent.split("::", 3)[2]
+    own = chain.rsplit("$", 1)[-1]
+    full = type_ if own == STACK_TYPE else f"{chain}${type_}"
+    return list(dict.fromkeys(f"{prefix}::{t}::{name}" for t in (full, f"{own}${type_}")))
+
+
+def _alias_urns(resource: Mapping[str, Any], resources: Mapping[str, Mapping[str, Any]]) -> list[str]:
+    """URNs a resource was known by, as the Pulumi engine resolves aliases.
+
+    Its own aliases: URNs, and specs (name, type, stack, project, parent or noParent) applied to its URN. Then the
+    aliases it inherits: a child whose parent was known by another URN was known by its own URN under that one
+    (with the parent's old name as its name prefix, when its name starts with the parent's). `resources` is every
+    resource of the plan by URN, components included, so parents can be looked up.
+    """
     urn = resource["urn"]
+    stack_part, project, _, name = urn.split("::", 3)
+    type_ = str(resource["type"])
+    parent = resource.get("parent")
+    out: list[str] = []
     for alias in resource.get("aliases") or []:
         if alias.startswith("urn:"):
             out.append(alias)
             continue
         spec = dict(part.split("=", 1) for part in alias.split(",") if "=" in part)
-        head, _, name = urn.rpartition("::")
-        if "type" in spec:
-            head = head.rsplit("$", 1)[0] + "$" + spec["type"] if "$" in head else head
-        out.append(f"{head}::{spec.get('name', name)}")
-    return out
+        stack = spec.get("stack", stack_part.removeprefix("urn:pulumi:"))
+        prefix = f"urn:pulumi:{stack}::{spec.get('project', project)}"
+        old_parent = None if alias == "noParent" else spec.get("parent", parent)
+        out += _child_urns(prefix, old_parent, spec.get("type", type_), spec.get("name", name))
+    parent_resource = resources.get(parent) if parent else None
+    if parent_resource is not None:
+        parent_name = str(parent_resource["name"])
+        for parent_alias in _alias_urns(parent_resource, resources):
+            old_name = name
+            if name.startswith(parent_name):
+                old_name = parent_alias.split("::", 3)[3] + name[len(parent_name) :]
+            out += _child_urns(f"{stack_part}::{project}", parent_alias, type_, old_name)
+    return list(dict.fromkeys(out))
 
 
 def compare_stack(stack: str, base: Mapping[str, Any] | None, head: Mapping[str, Any] | None) -> list[Change]:
     """Creates, updates, replacements and deletes of one stack's custom resources."""
     before = {r["urn"]: r for r in (base or {}).get("resources", []) if r.get("custom")}
-    after = {r["urn"]: r for r in (head or {}).get("resources", []) if r.get("custom")}
+    everything = {r["urn"]: r for r in (head or {}).get("resources", [])}  # components too: they are parents
+    after = {urn: r for urn, r in everything.items() if r.get("custom")}
     renamed: dict[str, str] = {}  # base URN -> head URN, through aliases
     for urn, resource in after.items():
         if urn not in before:
-            for alias in _alias_urns(resource):
+            for alias in _alias_urns(resource, everything):
                 if alias in before and alias not in after:
                     renamed[alias] = urn
                     break
@@ -245,7 +281,9 @@ def compare_stack(stack: str, base: Mapping[str, Any] | None, head: Mapping[str,
         if new_urn is None:
             continue
         new = after[new_urn]
-        note = f"renamed from {old['name']} (alias)" if new_urn != urn else ""
+        note = ""
+        if new_urn != urn:
+            note = f"renamed from {old['name']} (alias)" if old["name"] != new["name"] else "moved (alias)"
         changed = _changed_inputs(old.get("inputs") or {}, new.get("inputs") or {})
         forcing = REPLACEMENT_KEYS.get(new["type"], frozenset()) | set(new.get("replace_on_changes") or [])
         forced = [k for k in changed if k in forcing or "*" in forcing]

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from dlinfra import planner, stackroles
+from dlinfra import diff, planner, stackroles
 from dlinfra.fleet import load_fleet
 from dlinfra.offline import engine
 from tests.components import _reference as reference
@@ -305,6 +305,13 @@ def test_removing_a_team_an_admin_and_a_sites_machines_deletes_nothing_protected
     assert {"aws:eks/accessEntry:AccessEntry", "aws:ssm/activation:Activation"} <= deleted_types
     assert len([r for r in deleted if r.type == "aws:eks/accessEntry:AccessEntry"]) == 3  # team, admin, hybrid
     assert [r.name for r in deleted if r.protect] == []
+    # As `dlinfra diff` reports it: deletions that `pulumi up` can carry out (none refused as protected), and no
+    # replacement (the entries that stay keep their URNs).
+    changes = diff.compare_stack(role.name, before.plan("dlinfra"), after.plan("dlinfra"))
+    deletes = [c for c in changes if c.action == "delete"]
+    assert {c.type for c in deletes} >= {"aws:eks/accessEntry:AccessEntry", "aws:ssm/activation:Activation"}
+    assert [c.name for c in deletes if c.note] == []
+    assert [c.name for c in changes if c.action == "replace"] == []
     # What holds data stays protected.
     (cluster,) = _of_type(after, "aws:eks/cluster:Cluster")
     assert cluster.protect and all(k.protect for k in _of_type(after, "aws:kms/key:Key"))
