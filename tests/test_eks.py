@@ -81,3 +81,9 @@ def test_clusters_declare_the_fleets_upgrade_policy() -> None:
     for name, result in runs().items():
         for cluster in (r for r in result.resources if r.type == "aws:eks/cluster:Cluster"):
             assert cluster.inputs["upgradePolicy"] == {"supportType": "EXTENDED"}, name
+
+
+def test_every_offered_version_has_support_dates() -> None:
+    """A version EKS offers without dates could never be checked: lifecycle() would call it past its end."""
+    for version in eks.offered_versions():
+        assert eks.support_end(version, "standard") < eks.support_end(version, "extended"), version

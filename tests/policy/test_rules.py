@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import ipaddress
 import json
@@ -255,6 +256,13 @@ CASES: dict[str, tuple[list[Resource], list[Resource]]] = {
             res(rules.EKS_CLUSTER)(version="1.33"),
         ],
     ),
+    "eks-version-support-ending": (
+        [
+            res(rules.EKS_CLUSTER)(version="1.33", upgradePolicy={"supportType": "EXTENDED"}),  # to 2027-07-29
+            res(rules.EKS_CLUSTER)(version="1.33", upgradePolicy={"supportType": "STANDARD"}),  # past: mandatory's
+        ],
+        [res(rules.EKS_CLUSTER)(version="1.34", upgradePolicy={"supportType": "STANDARD"})],  # ends 2026-12-02
+    ),
     "service-trust-scoped": (
         [
             res("aws:iam/role:Role")(assumeRolePolicy=json.dumps(_trust("ssm.amazonaws.com", scoped=True))),
@@ -496,3 +504,21 @@ def test_policy_team_label_is_the_platforms() -> None:
     from components import platform_values
 
     assert rules.TEAM_LABEL == platform_values.TEAM_LABEL
+
+
+@pytest.mark.parametrize(
+    ("today", "advisory", "mandatory"),
+    [
+        (datetime.date(2026, 9, 2), [], []),  # 91 days before standard support ends
+        (datetime.date(2026, 9, 3), ["(90 days)"], []),
+        (datetime.date(2026, 12, 2), ["(0 days)"], []),  # the last day of standard support
+        (datetime.date(2026, 12, 3), [], ["left standard support on 2026-12-02"]),
+    ],
+)
+def test_eks_version_warns_then_refuses(today: datetime.date, advisory: list[str], mandatory: list[str]) -> None:
+    """The advisory warns through the last day of support; from the next day the mandatory rule refuses."""
+    cluster = res(rules.EKS_CLUSTER)(version="1.34", upgradePolicy={"supportType": "STANDARD"})
+    ctx = dataclasses.replace(CTX, today=today)
+    for rule, expected in (("eks-version-support-ending", advisory), ("eks-version-supported", mandatory)):
+        found = messages(rule, [cluster], ctx)
+        assert len(found) == len(expected) and all(e in m for e, m in zip(expected, found, strict=True)), (rule, found)
