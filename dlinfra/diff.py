@@ -222,7 +222,7 @@ def _child_urns(prefix: str, parent: str | None, type_: str, name: str) -> list[
     the base plan has that URN.
     """
     if parent is None:
-        return [f"{prefix}::{type_}::{name}"]
+        return [f"{prefix}::{type_}::{name}", f"{prefix}::{STACK_TYPE}${type_}::{name}"]
     chain = parent.split("::", 3)[2]
     own = chain.rsplit("$", 1)[-1]
     full = type_ if own == STACK_TYPE else f"{chain}${type_}"
@@ -232,10 +232,10 @@ def _child_urns(prefix: str, parent: str | None, type_: str, name: str) -> list[
 def _alias_urns(resource: Mapping[str, Any], resources: Mapping[str, Mapping[str, Any]]) -> list[str]:
     """URNs a resource was known by, as the Pulumi engine resolves aliases.
 
-    Its own aliases: URNs, and specs (name, type, stack, project, parent or noParent) applied to its URN. Then the
-    aliases it inherits: a child whose parent was known by another URN was known by its own URN under that one
-    (with the parent's old name as its name prefix, when its name starts with the parent's). `resources` is every
-    resource of the plan by URN, components included, so parents can be looked up.
+    Its own aliases: URNs, and specs (name, type, stack, project, parent or noParent; docs/plan-export.md) applied
+    to its URN. Then the aliases it inherits: a child whose parent was known by another URN was known by its own URN
+    under that one (with the parent's old name as its name prefix, when its name starts with the parent's).
+    `resources` is every resource of the plan by URN, components included, so parents can be looked up.
     """
     urn = resource["urn"]
     stack_part, project, _, name = urn.split("::", 3)
@@ -249,7 +249,8 @@ def _alias_urns(resource: Mapping[str, Any], resources: Mapping[str, Mapping[str
         spec = dict(part.split("=", 1) for part in alias.split(",") if "=" in part)
         stack = spec.get("stack", stack_part.removeprefix("urn:pulumi:"))
         prefix = f"urn:pulumi:{stack}::{spec.get('project', project)}"
-        old_parent = None if alias == "noParent" else spec.get("parent", parent)
+        # "noParent" alone: how plan exports before noParent=true was recorded wrote Alias(parent=None).
+        old_parent = None if alias == "noParent" or spec.get("noParent") == "true" else spec.get("parent", parent)
         out += _child_urns(prefix, old_parent, spec.get("type", type_), spec.get("name", name))
     parent_resource = resources.get(parent) if parent else None
     if parent_resource is not None:
@@ -260,6 +261,37 @@ def _alias_urns(resource: Mapping[str, Any], resources: Mapping[str, Mapping[str
                 old_name = parent_alias.split("::", 3)[3] + name[len(parent_name) :]
             out += _child_urns(f"{stack_part}::{project}", parent_alias, type_, old_name)
     return list(dict.fromkeys(out))
+
+
+def _kept_identities(pairs: Iterable[tuple[Mapping[str, Any], Mapping[str, Any]]]) -> dict[str, str]:
+    """Old -> new values the fake cloud derived from the URN of each aliased resource (its id, ARN and the like).
+
+    An aliased resource keeps its cloud identity, but offline its fake id and ARN follow its URN; without this map,
+    every input referring to a moved resource would look changed, and a moved VPC would replace its subnets.
+    """
+    out: dict[str, str] = {}
+    for old, new in pairs:
+        old_outputs = old.get("outputs") or {}
+        values = [(old.get("id"), new.get("id"))]
+        values += [(old_outputs.get(key), value) for key, value in (new.get("outputs") or {}).items()]
+        for before, after in values:
+            # Fake ids and ARNs carry 12+ hex digits; short values (masks, flags) are left alone.
+            if isinstance(before, str) and isinstance(after, str) and before != after and len(before) >= 12:
+                out[before] = after
+    return out
+
+
+def _substituted(value: Any, identities: Mapping[str, str]) -> Any:
+    """A value with every old identity of an aliased resource replaced by its new one."""
+    if isinstance(value, str):
+        for before, after in identities.items():
+            value = value.replace(before, after)
+        return value
+    if isinstance(value, dict):
+        return {k: _substituted(v, identities) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_substituted(v, identities) for v in value]
+    return value
 
 
 def compare_stack(stack: str, base: Mapping[str, Any] | None, head: Mapping[str, Any] | None) -> list[Change]:
@@ -276,6 +308,7 @@ def compare_stack(stack: str, base: Mapping[str, Any] | None, head: Mapping[str,
                     break
     out: list[Change] = []
     matched_heads = set(renamed.values())
+    identities = _kept_identities((before[b], after[h]) for b, h in renamed.items())
     for urn, old in sorted(before.items()):
         new_urn = urn if urn in after else renamed.get(urn)
         if new_urn is None:
@@ -284,7 +317,8 @@ def compare_stack(stack: str, base: Mapping[str, Any] | None, head: Mapping[str,
         note = ""
         if new_urn != urn:
             note = f"renamed from {old['name']} (alias)" if old["name"] != new["name"] else "moved (alias)"
-        changed = _changed_inputs(old.get("inputs") or {}, new.get("inputs") or {})
+        old_inputs, new_inputs = _substituted(old.get("inputs") or {}, identities), new.get("inputs") or {}
+        changed = _changed_inputs(old_inputs, new_inputs)
         forcing = REPLACEMENT_KEYS.get(new["type"], frozenset()) | set(new.get("replace_on_changes") or [])
         forced = [k for k in changed if k in forcing or "*" in forcing]
         if old.get("provider") != new.get("provider") and old.get("provider") and new.get("provider"):
@@ -298,7 +332,6 @@ def compare_stack(stack: str, base: Mapping[str, Any] | None, head: Mapping[str,
         if forced:
             out.append(Change(stack, "replace", new["type"], new["name"], new_urn, tuple(forced), note))
         elif changed or options:
-            old_inputs, new_inputs = old.get("inputs") or {}, new.get("inputs") or {}
             shown = [d for k in changed for d in _detail(k, old_inputs.get(k), new_inputs.get(k))] + options
             out.append(Change(stack, "update", new["type"], new["name"], new_urn, tuple(shown), note))
     deleted = [r for urn, r in sorted(before.items()) if urn not in after and urn not in renamed]

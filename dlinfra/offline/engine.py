@@ -326,9 +326,12 @@ def _alias(alias: Any) -> str:
         return str(alias.urn)
     spec = alias.spec
     parts = {"name": spec.name, "type": spec.type, "stack": spec.stack, "project": spec.project}
-    if spec.parentUrn:
+    # `dlinfra diff` rebuilds the old URN from these, so "no parent" (Alias(parent=None)) must survive a name or type.
+    if spec.noParent:
+        parts["noParent"] = "true"
+    elif spec.parentUrn:
         parts["parent"] = spec.parentUrn
-    return ",".join(f"{k}={v}" for k, v in parts.items() if v) or "noParent"
+    return ",".join(f"{k}={v}" for k, v in parts.items() if v)
 
 
 class _NoMocks(mocks.Mocks):

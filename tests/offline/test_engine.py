@@ -183,3 +183,45 @@ def test_kubernetes_objects_become_manifests(tmp_path: Path) -> None:
     assert engine.manifests(result) == [{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "team-a"}}]
     path = engine.write_manifests(result, tmp_path / "manifests")
     assert path is not None and "kind: Namespace" in path.read_text()
+
+
+MOVES = """
+class Box(pulumi.ComponentResource):
+    def __init__(self, name, opts=None):
+        super().__init__("t:index:Box", name, None, opts)
+        self.register_outputs({})
+
+box = Box("box")
+"""
+
+
+def test_moves_and_renames_recorded_so_the_diff_follows_them(tmp_path: Path) -> None:
+    """Alias specs keep their parent (or noParent) next to a name: `dlinfra diff` rebuilds old URNs from them."""
+    from dlinfra import diff
+
+    def run(resources: str) -> dict:
+        (tmp_path / "v").mkdir(exist_ok=True)
+        return _run(tmp_path / "v", MOVES + textwrap.dedent(resources)).plan("t")
+
+    before = run(
+        """
+        bucket = aws.s3.Bucket("box-data", opts=pulumi.ResourceOptions(parent=box))
+        aws.s3.BucketVersioning("box-data-versioning", bucket=bucket.id,
+            versioning_configuration={"status": "Enabled"}, opts=pulumi.ResourceOptions(parent=bucket))
+        aws.sqs.Queue("old-queue")
+        """
+    )
+    after = run(
+        """
+        bucket = aws.s3.Bucket("box-data", opts=pulumi.ResourceOptions(aliases=[pulumi.Alias(parent=box)]))
+        aws.s3.BucketVersioning("box-data-versioning", bucket=bucket.id,
+            versioning_configuration={"status": "Enabled"}, opts=pulumi.ResourceOptions(parent=bucket))
+        aws.sqs.Queue("queue", opts=pulumi.ResourceOptions(parent=box,
+            aliases=[pulumi.Alias(name="old-queue", parent=None)]))
+        """
+    )
+    aliases = {r["name"]: r["aliases"] for r in after["resources"]}
+    box_urn = next(r["urn"] for r in before["resources"] if r["name"] == "box")
+    assert f"parent={box_urn}" in aliases["box-data"]  # beside the SDK's own type alias (bucketV2)
+    assert "name=old-queue,noParent=true" in aliases["queue"]
+    assert diff.compare_stack(ROLE.name, before, after) == []
