@@ -9,6 +9,7 @@ import pulumi_aws as aws
 
 from components.cluster import Cluster, ClusterArgs
 from components.hybrid import HybridNodes, HybridNodesArgs
+from dlinfra.errors import DlinfraError
 from stacks.program import StackContext
 
 
@@ -32,6 +33,9 @@ def declare_cluster(
     env, region = ctx.role.environment, ctx.role.region
     assert region is not None
     spec = ctx.fleet.environments[env]
+    upgrade_policy = spec.kubernetes.upgrade_policy
+    if upgrade_policy is None:  # the fleet model refuses this; dlinfra never picks the policy for the lab
+        raise DlinfraError("required: `standard` or `extended`", key=f"environments.{env}.kubernetes.upgrade_policy")
     plan = ctx.plan
     sites = ctx.fleet.sites_of(env, region)
     env_sites = ctx.fleet.sites_of(env)
@@ -75,7 +79,7 @@ def declare_cluster(
         ClusterArgs(
             names=ctx.names,
             version=spec.kubernetes.version,
-            upgrade_policy=spec.kubernetes.upgrade_policy or "standard",
+            upgrade_policy=upgrade_policy,
             vpc_id=vpc_id,
             subnet_ids=private_subnet_ids,
             service_cidr=str(plan.cidr(f"service/{env}/{region}")),

@@ -255,3 +255,18 @@ def test_activation_expiry_needs_a_time_zone(write_fleet: Any) -> None:
     path = write_fleet(lambda data: data["sites"]["sjc1"].update(activation_expiry="2026-12-20T00:00:00"))
     with pytest.raises(FleetError, match=r"sites.sjc1.activation_expiry.*has no time zone"):
         load_fleet(path)
+
+
+def test_the_stack_never_picks_an_upgrade_policy() -> None:
+    """A fleet built without validation (model_construct, model_copy) and no policy is refused, not defaulted."""
+    from dlinfra.errors import DlinfraError
+    from stacks.cluster import declare_cluster
+    from stacks.program import StackContext
+
+    staging = FLEET.environments["staging"]
+    unset = staging.model_copy(update={"kubernetes": staging.kubernetes.model_copy(update={"upgrade_policy": None})})
+    fleet = FLEET.model_copy(update={"environments": {**FLEET.environments, "staging": unset}})
+    role = stackroles.StackRole("regional", "staging", "us-west-2")
+    ctx = StackContext(root=ROOT, fleet=fleet, plan=PLAN, role=role, names=Names("dlinfra", "staging", "us-west-2"))
+    with pytest.raises(DlinfraError, match=r"environments\.staging\.kubernetes\.upgrade_policy: required"):
+        declare_cluster(ctx, vpc_id="vpc-1", private_subnet_ids={}, provider=None)  # type: ignore[arg-type]
