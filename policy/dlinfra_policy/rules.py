@@ -16,6 +16,7 @@ import json
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import Any, Literal, NamedTuple
 
 from dlinfra.naming import STANDARD_TAG_KEYS
@@ -69,6 +70,12 @@ STATEFUL_TYPES: Mapping[str, str] = {
     EKS_CLUSTER: "EKS cluster: every Kubernetes object in its etcd",
     "aws:backup/vault:Vault": "Backup vault: its recovery points",
 }
+
+# Protected on purpose though they hold no data: losing one costs more than re-creating it (say, a CA whose
+# replacement invalidates every laptop's VPN profile). Each entry gives its reason; `protect-only-stateful` lets them
+# be protected. Empty on purpose: everything dlinfra protects today is in STATEFUL_TYPES (grep protect=True in
+# components/). Add an entry only with a reason a reviewer can check.
+COSTLY_TO_LOSE: Mapping[str, str] = MappingProxyType({})
 
 REQUIRED_TAGS = STANDARD_TAG_KEYS  # project, environment, region, component, managed-by
 
@@ -151,6 +158,8 @@ class Context:
     address_plan: AddressPlan | None = None
     address_plan_error: str = ""  # why the plan could not be loaded: reported as a violation, never ignored
     ingress_allowlist: tuple[IngressException, ...] = INGRESS_ALLOWLIST
+    # type -> why it is protected though it holds no data
+    costly_to_lose: Mapping[str, str] = field(default_factory=lambda: COSTLY_TO_LOSE)
     today: datetime.date | None = None  # the date version-support checks use; None: dlinfra.eks.today()
 
 
@@ -521,11 +530,12 @@ def protect_only_stateful(resource: Resource, ctx: Context) -> list[str]:
     access entries, add-ons or policies (as a child inheriting its parent's `protect` does) makes removing a
     team, an admin or a site impossible to apply. Source: Pulumi docs, resource option `protect` (children
     inherit it from their parent)."""
-    if not resource.protect or resource.type in STATEFUL_TYPES:
+    if not resource.protect or resource.type in STATEFUL_TYPES or resource.type in ctx.costly_to_lose:
         return []
     return [
         f"{resource.type} is protected but holds no data (not in STATEFUL_TYPES): it could never be removed; "
-        "set protect=False explicitly if it inherits protect from a stateful parent"
+        "set protect=False explicitly if it inherits protect from a stateful parent, or list the type with a "
+        "reason in COSTLY_TO_LOSE if losing it costs that much"
     ]
 
 

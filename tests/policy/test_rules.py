@@ -522,3 +522,13 @@ def test_eks_version_warns_then_refuses(today: datetime.date, advisory: list[str
     for rule, expected in (("eks-version-support-ending", advisory), ("eks-version-supported", mandatory)):
         found = messages(rule, [cluster], ctx)
         assert len(found) == len(expected) and all(e in m for e, m in zip(expected, found, strict=True)), (rule, found)
+
+
+def test_protect_only_stateful_accepts_a_costly_type_with_a_reason() -> None:
+    """What holds no data may still be protected on purpose, but only when COSTLY_TO_LOSE says why."""
+    ca_key = res("tls:index/privateKey:PrivateKey", protect=True)(algorithm="RSA")
+    assert messages("protect-only-stateful", [ca_key]) != []
+    costly = dataclasses.replace(CTX, costly_to_lose={ca_key.type: "a new CA invalidates every laptop profile"})
+    assert messages("protect-only-stateful", [ca_key], costly) == []
+    for type_, reason in rules.COSTLY_TO_LOSE.items():
+        assert reason.strip() and type_ not in rules.STATEFUL_TYPES, type_
