@@ -47,6 +47,23 @@ def register(
         help="rendered Kubernetes manifests (default: manifests/ beside --plans)",
     )
     check.add_argument("--no-checkov", action="store_true", help="run the CrossGuard rules only (says so)")
+    check.add_argument(
+        "--flows",
+        type=Path,
+        default=None,
+        help="your own flows for the reachability check (default: flows.yaml beside the fleet)",
+    )
+
+    reach = subparsers.add_parser(
+        "reach",
+        parents=[common],
+        help="prove every flow the fleet implies over the offline plans, hop by hop (also part of check --all)",
+        description="Example: dlinfra preview --all && dlinfra reach --verbose",
+    )
+    reach.add_argument("--plans", type=Path, default=Path("build/plans"), help="plan folder (default: build/plans)")
+    reach.add_argument("--flows", type=Path, default=None, help="your own flows (default: flows.yaml beside the fleet)")
+    reach.add_argument("--json", action="store_true", help="print the result as JSON")
+    reach.add_argument("--verbose", action="store_true", help="show every hop of each failing flow")
 
     diff = subparsers.add_parser(
         "diff", parents=[common], help="offline plans of two git revisions compared, as markdown for a PR"
@@ -60,7 +77,7 @@ def register(
         help="print the JSON list of head stacks a real preview should cover (changed plan or stack config), "
         "with where each runs (runs_on) and whether pull requests may preview it for real (preview: real|offline)",
     )
-    return {"check": cmd_check, "diff": cmd_diff}
+    return {"check": cmd_check, "diff": cmd_diff, "reach": cmd_reach}
 
 
 def _lock(args: argparse.Namespace) -> Path:
@@ -88,6 +105,15 @@ def cmd_check(args: argparse.Namespace) -> int:
         checkov=None if args.no_checkov else checkov.executable(ROOT),
     )
     run = runner.run_checks(options)
+    if args.stack:
+        run.notes.append(
+            "reachability not checked: it needs every stack's plan (dlinfra check --all, or dlinfra reach)"
+        )
+    else:
+        from dlinfra.reach import check as reach
+
+        run.reach = reach.summary_json(reach.analyse(args.fleet, _lock(args), [p.data for p in selected], args.flows))
+        run.findings.extend(runner.reach_findings(run.reach))
     if ignored:
         run.notes.append(f"ignored plans of stacks the fleet no longer has: {', '.join(ignored)}")
     if args.sarif:
@@ -121,3 +147,49 @@ def cmd_diff(args: argparse.Namespace) -> int:
     else:
         sys.stdout.write(markdown)
     return 0
+
+
+def cmd_reach(args: argparse.Namespace) -> int:
+    """`dlinfra reach`: exit 0 when every intent holds, 1 when one does not (bad input raises DlinfraError)."""
+    from dlinfra.checks import plans
+    from dlinfra.reach import check as reach
+
+    loaded = load_fleet(args.fleet)
+    all_stacks = [r.name for r in stackroles.roles(loaded.fleet)]
+    selected, _ignored = plans.load_plans(args.plans, None, all_stacks)
+    summary = reach.summary_json(reach.analyse(args.fleet, _lock(args), [p.data for p in selected], args.flows))
+    if args.json:
+        sys.stdout.write(json.dumps(summary, indent=2) + "\n")
+    else:
+        print_reach(summary, Console(highlight=False, soft_wrap=True), verbose=args.verbose)
+    return 1 if summary["failed_flows"] else 0
+
+
+def print_reach(summary: dict[str, object], console: Console, *, verbose: bool = False) -> None:
+    """The per-family table, then each failing flow with the hop where it stopped."""
+    from rich.table import Table
+
+    table = Table(title="Reachability over the plans (dlinfra reach)")
+    for column in ("family", "intents", "flows", "failed intents"):
+        table.add_column(column, justify="left" if column == "family" else "right")
+    families = summary["families"]
+    assert isinstance(families, dict)
+    for family, row in families.items():
+        table.add_row(family, str(row["intents"]), str(row["flows"]), str(row["failed_intents"]))
+    console.print(table)
+    failures = summary["failures"]
+    assert isinstance(failures, list)
+    for f in failures:
+        console.print(
+            f"FAIL {f['intent']}: {f['source']} -> {f['destination']} {f['protocol']}/{f['port']}", markup=False
+        )
+        console.print(f"     {f['reason']}", markup=False)
+        if verbose:
+            for hop in f["hops"]:
+                console.print(f"       . {hop}", markup=False)
+    proved = int(str(summary["flows"])) - len(failures)
+    console.print(
+        f"{summary['intents']} intents, {summary['flows']} flows: {proved} proved, {len(failures)} failed "
+        f"({summary['seconds']} s)",
+        markup=False,
+    )

@@ -16,6 +16,9 @@ SARIF_SCHEMA = "https://json.schemastore.org/sarif-2.1.0.json"
 CHECKOV_DOCS = "https://www.checkov.io/5.Policy%20Index/all.html"
 
 
+REACH_DOCS = "https://github.com/lab-example/dlinfra/blob/main/docs/reachability.md"
+
+
 def print_summary(run: CheckRun, console: Console) -> None:
     """Rule and framework tables, then every blocking finding and advisory, then notes."""
     counts = Counter(f.rule for f in run.findings if f.tool == "crossguard")
@@ -36,6 +39,10 @@ def print_summary(run: CheckRun, console: Console) -> None:
                 s.framework, s.version, str(s.resources), str(s.checks), str(s.passed), str(s.failed), str(s.skipped)
             )
         console.print(table)
+    if run.reach is not None:
+        from dlinfra.cli_checks import print_reach
+
+        print_reach({**run.reach, "failures": []}, console)
     shown = [f for f in run.findings if f.level != "skipped"]
     if shown:
         # One finding per two lines rather than a table: messages are long and CI logs are narrow.
@@ -79,6 +86,7 @@ def to_json(run: CheckRun) -> dict[str, Any]:
         "checkov": [s.__dict__ for s in run.checkov],
         "findings": [_finding_json(f) for f in run.findings],
         "notes": run.notes,
+        "reach": run.reach,
     }
 
 
@@ -94,7 +102,7 @@ def _fingerprint(f: Finding) -> str:
 def to_sarif(run: CheckRun) -> dict[str, Any]:
     """SARIF 2.1.0 with two runs: dlinfra's CrossGuard rules and checkov; skipped checks as suppressed results."""
     runs = []
-    for tool in ("crossguard", "checkov"):
+    for tool in ("crossguard", "checkov", "reach"):
         findings = [f for f in run.findings if f.tool == tool]
         rule_meta: dict[str, tuple[str, str]]
         if tool == "crossguard":
@@ -104,6 +112,14 @@ def to_sarif(run: CheckRun) -> dict[str, Any]:
                 "version": __version__,
                 "informationUri": "https://www.pulumi.com/docs/iac/crossguard/",
             }
+        elif tool == "reach":
+            if run.reach is None:
+                continue
+            rule_meta = {
+                f.rule: (f"reachability intents of family {f.rule.removeprefix('reach-')}", "mandatory")
+                for f in findings
+            }
+            driver = {"name": "dlinfra-reach", "version": __version__, "informationUri": REACH_DOCS}
         else:
             rule_meta = {f.rule: (f.title, "failed") for f in findings}
             version = run.checkov[0].version if run.checkov else "unknown"

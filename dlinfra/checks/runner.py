@@ -9,13 +9,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from dlinfra.checks import checkov, skips, tfplan
 from dlinfra.checks.plans import Plan
 from policy.dlinfra_policy import rules
 
-Tool = Literal["crossguard", "checkov"]
+Tool = Literal["crossguard", "checkov", "reach"]
 MANIFEST_SUFFIXES = (".yaml", ".yml", ".json")
 
 
@@ -64,6 +64,7 @@ class CheckRun:
     checkov: list[FrameworkSummary] = field(default_factory=list)
     checked: dict[str, int] = field(default_factory=dict)  # stack -> checkov results on its export
     notes: list[str] = field(default_factory=list)
+    reach: dict[str, Any] | None = None  # `dlinfra reach` summary (counts, timing) when it ran
 
     @property
     def exit_code(self) -> int:
@@ -269,3 +270,29 @@ def _consume(
         failed=report.failed - skipped,
         skipped=skipped,
     )
+
+
+def reach_findings(summary: Mapping[str, Any]) -> list[Finding]:
+    """One blocking finding per failed reachability intent, naming its first failing flow and the hop."""
+    by_intent: dict[str, list[Mapping[str, Any]]] = {}
+    for failure in summary["failures"]:
+        by_intent.setdefault(failure["intent"], []).append(failure)
+    out = []
+    for intent, failures in sorted(by_intent.items()):
+        first = failures[0]
+        more = f" (and {len(failures) - 1} more flow(s) of this intent)" if len(failures) > 1 else ""
+        verb = "must be open" if first["expect"] == "allow" else "must stay closed"
+        out.append(
+            Finding(
+                tool="reach",
+                rule=f"reach-{first['family']}",
+                title=f"flow {verb}: {intent}",
+                level="mandatory",
+                stack=intent.split("/")[1] if intent.count("/") >= 1 and "-" in intent.split("/")[1] else "",
+                resource=first["resource"],
+                label=f"{first['source']} -> {first['destination']} {first['protocol']}/{first['port']}",
+                message=f"{first['reason']}{more}",
+                guideline=first["requirement"],
+            )
+        )
+    return out

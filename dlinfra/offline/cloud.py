@@ -251,6 +251,12 @@ def _eks(cloud: FakeCloud, urn: str, rid: str, inputs: Mapping[str, Any], region
         "status": "ACTIVE",
         "platformVersion": "eks.1",
         "clusterId": digest(urn, 32),
+        # EKS creates the cluster security group (on the control-plane ENIs and managed nodes) and returns
+        # it in vpcConfig; nodes admit the control plane by this group.
+        "vpcConfig": {
+            **dict(inputs.get("vpcConfig") or {}),
+            "clusterSecurityGroupId": "sg-" + digest(urn + "/cluster-security-group"),
+        },
     }
 
 

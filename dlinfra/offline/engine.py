@@ -229,7 +229,12 @@ class _Monitor(mocks.MockMonitor):
             with self.lock:
                 self.errors.append(f"{request.name}: {exc}")
             raise
-        computed = {k: v for k, v in state.items() if k not in inputs or request.type == "pulumi:pulumi:StackReference"}
+        # What the cloud computed: new keys, and inputs it returns enriched (EKS's vpcConfig gains the cluster group).
+        computed = {
+            k: v
+            for k, v in state.items()
+            if k not in inputs or state[k] != inputs[k] or request.type == "pulumi:pulumi:StackReference"
+        }
         record = ResourceRecord(
             urn=urn,
             type=request.type,

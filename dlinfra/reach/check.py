@@ -1,0 +1,62 @@
+"""Reachability as part of `dlinfra check` and on its own as `dlinfra reach`: load, derive, evaluate, report."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from dlinfra import planner
+from dlinfra.fleet import load_fleet
+from dlinfra.reach import intents, topology
+from dlinfra.reach.intents import ReachResult
+
+FLOWS_FILE = "flows.yaml"  # beside the fleet file; optional
+
+
+def analyse(
+    fleet_path: Path, lock_path: Path, plans: Sequence[Mapping[str, Any]], flows: Path | None = None
+) -> ReachResult:
+    """Every derived intent (and the flows file's, when there is one) over the given plan exports."""
+    loaded = load_fleet(fleet_path)
+    address_plan = planner.plan(loaded, planner.load_lock(lock_path))
+    topo = topology.build(plans, intents.site_sides(loaded.fleet, address_plan, plans))
+    derived = intents.derive(loaded.fleet, topo)
+    path = flows if flows is not None else fleet_path.parent / FLOWS_FILE
+    if flows is not None or path.exists():
+        derived += intents.load_flows(path, loaded.fleet, topo)
+    return intents.run(topo, derived)
+
+
+def summary_json(result: ReachResult) -> dict[str, Any]:
+    """Counts per family, timing, and every failing flow with its hop and reason."""
+    return {
+        "intents": len(result.intents),
+        "flows": result.flows,
+        "failed_intents": len(result.failed_intents()),
+        "failed_flows": len(result.failures),
+        "seconds": round(result.seconds, 3),
+        "families": {
+            family: {"intents": n, "flows": flows, "failed_intents": failed}
+            for family, (n, flows, failed) in result.by_family().items()
+        },
+        "failures": [
+            {
+                "intent": f.intent.id,
+                "family": f.intent.family,
+                "expect": f.intent.expect,
+                "source": f.source.label,
+                "source_address": str(f.source.address),
+                "destination": f.destination.label,
+                "destination_address": str(f.destination.address),
+                "protocol": f.intent.protocol,
+                "port": f.port,
+                "denied_at": f.verdict.denied_at,
+                "reason": f.why,
+                "resource": f.verdict.resource.urn if f.verdict.resource else "",
+                "hops": f.verdict.hops,
+                "requirement": f.intent.source_doc,
+            }
+            for f in result.failures
+        ],
+    }
