@@ -258,6 +258,7 @@ class ClientVpn(pulumi.ComponentResource):
                 )
 
         self.endpoint_id = endpoint.id
+        self.security_group_id = security_group.id
         self.dns_name = endpoint.dns_name
         self.server_name = pulumi.Output.from_input(server_cn)
         self.ca_cert_pem = ca.cert_pem
@@ -265,6 +266,7 @@ class ClientVpn(pulumi.ComponentResource):
         self.user_credentials = pulumi.Output.secret(pulumi.Output.all(**credentials).apply(dict))
         self.register_outputs(
             {
+                "security_group_id": self.security_group_id,
                 "endpoint_id": self.endpoint_id,
                 "dns_name": self.dns_name,
                 "server_name": self.server_name,

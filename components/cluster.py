@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
 import pulumi
 import pulumi_aws as aws
@@ -55,6 +55,10 @@ class ClusterArgs:
     team_role_arns: Mapping[str, str] = field(default_factory=dict)  # team -> role, bound to group team:<name>
     log_retention_days: int = 365  # control-plane logs are audit records: keep a year
     log_kms_key_arn: pulumi.Input[str] | None = None  # KMS key the control-plane log group is encrypted with
+    # The node security group every pool carries: who may open connections to nodes and pods.
+    node_peer_cidrs: Sequence[str] = ()  # other regions' VPCs, site LANs and hybrid pods: any traffic
+    laptop_security_group_id: pulumi.Input[str] | None = None  # Client VPN interfaces: TCP on any port
+    lustre_security_group_id: pulumi.Input[str] | None = None  # FSx for Lustre servers: 988 and 1018-1023
 
     def __post_init__(self) -> None:
         problem = eks.version_problem(self.version)
@@ -266,6 +270,8 @@ class Cluster(pulumi.ComponentResource):
                 opts=on_cluster,
             )
 
+        self.node_security_group_id = self._node_group(name, args, cluster.vpc_config)
+
         # Nodes may only start once they can join and get pod networking; CoreDNS and the EFS driver become
         # ready after nodes exist, so nodes must not wait for them.
         self.join_prerequisites = [cluster, *(addons[a] for a in NODE_PREREQUISITE_ADDONS)]
@@ -284,9 +290,53 @@ class Cluster(pulumi.ComponentResource):
                 "endpoint": self.endpoint,
                 "certificate_authority": self.certificate_authority,
                 "security_group_id": self.security_group_id,
+                "node_security_group_id": self.node_security_group_id,
                 "oidc_issuer": self.oidc_issuer,
             }
         )
+
+    def _node_group(self, name: str, args: ClusterArgs, vpc_config: pulumi.Output[Any]) -> pulumi.Output[str]:
+        """The security group on every node of every pool: pods of all pools, and who else may reach them.
+
+        With the VPC CNI a pod has its node's security groups, so this decides pod reachability too. Each rule
+        carries a flow `dlinfra reach` derives from the fleet (docs/reachability.md): pods of every pool reach
+        CoreDNS and each other (EKS guide "View Amazon EKS security group requirements for clusters"); sites,
+        hybrid pods and other regions reach nodes and pods ("Networking concepts for hybrid nodes"); laptops
+        reach their jobs; FSx for Lustre servers reach their clients ("File system access control with Amazon
+        VPC"). Nothing else is admitted.
+        """
+        names = args.names
+        sg_name = names.physical("nodes")
+        group = aws.ec2.SecurityGroup(
+            f"{name}-nodes-sg",
+            name=sg_name,
+            description="Every node and pod of the cluster: pods of all pools, sites, regions, laptops",
+            vpc_id=args.vpc_id,
+            tags=names.tags("cluster", sg_name),
+            opts=pulumi.ResourceOptions(parent=self),
+        )
+
+        def rule(
+            key: str, peer: sg.Peer, description: str, protocol: str = "-1", ports: tuple[int, int] | None = None
+        ) -> None:
+            sg.rule(
+                f"{name}-nodes-{key}", "ingress", group=group, peer=peer, description=description, names=names,
+                component="cluster", protocol=protocol, ports=ports,
+            )  # fmt: skip
+
+        rule("self", sg.Peer(security_group_id=group.id), "pods and nodes of every pool: DNS, services, NCCL")
+        control_plane = vpc_config.apply(lambda v: v.cluster_security_group_id or "")
+        rule("from-cluster", sg.Peer(security_group_id=control_plane), "EKS control plane to kubelet and webhooks")
+        for cidr in sorted(set(args.node_peer_cidrs)):
+            rule(f"from-{sg.cidr_key(cidr)}", sg.Peer(cidr=cidr), "other regions, site LANs and hybrid pods")
+        if args.laptop_security_group_id is not None:
+            rule("from-laptops", sg.Peer(security_group_id=args.laptop_security_group_id),
+                 "laptops on the Client VPN: notebooks, TensorBoard, port-forwards", "tcp", (0, 65535))  # fmt: skip
+        if args.lustre_security_group_id is not None:
+            servers = sg.Peer(security_group_id=args.lustre_security_group_id)
+            for lo, hi in ((988, 988), (1018, 1023)):
+                rule(f"from-lustre-{lo}", servers, "FSx for Lustre servers to their clients", "tcp", (lo, hi))
+        return group.id
 
 
 def _role_key(arn: str) -> str:

@@ -69,6 +69,7 @@ class NodePoolArgs:
     attach_cni_policy: bool = False  # only when the VPC CNI has no Pod Identity association
     internal_cidrs: Sequence[str] = ()  # VPCs and site networks nodes may reach on any port
     cluster_security_group_id: pulumi.Input[str] | None = None  # the control plane's, admitted to the nodes
+    node_security_group_id: pulumi.Input[str] | None = None  # the cluster's group on every node (Cluster)
     join_after: Sequence[pulumi.Resource] = ()  # the cluster and the add-ons nodes need before they launch
 
     def __post_init__(self) -> None:
@@ -292,14 +293,17 @@ class NodePool(pulumi.ComponentResource):
         )
         lt_name = names.physical("lt", args.pool)
         network_interfaces = None
-        security_group_ids: list[pulumi.Input[str]] | None = [security_group.id]
+        groups: list[pulumi.Input[str]] = [security_group.id]
+        if args.node_security_group_id is not None:
+            groups.append(args.node_security_group_id)
+        security_group_ids: list[pulumi.Input[str]] | None = groups
         if args.efa:
             network_interfaces = [
                 aws.ec2.LaunchTemplateNetworkInterfaceArgs(
                     network_card_index=nic.network_card_index,
                     device_index=nic.device_index,
                     interface_type=nic.interface_type,
-                    security_groups=[security_group.id],
+                    security_groups=groups,
                     delete_on_termination="true",
                 )
                 for nic in efa_interfaces(spec.name)

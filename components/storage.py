@@ -177,8 +177,11 @@ class Storage(pulumi.ComponentResource):
         }
 
         self.fsx_id = None
+        self.lustre_security_group_id: pulumi.Output[str] | None = None
         if args.fsx is not None:
-            self.fsx_id = self._lustre(name, args, args.fsx, key.arn, buckets["datasets"], tags)
+            self.fsx_id, self.lustre_security_group_id = self._lustre(
+                name, args, args.fsx, key.arn, buckets["datasets"], tags
+            )
 
         self.kms_key_arn = key.arn
         self.efs_id = efs.id
@@ -294,8 +297,8 @@ class Storage(pulumi.ComponentResource):
         key_arn: pulumi.Input[str],
         datasets: aws.s3.Bucket,
         tags: Mapping[str, str],
-    ) -> pulumi.Output[str]:
-        """FSx for Lustre scratch (PERSISTENT_2) in the first AZ, linked to the datasets bucket."""
+    ) -> tuple[pulumi.Output[str], pulumi.Output[str]]:
+        """FSx for Lustre scratch (PERSISTENT_2) in the first AZ, linked to the datasets bucket; (id, group)."""
         names = args.names
         sg_name = names.physical("lustre")
         lustre_sg = aws.ec2.SecurityGroup(
@@ -313,6 +316,13 @@ class Storage(pulumi.ComponentResource):
                     f"{name}-lustre-from-{sg.cidr_key(cidr)}-{lo}", "ingress", group=lustre_sg,
                     peer=sg.Peer(cidr=cidr), description="Lustre clients", names=names, component="storage",
                     protocol="tcp", ports=(lo, hi),
+                )  # fmt: skip
+                # Servers also open connections to clients (FSx for Lustre guide, "File system access control
+                # with Amazon VPC": the file system's group allows 988 and 1018-1023 out to its clients).
+                sg.rule(
+                    f"{name}-lustre-to-{sg.cidr_key(cidr)}-{lo}", "egress", group=lustre_sg,
+                    peer=sg.Peer(cidr=cidr), description="Lustre servers to clients", names=names,
+                    component="storage", protocol="tcp", ports=(lo, hi),
                 )  # fmt: skip
             sg.rule(
                 f"{name}-lustre-servers-{lo}", "ingress", group=lustre_sg, peer=servers, description="Lustre servers",
@@ -356,7 +366,7 @@ class Storage(pulumi.ComponentResource):
             # The link, not the data (delete_data_in_filesystem stays false): removable, unlike the file system.
             opts=pulumi.ResourceOptions(parent=lustre, protect=False),
         )
-        return lustre.id
+        return lustre.id, lustre_sg.id
 
 
 def _bucket_name(args: StorageArgs, purpose: str) -> pulumi.Output[str]:

@@ -9,6 +9,7 @@ import pulumi_aws as aws
 
 from components.cluster import Cluster, ClusterArgs
 from components.hybrid import HybridNodes, HybridNodesArgs
+from dlinfra import sites as site_networks
 from dlinfra.errors import DlinfraError
 from stacks.program import StackContext
 
@@ -27,6 +28,8 @@ def declare_cluster(
     vpc_id: pulumi.Input[str],
     private_subnet_ids: dict[str, pulumi.Input[str]],
     log_kms_key_arn: pulumi.Input[str] | None = None,
+    laptop_security_group_id: pulumi.Input[str] | None = None,
+    lustre_security_group_id: pulumi.Input[str] | None = None,
     provider: pulumi.ProviderResource,
 ) -> ClusterParts:
     """Declare EKS with access for admins, teams and the region's physical sites (node pools add their own)."""
@@ -41,6 +44,8 @@ def declare_cluster(
     env_sites = ctx.fleet.sites_of(env)
     api_clients = [str(plan.vpc(env, r)) for r in spec.regions]
     api_clients += [str(plan.cidr(f"site-lan/{s}")) for s in env_sites]
+    # Hybrid pods call the API too (webhooks, in-cluster clients): EKS guide "Prepare networking for hybrid nodes".
+    api_clients += [str(plan.cidr(f"hybrid-pods/{s}")) for s in env_sites]
     if spec.client_vpn:
         api_clients.append(str(plan.cidr(f"client-vpn/{env}/{region}")))
     cluster_name = ctx.names.physical("eks")
@@ -93,6 +98,13 @@ def declare_cluster(
             hybrid_role_arn=hybrid.role_arn if hybrid else None,
             team_role_arns={t: team.role_arn for t, team in ctx.fleet.teams.items() if team.role_arn},
             log_kms_key_arn=log_kms_key_arn,
+            node_peer_cidrs=[
+                str(d.cidr)
+                for d in site_networks.environment_networks(ctx.fleet, plan, env)
+                if d.cidr != plan.vpc(env, region)
+            ],
+            laptop_security_group_id=laptop_security_group_id,
+            lustre_security_group_id=lustre_security_group_id,
         ),
         opts=pulumi.ResourceOptions(providers=[provider]),
     )

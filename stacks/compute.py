@@ -70,6 +70,7 @@ def declare_pools(
                 root_volume_gib=pool.root_volume_gib,
                 internal_cidrs=internal,
                 cluster_security_group_id=cluster.security_group_id if cluster else None,
+                node_security_group_id=cluster.node_security_group_id if cluster else None,
                 join_after=cluster.join_prerequisites if cluster else (),
             )
         except ValueError as exc:

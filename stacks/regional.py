@@ -100,10 +100,49 @@ def declare(ctx: StackContext) -> None:
     # `pulumi stack output --json --show-secrets`.
     pulumi.export("site_vpns", site_vpns)
 
+    # Before the cluster: its node security group admits the laptops' interfaces by group.
+    laptop_group = None
+    if environment.client_vpn is not None:
+        saml = environment.client_vpn.saml
+        groups = {t: team.vpn_group for t, team in fleet.teams.items() if team.vpn_group} if saml else {}
+        if saml is not None and saml.admin_group:
+            groups["admins"] = saml.admin_group
+        client_vpn = ClientVpn(
+            "client-vpn",
+            ClientVpnArgs(
+                names=names,
+                vpc_id=network.vpc_id,
+                vpc_cidr=vpc_cidr,
+                client_cidr=str(plan.cidr(f"client-vpn/{env}/{region}")),
+                subnet_ids=network.subnet_ids["private"],
+                remote_cidrs=remote,
+                log_kms_key_arn=network.log_key_arn,
+                saml_provider_arn=saml.provider_arn if saml else None,
+                self_service_saml_provider_arn=saml.self_service_provider_arn if saml else None,
+                access_groups=groups,
+                users=environment.client_vpn.users,
+            ),
+            opts=in_region,
+        )
+        laptop_group = client_vpn.security_group_id
+        pulumi.export("client_vpn_endpoint_id", client_vpn.endpoint_id)
+        pulumi.export("client_vpn_dns_name", client_vpn.dns_name)
+        pulumi.export("client_vpn_server_name", client_vpn.server_name)
+        pulumi.export("client_vpn_ca_cert_pem", client_vpn.ca_cert_pem)
+        pulumi.export("client_vpn_authentication", client_vpn.authentication)
+        # Secret: each person's certificate and key; `dlinfra vpn profile --user NAME` renders one profile.
+        pulumi.export("client_vpn_users", client_vpn.user_credentials)
+
     private = network.subnet_ids["private"]
     storage = declare_storage(ctx, vpc_id=network.vpc_id, private_subnet_ids=private, provider=provider)
     parts = declare_cluster(
-        ctx, vpc_id=network.vpc_id, private_subnet_ids=private, log_kms_key_arn=network.log_key_arn, provider=provider
+        ctx,
+        vpc_id=network.vpc_id,
+        private_subnet_ids=private,
+        log_kms_key_arn=network.log_key_arn,
+        laptop_security_group_id=laptop_group,
+        lustre_security_group_id=storage.lustre_security_group_id,
+        provider=provider,
     )
     cluster = parts.cluster
     pools = declare_pools(ctx, vpc_id=network.vpc_id, private_subnet_ids=private, cluster=cluster, provider=provider)
@@ -151,33 +190,3 @@ def declare(ctx: StackContext) -> None:
         pulumi.export("hybrid_role_arn", parts.hybrid.role_arn)
         # Secret: `dlinfra site render` turns it into each site's nodeadm NodeConfig.
         pulumi.export("hybrid_activations", parts.hybrid.activations)
-
-    if environment.client_vpn is not None:
-        saml = environment.client_vpn.saml
-        groups = {t: team.vpn_group for t, team in fleet.teams.items() if team.vpn_group} if saml else {}
-        if saml is not None and saml.admin_group:
-            groups["admins"] = saml.admin_group
-        client_vpn = ClientVpn(
-            "client-vpn",
-            ClientVpnArgs(
-                names=names,
-                vpc_id=network.vpc_id,
-                vpc_cidr=vpc_cidr,
-                client_cidr=str(plan.cidr(f"client-vpn/{env}/{region}")),
-                subnet_ids=network.subnet_ids["private"],
-                remote_cidrs=remote,
-                log_kms_key_arn=network.log_key_arn,
-                saml_provider_arn=saml.provider_arn if saml else None,
-                self_service_saml_provider_arn=saml.self_service_provider_arn if saml else None,
-                access_groups=groups,
-                users=environment.client_vpn.users,
-            ),
-            opts=in_region,
-        )
-        pulumi.export("client_vpn_endpoint_id", client_vpn.endpoint_id)
-        pulumi.export("client_vpn_dns_name", client_vpn.dns_name)
-        pulumi.export("client_vpn_server_name", client_vpn.server_name)
-        pulumi.export("client_vpn_ca_cert_pem", client_vpn.ca_cert_pem)
-        pulumi.export("client_vpn_authentication", client_vpn.authentication)
-        # Secret: each person's certificate and key; `dlinfra vpn profile --user NAME` renders one profile.
-        pulumi.export("client_vpn_users", client_vpn.user_credentials)
