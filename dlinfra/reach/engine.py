@@ -472,6 +472,13 @@ def _into_site(
     if site is None:
         raise _DeniedError(f"VPN {origin.name}", f"site {site_name!r} is not in the fleet", origin)
     gateway = f"site {site.name} gateway"
+    if destination not in site.lan and destination not in site.pods:
+        raise _DeniedError(
+            f"VPN {origin.name}",
+            f"{destination} is routed into site {site.name}'s tunnel, which does not own it: no site's traffic may "
+            "be routed through another site",
+            origin,
+        )
     if not any(destination in n for n in site.local_selectors) or not any(source in n for n in site.remote_selectors):
         raise _DeniedError(gateway, f"no IPsec policy carries {source} -> {destination}")
     verdict.tunnels.add(site.name)
