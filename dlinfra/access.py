@@ -13,7 +13,7 @@ import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 from dlinfra.checks.plans import Plan, load_plan
 from dlinfra.errors import DlinfraError
@@ -23,7 +23,7 @@ SCHEMA = "dlinfra.access/v1"
 
 Kind = Literal["admin", "ci-apply", "ci-preview", "team-role", "vpn-group", "vpn-users", "site", "node-role",
                "pod-identity", "role"]  # fmt: skip
-KINDS: tuple[str, ...] = Kind.__args__  # type: ignore[attr-defined]
+KINDS: tuple[str, ...] = get_args(Kind)
 
 ACCESS_ENTRY = "aws:eks/accessEntry:AccessEntry"
 ACCESS_POLICY = "aws:eks/accessPolicyAssociation:AccessPolicyAssociation"
@@ -145,11 +145,13 @@ def from_json(data: Mapping[str, Any]) -> Report:
 
 # --- reading plans --------------------------------------------------------------------------------------
 def load_plans(directory: Path, stacks: Sequence[str]) -> list[Plan]:
-    """The plans of these stacks; one error naming every missing file and the command that writes them."""
-    missing = [str(directory / f"{s}.json") for s in stacks if not (directory / f"{s}.json").is_file()]
+    """The plans of these stacks; one error naming what is missing and the command that writes it."""
+    if not directory.is_dir():
+        raise AccessError("no plan folder; run `dlinfra preview --all` to write the plans", file=str(directory))
+    missing = [f"{s}.json" for s in stacks if not (directory / f"{s}.json").is_file()]
     if missing:
         raise AccessError(
-            f"no plan export for {', '.join(missing)}; run `dlinfra preview --all` to write the plans",
+            f"no plan export {', '.join(missing)}; run `dlinfra preview --all` to write every plan",
             file=str(directory),
         )
     return [load_plan(directory / f"{s}.json") for s in stacks]

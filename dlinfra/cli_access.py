@@ -121,7 +121,7 @@ def print_report(report: access.Report, console: Console) -> None:
                 table.add_column("Kubernetes")
                 table.add_column("networks")
                 for p in rows:
-                    who = p.arn or p.group or ""
+                    who = p.arn or ("(every group)" if p.group == "*" else p.group) or ""
                     if p.members:
                         who += "\n" + ", ".join(p.members)
                     if p.also:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -98,6 +99,8 @@ def test_staging_principals_have_nothing_in_prod(report: access.Report) -> None:
     users = one(report, "staging", "vpn-users", "certificate-users")
     assert users.members == ("alice", "bob")
     assert [n.network for n in users.networks] == ["vpc-us-west-2"]
+    # No site joins staging, so nothing there reaches a site's LAN or pods.
+    assert not [n for p in staging for n in p.networks if n.network.startswith(("lan-", "pods-"))]
     assert users.networks[0].cidr != one(report, "prod", "vpn-group", "admins").networks[0].cidr
     prod_arns = {p.arn for p in report.principals if p.environment == "prod"}
     assert "arn:aws:iam::111122223333:role/dlinfra-apply-staging" not in prod_arns
@@ -252,11 +255,17 @@ def test_team_filter_and_table(plan_dir: Path, capsys: pytest.CaptureFixture[str
 
 
 def test_missing_plans_exit_2_naming_the_path_and_the_command(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, plan_dir: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     code, out, err = run(capsys, "--plans", str(tmp_path / "nowhere"))
     assert code == 2 and out == ""
-    assert str(tmp_path / "nowhere" / "prod-us-west-2.json") in err and "dlinfra preview --all" in err
+    assert f"{tmp_path / 'nowhere'}: no plan folder" in err and "dlinfra preview --all" in err
+    partial = tmp_path / "partial"
+    shutil.copytree(plan_dir, partial)
+    (partial / "prod-us-west-2-k8s.json").unlink()
+    code, out, err = run(capsys, "--plans", str(partial), "--env", "prod")
+    assert code == 2 and out == ""
+    assert f"{partial}: no plan export prod-us-west-2-k8s.json; run `dlinfra preview --all`" in err
 
 
 def test_unknown_environment_exits_2(plan_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
