@@ -8,6 +8,7 @@ routes; a hop-by-hop model can replace it without touching the rest (`build_repo
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -253,12 +254,16 @@ def _site_networks(env: _Env, names: Mapping[str, str], site: str) -> list[Netwo
         if a["inputs"]["transitGatewayAttachmentId"] == attachment
     }
     vpc_cidrs = {r["id"]: r["inputs"]["cidrBlock"] for _, r in env.of(VPC)}
-    attachment_cidrs = {a["id"]: vpc_cidrs.get(a["inputs"]["vpcId"]) for _, a in env.of(VPC_ATTACHMENT)}
+    attachment_cidrs = {
+        a["id"]: [vpc_cidrs[a["inputs"]["vpcId"]]]
+        for _, a in env.of(VPC_ATTACHMENT)
+        if a["inputs"]["vpcId"] in vpc_cidrs
+    }
     for _, v in env.of(VPN_CONNECTION):  # a propagated site attachment brings that site's networks
         m = re.match(r"^site-(.+)-vpn$", v["name"])
         if m and v["outputs"].get("transitGatewayAttachmentId") and m[1] != site:
             cidrs = [c for c, n in names.items() if n in (f"lan-{m[1]}", f"pods-{m[1]}")]
-            attachment_cidrs[v["outputs"]["transitGatewayAttachmentId"]] = ",".join(cidrs) or None
+            attachment_cidrs[v["outputs"]["transitGatewayAttachmentId"]] = cidrs
     found: dict[str, NetworkAccess] = {}
     for table, region in tables:
         via = f"transit-gateway {region}"
@@ -268,9 +273,7 @@ def _site_networks(env: _Env, names: Mapping[str, str], site: str) -> list[Netwo
                 found.setdefault(cidr, NetworkAccess(names.get(cidr, cidr), cidr, via))
         for _, r in env.of(TGW_PROPAGATION):
             if r["inputs"]["transitGatewayRouteTableId"] == table:
-                for cidr in filter(
-                    None, (attachment_cidrs.get(r["inputs"]["transitGatewayAttachmentId"]) or "").split(",")
-                ):
+                for cidr in attachment_cidrs.get(r["inputs"]["transitGatewayAttachmentId"], []):
                     found.setdefault(cidr, NetworkAccess(names.get(cidr, cidr), cidr, f"{via} (propagated)"))
     return sorted((n for n in found.values() if n.network not in own), key=lambda n: n.network)
 
@@ -362,7 +365,7 @@ def build_report(
             also=tuple(sorted(d.also)),
         )  # fmt: skip
         networks = tuple(reach(p))
-        principals.append(Principal(**{**p.__dict__, "networks": networks}))
+        principals.append(dataclasses.replace(p, networks=networks))
     if team is not None:
         principals = [p for p in principals if p.team == team]
     principals.sort(key=lambda p: (p.environment, KINDS.index(p.kind), p.name))
