@@ -1,7 +1,9 @@
-"""Benchmark: `dlinfra preview --all` on the reference fleet and on a generated fleet ten times larger.
+"""Benchmark: `dlinfra preview --all`, then the reachability analysis over its plans, on the reference fleet and
+on a generated fleet ten times larger.
 
 Each case runs in its own process so peak memory (max RSS) is that case's alone. Prints one line per case:
-stacks, resources, wall seconds and peak MiB. Usage: python bench/bench_preview.py [--scale 10]
+stacks, resources, preview wall seconds, reachability intents, flows and seconds (load, derive and evaluate),
+and peak MiB. Usage: python bench/bench_preview.py [--scale 10]
 """
 
 from __future__ import annotations
@@ -82,8 +84,18 @@ def run_case(fleet_path: Path) -> dict[str, Any]:
     seconds = time.perf_counter() - started
     if code != 0:
         raise SystemExit("preview failed")
-    plans = [json.loads(p.read_text()) for p in (fleet_path.parent / "plans").glob("*.json")]
+    plans = [json.loads(p.read_text()) for p in sorted((fleet_path.parent / "plans").glob("*.json"))]
+    from dlinfra.reach import check as reach
+
+    started = time.perf_counter()
+    result = reach.analyse(fleet_path, fleet_path.parent / "cidr-lock.yaml", plans)
+    reach_seconds = time.perf_counter() - started
+    if result.failures:
+        raise SystemExit(f"reach: {len(result.failures)} failing flow(s), first: {result.failures[0].why}")
     return {
+        "intents": len(result.intents),
+        "flows": result.flows,
+        "reach_seconds": round(reach_seconds, 2),
         "stacks": len(plans),
         "resources": sum(p["summary"]["resources"] for p in plans),
         "seconds": round(seconds, 2),
@@ -110,7 +122,8 @@ def main() -> None:
             f"x{args.scale}": scaled_fleet(args.scale),
         }
         print(
-            f"{'fleet':<10} {'regions':>7} {'sites':>5} {'stacks':>6} {'resources':>9} {'seconds':>8} {'peak MiB':>9}"
+            f"{'fleet':<10} {'regions':>7} {'sites':>5} {'stacks':>6} {'resources':>9} {'seconds':>8} "
+            f"{'intents':>8} {'flows':>7} {'reach s':>8} {'peak MiB':>9}"
         )
         for label, data in cases.items():
             folder = Path(tmp) / label
@@ -125,7 +138,8 @@ def main() -> None:
             f = json.loads(proc.stdout.strip().splitlines()[-1])
             print(
                 f"{label:<10} {len(data['regions']):>7} {len(data['sites']):>5} {f['stacks']:>6} "
-                f"{f['resources']:>9} {f['seconds']:>8} {f['peak_mib']:>9}"
+                f"{f['resources']:>9} {f['seconds']:>8} {f['intents']:>8} {f['flows']:>7} {f['reach_seconds']:>8} "
+                f"{f['peak_mib']:>9}"
             )
 
 

@@ -68,8 +68,8 @@ class NodePoolArgs:
     root_volume_gib: int = 200  # encrypted gp3 root volume size
     attach_cni_policy: bool = False  # only when the VPC CNI has no Pod Identity association
     internal_cidrs: Sequence[str] = ()  # VPCs and site networks nodes may reach on any port
-    cluster_security_group_id: pulumi.Input[str] | None = None  # the control plane's, admitted to the nodes
-    node_security_group_id: pulumi.Input[str] | None = None  # the cluster's group on every node (Cluster)
+    # The cluster's group on every node (Cluster): pods of all pools, the control plane, sites, laptops.
+    node_security_group_id: pulumi.Input[str] | None = None
     join_after: Sequence[pulumi.Resource] = ()  # the cluster and the add-ons nodes need before they launch
 
     def __post_init__(self) -> None:
@@ -256,13 +256,11 @@ class NodePool(pulumi.ComponentResource):
         rule("to-http", "egress", world, "HTTP to the internet (package mirrors)", protocol="tcp", ports=(80, 80))
         for cidr in sorted(args.internal_cidrs):
             rule(f"to-{sg.cidr_key(cidr)}", "egress", sg.Peer(cidr=cidr), "VPCs and site networks of the environment")
-        # Node to node: pod traffic, NCCL, and EFA (which requires all traffic to and from its own group).
-        rule("self", "ingress", this_group, "node to node, pods, NCCL and EFA")
+        # Who may connect to nodes and pods is the cluster's node group; the pool's own group adds only what
+        # EFA requires: all traffic to and from the group itself (EC2 guide "Get started with EFA and NCCL").
         if args.efa:
+            rule("self", "ingress", this_group, "EFA needs all traffic from its own group")
             rule("self-egress", "egress", this_group, "EFA needs egress to its own group")
-        if args.cluster_security_group_id is not None:
-            cluster_group = sg.Peer(security_group_id=args.cluster_security_group_id)
-            rule("from-cluster", "ingress", cluster_group, "EKS control plane to kubelet and webhooks")
         # Nodes authenticate with their role: the access entry must exist before the first node joins.
         access = aws.eks.AccessEntry(
             f"{name}-access",

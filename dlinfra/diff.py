@@ -126,6 +126,8 @@ class PlanSet:
     lock: Mapping[str, str] = field(default_factory=dict)  # allocation key -> CIDR
     topology: Topology = field(default_factory=Topology)
     configs: Mapping[str, str] = field(default_factory=dict)  # stack -> text of stacks/Pulumi.<stack>.yaml
+    reach: Mapping[str, Any] | None = None  # `dlinfra reach --json` of these plans; None: not analysed
+    reach_error: str = ""  # why the reachability analysis could not run on this revision
 
 
 @dataclass(frozen=True)
@@ -168,6 +170,9 @@ class Diff:
     head_topology: Topology
     config_changed: tuple[str, ...] = ()  # stacks whose stack config file changed (secrets never show offline)
     roles: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)  # head stack -> its plan's role
+    base_reach: Mapping[str, Any] | None = None
+    head_reach: Mapping[str, Any] | None = None
+    reach_errors: tuple[str, ...] = ()
 
     @property
     def dangerous(self) -> list[Change]:
@@ -374,6 +379,9 @@ def compare(base: PlanSet, head: PlanSet) -> Diff:
             s for s in sorted(set(base.configs) | set(head.configs)) if base.configs.get(s) != head.configs.get(s)
         ),
         roles={s: dict(p.get("role") or {}) for s, p in head.plans.items()},
+        base_reach=base.reach,
+        head_reach=head.reach,
+        reach_errors=tuple(f"{ps.label}: {ps.reach_error}" for ps in (base, head) if ps.reach_error),
     )
 
 
@@ -430,6 +438,7 @@ def render_markdown(diff: Diff) -> str:
         out += _stack_section(stack, [c for c in diff.changes if c.stack == stack], diff)
     out += _lock_section(diff)
     out += ["### Regions, sites and links", "", *mermaid(diff.base_topology, diff.head_topology), ""]
+    out += _reach_section(diff)
     out.append(
         "<sub>Offline preview under dlinfra's fake cloud: values the cloud computes are not compared. The real "
         "`pulumi preview` runs in the preview workflow where credentials exist.</sub>"
@@ -689,13 +698,56 @@ def _plan_set(tree: Path, out: Path, fleet: Path, lock: Path, label: str) -> Pla
     configs = {
         p.name[len("Pulumi.") : -len(".yaml")]: p.read_text(encoding="utf-8") for p in tree.glob("stacks/Pulumi.*.yaml")
     }
+    reach, reach_error = None, ""
+    try:
+        from dlinfra.reach import check as reach_check
+
+        reach = reach_check.summary_json(reach_check.analyse(tree / fleet, tree / lock, list(plans.values())))
+    except DlinfraError as exc:
+        reach_error = str(exc)
     return PlanSet(
         label=label,
         plans=plans,
         lock=allocations,
         topology=topology(_read_yaml(tree / fleet) or {}),
         configs=configs,
+        reach=reach,
+        reach_error=reach_error,
     )
+
+
+def _reach_section(diff: Diff) -> list[str]:
+    """Reachability of base and head, per family, and the intents this change breaks or repairs."""
+    head, base = diff.head_reach, diff.base_reach
+    lines = ["### Reachability", ""]
+    for error in diff.reach_errors:
+        lines.append(f"> [!WARNING]\n> reachability could not be analysed for {error}")
+    if head is None:
+        return [*lines, ""]
+    failed_head = {f["intent"]: f for f in head["failures"]}
+    failed_base = {f["intent"] for f in base["failures"]} if base else set()
+    proved = head["flows"] - head["failed_flows"]
+    lines.append(
+        f"Head: **{head['intents']} intents, {head['flows']} flows, {proved} proved, {head['failed_flows']} failing** "
+        f"(`dlinfra reach`)."
+    )
+    lines += ["", "| family | intents | flows | failing intents (base → head) |", "|---|---:|---:|---:|"]
+    base_families = base["families"] if base else {}
+    for family, row in head["families"].items():
+        before = base_families.get(family, {}).get("failed_intents", "–")
+        lines.append(f"| {family} | {row['intents']} | {row['flows']} | {before} → {row['failed_intents']} |")
+    broken = sorted(set(failed_head) - failed_base)
+    repaired = sorted(failed_base - set(failed_head))
+    if broken:
+        lines += ["", "**This change breaks:**"]
+        for intent in broken[:20]:
+            f = failed_head[intent]
+            lines.append(
+                f"- {_code(intent)}: {f['source']} → {f['destination']} {f['protocol']}/{f['port']}: {f['reason']}"
+            )
+    if repaired:
+        lines += ["", "**This change repairs:** " + ", ".join(_code(i) for i in repaired[:20])]
+    return [*lines, ""]
 
 
 def _read_yaml(path: Path) -> Any:

@@ -28,7 +28,7 @@ def declare_pools(
 ) -> dict[str, NodePool]:
     """Declare every pool of the environment that runs in this region; AMIs come from the images manifest.
 
-    With the cluster given, nodes are admitted from its security group and launch only once it is ready.
+    With the cluster given, nodes carry its node security group and launch only once it is ready.
     """
     env, region = ctx.role.environment, ctx.role.region
     assert region is not None
@@ -69,7 +69,6 @@ def declare_pools(
                 pod_imds_access=pool.pod_imds_access,
                 root_volume_gib=pool.root_volume_gib,
                 internal_cidrs=internal,
-                cluster_security_group_id=cluster.security_group_id if cluster else None,
                 node_security_group_id=cluster.node_security_group_id if cluster else None,
                 join_after=cluster.join_prerequisites if cluster else (),
             )

@@ -411,6 +411,21 @@ def _environment_intents(fleet: Fleet, topo: Topology, env: str) -> Iterator[Int
                 (POD_PORT,),
                 "EKS guide 'Networking concepts for hybrid nodes'",
             )
+    # Sites reach each other through AWS, never through a third site's tunnel (checked on every allowed flow).
+    for site in sites:
+        for other in sites:
+            if other.name != site.name:
+                yield from intent(
+                    "site-to-site",
+                    f"{site.name}->{other.name}",
+                    f"site {site.name} reaches site {other.name} through AWS only",
+                    f"{env}-{site.region}",
+                    (site_endpoint(site, "lan"),),
+                    (site_endpoint(other, "lan"), site_endpoint(other, "pods")),
+                    "tcp",
+                    (22,),
+                    "dlinfra design: each site's tunnels carry only its own networks (sites.site_remote_cidrs)",
+                )
     for region, laptop in laptop_endpoints(topo, fleet, env):
         stack = f"{env}-{region}"
         for target in regions:
@@ -437,18 +452,18 @@ def _environment_intents(fleet: Fleet, topo: Topology, env: str) -> Iterator[Int
                 "EKS guide 'Cluster API server endpoint' (private endpoint over VPN)",
             )
     # Environments are isolated from each other, both ways (each environment declares its own way out).
-    for other in sorted(e for e in fleet.environments if e != env):
+    for other_env in sorted(e for e in fleet.environments if e != env):
         theirs = tuple(
             e
             for p in sorted(topo.places, key=lambda p: (p.region, p.kind, p.name))
-            if p.environment == other and p.kind in ("pool", "control-plane", "efs")
+            if p.environment == other_env and p.kind in ("pool", "control-plane", "efs")
             for e in place_endpoints(topo, p, 16)
         )
         ours = eps("pool", offset=16) + tuple(site_endpoint(s, n) for s in sites for n in ("lan", "pods"))
         yield from intent(
             "deny-environment",
-            f"{env}->{other}",
-            f"nothing of {env} reaches {other}",
+            f"{env}->{other_env}",
+            f"nothing of {env} reaches {other_env}",
             f"{env}-{regions[0]}",
             ours,
             theirs,

@@ -16,11 +16,18 @@ N = ipaddress.IPv4Network
 A = ipaddress.IPv4Address
 
 
-def res(type_: str, name: str, id_: str, inputs: dict[str, Any], outputs: dict[str, Any] | None = None) -> dict[str, Any]:
+def res(
+    type_: str, name: str, id_: str, inputs: dict[str, Any], outputs: dict[str, Any] | None = None
+) -> dict[str, Any]:
     return {
-        "type": type_, "name": name, "id": id_, "custom": True, "inputs": inputs, "outputs": outputs or {},
+        "type": type_,
+        "name": name,
+        "id": id_,
+        "custom": True,
+        "inputs": inputs,
+        "outputs": outputs or {},
         "urn": f"urn:pulumi:test::p::{type_}::{name}",
-    }  # fmt: skip
+    }
 
 
 def plan(stack: str, resources: list[dict[str, Any]], env: str = "prod", region: str = "r1") -> dict[str, Any]:
@@ -36,15 +43,29 @@ def vpc(prefix: str, cidr: str, *, tgw: str | None = None) -> list[dict[str, Any
         res(topology.SUBNET, f"{prefix}-a", f"subnet-{prefix}-a", {"vpcId": f"vpc-{prefix}", "cidrBlock": str(a)}),
         res(topology.SUBNET, f"{prefix}-b", f"subnet-{prefix}-b", {"vpcId": f"vpc-{prefix}", "cidrBlock": str(b)}),
         res(topology.ROUTE_TABLE, f"{prefix}-rt", f"rtb-{prefix}", {"vpcId": f"vpc-{prefix}"}),
-        res(topology.RT_ASSOC, f"{prefix}-rta-a", "x", {"subnetId": f"subnet-{prefix}-a", "routeTableId": f"rtb-{prefix}"}),
-        res(topology.RT_ASSOC, f"{prefix}-rta-b", "x", {"subnetId": f"subnet-{prefix}-b", "routeTableId": f"rtb-{prefix}"}),
+        res(
+            topology.RT_ASSOC,
+            f"{prefix}-rta-a",
+            "x",
+            {"subnetId": f"subnet-{prefix}-a", "routeTableId": f"rtb-{prefix}"},
+        ),
+        res(
+            topology.RT_ASSOC,
+            f"{prefix}-rta-b",
+            "x",
+            {"subnetId": f"subnet-{prefix}-b", "routeTableId": f"rtb-{prefix}"},
+        ),
     ]
     if tgw:
         out += [
             res(topology.SUBNET, f"{prefix}-t", f"subnet-{prefix}-t", {"vpcId": f"vpc-{prefix}", "cidrBlock": str(t)}),
-            res(topology.TGW_VPC, f"{prefix}-att", f"att-{prefix}",
-                {"vpcId": f"vpc-{prefix}", "transitGatewayId": tgw, "subnetIds": [f"subnet-{prefix}-t"]}),
-        ]  # fmt: skip
+            res(
+                topology.TGW_VPC,
+                f"{prefix}-att",
+                f"att-{prefix}",
+                {"vpcId": f"vpc-{prefix}", "transitGatewayId": tgw, "subnetIds": [f"subnet-{prefix}-t"]},
+            ),
+        ]
     return out
 
 
@@ -65,15 +86,27 @@ def at(topo: Topology, subnet: str, host: int, *groups: str) -> Endpoint:
 
 
 def route(table: str, cidr: str, **target: str) -> dict[str, Any]:
-    return res(topology.ROUTE, f"route-{table}-{cidr}", f"r-{table}-{cidr}", {"routeTableId": table, "destinationCidrBlock": cidr, **target})
+    return res(
+        topology.ROUTE,
+        f"route-{table}-{cidr}",
+        f"r-{table}-{cidr}",
+        {"routeTableId": table, "destinationCidrBlock": cidr, **target},
+    )
 
 
 # --- security groups ------------------------------------------------------------------------------------
 @pytest.fixture
 def one_vpc() -> Iterator[list[dict[str, Any]]]:
-    yield vpc("a", "10.1.0.0/16") + sg("web", "vpc-a", {"ipProtocol": "tcp", "fromPort": 443, "toPort": 443,
-                                                        "referencedSecurityGroupId": "sg-client"}) \
-        + sg("client", "vpc-a", dict(ALL_OUT)) + sg("other", "vpc-a", dict(ALL_OUT))  # fmt: skip
+    yield (
+        vpc("a", "10.1.0.0/16")
+        + sg(
+            "web",
+            "vpc-a",
+            {"ipProtocol": "tcp", "fromPort": 443, "toPort": 443, "referencedSecurityGroupId": "sg-client"},
+        )
+        + sg("client", "vpc-a", dict(ALL_OUT))
+        + sg("other", "vpc-a", dict(ALL_OUT))
+    )
 
 
 def test_a_group_reference_admits_members_of_that_group_only(one_vpc: list[dict[str, Any]]) -> None:
@@ -93,16 +126,49 @@ def test_egress_is_checked_and_replies_need_no_rule(one_vpc: list[dict[str, Any]
     # web has no egress rule at all: it cannot open a connection, but its replies flow (stateful).
     out = evaluate(topo, at(topo, "subnet-a-b", 10, "sg-web"), at(topo, "subnet-a-a", 10, "sg-client"), "tcp", 443)
     assert not out.allowed and out.denied_at == "security group web" and "no egress rule" in out.reason
-    assert evaluate(topo, at(topo, "subnet-a-a", 10, "sg-client"), at(topo, "subnet-a-b", 10, "sg-web"), "tcp", 443).allowed
+    assert evaluate(
+        topo, at(topo, "subnet-a-a", 10, "sg-client"), at(topo, "subnet-a-b", 10, "sg-web"), "tcp", 443
+    ).allowed
 
 
 def test_network_acls_are_stateless_and_first_match_wins(one_vpc: list[dict[str, Any]]) -> None:
-    acl = res(topology.NACL, "acl-b", "acl-b", {
-        "vpcId": "vpc-a", "subnetIds": ["subnet-a-b"],
-        "ingress": [{"ruleNo": 100, "action": "allow", "protocol": "tcp", "cidrBlock": "10.1.0.0/16", "fromPort": 443, "toPort": 443}],
-        "egress": [{"ruleNo": 90, "action": "deny", "protocol": "-1", "cidrBlock": "10.1.0.0/18", "fromPort": 0, "toPort": 0},
-                   {"ruleNo": 100, "action": "allow", "protocol": "-1", "cidrBlock": "0.0.0.0/0", "fromPort": 0, "toPort": 0}],
-    })  # fmt: skip
+    acl = res(
+        topology.NACL,
+        "acl-b",
+        "acl-b",
+        {
+            "vpcId": "vpc-a",
+            "subnetIds": ["subnet-a-b"],
+            "ingress": [
+                {
+                    "ruleNo": 100,
+                    "action": "allow",
+                    "protocol": "tcp",
+                    "cidrBlock": "10.1.0.0/16",
+                    "fromPort": 443,
+                    "toPort": 443,
+                }
+            ],
+            "egress": [
+                {
+                    "ruleNo": 90,
+                    "action": "deny",
+                    "protocol": "-1",
+                    "cidrBlock": "10.1.0.0/18",
+                    "fromPort": 0,
+                    "toPort": 0,
+                },
+                {
+                    "ruleNo": 100,
+                    "action": "allow",
+                    "protocol": "-1",
+                    "cidrBlock": "0.0.0.0/0",
+                    "fromPort": 0,
+                    "toPort": 0,
+                },
+            ],
+        },
+    )
     topo = topology.build([plan("s", [*one_vpc, acl])])
     verdict = evaluate(topo, at(topo, "subnet-a-a", 10, "sg-client"), at(topo, "subnet-a-b", 10, "sg-web"), "tcp", 443)
     assert not verdict.allowed
@@ -112,17 +178,42 @@ def test_network_acls_are_stateless_and_first_match_wins(one_vpc: list[dict[str,
 
 # --- VPC routing ---------------------------------------------------------------------------------------------
 def two_vpcs_one_tgw(*extra: dict[str, Any]) -> Topology:
-    resources = vpc("a", "10.1.0.0/16", tgw="tgw-1") + vpc("b", "10.2.0.0/16", tgw="tgw-1") + [
-        res(topology.TGW, "tgw", "tgw-1", {"defaultRouteTableAssociation": "disable", "defaultRouteTablePropagation": "disable"}),
-        res(topology.TGW_RT, "tgw-rt", "tgw-rtb-1", {"transitGatewayId": "tgw-1"}),
-        *(res(topology.TGW_ASSOC, f"assoc-{v}", "x", {"transitGatewayRouteTableId": "tgw-rtb-1", "transitGatewayAttachmentId": f"att-{v}"}) for v in "ab"),
-        *(res(topology.TGW_PROP, f"prop-{v}", "x", {"transitGatewayRouteTableId": "tgw-rtb-1", "transitGatewayAttachmentId": f"att-{v}"}) for v in "ab"),
-        route("rtb-a", "10.0.0.0/8", transitGatewayId="tgw-1"),
-        route("rtb-b", "10.0.0.0/8", transitGatewayId="tgw-1"),
-        *sg("open", "vpc-a", dict(ALL_OUT), {"ipProtocol": "-1", "cidrIpv4": "10.0.0.0/8"}),
-        *sg("open2", "vpc-b", dict(ALL_OUT), {"ipProtocol": "-1", "cidrIpv4": "10.0.0.0/8"}),
-        *extra,
-    ]  # fmt: skip
+    resources = (
+        vpc("a", "10.1.0.0/16", tgw="tgw-1")
+        + vpc("b", "10.2.0.0/16", tgw="tgw-1")
+        + [
+            res(
+                topology.TGW,
+                "tgw",
+                "tgw-1",
+                {"defaultRouteTableAssociation": "disable", "defaultRouteTablePropagation": "disable"},
+            ),
+            res(topology.TGW_RT, "tgw-rt", "tgw-rtb-1", {"transitGatewayId": "tgw-1"}),
+            *(
+                res(
+                    topology.TGW_ASSOC,
+                    f"assoc-{v}",
+                    "x",
+                    {"transitGatewayRouteTableId": "tgw-rtb-1", "transitGatewayAttachmentId": f"att-{v}"},
+                )
+                for v in "ab"
+            ),
+            *(
+                res(
+                    topology.TGW_PROP,
+                    f"prop-{v}",
+                    "x",
+                    {"transitGatewayRouteTableId": "tgw-rtb-1", "transitGatewayAttachmentId": f"att-{v}"},
+                )
+                for v in "ab"
+            ),
+            route("rtb-a", "10.0.0.0/8", transitGatewayId="tgw-1"),
+            route("rtb-b", "10.0.0.0/8", transitGatewayId="tgw-1"),
+            *sg("open", "vpc-a", dict(ALL_OUT), {"ipProtocol": "-1", "cidrIpv4": "10.0.0.0/8"}),
+            *sg("open2", "vpc-b", dict(ALL_OUT), {"ipProtocol": "-1", "cidrIpv4": "10.0.0.0/8"}),
+            *extra,
+        ]
+    )
     return topology.build([plan("s", resources)])
 
 
@@ -135,16 +226,25 @@ def test_vpcs_reach_each_other_through_propagated_transit_routes() -> None:
 
 def test_longest_prefix_wins_and_a_blackhole_stops_the_flow() -> None:
     topo = two_vpcs_one_tgw(route("rtb-a", "10.2.0.0/18", gatewayId=""))
-    into_blackhole = evaluate(topo, at(topo, "subnet-a-a", 10, "sg-open"), at(topo, "subnet-b-a", 10, "sg-open2"), "tcp", 22)
+    into_blackhole = evaluate(
+        topo, at(topo, "subnet-a-a", 10, "sg-open"), at(topo, "subnet-b-a", 10, "sg-open2"), "tcp", 22
+    )
     assert not into_blackhole.allowed
     assert into_blackhole.denied_at == "route table a-rt"
     assert "10.2.0.0/18 has no target (blackhole)" in into_blackhole.reason
     # 10.2.64.0/18 is outside the more specific route: the /8 to the transit gateway still carries it.
-    assert evaluate(topo, at(topo, "subnet-a-a", 10, "sg-open"), at(topo, "subnet-b-b", 10, "sg-open2"), "tcp", 22).allowed
+    assert evaluate(
+        topo, at(topo, "subnet-a-a", 10, "sg-open"), at(topo, "subnet-b-b", 10, "sg-open2"), "tcp", 22
+    ).allowed
 
 
 def test_a_transit_blackhole_route_beats_the_propagated_one() -> None:
-    hole = res(topology.TGW_ROUTE, "hole", "x", {"transitGatewayRouteTableId": "tgw-rtb-1", "destinationCidrBlock": "10.2.0.0/16", "blackhole": True})
+    hole = res(
+        topology.TGW_ROUTE,
+        "hole",
+        "x",
+        {"transitGatewayRouteTableId": "tgw-rtb-1", "destinationCidrBlock": "10.2.0.0/16", "blackhole": True},
+    )
     topo = two_vpcs_one_tgw(hole)
     verdict = evaluate(topo, at(topo, "subnet-a-a", 10, "sg-open"), at(topo, "subnet-b-a", 10, "sg-open2"), "tcp", 22)
     assert not verdict.allowed and verdict.reason == "10.2.0.10 matches a blackhole route"
@@ -160,23 +260,56 @@ def test_an_unassociated_attachment_routes_nothing() -> None:
 
 
 def test_peering_carries_only_static_routes() -> None:
-    resources = vpc("a", "10.1.0.0/16", tgw="tgw-1") + vpc("b", "10.2.0.0/16", tgw="tgw-2") + [
-        res(topology.TGW, "tgw-one", "tgw-1", {}), res(topology.TGW, "tgw-two", "tgw-2", {}),
-        res(topology.TGW_RT, "rt-one", "rt-1", {"transitGatewayId": "tgw-1"}),
-        res(topology.TGW_RT, "rt-two", "rt-2", {"transitGatewayId": "tgw-2"}),
-        res(topology.TGW_PEERING, "peer", "att-p", {"transitGatewayId": "tgw-1", "peerTransitGatewayId": "tgw-2"}),
-        res("aws:ec2transitgateway/peeringAttachmentAccepter:PeeringAttachmentAccepter", "accept", "x", {"transitGatewayAttachmentId": "att-p"}),
-        *(res(topology.TGW_ASSOC, f"assoc-{a}-{t}", "x", {"transitGatewayRouteTableId": t, "transitGatewayAttachmentId": a})
-          for a, t in (("att-a", "rt-1"), ("att-p", "rt-1"), ("att-b", "rt-2"), ("att-p", "rt-2"))),
-        # Each side propagates its own VPC and the peering attachment: peering propagates nothing.
-        *(res(topology.TGW_PROP, f"prop-{a}-{t}", "x", {"transitGatewayRouteTableId": t, "transitGatewayAttachmentId": a})
-          for a, t in (("att-a", "rt-1"), ("att-p", "rt-1"), ("att-b", "rt-2"), ("att-p", "rt-2"))),
-        res(topology.TGW_ROUTE, "one-to-b", "x", {"transitGatewayRouteTableId": "rt-1", "destinationCidrBlock": "10.2.0.0/16", "transitGatewayAttachmentId": "att-p"}),
-        route("rtb-a", "10.0.0.0/8", transitGatewayId="tgw-1"),
-        route("rtb-b", "10.0.0.0/8", transitGatewayId="tgw-2"),
-        *sg("open", "vpc-a", dict(ALL_OUT), {"ipProtocol": "-1", "cidrIpv4": "10.0.0.0/8"}),
-        *sg("open2", "vpc-b", dict(ALL_OUT), {"ipProtocol": "-1", "cidrIpv4": "10.0.0.0/8"}),
-    ]  # fmt: skip
+    resources = (
+        vpc("a", "10.1.0.0/16", tgw="tgw-1")
+        + vpc("b", "10.2.0.0/16", tgw="tgw-2")
+        + [
+            res(topology.TGW, "tgw-one", "tgw-1", {}),
+            res(topology.TGW, "tgw-two", "tgw-2", {}),
+            res(topology.TGW_RT, "rt-one", "rt-1", {"transitGatewayId": "tgw-1"}),
+            res(topology.TGW_RT, "rt-two", "rt-2", {"transitGatewayId": "tgw-2"}),
+            res(topology.TGW_PEERING, "peer", "att-p", {"transitGatewayId": "tgw-1", "peerTransitGatewayId": "tgw-2"}),
+            res(
+                "aws:ec2transitgateway/peeringAttachmentAccepter:PeeringAttachmentAccepter",
+                "accept",
+                "x",
+                {"transitGatewayAttachmentId": "att-p"},
+            ),
+            *(
+                res(
+                    topology.TGW_ASSOC,
+                    f"assoc-{a}-{t}",
+                    "x",
+                    {"transitGatewayRouteTableId": t, "transitGatewayAttachmentId": a},
+                )
+                for a, t in (("att-a", "rt-1"), ("att-p", "rt-1"), ("att-b", "rt-2"), ("att-p", "rt-2"))
+            ),
+            # Each side propagates its own VPC and the peering attachment: peering propagates nothing.
+            *(
+                res(
+                    topology.TGW_PROP,
+                    f"prop-{a}-{t}",
+                    "x",
+                    {"transitGatewayRouteTableId": t, "transitGatewayAttachmentId": a},
+                )
+                for a, t in (("att-a", "rt-1"), ("att-p", "rt-1"), ("att-b", "rt-2"), ("att-p", "rt-2"))
+            ),
+            res(
+                topology.TGW_ROUTE,
+                "one-to-b",
+                "x",
+                {
+                    "transitGatewayRouteTableId": "rt-1",
+                    "destinationCidrBlock": "10.2.0.0/16",
+                    "transitGatewayAttachmentId": "att-p",
+                },
+            ),
+            route("rtb-a", "10.0.0.0/8", transitGatewayId="tgw-1"),
+            route("rtb-b", "10.0.0.0/8", transitGatewayId="tgw-2"),
+            *sg("open", "vpc-a", dict(ALL_OUT), {"ipProtocol": "-1", "cidrIpv4": "10.0.0.0/8"}),
+            *sg("open2", "vpc-b", dict(ALL_OUT), {"ipProtocol": "-1", "cidrIpv4": "10.0.0.0/8"}),
+        ]
+    )
     topo = topology.build([plan("s", resources)])
     src, dst = at(topo, "subnet-a-a", 10, "sg-open"), at(topo, "subnet-b-a", 10, "sg-open2")
     verdict = evaluate(topo, src, dst, "tcp", 22)
@@ -184,31 +317,70 @@ def test_peering_carries_only_static_routes() -> None:
     assert not verdict.allowed
     assert verdict.denied_at == "reply path: transit gateway route table rt-two (s)"
     assert verdict.reason == "no route for 10.1.0.10"
-    resources.append(res(topology.TGW_ROUTE, "two-to-a", "x", {"transitGatewayRouteTableId": "rt-2", "destinationCidrBlock": "10.1.0.0/16", "transitGatewayAttachmentId": "att-p"}))
+    resources.append(
+        res(
+            topology.TGW_ROUTE,
+            "two-to-a",
+            "x",
+            {
+                "transitGatewayRouteTableId": "rt-2",
+                "destinationCidrBlock": "10.1.0.0/16",
+                "transitGatewayAttachmentId": "att-p",
+            },
+        )
+    )
     topo = topology.build([plan("s", resources)])
     assert evaluate(topo, src, dst, "tcp", 22).allowed
 
 
 # --- sites over VPN ------------------------------------------------------------------------------------------
 SITE = SiteSide(
-    name="lab", environment="prod", region="r1", lan=N("10.9.0.0/20"), pods=N("10.8.0.0/18"),
-    announce=(N("10.9.0.0/20"), N("10.8.0.0/18")), local_selectors=(N("10.9.0.0/20"), N("10.8.0.0/18")),
-    remote_selectors=(N("10.1.0.0/16"),), pod_routes=None,
-)  # fmt: skip
+    name="lab",
+    environment="prod",
+    region="r1",
+    lan=N("10.9.0.0/20"),
+    pods=N("10.8.0.0/18"),
+    announce=(N("10.9.0.0/20"), N("10.8.0.0/18")),
+    local_selectors=(N("10.9.0.0/20"), N("10.8.0.0/18")),
+    remote_selectors=(N("10.1.0.0/16"),),
+    pod_routes=None,
+)
 
 
 def site_plan(static: bool, *extra: dict[str, Any]) -> list[dict[str, Any]]:
-    return vpc("a", "10.1.0.0/16", tgw="tgw-1") + [
+    return [
+        *vpc("a", "10.1.0.0/16", tgw="tgw-1"),
         res(topology.TGW, "tgw", "tgw-1", {}),
         res(topology.TGW_RT, "tgw-rt", "rt-1", {"transitGatewayId": "tgw-1"}),
-        res(topology.VPN, "site-lab-vpn", "vpn-1", {"transitGatewayId": "tgw-1", "staticRoutesOnly": static,
-            "tags": {"dlinfra:site": "lab"}}, {"transitGatewayAttachmentId": "att-vpn"}),
-        *(res(topology.TGW_ASSOC, f"assoc-{a}", "x", {"transitGatewayRouteTableId": "rt-1", "transitGatewayAttachmentId": a}) for a in ("att-a", "att-vpn")),
-        *(res(topology.TGW_PROP, f"prop-{a}", "x", {"transitGatewayRouteTableId": "rt-1", "transitGatewayAttachmentId": a}) for a in ("att-a", "att-vpn")),
+        res(
+            topology.VPN,
+            "site-lab-vpn",
+            "vpn-1",
+            {"transitGatewayId": "tgw-1", "staticRoutesOnly": static, "tags": {"dlinfra:site": "lab"}},
+            {"transitGatewayAttachmentId": "att-vpn"},
+        ),
+        *(
+            res(
+                topology.TGW_ASSOC,
+                f"assoc-{a}",
+                "x",
+                {"transitGatewayRouteTableId": "rt-1", "transitGatewayAttachmentId": a},
+            )
+            for a in ("att-a", "att-vpn")
+        ),
+        *(
+            res(
+                topology.TGW_PROP,
+                f"prop-{a}",
+                "x",
+                {"transitGatewayRouteTableId": "rt-1", "transitGatewayAttachmentId": a},
+            )
+            for a in ("att-a", "att-vpn")
+        ),
         route("rtb-a", "10.8.0.0/13", transitGatewayId="tgw-1"),
         *sg("nodes", "vpc-a", dict(ALL_OUT), {"ipProtocol": "-1", "cidrIpv4": "10.8.0.0/13"}),
         *extra,
-    ]  # fmt: skip
+    ]
 
 
 def test_bgp_vpn_attachments_propagate_what_the_site_announces() -> None:
@@ -226,7 +398,9 @@ def test_static_vpn_attachments_route_only_their_static_routes() -> None:
     node, lan = at(topo, "subnet-a-a", 10, "sg-nodes"), Endpoint("lab host", A("10.9.0.10"), AtSite("lab", "lan"))
     verdict = evaluate(topo, node, lan, "tcp", 22)
     assert not verdict.allowed and verdict.denied_at == "transit gateway route table tgw-rt (s)"
-    with_route = site_plan(True, res(topology.VPN_ROUTE, "r", "x", {"vpnConnectionId": "vpn-1", "destinationCidrBlock": "10.9.0.0/20"}))
+    with_route = site_plan(
+        True, res(topology.VPN_ROUTE, "r", "x", {"vpnConnectionId": "vpn-1", "destinationCidrBlock": "10.9.0.0/20"})
+    )
     topo = topology.build([plan("s", with_route)], [SITE])
     assert evaluate(topo, node, lan, "tcp", 22).allowed
 
@@ -252,14 +426,30 @@ def test_a_site_gateway_carries_only_its_ipsec_selectors() -> None:
 
 # --- Client VPN and the internet ------------------------------------------------------------------------
 def client_vpn_plan(*rules: dict[str, Any]) -> list[dict[str, Any]]:
-    return vpc("a", "10.1.0.0/16") + [
-        res(topology.CVPN, "cvpn", "cvpn-1", {"clientCidrBlock": "10.50.0.0/22", "securityGroupIds": ["sg-laptops"],
-            "authenticationOptions": [{"type": "federated-authentication"}]}),
+    return [
+        *vpc("a", "10.1.0.0/16"),
+        res(
+            topology.CVPN,
+            "cvpn",
+            "cvpn-1",
+            {
+                "clientCidrBlock": "10.50.0.0/22",
+                "securityGroupIds": ["sg-laptops"],
+                "authenticationOptions": [{"type": "federated-authentication"}],
+            },
+        ),
         res(topology.CVPN_ASSOC, "assoc", "x", {"clientVpnEndpointId": "cvpn-1", "subnetId": "subnet-a-a"}),
-        *(res(topology.CVPN_AUTH, f"auth-{i}", "x", {"clientVpnEndpointId": "cvpn-1", **r}) for i, r in enumerate(rules)),
+        *(
+            res(topology.CVPN_AUTH, f"auth-{i}", "x", {"clientVpnEndpointId": "cvpn-1", **r})
+            for i, r in enumerate(rules)
+        ),
         *sg("laptops", "vpc-a", dict(ALL_OUT)),
-        *sg("pods", "vpc-a", {"ipProtocol": "tcp", "fromPort": 0, "toPort": 65535, "referencedSecurityGroupId": "sg-laptops"}),
-    ]  # fmt: skip
+        *sg(
+            "pods",
+            "vpc-a",
+            {"ipProtocol": "tcp", "fromPort": 0, "toPort": 65535, "referencedSecurityGroupId": "sg-laptops"},
+        ),
+    ]
 
 
 def test_client_vpn_needs_the_most_specific_authorization_for_the_group() -> None:
@@ -279,8 +469,11 @@ def test_client_vpn_needs_the_most_specific_authorization_for_the_group() -> Non
 
 
 def test_the_internet_reaches_nothing_without_a_public_address() -> None:
-    resources = [*vpc("a", "10.1.0.0/16"), res(topology.IGW, "igw", "igw-1", {"vpcId": "vpc-a"}),
-                 *sg("wide", "vpc-a", {"ipProtocol": "-1", "cidrIpv4": "0.0.0.0/0"})]  # fmt: skip
+    resources = [
+        *vpc("a", "10.1.0.0/16"),
+        res(topology.IGW, "igw", "igw-1", {"vpcId": "vpc-a"}),
+        *sg("wide", "vpc-a", {"ipProtocol": "-1", "cidrIpv4": "0.0.0.0/0"}),
+    ]
     topo = topology.build([plan("s", resources)])
     internet = Endpoint("internet", A("198.51.100.7"), OnInternet())
     verdict = evaluate(topo, internet, at(topo, "subnet-a-a", 10, "sg-wide"), "tcp", 22)

@@ -1,0 +1,281 @@
+"""Reachability of the reference fleet's plans: every derived intent holds, and each breaks where it should.
+
+Each mutation removes (or adds) one resource a flow depends on and expects the intent to fail at the named
+hop with the named reason: proof that the intent is carried by that rule or route and nothing else.
+"""
+
+from __future__ import annotations
+
+import copy
+import functools
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from dlinfra import planner
+from dlinfra.fleet import load_fleet
+from dlinfra.reach import check, intents, topology
+from tests.components import _reference as reference
+from tests.conftest import REFERENCE_FLEET, REFERENCE_LOCK
+
+Plans = list[dict[str, Any]]
+
+
+@functools.cache
+def _plans() -> tuple[dict[str, Any], ...]:
+    project = reference.fleet().project
+    return tuple(result.plan(project) for result in reference.runs().values())
+
+
+def plans() -> Plans:
+    return copy.deepcopy(list(_plans()))
+
+
+def evaluate(mutated: Plans, prefix: str) -> intents.ReachResult:
+    loaded = load_fleet(REFERENCE_FLEET)
+    address_plan = planner.plan(loaded, planner.load_lock(REFERENCE_LOCK))
+    topo = topology.build(mutated, intents.site_sides(loaded.fleet, address_plan, mutated))
+    return intents.run(topo, [i for i in intents.derive(loaded.fleet, topo) if i.id.startswith(prefix)])
+
+
+def stack(all_plans: Plans, name: str) -> dict[str, Any]:
+    (found,) = [p for p in all_plans if p["stack"] == name]
+    return found
+
+
+def without(stack_name: str, resource: str) -> Callable[[Plans], None]:
+    def edit(all_plans: Plans) -> None:
+        plan = stack(all_plans, stack_name)
+        before = len(plan["resources"])
+        plan["resources"] = [r for r in plan["resources"] if r["name"] != resource]
+        assert len(plan["resources"]) == before - 1, f"{resource} is not in {stack_name}"
+
+    return edit
+
+
+def test_every_derived_intent_holds_on_the_reference_fleet() -> None:
+    result = check.analyse(REFERENCE_FLEET, REFERENCE_LOCK, plans())
+    assert [f"{f.intent.id}: {f.why}" for f in result.failures] == []
+    families = result.by_family()
+    for family in (
+        "dns",
+        "pod-to-pod",
+        "control-plane",
+        "storage",
+        "endpoints",
+        "ci",
+        "site",
+        "site-to-site",
+        "laptop",
+        "deny-internet",
+        "deny-environment",
+    ):
+        assert families[family][1] > 0, f"no flows of {family}"
+    assert result.flows > 3000
+
+
+MUTATIONS = [
+    pytest.param(
+        without("prod-us-west-2", "cluster-nodes-self"),
+        "dns/prod-us-west-2/udp",
+        "security group pool-cpu-sg, cluster-nodes-sg",
+        "no ingress rule admits from 10.2.",
+        id="dns",
+    ),
+    pytest.param(
+        without("prod-us-west-2", "cluster-nodes-self"),
+        "pod-to-pod/prod-us-west-2",
+        "security group pool-",
+        "tcp/8080",
+        id="pod-to-pod",
+    ),
+    pytest.param(
+        without("prod-us-west-2", "cluster-api-from-10-2-0-0-16"),
+        "control-plane/prod-us-west-2/api",
+        "cluster-api-sg",
+        "no ingress rule admits from 10.2.",
+        id="nodes-to-api",
+    ),
+    pytest.param(
+        without("prod-us-west-2", "cluster-api-from-10-3-64-0-18"),
+        "control-plane/prod-us-west-2/api",
+        "cluster-api-sg",
+        "no ingress rule admits from 10.3.64.10 tcp/443",
+        id="hybrid-pods-to-api",
+    ),
+    pytest.param(
+        without("prod-us-west-2", "cluster-nodes-from-cluster"),
+        "control-plane/prod-us-west-2/kubelet",
+        "cluster-nodes-sg",
+        "tcp/10250",
+        id="kubelet",
+    ),
+    pytest.param(
+        without("prod-us-west-2", "storage-efs-from-10-2-0-0-18"),
+        "storage/prod-us-west-2/efs",
+        "security group storage-efs-sg",
+        "no ingress rule admits from 10.2.0.",
+        id="efs",
+    ),
+    pytest.param(
+        without("prod-us-west-2", "storage-lustre-from-10-2-0-0-18-988"),
+        "storage/prod-us-west-2/fsx-clients",
+        "security group storage-lustre-sg",
+        "tcp/988",
+        id="fsx-clients",
+    ),
+    pytest.param(
+        without("prod-us-west-2", "storage-lustre-to-10-2-0-0-18-1018"),
+        "storage/prod-us-west-2/fsx-servers",
+        "security group storage-lustre-sg",
+        "no egress rule admits to 10.2.0.",
+        id="fsx-servers-out",
+    ),
+    pytest.param(
+        without("prod-us-west-2", "cluster-nodes-from-lustre-988"),
+        "storage/prod-us-west-2/fsx-servers",
+        "cluster-nodes-sg",
+        "tcp/988",
+        id="fsx-servers-in",
+    ),
+    pytest.param(
+        without("prod-us-west-2", "network-endpoints-sg-https"),
+        "endpoints/prod-us-west-2",
+        "security group network-endpoints-sg",
+        "tcp/443",
+        id="endpoints",
+    ),
+    pytest.param(
+        without("prod-us-west-2", "ci-runner-sg-to-vpc"),
+        "ci/prod-us-west-2",
+        "security group ci-runner-sg",
+        "no egress rule admits to 10.2.",
+        id="ci-runner",
+    ),
+    pytest.param(
+        without("prod-us-west-2", "transit-route-us-west-2a-lan-sjc1"),
+        "site/prod-us-west-2->sjc1",
+        "internet gateway",
+        "10.200.0.10 is not an internet address",
+        id="vpc-route-to-site",
+    ),
+    pytest.param(
+        without("prod-global", "peering-eu-west-1-us-west-2-route-eu-west-1-lan-sjc1"),
+        "site/sjc1->prod-eu-west-1",
+        "reply path: transit gateway route table transit-rt (prod-eu-west-1)",
+        "no route for 10.200.0.10",
+        id="peering-route",
+    ),
+    pytest.param(
+        without("prod-us-west-2", "site-sjc1-association"),
+        "site/sjc1->prod-us-west-2",
+        "transit gateway transit-tgw (prod-us-west-2)",
+        "site-sjc1-vpn is associated with no route table",
+        id="vpn-association",
+    ),
+    pytest.param(
+        without("prod-us-west-2", "cluster-nodes-from-10-200-0-0-20"),
+        "site/sjc1->prod-us-west-2",
+        "cluster-nodes-sg",
+        "no ingress rule admits from 10.200.0.10",
+        id="site-lan-to-nodes",
+    ),
+    pytest.param(
+        without("prod-us-west-2", "client-vpn-authorize-vision-vpc"),
+        "laptop/laptop of team vision on prod-us-west-2 VPN->prod-us-west-2/pods",
+        "client VPN client-vpn-endpoint",
+        "no authorization rule covers",
+        id="vpn-authorization",
+    ),
+    pytest.param(
+        without("prod-us-west-2", "cluster-nodes-from-laptops"),
+        "laptop/laptop of team vision on prod-us-west-2 VPN->prod-us-west-2/pods",
+        "cluster-nodes-sg",
+        "tcp/6006",
+        id="laptops-to-pods",
+    ),
+    pytest.param(
+        without("prod-us-west-2", "cluster-nodes-from-10-0-0-0-16"),
+        "laptop/laptop of team vision on prod-eu-west-1 VPN->prod-us-west-2/pods",
+        "cluster-nodes-sg",
+        "no ingress rule admits from 10.0.",
+        id="other-region-to-pods",
+    ),
+]
+
+
+@pytest.mark.parametrize(("edit", "intent", "hop", "reason"), MUTATIONS)
+def test_removing_what_a_flow_depends_on_fails_it_at_that_hop(
+    edit: Callable[[Plans], None], intent: str, hop: str, reason: str
+) -> None:
+    mutated = plans()
+    assert not evaluate(mutated, intent).failures, "holds before the mutation"
+    edit(mutated)
+    result = evaluate(mutated, intent)
+    assert result.failures, f"{intent} still holds"
+    first = result.failures[0]
+    assert hop in first.verdict.denied_at, first.why
+    assert reason in first.verdict.reason, first.why
+
+
+def test_hybrid_pods_are_unreachable_without_the_sites_bgp_peering() -> None:
+    mutated = plans()
+    k8s = stack(mutated, "prod-us-west-2-k8s")
+    k8s["resources"] = [r for r in k8s["resources"] if r["inputs"].get("kind") != "CiliumBGPClusterConfig"]
+    result = evaluate(mutated, "site/prod-us-west-2->sjc1")
+    assert result.failures
+    assert result.failures[0].verdict.denied_at == "site sjc1 gateway"
+    assert "no route to hybrid pod 10.3.64.10 inside the site" in result.failures[0].verdict.reason
+
+
+def test_a_route_into_another_sites_tunnel_is_refused_as_transit() -> None:
+    mutated = plans()
+    regional = stack(mutated, "prod-us-west-2")
+    vpn = next(r for r in regional["resources"] if r["name"] == "site-sjc1-vpn")
+    table = next(r for r in regional["resources"] if r["name"] == "transit-rt")
+    regional["resources"].append(
+        {
+            **copy.deepcopy(vpn),
+            "type": topology.TGW_ROUTE,
+            "name": "mistake",
+            "urn": "urn:x::mistake",
+            "outputs": {},
+            "inputs": {
+                "transitGatewayRouteTableId": table["id"],
+                "destinationCidrBlock": "10.4.0.0/22",
+                "transitGatewayAttachmentId": vpn["outputs"]["transitGatewayAttachmentId"],
+            },
+        }
+    )
+    result = evaluate(mutated, "site/prod-us-west-2->ams1")
+    assert result.failures
+    assert result.failures[0].verdict.denied_at == "VPN site-sjc1-vpn"
+    assert "routed into site sjc1's tunnel, which does not own it" in result.failures[0].verdict.reason
+
+
+def test_the_internet_reaching_a_node_breaks_a_must_deny_intent() -> None:
+    mutated = plans()
+    regional = stack(mutated, "prod-us-west-2")
+    for r in regional["resources"]:
+        if r["name"] == "network-private-us-west-2a":
+            r["inputs"]["mapPublicIpOnLaunch"] = True
+            r["inputs"]["cidrBlock"] = r["inputs"]["cidrBlock"]
+        if r["name"] == "network-rt-private-us-west-2a":
+            igw = next(x for x in regional["resources"] if x["name"] == "network-igw")
+            r["inputs"]["routes"] = [{"cidrBlock": "0.0.0.0/0", "gatewayId": igw["id"]}]
+        if r["name"] == "cluster-nodes-self":
+            r["inputs"].pop("referencedSecurityGroupId")
+            r["inputs"]["cidrIpv4"] = "0.0.0.0/0"
+    regional["resources"] = [
+        r for r in regional["resources"] if r["name"] != "network-route-private-us-west-2a-default"
+    ]
+    result = evaluate(mutated, "deny-internet/prod-us-west-2/pool")
+    assert result.failures
+    assert result.failures[0].why.startswith("allowed, but must stay closed")
+
+
+def test_environments_are_isolated_both_ways() -> None:
+    result = evaluate(plans(), "deny-environment/")
+    assert {i.id for i in result.intents} == {"deny-environment/prod->staging", "deny-environment/staging->prod"}
+    assert result.flows > 1000 and not result.failures
