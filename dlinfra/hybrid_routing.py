@@ -30,7 +30,7 @@ def gateway_lan_ip(lan: str | ipaddress.IPv4Network) -> ipaddress.IPv4Address:
     """The site gateway's address on the site LAN: by convention its first usable host.
 
     Hybrid nodes peer with it and route through it; the fleet has no key for it, so every site must give its
-    gateway this address (docs/site-routing.md).
+    gateway this address (README, "Physical GPU sites").
     """
     net = ipaddress.IPv4Network(lan)
     if net.num_addresses < 4:
