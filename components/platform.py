@@ -19,7 +19,7 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 from components import platform_values as pv
-from dlinfra import instances, kueue, planner, sites
+from dlinfra import hybrid_routing, instances, kueue, planner, sites
 from dlinfra.fleet import Fleet
 from dlinfra.naming import Names
 
@@ -87,7 +87,9 @@ class SiteView:
     gpu_nodes: int
     gpus_per_node: int
     gpu_model: str
-    pod_cidr: str  # the site's pod CIDR: a remote pod network of the cluster and a Cilium IPAM pool
+    pod_cidr: str  # the site's pod CIDR: a remote pod network of the cluster and the site's Cilium IP pool
+    asn: int  # the site's BGP ASN (fleet sites.<site>.asn): its nodes peer with the gateway over iBGP in it
+    gateway_ip: str  # the site gateway's LAN address, the nodes' BGP peer (hybrid_routing.gateway_lan_ip)
     taints: Sequence[Taint] = ()  # taints the machines register with (nodeadm); GPU jobs must tolerate them
 
     def __post_init__(self) -> None:
@@ -95,8 +97,18 @@ class SiteView:
             net = ipaddress.IPv4Network(self.pod_cidr)
         except ValueError:
             raise ValueError(f"pod_cidr: {self.pod_cidr!r} is not an IPv4 network") from None
-        if net.prefixlen > 25:
-            raise ValueError(f"pod_cidr: {self.pod_cidr} is smaller than one node's /25 pod block")
+        if net.prefixlen > hybrid_routing.NODE_POD_PREFIX:
+            raise ValueError(
+                f"pod_cidr: {self.pod_cidr} is smaller than one node's /{hybrid_routing.NODE_POD_PREFIX} pod block"
+            )
+        if isinstance(self.asn, bool) or not 1 <= self.asn <= 4294967295:
+            raise ValueError(f"asn: {self.asn!r} is not a BGP ASN")
+        try:
+            gateway = ipaddress.IPv4Address(self.gateway_ip)
+        except ValueError:
+            raise ValueError(f"gateway_ip: {self.gateway_ip!r} is not an IPv4 address") from None
+        if gateway in net:
+            raise ValueError(f"gateway_ip: {gateway} lies in the pod range {net}; it belongs on the site LAN")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -215,6 +227,8 @@ def platform_args_from_fleet(
                 gpus_per_node=site.gpus_per_node,
                 gpu_model=site.gpu_model,
                 pod_cidr=str(sites.site_pods(plan, name)),
+                asn=site.asn,
+                gateway_ip=str(hybrid_routing.gateway_lan_ip(sites.site_lan(plan, name))),
                 # The taint dlinfra/render/nodeadm.py registers GPU machines with, as on the cloud GPU pools.
                 taints=(SITE_GPU_TAINT,) if site.gpu_nodes else (),
             )
@@ -261,7 +275,7 @@ class Platform(pulumi.ComponentResource):
         self._queues(kueue_release, namespaces)
         storage_class = self._storage(namespaces)
         if args.sites:
-            self._release("cilium", pv.cilium_values([s.pod_cidr for s in args.sites.values()]))
+            self._cilium()
 
         self.namespaces = {team: ns.metadata.name for team, ns in namespaces.items()}
         self.storage_class_name = storage_class.metadata.name
@@ -314,6 +328,35 @@ class Platform(pulumi.ComponentResource):
         )
         self.releases[addon] = release.name.apply(lambda n: n or addon)
         return release
+
+    # Cilium -------------------------------------------------------------------------------------------------
+    def _cilium(self) -> None:
+        """Cilium on hybrid nodes: one IP pool per site, its nodes pinned to it, announcing it to the gateway."""
+        release = self._release("cilium", pv.cilium_values())
+        for site, view in self._args.sites.items():
+            name = hybrid_routing.pool_name(site)
+            labels = {pv.SITE_LABEL: site}  # what the advertisement and the peer config select on
+            objects: list[tuple[str, str, str, dict[str, object], str | None]] = [
+                ("pool", pv.CILIUM_POOL_API, "CiliumPodIPPool", pv.cilium_pool_spec(view.pod_cidr), None),
+                # Namespaced: Cilium reads node configs from its own namespace only.
+                ("node-config", pv.CILIUM_API, "CiliumNodeConfig", pv.cilium_node_config_spec(site),
+                 pv.SYSTEM_NAMESPACE),
+                ("bgp-cluster", pv.CILIUM_API, "CiliumBGPClusterConfig",
+                 pv.cilium_bgp_cluster_config_spec(site, view.asn, view.gateway_ip), None),
+                ("bgp-peer", pv.CILIUM_API, "CiliumBGPPeerConfig", pv.cilium_bgp_peer_config_spec(site), None),
+                ("bgp-advertisement", pv.CILIUM_API, "CiliumBGPAdvertisement",
+                 pv.cilium_bgp_advertisement_spec(site), None),
+            ]  # fmt: skip
+            for key, api, kind, spec, namespace in objects:
+                k8s.apiextensions.CustomResource(
+                    f"{self._name}-cilium-{key}-{site}",
+                    api_version=api,
+                    kind=kind,
+                    metadata=self._meta(name, namespace, labels),
+                    spec=spec,
+                    # The chart installs the CRDs.
+                    opts=self._k8s(depends_on=[release]),
+                )
 
     # cluster-autoscaler -------------------------------------------------------------------------------------
     def _autoscaler(self) -> None:

@@ -16,8 +16,9 @@ import pulumi
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from dlinfra import kueue
+from dlinfra import hybrid_routing, kueue
 from dlinfra.errors import DlinfraError
+from dlinfra.render import nodeadm
 
 ADDONS_FILE = "dlinfra/data/addons.yaml"
 AUTOSCALER_TAG = "k8s.io/cluster-autoscaler"
@@ -26,7 +27,7 @@ AUTOSCALER_SA = "cluster-autoscaler"
 TERMINATION_HANDLER_SA = "aws-node-termination-handler"
 SYSTEM_NAMESPACE = "kube-system"
 POOL_LABEL = "dlinfra.io/pool"
-SITE_LABEL = "dlinfra.io/site"
+SITE_LABEL = nodeadm.SITE_LABEL  # the label a site's hybrid nodes register with
 TEAM_LABEL = "dlinfra.io/team"
 GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"
 COMPUTE_TYPE_LABEL = "eks.amazonaws.com/compute-type"  # EKS sets it to "hybrid" on hybrid nodes
@@ -37,6 +38,13 @@ EFA_NODE_LABEL = "vpc.amazonaws.com/efa.present"
 EFA_RESOURCE = "vpc.amazonaws.com/efa"
 LOCAL_QUEUE = "default"  # Kueue sends jobs without a queue-name label to the LocalQueue named "default"
 KUEUE_API = "kueue.x-k8s.io/v1beta2"  # the storage version of the pinned Kueue; v1beta1 is deprecated there
+# Cilium 1.18 (addons.yaml) serves CiliumNodeConfig and the BGP control plane's objects as cilium.io/v2 (the BGP
+# ones promoted in cilium/cilium#37765, v2alpha1 deprecated); CiliumPodIPPool is still cilium.io/v2alpha1 there.
+CILIUM_API = "cilium.io/v2"
+CILIUM_POOL_API = "cilium.io/v2alpha1"
+CILIUM_GATEWAY_PEER = "site-gateway"  # the one BGP peer of a site's nodes
+# IPs a node reserves ahead in its site's pool; more blocks are allocated as pods need them.
+CILIUM_PRE_ALLOCATION = 8
 # Autoscaler priorities (higher wins): capacity we pay for anyway first, spot last.
 CLASS_PRIORITY: Mapping[str, int] = {"reserved": 30, "on-demand": 20, "spot": 10}
 
@@ -360,18 +368,100 @@ def kueue_values() -> dict[str, Any]:
     }
 
 
-def cilium_values(pod_cidrs: Sequence[str]) -> dict[str, Any]:
-    """Cilium for EKS Hybrid Nodes only: agents on hybrid nodes, cluster-pool IPAM over the sites' pod CIDRs."""
+def cilium_values() -> dict[str, Any]:
+    """Cilium for EKS Hybrid Nodes only: agents on hybrid nodes, multi-pool IPAM with one pool per site (the
+    pools and the BGP peering with each site's gateway are declared as objects: cilium_*_spec below)."""
     return {
         "affinity": HYBRID_NODE_AFFINITY,
-        "ipam": {
-            "mode": "cluster-pool",
-            # Must equal the cluster's remote pod networks; Cilium cannot change these after install.
-            "operator": {"clusterPoolIPv4PodCIDRList": list(pod_cidrs), "clusterPoolIPv4MaskSize": 25},
-        },
+        # Every node takes its pod blocks from its own site's pool (CiliumNodeConfig), so a node never gets a
+        # block of another site's range, which the gateways could not route. Cluster-pool IPAM has one pool.
+        "ipam": {"mode": "multi-pool"},
+        # Multi-pool IPAM supports native routing only, with per-endpoint routes instead of a local node route
+        # (Cilium docs, "Multi-Pool IPAM", limitations).
+        "routingMode": "native",
+        "endpointRoutes": {"enabled": True},
+        # Nodes of one site share a LAN and route pod traffic to each other directly; other sites' nodes are
+        # reached through the site gateway (the node's default route), so their routes are skipped.
+        "autoDirectNodeRoutes": True,
+        "directRoutingSkipUnreachable": True,
+        # The cluster declares the sites' pod ranges as remote pod networks, and the gateways route them: pods
+        # keep their addresses (EKS guide, "Configure CNI for hybrid nodes"). Without masquerading Cilium needs
+        # no ipv4NativeRoutingCIDR, which the disjoint per-site pools could not share anyway.
+        "enableIPv4Masquerade": False,
+        # Each node announces its pod blocks to its site gateway (cilium_bgp_*_spec).
+        "bgpControlPlane": {"enabled": True},
         # Pods on cloud nodes belong to the VPC CNI; Cilium must not restart them.
         "operator": {"unmanagedPodWatcher": {"restart": False}},
     }
+
+
+def _site_selector(site: str) -> dict[str, Any]:
+    """The nodes of one site: the label they register with (dlinfra/render/nodeadm.py node_labels)."""
+    return {"matchLabels": {SITE_LABEL: site}}
+
+
+def cilium_pool_spec(pod_cidr: str) -> dict[str, Any]:
+    """A site's CiliumPodIPPool: its whole pod range, handed out in one node block at a time."""
+    return {"ipv4": {"cidrs": [pod_cidr], "maskSize": hybrid_routing.NODE_POD_PREFIX}}
+
+
+def cilium_node_config_spec(site: str) -> dict[str, Any]:
+    """CiliumNodeConfig of a site's nodes: their pods come from the site's pool, and only from it."""
+    pool = hybrid_routing.pool_name(site)
+    return {
+        "nodeSelector": _site_selector(site),
+        "defaults": {
+            "ipam-default-ip-pool": pool,
+            # Replaces the global "default=8", so nodes pre-allocate from no pool but their own.
+            "ipam-multi-pool-pre-allocation": f"{pool}={CILIUM_PRE_ALLOCATION}",
+        },
+    }
+
+
+def cilium_bgp_cluster_config_spec(site: str, asn: int, gateway_ip: str) -> dict[str, Any]:
+    """CiliumBGPClusterConfig of a site's nodes: iBGP in the site's own ASN with the site gateway on the LAN.
+
+    The site's ASN, not a new one: the gateway already speaks for the site to AWS, and re-announces only the
+    aggregate pod range there, so the nodes need no ASN of their own and no eBGP policy.
+    """
+    pool = hybrid_routing.pool_name(site)
+    return {
+        "nodeSelector": _site_selector(site),
+        "bgpInstances": [
+            {
+                "name": pool,
+                "localASN": asn,
+                "peers": [
+                    {
+                        "name": CILIUM_GATEWAY_PEER,
+                        "peerASN": asn,
+                        "peerAddress": gateway_ip,
+                        "peerConfigRef": {"name": pool},
+                    }
+                ],
+            }
+        ],
+    }
+
+
+def cilium_bgp_peer_config_spec(site: str) -> dict[str, Any]:
+    """CiliumBGPPeerConfig of the gateway session: the timers frr.conf also uses, graceful restart, and the
+    site's advertisement."""
+    return {
+        "timers": {
+            "connectRetryTimeSeconds": hybrid_routing.BGP_CONNECT_RETRY_SECONDS,
+            "holdTimeSeconds": hybrid_routing.BGP_HOLD_SECONDS,
+            "keepAliveTimeSeconds": hybrid_routing.BGP_KEEPALIVE_SECONDS,
+        },
+        # An agent restart keeps its pods reachable: the gateway holds the routes meanwhile.
+        "gracefulRestart": {"enabled": True, "restartTimeSeconds": hybrid_routing.BGP_RESTART_SECONDS},
+        "families": [{"afi": "ipv4", "safi": "unicast", "advertisements": _site_selector(site)}],
+    }
+
+
+def cilium_bgp_advertisement_spec(site: str) -> dict[str, Any]:
+    """CiliumBGPAdvertisement: the node's blocks of its site's pool (PodCIDR does not apply to multi-pool)."""
+    return {"advertisements": [{"advertisementType": "CiliumPodIPPool", "selector": _site_selector(site)}]}
 
 
 # IAM and EventBridge documents ---------------------------------------------------------------------------

@@ -16,6 +16,8 @@ from typing import Any, Final
 
 import jinja2
 
+from dlinfra import hybrid_routing
+
 __all__ = [
     "AWS_DPD_TIMEOUT_ACTION",
     "AWS_DPD_TIMEOUT_SECONDS",
@@ -353,6 +355,11 @@ class SiteVpnView:
         for i, pod in enumerate(pods):
             if pod.overlaps(lan):
                 raise ValueError(f"SiteVpnView.pod_cidrs[{i}]: {pod} overlaps lan_cidr {lan}")
+            if pod.prefixlen > hybrid_routing.NODE_POD_PREFIX:
+                raise ValueError(
+                    f"SiteVpnView.pod_cidrs[{i}]: {pod} is smaller than one node's "
+                    f"/{hybrid_routing.NODE_POD_PREFIX} pod block"
+                )
         self._check_tunnels()
         if self.routing not in ("static", "bgp"):
             raise ValueError(f"SiteVpnView.routing: must be 'static' or 'bgp', got {self.routing!r}")
@@ -445,12 +452,23 @@ def render_swanctl(view: SiteVpnView) -> str:
 
 
 def render_frr(view: SiteVpnView) -> str | None:
-    """frr.conf with eBGP to AWS over both tunnels' inside addresses, or None for static routing."""
+    """frr.conf with eBGP to AWS over both tunnels' inside addresses and iBGP with the site's hybrid nodes
+    (when it has pod CIDRs), or None for static routing."""
     if view.routing != "bgp":
         return None
+    hybrid = None
+    if view.pod_cidrs:
+        hybrid = {
+            "lan": view.lan_cidr,
+            "pods": list(view.pod_cidrs),
+            "node_prefix": hybrid_routing.NODE_POD_PREFIX,
+            "keepalive": hybrid_routing.BGP_KEEPALIVE_SECONDS,
+            "hold": hybrid_routing.BGP_HOLD_SECONDS,
+        }
     return _render(
         "frr.conf.j2",
         site=view.site,
+        hybrid=hybrid,
         local_asn=view.local_asn,
         remote_asn=view.remote_asn,
         router_id=view.local_public_ip,

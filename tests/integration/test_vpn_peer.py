@@ -27,6 +27,8 @@ from typing import NoReturn, TypeVar
 
 import pytest
 
+from components import platform_values as pv
+from dlinfra import hybrid_routing
 from dlinfra.render.strongswan import (
     SiteVpnView,
     Tunnel,
@@ -621,3 +623,136 @@ def test_bgp_runs_over_both_tunnels_inside_addresses(lab: Lab, tmp_path: Path) -
     finally:
         for frr in frrs:
             frr.stop()
+
+
+# --- hybrid nodes: Cilium's BGP to the site gateway -----------------------------------------------
+# A third namespace plays one hybrid node on the site LAN: its pod block is carved from the view's pod
+# range, and its "pod" is an address on its lo.
+HYBRID_POD_RANGE = "10.202.0.0/18"
+NODE_LAN_IP = "10.128.0.20"
+NODE_POD_BLOCK = "10.202.0.128/25"
+NODE_POD_IP = "10.202.0.130"
+# kernel-libipsec routes each local selector from a local address inside it (see the lab fixture), so the
+# gateway namespace holds one stand-in address in the pod range, outside the node's block, while the test runs.
+GATEWAY_POD_STAND_IN = "10.202.0.1"
+# What a node must not get through: another range, the site's whole aggregate, and the LAN itself.
+ROGUE_PREFIXES = ("10.203.0.0/25", HYBRID_POD_RANGE, "10.128.0.0/24")
+
+
+def make_hybrid_view() -> SiteVpnView:
+    return dataclasses.replace(make_view("bgp"), pod_cidrs=(HYBRID_POD_RANGE,))
+
+
+def node_speaker_config(site: str, asn: int, gateway_ip: str, announce: tuple[str, ...]) -> str:
+    """Cilium's side of the session, played by bgpd, with the numbers of the declared CiliumBGP* objects."""
+    (instance,) = pv.cilium_bgp_cluster_config_spec(site, asn, gateway_ip)["bgpInstances"]
+    (peer,) = instance["peers"]
+    timers = pv.cilium_bgp_peer_config_spec(site)["timers"]
+    address = peer["peerAddress"]
+    lines = [
+        f"router bgp {instance['localASN']}",
+        f" bgp router-id {NODE_LAN_IP}",
+        " no bgp network import-check",
+        f" neighbor {address} remote-as {peer['peerASN']}",
+        f" neighbor {address} timers {timers['keepAliveTimeSeconds']} {timers['holdTimeSeconds']}",
+        f" neighbor {address} timers connect 1",
+        " address-family ipv4 unicast",
+        *(f"  network {prefix}" for prefix in announce),
+        " exit-address-family",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+@contextlib.contextmanager
+def hybrid_node(lab: Lab, gateway_ip: str) -> Iterator[str]:
+    """A node namespace joined to the site namespace by a veth on the site LAN; removed again afterwards."""
+    node = lab.site_ns.replace("-site", "-node")
+    lan = ipaddress.IPv4Network(make_view().lan_cidr)
+    try:
+        _run("ip", "netns", "add", node)
+        _run("ip", "-n", lab.site_ns, "link", "add", "veth-lan", "type", "veth", "peer", "name", "veth-node",
+             "netns", node)  # fmt: skip
+        _run("ip", "-n", lab.site_ns, "addr", "add", f"{gateway_ip}/{lan.prefixlen}", "dev", "veth-lan")
+        _run("ip", "-n", node, "addr", "add", f"{NODE_LAN_IP}/{lan.prefixlen}", "dev", "veth-node")
+        # This kernel has no dummy interfaces: the pod's address sits on the node's lo, as the LAN host does.
+        _run("ip", "-n", node, "addr", "add", f"{NODE_POD_IP}/32", "dev", "lo")
+        for ns, link in ((lab.site_ns, "veth-lan"), (node, "veth-node"), (node, "lo")):
+            _run("ip", "-n", ns, "link", "set", link, "up")
+        # The node's default route is its site gateway, as on a real site LAN.
+        _run("ip", "-n", node, "route", "add", "default", "via", gateway_ip)
+        # The gateway forwards between the tunnels and the LAN.
+        _run("ip", "netns", "exec", lab.site_ns, "sysctl", "-q", "-w", "net.ipv4.ip_forward=1")
+        _run("ip", "-n", lab.site_ns, "addr", "add", f"{GATEWAY_POD_STAND_IN}/32", "dev", "lo")
+        yield node
+    finally:
+        _run("ip", "-n", lab.site_ns, "addr", "del", f"{GATEWAY_POD_STAND_IN}/32", "dev", "lo", check=False)
+        _run("ip", "-n", lab.site_ns, "link", "delete", "veth-lan", check=False)
+        _run("ip", "netns", "delete", node, check=False)
+
+
+def kernel_route(ns: str, prefix: str) -> dict[str, str] | None:
+    """The main table's route for exactly this prefix, if the kernel has one."""
+    result = _run("ip", "-n", ns, "-j", "route", "show", "table", "main", "exact", prefix)
+    routes = json.loads(result.stdout or "[]")
+    return routes[0] if routes else None
+
+
+def test_gateway_learns_node_pod_blocks_and_carries_vpc_traffic_to_the_pod(lab: Lab, tmp_path: Path) -> None:
+    _require_frr()
+    view = make_hybrid_view()
+    gateway_ip = str(hybrid_routing.gateway_lan_ip(view.lan_cidr))
+    frrs: list[Frr] = []
+    with hybrid_node(lab, gateway_ip) as node:
+        try:
+            # The gateway runs the rendered frr.conf as is; the node announces its block and the rogue prefixes.
+            site_frr = Frr(lab.site_ns, render_frr(view) or "", with_zebra=True)
+            frrs.append(site_frr)
+            announce = (NODE_POD_BLOCK, *ROGUE_PREFIXES)
+            node_frr = Frr(node, node_speaker_config(view.site, view.local_asn, gateway_ip, announce),
+                           with_zebra=False)  # fmt: skip
+            frrs.append(node_frr)
+            aws_frr = Frr(lab.aws_ns, aws_bgp_config(view), with_zebra=False)
+            frrs.append(aws_frr)
+
+            def diagnostics() -> str:
+                return f"--- site ---\n{site_frr.diagnostics()}\n--- node ---\n{node_frr.diagnostics()}"
+
+            _wait_for(
+                "the node's pod block in the gateway's kernel, via the node",
+                lambda: (kernel_route(lab.site_ns, NODE_POD_BLOCK) or {}).get("gateway") == NODE_LAN_IP,
+                diagnostics,
+            )
+            route = kernel_route(lab.site_ns, NODE_POD_BLOCK) or {}
+            assert route["protocol"] == "bgp" and route["dev"] == "veth-lan", route
+            assert site_frr.routes()[NODE_POD_BLOCK] == [NODE_LAN_IP]
+            # The negative: the same session offered prefixes outside what the node may claim; the
+            # gateway kept none of them, neither in BGP nor in the kernel.
+            assert set(announce) <= set(node_frr.routes())
+            for prefix in ROGUE_PREFIXES:
+                assert prefix not in site_frr.routes() or NODE_LAN_IP not in site_frr.routes()[prefix], prefix
+                assert kernel_route(lab.site_ns, prefix) is None, prefix
+            with charons(lab, tmp_path) as (site, aws):
+                bring_up(site, aws, view)
+                aws_ips = sorted(t.aws_inside_ip for t in view.tunnels)
+                # AWS hears the aggregate pod range, never the node's block.
+                expected_at_aws = {view.lan_cidr, HYBRID_POD_RANGE, *view.remote_cidrs}
+                _wait_for(
+                    "BGP over both tunnels: the VPCs at the site, the LAN and the aggregate pod range at AWS",
+                    lambda: (
+                        all(site_frr.routes().get(c) == aws_ips for c in view.remote_cidrs)
+                        and set(aws_frr.routes()) >= expected_at_aws
+                    ),
+                    diagnostics,
+                )
+                assert set(aws_frr.routes()) == expected_at_aws
+                # AWS's routes stay out of the kernel's main table: the IPsec policies carry that traffic.
+                for cidr in view.remote_cidrs:
+                    assert kernel_route(lab.site_ns, cidr) is None, cidr
+                before = site.packets_out("aws-tunnel1") + site.packets_out("aws-tunnel2")
+                # From a VPC address through the tunnel to the pod, and the replies back.
+                result = ping(lab.aws_ns, VPC_HOST, NODE_POD_IP)
+                assert result.returncode == 0, result.stdout + result.stderr
+                assert site.packets_out("aws-tunnel1") + site.packets_out("aws-tunnel2") >= before + 3
+        finally:
+            for frr in frrs:
+                frr.stop()

@@ -487,3 +487,35 @@ def test_templates_have_no_undefined_names() -> None:
     for v in (view(), bgp_view()):
         assert re.search(r"\{\{|\}\}|\{%", ss.render_swanctl(v)) is None
     assert re.search(r"\{\{|\}\}|\{%", ss.render_frr(bgp_view()) or "") is None
+
+
+def test_frr_peers_with_the_hybrid_nodes_over_ibgp_on_the_site_lan() -> None:
+    text = ss.render_frr(bgp_view()) or ""
+    assert " neighbor HYBRID-NODES remote-as 65101\n" in text  # the site's own ASN: iBGP
+    assert " bgp listen range 10.200.0.0/20 peer-group HYBRID-NODES\n" in text
+    assert " neighbor HYBRID-NODES timers 3 9\n" in text
+    # Only blocks of the site's pod range no larger than a node's block; nothing sent back to the nodes.
+    assert "ip prefix-list DLINFRA-NODES seq 5 permit 10.202.0.0/18 ge 25\n" in text
+    assert "route-map DLINFRA-NODES-OUT deny 10\n" in text
+    # What goes to AWS is unchanged: the LAN and the aggregate pod range, exactly.
+    assert "ip prefix-list DLINFRA-SITE seq 10 permit 10.202.0.0/18\n" in text
+
+
+def test_frr_installs_only_node_routes_in_the_kernel() -> None:
+    text = ss.render_frr(bgp_view()) or ""
+    assert "bgp no-rib" not in text
+    assert "ip protocol bgp route-map DLINFRA-KERNEL\n" in text
+    assert "route-map DLINFRA-KERNEL permit 10\n match ip address prefix-list DLINFRA-NODES\n" in text
+    assert text.endswith("route-map DLINFRA-KERNEL deny 20\nexit\n")
+
+
+def test_frr_without_pod_cidrs_has_no_node_peers_and_installs_nothing() -> None:
+    text = ss.render_frr(view(routing="bgp")) or ""
+    assert "HYBRID-NODES" not in text and "DLINFRA-NODES" not in text
+    assert "route-map DLINFRA-KERNEL permit" not in text
+    assert "route-map DLINFRA-KERNEL deny 20\n" in text
+
+
+def test_pod_cidr_smaller_than_a_node_block_is_refused() -> None:
+    with pytest.raises(ValueError, match=r"pod_cidrs\[0\]: 10.202.0.0/26 is smaller than one node's /25"):
+        view(routing="bgp", pod_cidrs=("10.202.0.0/26",))

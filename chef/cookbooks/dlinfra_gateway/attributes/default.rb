@@ -14,8 +14,9 @@ default['dlinfra_gateway']['strongswan_packages'] = %w(
 
 default['dlinfra_gateway']['frr_daemons'] = %w(bgpd bfdd)
 
-# The rendered tunnels are policy-based and FRR runs with `bgp no-rib`: charon's own routes (table 220)
-# are the only path to AWS's prefixes and to the BGP peers' inside addresses, so keep them on.
+# The rendered tunnels are policy-based and FRR installs only the hybrid nodes' pod routes (frr.conf's
+# DLINFRA-KERNEL route-map): charon's own routes (table 220) are the only path to AWS's prefixes and to
+# the BGP peers' inside addresses, so keep them on.
 default['dlinfra_gateway']['charon']['install_routes'] = true
 
 default['dlinfra_gateway']['sysctl'] = {
