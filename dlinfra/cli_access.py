@@ -69,7 +69,15 @@ def cmd_access(args: argparse.Namespace) -> int:
             key="teams",
         )
     stacks = [r.name for r in stackroles.roles(fleet) if args.env is None or r.environment == args.env]
-    report = access.build_report(access.load_plans(args.plans, stacks), fleet, team=args.team)
+    plans = access.load_plans(args.plans, stacks)
+    # Networks as the reachability model proves them hop by hop (docs/reachability.md).
+    from dlinfra.reach import check as reach_check
+    from dlinfra.reach.principals import model_reach
+
+    lock = args.lock if args.lock is not None else Path(args.fleet).parent / "cidr-lock.yaml"
+    _loaded, address_plan, topo = reach_check.model(Path(args.fleet), lock, [p.data for p in plans])
+    reach = model_reach(topo, fleet, address_plan)
+    report = access.build_report(plans, fleet, reach=reach, team=args.team)
     if args.json:
         sys.stdout.write(json.dumps(report.to_json(), indent=2, sort_keys=True) + "\n")
     else:

@@ -509,8 +509,9 @@ def gateway_node(
     """Chef node JSON for the site gateway (role site-gateway); points at the secret files, holds none."""
     spec = fleet.sites[site]
     swanctl = f"{install_dir}/swanctl.conf"
-    frr = f"{install_dir}/frr.conf" if view.routing == "bgp" else None
-    gateway: dict[str, Any] = {"routing": view.routing, "swanctl_source": swanctl}
+    # BGP sites peer with AWS; every site with hybrid pods peers with its nodes: both need FRR.
+    frr = f"{install_dir}/frr.conf" if render_frr(view) is not None else None
+    gateway: dict[str, Any] = {"routing": view.routing, "swanctl_source": swanctl, "frr": frr is not None}
     if frr:
         gateway["frr_source"] = frr
     return {

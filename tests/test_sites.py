@@ -254,6 +254,7 @@ def test_site_add_then_preview_then_render(repo: Repo, tmp_path: Path) -> None:
     assert node["dlinfra_gateway"] == {
         "routing": "bgp",
         "swanctl_source": "/etc/dlinfra/site/swanctl.conf",
+        "frr": True,
         "frr_source": "/etc/dlinfra/site/frr.conf",
     }
     node_text = (out_dir / "site-gateway.json").read_text()

@@ -7,20 +7,27 @@ from pathlib import Path
 from typing import Any
 
 from dlinfra import planner
-from dlinfra.fleet import load_fleet
+from dlinfra.fleet import LoadedFleet, load_fleet
 from dlinfra.reach import intents, topology
 from dlinfra.reach.intents import ReachResult
 
 FLOWS_FILE = "flows.yaml"  # beside the fleet file; optional
 
 
+def model(
+    fleet_path: Path, lock_path: Path, plans: Sequence[Mapping[str, Any]]
+) -> tuple[LoadedFleet, planner.Plan, topology.Topology]:
+    """The fleet, its address plan, and the network model of the plan exports."""
+    loaded = load_fleet(fleet_path)
+    address_plan = planner.plan(loaded, planner.load_lock(lock_path))
+    return loaded, address_plan, topology.build(plans, intents.site_sides(loaded.fleet, address_plan, plans))
+
+
 def analyse(
     fleet_path: Path, lock_path: Path, plans: Sequence[Mapping[str, Any]], flows: Path | None = None
 ) -> ReachResult:
     """Every derived intent (and the flows file's, when there is one) over the given plan exports."""
-    loaded = load_fleet(fleet_path)
-    address_plan = planner.plan(loaded, planner.load_lock(lock_path))
-    topo = topology.build(plans, intents.site_sides(loaded.fleet, address_plan, plans))
+    loaded, _address_plan, topo = model(fleet_path, lock_path, plans)
     derived = intents.derive(loaded.fleet, topo)
     path = flows if flows is not None else fleet_path.parent / FLOWS_FILE
     if flows is not None or path.exists():

@@ -452,9 +452,10 @@ def render_swanctl(view: SiteVpnView) -> str:
 
 
 def render_frr(view: SiteVpnView) -> str | None:
-    """frr.conf with eBGP to AWS over both tunnels' inside addresses and iBGP with the site's hybrid nodes
-    (when it has pod CIDRs), or None for static routing."""
-    if view.routing != "bgp":
+    """frr.conf: eBGP to AWS over both tunnels (BGP sites) and iBGP with the site's hybrid nodes (sites with pod
+    CIDRs, static ones too: the gateway must learn where each node's pods are); None when neither applies."""
+    bgp = view.routing == "bgp"
+    if not bgp and not view.pod_cidrs:
         return None
     hybrid = None
     if view.pod_cidrs:
@@ -472,9 +473,9 @@ def render_frr(view: SiteVpnView) -> str | None:
         local_asn=view.local_asn,
         remote_asn=view.remote_asn,
         router_id=view.local_public_ip,
-        announce=[view.lan_cidr, *view.pod_cidrs],
+        announce=[view.lan_cidr, *view.pod_cidrs] if bgp else [],
         # "le 32" admits the more specific routes AWS may propagate; a /32 takes no range.
-        accept=[c if c.endswith("/32") else f"{c} le 32" for c in view.remote_cidrs],
+        accept=[c if c.endswith("/32") else f"{c} le 32" for c in view.remote_cidrs] if bgp else [],
         neighbors=[
             {
                 "name": view.connection(t),
@@ -482,7 +483,9 @@ def render_frr(view: SiteVpnView) -> str | None:
                 "site_ip": t.site_inside_ip,
             }
             for t in view.tunnels
-        ],
+        ]
+        if bgp
+        else [],
     )
 
 

@@ -25,7 +25,7 @@ def _cli(*argv: str) -> int:
     common.add_argument("--lock", default=None, type=Path)
     parser = argparse.ArgumentParser(prog="dlinfra", parents=[common])
     handlers = cli_checks.register(parser.add_subparsers(dest="command", required=True), common)
-    assert set(handlers) == {"check", "diff"}
+    assert set(handlers) == {"check", "diff", "reach"}
     args = parser.parse_args(list(argv))
     return handlers[args.command](args)
 

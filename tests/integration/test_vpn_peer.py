@@ -501,10 +501,14 @@ def test_proposal_mismatch_fails_with_no_proposal_chosen(lab: Lab, tmp_path: Pat
 
 
 # --- FRR / BGP ----------------------------------------------------------------------------------
-def test_rendered_frr_conf_passes_frr_dry_run(tmp_path: Path) -> None:
+@pytest.mark.parametrize("routing", ["bgp", "static"])
+def test_rendered_frr_conf_passes_frr_dry_run(tmp_path: Path, routing: str) -> None:
     _require_frr()
     conf = tmp_path / "frr.conf"
-    conf.write_text(render_frr(make_view("bgp")) or "")
+    # A static site still runs FRR for its hybrid nodes' pod routes.
+    text = render_frr(dataclasses.replace(make_view(routing), pod_cidrs=("10.202.0.0/18",)))
+    assert text is not None
+    conf.write_text(text)
     result = _run(_tool("vtysh"), "--dryrun", "--inputfile", str(conf), check=False)
     assert result.returncode == 0, result.stdout + result.stderr
 

@@ -147,11 +147,11 @@ MUTATIONS = [
         id="endpoints",
     ),
     pytest.param(
-        without("prod-us-west-2", "ci-runner-sg-to-vpc"),
+        without("prod-us-west-2", "cluster-api-from-10-2-0-0-16"),
         "ci/prod-us-west-2",
-        "security group ci-runner-sg",
-        "no egress rule admits to 10.2.",
-        id="ci-runner",
+        "cluster-api-sg",
+        "no ingress rule admits from 10.2.",
+        id="ci-runner-to-api",
     ),
     pytest.param(
         without("prod-us-west-2", "transit-route-us-west-2a-lan-sjc1"),
@@ -185,7 +185,7 @@ MUTATIONS = [
         without("prod-us-west-2", "client-vpn-authorize-vision-vpc"),
         "laptop/laptop of team vision on prod-us-west-2 VPN->prod-us-west-2/pods",
         "client VPN client-vpn-endpoint",
-        "no authorization rule covers",
+        "does not admit group 4a7b3c2d-2222-4e5f-9a8b-team-vision",
         id="vpn-authorization",
     ),
     pytest.param(
@@ -217,6 +217,17 @@ def test_removing_what_a_flow_depends_on_fails_it_at_that_hop(
     first = result.failures[0]
     assert hop in first.verdict.denied_at, first.why
     assert reason in first.verdict.reason, first.why
+
+
+def test_the_ci_runner_needs_https_egress() -> None:
+    # Two rules admit it (HTTPS to the VPC, HTTPS anywhere for GitHub): either alone carries the flow.
+    mutated = plans()
+    without("prod-us-west-2", "ci-runner-sg-to-vpc")(mutated)
+    assert not evaluate(mutated, "ci/prod-us-west-2").failures
+    without("prod-us-west-2", "ci-runner-sg-to-internet")(mutated)
+    failure = evaluate(mutated, "ci/prod-us-west-2").failures[0]
+    assert failure.verdict.denied_at == "security group ci-runner-sg"
+    assert failure.verdict.reason.startswith("no egress rule admits to 10.2.")
 
 
 def test_hybrid_pods_are_unreachable_without_the_sites_bgp_peering() -> None:

@@ -59,6 +59,7 @@ GOLDENS: dict[str, Callable[[], str | None]] = {
     "swanctl_static.conf": lambda: ss.render_swanctl(view()),
     "swanctl_bgp.conf": lambda: ss.render_swanctl(bgp_view()),
     "frr_bgp.conf": lambda: ss.render_frr(bgp_view()),
+    "frr_static_hybrid.conf": lambda: ss.render_frr(view(pod_cidrs=("10.202.0.0/18",))),
     "aws_peer_tunnel1.conf": lambda: ss.render_aws_peer_swanctl(
         view(), 1, local_addr="192.0.2.1", remote_addr="192.0.2.2"
     ),
@@ -82,8 +83,16 @@ def test_no_stale_golden_files() -> None:
     assert ours == set(GOLDENS)
 
 
-def test_static_routing_renders_no_frr() -> None:
+def test_static_routing_renders_no_frr_without_hybrid_pods() -> None:
     assert ss.render_frr(view()) is None
+
+
+def test_a_static_site_with_hybrid_pods_runs_frr_for_its_nodes_only() -> None:
+    # Found by `dlinfra reach`: without it, nothing routes a static site's hybrid pods inside the site.
+    text = ss.render_frr(view(pod_cidrs=("10.202.0.0/18",))) or ""
+    assert "bgp listen range 10.200.0.0/20 peer-group HYBRID-NODES" in text
+    assert "ip prefix-list DLINFRA-NODES seq 5 permit 10.202.0.0/18 ge 25" in text
+    assert "169.254." not in text and "\n  network " not in text and "DLINFRA-AWS" not in text
 
 
 def test_rendered_files_say_they_are_generated() -> None:

@@ -3,6 +3,8 @@
 
 default['dlinfra_gateway']['swanctl_source'] = '/etc/dlinfra/site/swanctl.conf'
 default['dlinfra_gateway']['frr_source'] = '/etc/dlinfra/site/frr.conf'
+# true: run FRR (BGP with AWS or with the hybrid nodes); nil: only for routing 'bgp'.
+default['dlinfra_gateway']['frr'] = nil
 
 # bgp or static, as in fleet.yaml's sites.<site>.routing. Static sites need no FRR.
 default['dlinfra_gateway']['routing'] = 'bgp'

@@ -20,6 +20,13 @@ module DlinfraGateway
       dlinfra_routing == 'bgp'
     end
 
+    # FRR runs where the gateway speaks BGP: with AWS (BGP sites) or with its hybrid nodes (any site with
+    # hybrid pods). The rendered node JSON says which; without it, BGP sites only.
+    def dlinfra_frr?
+      explicit = node['dlinfra_gateway']['frr']
+      explicit.nil? ? dlinfra_bgp? : explicit == true
+    end
+
     def dlinfra_frr_daemons
       wanted = Array(node['dlinfra_gateway']['frr_daemons'])
       unknown = wanted - FRR_DAEMONS

@@ -7,4 +7,4 @@ node['dlinfra_gateway']['sysctl'].each do |key, setting|
 end
 
 include_recipe 'dlinfra_gateway::strongswan'
-include_recipe 'dlinfra_gateway::frr' if dlinfra_bgp?
+include_recipe 'dlinfra_gateway::frr' if dlinfra_frr?

@@ -1,4 +1,5 @@
-# FRR for BGP sites: the rendered frr.conf peers with both AWS tunnel endpoints.
+# FRR where the gateway speaks BGP: the rendered frr.conf peers with both AWS tunnel endpoints (BGP sites)
+# and with the site's hybrid nodes, whose pod blocks it installs (every site with hybrid pods).
 
 package 'frr'
 

@@ -1,0 +1,178 @@
+"""`dlinfra reach`, reachability inside `dlinfra check`, the flows file, and the diff's reachability section."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from dlinfra import cli, diff
+from dlinfra.checks import report, runner
+from dlinfra.errors import DlinfraError
+from dlinfra.reach import check
+from dlinfra.reach.check import summary_json
+from tests.conftest import REFERENCE_FLEET, REFERENCE_LOCK
+from tests.reach.test_reference import plans, without
+
+
+@pytest.fixture(scope="module")
+def plan_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    folder = tmp_path_factory.mktemp("reach") / "plans"
+    folder.mkdir()
+    for plan in plans():
+        (folder / f"{plan['stack']}.json").write_text(json.dumps(plan))
+    return folder
+
+
+def reach(plan_dir: Path, *extra: str) -> int:
+    return cli.main(
+        ["reach", "--fleet", str(REFERENCE_FLEET), "--lock", str(REFERENCE_LOCK), "--plans", str(plan_dir), *extra]
+    )
+
+
+def test_reach_proves_every_flow_and_exits_0(plan_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert reach(plan_dir) == 0
+    out = capsys.readouterr().out
+    assert "Reachability over the plans" in out and "dns" in out
+    assert ", 0 failed (" in out and "FAIL" not in out
+
+
+def test_reach_json_names_the_hop_of_a_failing_flow(
+    plan_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    broken = tmp_path / "plans"
+    broken.mkdir()
+    mutated = plans()
+    without("prod-us-west-2", "cluster-nodes-self")(mutated)
+    for plan in mutated:
+        (broken / f"{plan['stack']}.json").write_text(json.dumps(plan))
+    assert reach(broken, "--json") == 1
+    result: dict[str, Any] = json.loads(capsys.readouterr().out)
+    assert result["failed_intents"] > 0 and result["families"]["dns"]["failed_intents"] == 2
+    dns = next(f for f in result["failures"] if f["intent"] == "dns/prod-us-west-2/udp")
+    assert dns["denied_at"] == "security group pool-cpu-sg, cluster-nodes-sg"
+    assert dns["protocol"] == "udp" and dns["port"] == 53 and dns["resource"].endswith("::pool-cpu-sg")
+    assert dns["hops"] and dns["requirement"].startswith("Kubernetes DNS")
+
+
+def test_check_reports_reachability_as_blocking_findings_in_json_and_sarif() -> None:
+    mutated = plans()
+    without("prod-us-west-2", "storage-efs-from-10-2-0-0-18")(mutated)
+    summary = summary_json(check.analyse(REFERENCE_FLEET, REFERENCE_LOCK, mutated))
+    findings = runner.reach_findings(summary)
+    assert [f.rule for f in findings] == ["reach-storage"]
+    (finding,) = findings
+    assert finding.blocking and finding.stack == "prod-us-west-2"
+    assert "denied at security group storage-efs-sg: no ingress rule admits from 10.2.0." in finding.message
+    run = runner.CheckRun(stacks=["prod-us-west-2"], rules=[], findings=findings, reach=summary)
+    assert run.exit_code == 1
+    assert report.to_json(run)["reach"]["failed_intents"] == 1
+    sarif = report.to_sarif(run)
+    (reach_run,) = [r for r in sarif["runs"] if r["tool"]["driver"]["name"] == "dlinfra-reach"]
+    assert [r["ruleId"] for r in reach_run["results"]] == ["reach-storage"]
+
+
+def test_a_flows_file_adds_intents_and_they_can_fail(tmp_path: Path) -> None:
+    flows = tmp_path / "flows.yaml"
+    flows.write_text(
+        "flows:\n"
+        "  - name: grafana-from-sjc1\n"
+        "    from: {site: sjc1}\n"
+        "    to: {pool: cpu, environment: prod, region: us-west-2}\n"
+        "    ports: [3000]\n"
+        "  - name: no-staging-to-prod-api\n"
+        "    from: {pool: cpu, environment: staging}\n"
+        "    to: {control_plane: true, environment: prod}\n"
+        "    ports: [443]\n"
+        "    expect: deny\n"
+        "  - name: internet-to-efs\n"
+        "    from: {internet: true}\n"
+        "    to: {efs: true, environment: prod}\n"
+        "    ports: [2049]\n"
+        "    expect: allow\n"
+    )
+    result = check.analyse(REFERENCE_FLEET, REFERENCE_LOCK, plans(), flows)
+    user = {i.id for i in result.intents if i.family == "user"}
+    assert user == {"user/grafana-from-sjc1", "user/no-staging-to-prod-api", "user/internet-to-efs"}
+    failing = {f.intent.id for f in result.failures}
+    assert failing == {"user/internet-to-efs"}  # the internet reaches no mount target: the user's wish fails
+
+
+@pytest.mark.parametrize(
+    ("text", "key", "message"),
+    [
+        (
+            "flows:\n  - name: x\n    from: {pool: cpu}\n    to: {pool: cpu}\n    colour: red\n",
+            "flows.0.colour",
+            "Extra inputs",
+        ),
+        (
+            "flows:\n  - name: x\n    from: {pool: cpu, site: sjc1}\n    to: {pool: cpu}\n",
+            "flows.0.from",
+            "exactly one of",
+        ),
+        ("flows:\n  - name: x\n    from: {pool: gpu-huge}\n    to: {pool: cpu}\n", "flows.0.from", "selects nothing"),
+        ("flows:\n  - name: x\n    from: {site: nowhere}\n    to: {pool: cpu}\n", "flows.0.from.site", "unknown site"),
+        (
+            "flows:\n  - name: x\n    from: {pool: cpu}\n    to: {pool: cpu}\n    ports: [70000]\n",
+            "flows.0.ports",
+            "not in 1-65535",
+        ),
+    ],
+)
+def test_bad_flows_files_name_the_file_and_key(tmp_path: Path, text: str, key: str, message: str) -> None:
+    flows = tmp_path / "flows.yaml"
+    flows.write_text(text)
+    with pytest.raises(DlinfraError) as caught:
+        check.analyse(REFERENCE_FLEET, REFERENCE_LOCK, plans(), flows)
+    assert caught.value.file == str(flows) and caught.value.key == key
+    assert message in str(caught.value)
+
+
+def test_the_diff_shows_what_a_change_breaks() -> None:
+    base = summary_json(check.analyse(REFERENCE_FLEET, REFERENCE_LOCK, plans()))
+    mutated = plans()
+    without("prod-us-west-2", "cluster-nodes-from-laptops")(mutated)
+    head = summary_json(check.analyse(REFERENCE_FLEET, REFERENCE_LOCK, mutated))
+    result = diff.Diff(
+        base="main",
+        head="pr",
+        changes=(),
+        stacks_added=(),
+        stacks_removed=(),
+        lock=(),
+        base_topology=diff.Topology(),
+        head_topology=diff.Topology(),
+        base_reach=base,
+        head_reach=head,
+    )
+    text = diff.render_markdown(result)
+    assert "### Reachability" in text
+    assert "| laptop | " in text and "| 0 → " in text
+    assert "**This change breaks:**" in text
+    assert "cluster-nodes-sg: no ingress rule admits from 10.2." in text
+
+
+def test_access_lists_only_networks_the_model_proves() -> None:
+    from dlinfra import access
+    from dlinfra.checks.plans import Plan
+    from dlinfra.reach.principals import model_reach
+
+    mutated = plans()
+    without("prod-us-west-2", "cluster-nodes-from-laptops")(mutated)
+    loaded, address_plan, topo = check.model(REFERENCE_FLEET, REFERENCE_LOCK, mutated)
+    wrapped = [Plan(Path(f"{p['stack']}.json"), p["stack"], p) for p in mutated if p["stack"].startswith("prod")]
+    by_rules = access.build_report(wrapped, loaded.fleet)
+    by_model = access.build_report(wrapped, loaded.fleet, reach=model_reach(topo, loaded.fleet, address_plan))
+
+    def vision(report: access.Report) -> set[tuple[str, str]]:
+        (p,) = [p for p in report.principals if p.kind == "vpn-group" and p.name == "vision"]
+        return {(n.via, n.network) for n in p.networks}
+
+    # The authorization rule still names the VPC, but no laptop gets past the nodes' security group there.
+    assert ("client-vpn us-west-2", "vpc-us-west-2") in vision(by_rules)
+    assert ("client-vpn us-west-2", "vpc-us-west-2") not in vision(by_model)
+    assert ("client-vpn us-west-2", "pods-sjc1") in vision(by_model)
+    assert ("client-vpn eu-west-1", "vpc-us-west-2") in vision(by_model)
