@@ -282,19 +282,24 @@ def test_site_add_then_preview_then_render(repo: Repo, tmp_path: Path) -> None:
     assert (tmp_path / "again" / "swanctl.conf").read_text() == text
 
 
-def test_static_site_renders_no_frr(repo: Repo, tmp_path: Path) -> None:
+def test_static_site_runs_frr_only_for_its_hybrid_nodes(repo: Repo, tmp_path: Path) -> None:
     result = repo.run("site", "render", "ams1", "--offline", "--out", str(tmp_path / "ams1"))
     assert result.code == 0, result.err
     assert sorted(p.name for p in (tmp_path / "ams1").iterdir()) == [
+        "frr.conf",
         "nodeadm.yaml",
         "site-gateway.json",
         "site-gpu-node.json",
         "swanctl.conf",
     ]
+    frr = (tmp_path / "ams1" / "frr.conf").read_text()
+    assert "bgp listen range" in frr and "169.254." not in frr  # nodes only: AWS routes statically
     node = json.loads((tmp_path / "ams1" / "site-gateway.json").read_text())
     assert node["dlinfra_gateway"] == {
         "routing": "static",
         "swanctl_source": "/etc/dlinfra/site/swanctl.conf",
+        "frr": True,
+        "frr_source": "/etc/dlinfra/site/frr.conf",
     }
 
 

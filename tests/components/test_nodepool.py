@@ -107,9 +107,18 @@ def test_pool(pools: dict, stack: str, pool: str) -> None:
     egress = res["aws:vpc/securityGroupEgressRule:SecurityGroupEgressRule"]
     to_world = {(r.inputs["fromPort"], r.inputs["cidrIpv4"]) for r in egress if r.inputs.get("cidrIpv4") == "0.0.0.0/0"}
     assert to_world == {(443.0, "0.0.0.0/0"), (80.0, "0.0.0.0/0")}
-    assert {r.inputs["description"] for r in res["aws:vpc/securityGroupIngressRule:SecurityGroupIngressRule"]} >= {
-        "node to node, pods, NCCL and EFA"
-    }
+    # Who reaches nodes and pods is the cluster's node group, which every pool carries; the pool's own group
+    # admits only itself, and only where EFA needs it.
+    ingress = res.get("aws:vpc/securityGroupIngressRule:SecurityGroupIngressRule", [])
+    if spec.efa:
+        (self_rule,) = ingress
+        assert self_rule.inputs["referencedSecurityGroupId"] == self_rule.inputs["securityGroupId"] == group.id
+    else:
+        assert ingress == []
+    # Declared without a cluster here, so only the pool's group; with one, the cluster's node group follows it
+    # (tests/reach: a denial names "pool-<p>-sg, cluster-nodes-sg").
+    groups = lt.inputs.get("vpcSecurityGroupIds") or lt.inputs["networkInterfaces"][0]["securityGroups"]
+    assert groups == [group.id]
     # Sizes, drain hook, refresh.
     assert (asg.inputs["minSize"], asg.inputs["maxSize"]) == (spec.min_size, spec.max_size)
     (hook,) = asg.inputs["initialLifecycleHooks"]
