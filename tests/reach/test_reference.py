@@ -290,3 +290,80 @@ def test_environments_are_isolated_both_ways() -> None:
     result = evaluate(plans(), "deny-environment/")
     assert {i.id for i in result.intents} == {"deny-environment/prod->staging", "deny-environment/staging->prod"}
     assert result.flows > 1000 and not result.failures
+
+
+def test_a_path_between_environments_breaks_the_isolation_intent() -> None:
+    # Peer staging's transit gateway with prod's, route both ways and admit staging on prod's nodes: every
+    # hop a leak needs. The must-deny intent then fails, naming the path it found.
+    mutated = plans()
+    staging, prod = stack(mutated, "staging-us-west-2"), stack(mutated, "prod-us-west-2")
+
+    def named(plan: dict[str, Any], name: str) -> dict[str, Any]:
+        (found,) = [r for r in plan["resources"] if r["name"] == name]
+        return found
+
+    def add(plan: dict[str, Any], type_: str, name: str, inputs: dict[str, Any], id_: str = "") -> None:
+        urn = f"urn:pulumi:{plan['stack']}::dlinfra::{type_}::{name}"
+        plan["resources"].append(
+            {
+                "type": type_,
+                "name": name,
+                "id": id_ or name,
+                "custom": True,
+                "urn": urn,
+                "inputs": inputs,
+                "outputs": {},
+            }
+        )
+
+    s_tgw, p_tgw = named(staging, "transit-tgw")["id"], named(prod, "transit-tgw")["id"]
+    s_rt, p_rt = named(staging, "transit-rt")["id"], named(prod, "transit-rt")["id"]
+    s_cidr, p_cidr = (
+        named(staging, "network-vpc")["inputs"]["cidrBlock"],
+        named(prod, "network-vpc")["inputs"]["cidrBlock"],
+    )
+    add(
+        staging,
+        topology.TGW_PEERING,
+        "leak",
+        {"transitGatewayId": s_tgw, "peerTransitGatewayId": p_tgw},
+        "tgw-attach-leak",
+    )
+    add(
+        staging,
+        "aws:ec2transitgateway/peeringAttachmentAccepter:PeeringAttachmentAccepter",
+        "leak-accept",
+        {"transitGatewayAttachmentId": "tgw-attach-leak"},
+    )
+    for plan, table, cidr in ((staging, s_rt, p_cidr), (prod, p_rt, s_cidr)):
+        add(
+            plan,
+            topology.TGW_ASSOC,
+            f"leak-assoc-{table}",
+            {"transitGatewayRouteTableId": table, "transitGatewayAttachmentId": "tgw-attach-leak"},
+        )
+        add(
+            plan,
+            topology.TGW_ROUTE,
+            f"leak-route-{table}",
+            {
+                "transitGatewayRouteTableId": table,
+                "destinationCidrBlock": cidr,
+                "transitGatewayAttachmentId": "tgw-attach-leak",
+            },
+        )
+    for plan, tgw, cidr in ((staging, s_tgw, p_cidr), (prod, p_tgw, s_cidr)):
+        for r in [r for r in plan["resources"] if r["type"] == topology.ROUTE_TABLE and "private" in r["name"]]:
+            add(
+                plan,
+                topology.ROUTE,
+                f"leak-{r['name']}",
+                {"routeTableId": r["id"], "destinationCidrBlock": cidr, "transitGatewayId": tgw},
+            )
+    nodes = named(prod, "cluster-nodes-sg")["id"]
+    add(prod, topology.SG_INGRESS, "leak-ingress", {"securityGroupId": nodes, "ipProtocol": "-1", "cidrIpv4": s_cidr})
+    result = evaluate(mutated, "deny-environment/staging->prod")
+    assert result.failures
+    leak = next(f for f in result.failures if f.destination.label.startswith("pool"))
+    assert leak.why.startswith("allowed, but must stay closed")
+    assert "peering attachment leak" in leak.why
