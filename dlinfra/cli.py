@@ -215,12 +215,16 @@ def cmd_preview(args: argparse.Namespace) -> int:
     config = {"dlinfra:fleet": str(args.fleet.resolve()), "dlinfra:lock": str(lock_path.resolve())}
     if args.images_manifest is not None:
         config["dlinfra:images_manifest"] = str(args.images_manifest.resolve())
+    from dlinfra import images, provenance
+
+    manifest = args.images_manifest if args.images_manifest is not None else ROOT / images.EXAMPLE_MANIFEST
+    made_from = provenance.current(ROOT, args.fleet, lock_path, manifest).to_json()
     started = time.perf_counter()
     total = 0
 
     def report(result: engine.StackResult) -> None:
         nonlocal total
-        path = engine.write_plan(result, fleet.project, args.out)
+        path = engine.write_plan(result, fleet.project, args.out, made_from)
         engine.write_manifests(result, args.out.parent / "manifests")
         total += len(result.resources)
         _print_stack(result, fleet.project, path, summary=args.summary)

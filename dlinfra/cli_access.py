@@ -50,6 +50,7 @@ def register(subparsers: Any, common: argparse.ArgumentParser) -> dict[str, Hand
     cmd.add_argument("--team", help="only what one team holds (its IAM role and VPN group)")
     cmd.add_argument("--json", action="store_true", help="print the report as JSON (schema: docs/access.md)")
     cmd.add_argument("--plans", type=Path, default=Path("build/plans"), help="plan folder (default: build/plans)")
+    cmd.add_argument("--allow-stale", action="store_true", help="use plans even if their inputs changed since")
     return {"access": cmd_access}
 
 
@@ -70,6 +71,11 @@ def cmd_access(args: argparse.Namespace) -> int:
         )
     stacks = [r.name for r in stackroles.roles(fleet) if args.env is None or r.environment == args.env]
     plans = access.load_plans(args.plans, stacks)
+    from dlinfra.cli_checks import refuse_stale_plans
+
+    stale_note = refuse_stale_plans(args, plans)
+    if stale_note:
+        Console(stderr=True).print(f"note: {stale_note}", markup=False)
     # Networks as the reachability model proves them hop by hop (docs/reachability.md).
     from dlinfra.reach import check as reach_check
     from dlinfra.reach.principals import model_reach

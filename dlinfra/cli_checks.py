@@ -11,6 +11,7 @@ import json
 import sys
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from rich.console import Console
 
@@ -48,6 +49,11 @@ def register(
     )
     check.add_argument("--no-checkov", action="store_true", help="run the CrossGuard rules only (says so)")
     check.add_argument(
+        "--allow-stale",
+        action="store_true",
+        help="check plans even if the fleet, lock, images manifest or code changed since they were made (says so)",
+    )
+    check.add_argument(
         "--flows",
         type=Path,
         default=None,
@@ -64,6 +70,7 @@ def register(
     reach.add_argument("--flows", type=Path, default=None, help="your own flows (default: flows.yaml beside the fleet)")
     reach.add_argument("--json", action="store_true", help="print the result as JSON")
     reach.add_argument("--verbose", action="store_true", help="show every hop of each failing flow")
+    reach.add_argument("--allow-stale", action="store_true", help="use plans even if their inputs changed since")
 
     diff = subparsers.add_parser(
         "diff", parents=[common], help="offline plans of two git revisions compared, as markdown for a PR"
@@ -85,6 +92,19 @@ def _lock(args: argparse.Namespace) -> Path:
     return lock
 
 
+def refuse_stale_plans(args: argparse.Namespace, selected: list[Any]) -> str:
+    """PlanError when a plan's inputs changed since it was made; with --allow-stale, a note saying so instead."""
+    from dlinfra.checks import plans
+
+    try:
+        plans.refuse_stale(selected, root=ROOT, fleet=args.fleet, lock=_lock(args))
+    except plans.PlanError as exc:
+        if not args.allow_stale:
+            raise
+        return f"--allow-stale: {exc}"
+    return ""
+
+
 def cmd_check(args: argparse.Namespace) -> int:
     """`dlinfra check`: exit 0 clean, 1 on blocking findings (bad input raises DlinfraError)."""
     from dlinfra.checks import checkov, context, plans, report, runner, skips
@@ -95,6 +115,7 @@ def cmd_check(args: argparse.Namespace) -> int:
         for stack in args.stack:
             stackroles.parse(loaded.fleet, stack, fleet_file=str(loaded.path))
     selected, ignored = plans.load_plans(args.plans, args.stack, [] if args.stack else all_stacks)
+    stale_note = refuse_stale_plans(args, selected)
     options = runner.CheckOptions(
         root=ROOT,
         plans=selected,
@@ -105,6 +126,8 @@ def cmd_check(args: argparse.Namespace) -> int:
         checkov=None if args.no_checkov else checkov.executable(ROOT),
     )
     run = runner.run_checks(options)
+    if stale_note:
+        run.notes.append(stale_note)
     if args.stack:
         run.notes.append(
             "reachability not checked: it needs every stack's plan (dlinfra check --all, or dlinfra reach)"
@@ -157,6 +180,9 @@ def cmd_reach(args: argparse.Namespace) -> int:
     loaded = load_fleet(args.fleet)
     all_stacks = [r.name for r in stackroles.roles(loaded.fleet)]
     selected, _ignored = plans.load_plans(args.plans, None, all_stacks)
+    stale_note = refuse_stale_plans(args, selected)
+    if stale_note:
+        Console(stderr=True).print(f"note: {stale_note}", markup=False)
     summary = reach.summary_json(reach.analyse(args.fleet, _lock(args), [p.data for p in selected], args.flows))
     if args.json:
         sys.stdout.write(json.dumps(summary, indent=2) + "\n")

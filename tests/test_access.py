@@ -26,7 +26,7 @@ def plan_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
     out = tmp_path_factory.mktemp("access") / "plans"
     for result in reference.runs().values():
-        engine.write_plan(result, reference.fleet().project, out)
+        engine.write_plan(result, reference.fleet().project, out, reference.provenance())
     return out
 
 

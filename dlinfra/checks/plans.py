@@ -119,3 +119,36 @@ def load_plans(
     # A plan left over from a stack the fleet no longer has is not checked (its VPC has no planned block).
     ignored = sorted(set(found) - set(wanted))
     return [load_plan(found[s]) for s in wanted], ignored
+
+
+def refuse_stale(plans: Sequence[Plan], *, root: Path, fleet: Path, lock: Path) -> None:
+    """PlanError for the first plan made from another fleet, lock, images manifest or code than the working tree's.
+
+    Plans record their inputs' hashes (dlinfra.provenance); one without a record was made by an older dlinfra.
+    """
+    from dlinfra import images, provenance
+
+    now: dict[Path, provenance.Provenance] = {}
+    for plan in plans:
+        where = str(plan.path)
+        recorded = plan.data.get("provenance")
+        if not isinstance(recorded, Mapping):
+            raise PlanError(
+                "records no provenance (made by an older dlinfra, or by hand); run `dlinfra preview --all` again, "
+                "or pass --allow-stale to use it anyway",
+                file=where,
+                key="provenance",
+            )
+        made = provenance.Provenance.from_json(recorded)
+        manifest = provenance.images_of(made, root, root / images.EXAMPLE_MANIFEST)
+        if manifest not in now:
+            now[manifest] = provenance.current(root, fleet, lock, manifest, revision=False)
+        changed = made.changed(now[manifest])
+        if changed:
+            at = f" at {made.revision}" if made.revision else ""
+            raise PlanError(
+                f"stale: {', '.join(changed)} changed since this plan was made{at}; run `dlinfra preview --all` "
+                "again, or pass --allow-stale to use it anyway",
+                file=where,
+                key="provenance",
+            )

@@ -495,9 +495,12 @@ def write_manifests(result: StackResult, out_dir: Path) -> Path | None:
     return path
 
 
-def write_plan(result: StackResult, project: str, out_dir: Path) -> Path:
-    """Write build/plans/<stack>.json (sorted keys, stable across runs)."""
+def write_plan(result: StackResult, project: str, out_dir: Path, provenance: Mapping[str, str] | None = None) -> Path:
+    """Write build/plans/<stack>.json (sorted keys, stable across runs), with what it was made from."""
     out_dir.mkdir(parents=True, exist_ok=True)
     path = out_dir / f"{result.role.name}.json"
-    path.write_text(json.dumps(result.plan(project), indent=2, sort_keys=True) + "\n")
+    data = result.plan(project)
+    if provenance is not None:
+        data["provenance"] = dict(provenance)
+    path.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
     return path

@@ -47,7 +47,7 @@ def run(checkov_path: Path, tmp_path_factory: pytest.TempPathFactory) -> runner.
     work = tmp_path_factory.mktemp("check")
     plan_dir = work / "plans"
     for result in reference.runs().values():
-        engine.write_plan(result, reference.fleet().project, plan_dir)
+        engine.write_plan(result, reference.fleet().project, plan_dir, reference.provenance())
     shutil.copy(HERE / "fixtures" / f"{FIXTURE_STACK}.json", plan_dir)
     (work / "skips.yaml").write_text(SKIPS)
     selected, _ = plans.load_plans(plan_dir, None)

@@ -13,7 +13,7 @@ import pytest
 from dlinfra import cli_checks
 from dlinfra.checks import checkov
 from dlinfra.errors import DlinfraError
-from tests.conftest import REFERENCE_FLEET
+from tests.conftest import REFERENCE_FLEET, ROOT
 
 FIXTURE = Path(__file__).parent / "fixtures" / "test-us-west-2.json"
 
@@ -41,7 +41,18 @@ def plan_dir(tmp_path: Path) -> Path:
 
 
 def _check(plan_dir: Path, *extra: str) -> int:
-    return _cli("--fleet", str(REFERENCE_FLEET), "check", "--stack", "prod-us-west-2", "--plans", str(plan_dir), *extra)
+    # The fixture plan is hand-made: it records no provenance, so it is used as stale on purpose.
+    return _cli(
+        "--fleet",
+        str(REFERENCE_FLEET),
+        "check",
+        "--stack",
+        "prod-us-west-2",
+        "--plans",
+        str(plan_dir),
+        "--allow-stale",
+        *extra,
+    )
 
 
 def test_check_reports_violations_and_exits_1(plan_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -94,3 +105,59 @@ def test_check_with_checkov_missing_is_an_error(plan_dir: Path, monkeypatch: pyt
 def test_a_scan_that_checked_nothing_fails_loudly(output: Any) -> None:
     with pytest.raises(checkov.CheckovError):
         checkov.parse_report("terraform_plan", output)
+
+
+# --- stale plans ------------------------------------------------------------------------------------------
+def _fresh_plan_dir(tmp_path: Path) -> Path:
+    from dlinfra.offline import engine
+    from tests.components import _reference as reference
+
+    folder = tmp_path / "plans"
+    engine.write_plan(reference.runs()["prod-us-west-2"], "dlinfra", folder, reference.provenance())
+    return folder
+
+
+def test_a_plan_without_provenance_is_refused(plan_dir: Path) -> None:
+    with pytest.raises(DlinfraError) as caught:
+        _cli("check", "--stack", "prod-us-west-2", "--plans", str(plan_dir), "--fleet", str(REFERENCE_FLEET))
+    assert caught.value.key == "provenance" and caught.value.file == str(plan_dir / "prod-us-west-2.json")
+    assert "records no provenance" in str(caught.value) and "dlinfra preview --all" in str(caught.value)
+
+
+def test_plans_of_a_changed_fleet_or_lock_are_refused_naming_the_input(tmp_path: Path) -> None:
+    plans = _fresh_plan_dir(tmp_path)
+    # --fleet after the subcommand: the subcommand's own default would replace one given before it.
+    argv = ["check", "--stack", "prod-us-west-2", "--plans", str(plans), "--no-checkov", "--json"]
+    assert _cli(*argv, "--fleet", str(REFERENCE_FLEET)) in (0, 1)  # fresh: accepted
+    edited = tmp_path / "fleet.yaml"
+    edited.write_text(REFERENCE_FLEET.read_text() + "\n# a comment is a change too\n")
+    shutil.copy(REFERENCE_FLEET.parent / "cidr-lock.yaml", tmp_path / "cidr-lock.yaml")
+    with pytest.raises(DlinfraError) as caught:
+        _cli(*argv, "--fleet", str(edited))
+    assert "stale: the fleet file changed since this plan was made" in str(caught.value)
+    (tmp_path / "cidr-lock.yaml").write_text((tmp_path / "cidr-lock.yaml").read_text() + "\n")
+    with pytest.raises(DlinfraError) as caught:
+        _cli(*argv, "--fleet", str(edited))
+    assert "the fleet file, the address-plan lock changed" in str(caught.value)
+
+
+def test_plans_of_changed_code_are_refused(tmp_path: Path) -> None:
+    from dlinfra import provenance
+    from dlinfra.checks import plans
+
+    folder = _fresh_plan_dir(tmp_path)
+    plan = plans.load_plan(folder / "prod-us-west-2.json")
+    lock = REFERENCE_FLEET.parent / "cidr-lock.yaml"
+    plans.refuse_stale([plan], root=ROOT, fleet=REFERENCE_FLEET, lock=lock)  # fresh
+    older = {**plan.data, "provenance": {**plan.data["provenance"], "code": "0" * 64, "revision": "abc1234"}}
+    with pytest.raises(plans.PlanError) as caught:
+        plans.refuse_stale([plans.Plan(plan.path, plan.stack, older)], root=ROOT, fleet=REFERENCE_FLEET, lock=lock)
+    assert "dlinfra's code (stacks/, components/, dlinfra/) changed since this plan was made at abc1234" in str(
+        caught.value
+    )
+    assert provenance.code_hash(ROOT) == plan.data["provenance"]["code"]
+
+
+def test_allow_stale_checks_anyway_and_says_so(plan_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    _check(plan_dir, "--no-checkov")
+    assert "note: --allow-stale:" in capsys.readouterr().out

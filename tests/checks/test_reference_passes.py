@@ -24,7 +24,7 @@ def test_reference_fleet_passes_check_all(tmp_path: Path, capsys: pytest.Capture
         pytest.skip(message)
     plans, manifests = tmp_path / "plans", tmp_path / "manifests"
     for result in reference.runs().values():
-        engine.write_plan(result, reference.fleet().project, plans)
+        engine.write_plan(result, reference.fleet().project, plans, reference.provenance())
         engine.write_manifests(result, manifests)
     argv = ["check", "--all", "--json", "--plans", str(plans), "--manifests", str(manifests)]
     code = cli.main([*argv, "--fleet", str(REFERENCE_FLEET)])

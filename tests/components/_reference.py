@@ -67,3 +67,12 @@ def plain(value: Any) -> Any:
     if isinstance(value, dict):
         return {k: plain(v) for k, v in value.items()}
     return value
+
+
+@functools.cache
+def provenance() -> dict[str, str]:
+    """What `dlinfra preview` records for the fixture fleet, lock and the example images manifest."""
+    from dlinfra import images
+    from dlinfra import provenance as made_from
+
+    return made_from.current(ROOT, REFERENCE_FLEET, REFERENCE_LOCK, ROOT / images.EXAMPLE_MANIFEST).to_json()

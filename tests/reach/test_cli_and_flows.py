@@ -13,6 +13,7 @@ from dlinfra.checks import report, runner
 from dlinfra.errors import DlinfraError
 from dlinfra.reach import check
 from dlinfra.reach.check import summary_json
+from tests.components import _reference as reference
 from tests.conftest import REFERENCE_FLEET, REFERENCE_LOCK
 from tests.reach.test_reference import plans, without
 
@@ -22,7 +23,7 @@ def plan_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     folder = tmp_path_factory.mktemp("reach") / "plans"
     folder.mkdir()
     for plan in plans():
-        (folder / f"{plan['stack']}.json").write_text(json.dumps(plan))
+        (folder / f"{plan['stack']}.json").write_text(json.dumps({**plan, "provenance": reference.provenance()}))
     return folder
 
 
@@ -47,7 +48,7 @@ def test_reach_json_names_the_hop_of_a_failing_flow(
     mutated = plans()
     without("prod-us-west-2", "cluster-nodes-self")(mutated)
     for plan in mutated:
-        (broken / f"{plan['stack']}.json").write_text(json.dumps(plan))
+        (broken / f"{plan['stack']}.json").write_text(json.dumps({**plan, "provenance": reference.provenance()}))
     assert reach(broken, "--json") == 1
     result: dict[str, Any] = json.loads(capsys.readouterr().out)
     assert result["failed_intents"] > 0 and result["families"]["dns"]["failed_intents"] == 2
