@@ -357,10 +357,76 @@ def compare_stack(stack: str, base: Mapping[str, Any] | None, head: Mapping[str,
     return out
 
 
+# The fake cloud's ids and ARNs carry a hex digest of the URN (12+ digits with a letter in them); account ids,
+# flags and names do not, so they are never mistaken for an identity shared by everything.
+_FAKE_ID = re.compile(r"(?=[0-9a-fA-F]*[a-fA-F])[0-9a-fA-F]{12,}")
+
+
+def _identities(resource: Mapping[str, Any]) -> set[str]:
+    """What other resources can hold of this one: its id and the computed outputs that carry an id."""
+    values = [resource.get("id"), *(resource.get("outputs") or {}).values()]
+    return {v for v in values if isinstance(v, str) and _FAKE_ID.search(v)}
+
+
+def _holds(value: Any, identities: set[str]) -> bool:
+    if isinstance(value, str):
+        return any(i in value for i in identities)
+    if isinstance(value, Mapping):
+        return any(_holds(v, identities) for v in value.values())
+    if isinstance(value, list):
+        return any(_holds(v, identities) for v in value)
+    return False
+
+
+def cascade(changes: Sequence[Change], head: Mapping[str, Mapping[str, Any]]) -> list[Change]:
+    """Changes plus what replacements drag along, transitively, across stacks.
+
+    The fake cloud derives ids from URNs, so a replaced subnet keeps its offline id and nothing that holds it looks
+    changed; a real preview gives it a new id, unknown until apply. Here every resource whose inputs hold a replaced
+    resource's id or output becomes an update of those inputs ("known after apply"), or a replacement when one of
+    them forces it (REPLACEMENT_KEYS), and so on until nothing new is dragged in.
+    """
+    resources = {
+        (stack, r["urn"]): r for stack, plan in head.items() for r in plan.get("resources", []) if r.get("custom")
+    }
+    out = {(c.stack, c.urn): c for c in changes}
+    queue = [(c.stack, c.urn) for c in changes if c.action == "replace" and (c.stack, c.urn) in resources]
+    while queue:
+        source_key = queue.pop(0)
+        source = resources[source_key]
+        identities = _identities(source)
+        if not identities:
+            continue
+        because = f"{source['name']} ({source_key[0]}) is replaced"
+        for key, r in resources.items():
+            current = out.get(key)
+            if key == source_key or (current is not None and current.action in ("replace", "create")):
+                continue
+            held = sorted(k for k, v in (r.get("inputs") or {}).items() if _holds(v, identities))
+            if not held:
+                continue
+            forcing = REPLACEMENT_KEYS.get(r["type"], frozenset()) | set(r.get("replace_on_changes") or [])
+            forced = [k for k in held if k in forcing or "*" in forcing]
+            stack, urn = key
+            if forced:
+                out[key] = Change(stack, "replace", r["type"], r["name"], urn, tuple(forced), f"cascade: {because}")
+                queue.append(key)
+            else:
+                inputs = tuple(dict.fromkeys([*(current.inputs if current else ()), *held]))
+                note = "; ".join(
+                    n
+                    for n in (current.note if current else "", f"cascade: {because}; new value known after apply")
+                    if n
+                )
+                out[key] = Change(stack, "update", r["type"], r["name"], urn, inputs, note)
+    return sorted(out.values(), key=lambda c: (c.stack, c.urn))
+
+
 def compare(base: PlanSet, head: PlanSet) -> Diff:
-    """The difference between two plan sets, stack by stack; pure."""
+    """The difference between two plan sets, stack by stack, with replacements' cascades; pure."""
     stacks = sorted(set(base.plans) | set(head.plans))
     changes = [c for s in stacks for c in compare_stack(s, base.plans.get(s), head.plans.get(s))]
+    changes = cascade(changes, head.plans)
     lock = [
         LockChange(key, base.lock.get(key), head.lock.get(key))
         for key in sorted(set(base.lock) | set(head.lock))

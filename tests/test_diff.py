@@ -335,3 +335,36 @@ def test_diff_of_two_revisions(tmp_path: Path) -> None:
     assert "| `prod-us-west-2` | 0 |" in working and "No allocation added" in working
     with pytest.raises(diff.DlinfraError, match="unknown revision 'nope'"):
         diff.diff_revisions(repo=repo, base="nope", head="HEAD", **kwargs)
+
+
+# --- cascades -------------------------------------------------------------------------------------------------
+def _reference_sets() -> tuple[diff.PlanSet, diff.PlanSet]:
+    from tests.components import _reference as reference
+
+    plans = {name: r.plan("dlinfra") for name, r in reference.runs().items()}
+    head = copy.deepcopy(plans)
+    (subnet,) = [r for r in head[STACK]["resources"] if r["name"] == "network-private-us-west-2a"]
+    subnet["inputs"]["cidrBlock"] = "10.2.0.0/19"  # a renumbered node subnet
+    return diff.PlanSet(label="base", plans=plans), diff.PlanSet(label="head", plans=head)
+
+
+def test_a_replaced_subnet_drags_what_holds_it_along() -> None:
+    # Offline ids follow URNs, so without the cascade nothing that holds the subnet would change.
+    result = diff.compare(*_reference_sets())
+    by_name = {(c.stack, c.name): c for c in result.changes}
+    assert by_name[(STACK, "network-private-us-west-2a")].action == "replace"
+    # Held through a replacement-forcing input: replaced too, and said why.
+    mount = by_name[(STACK, "storage-efs-us-west-2a")]
+    assert (mount.action, mount.inputs) == ("replace", ("subnetId",))
+    assert mount.note == "cascade: network-private-us-west-2a (prod-us-west-2) is replaced"
+    lustre = by_name[(STACK, "storage-lustre")]
+    assert lustre.action == "replace" and lustre.inputs == ("subnetIds",)
+    assert lustre in result.dangerous  # stateful data lost: shown first
+    # Held through an updatable input: an update whose new value is known only after apply.
+    cluster = by_name[(STACK, "cluster-eks")]
+    assert cluster.action == "update" and "vpcConfig" in cluster.inputs and "known after apply" in cluster.note
+    # Transitive: the replaced file system's association follows it.
+    assert by_name[(STACK, "storage-lustre-datasets")].note.startswith("cascade: storage-lustre (prod-us-west-2)")
+    # Other regions and AZs are untouched.
+    assert not [c for c in result.changes if c.stack == "prod-eu-west-1"]
+    assert (STACK, "storage-efs-us-west-2b") not in by_name
