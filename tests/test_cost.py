@@ -114,14 +114,14 @@ def test_prod_us_west_2_matches_a_hand_calculation(report: cost.Report) -> None:
         + 3 * 730 * 0.005  # their 3 EIPs (public IPv4)
         + 2 * 730 * 0.05  # TGW attachments: the VPC and the sjc1 VPN
         + 1 * 730 * 0.05  # Site-to-Site VPN connection to sjc1
-        + 3 * 730 * 0.15  # Client VPN: 3 subnet associations; connection-hours assumed 0
+        + 3 * 730 * 0.10  # Client VPN: 3 subnet associations; connection-hours assumed 0
         + 8 * 3 * 730 * 0.01  # 8 interface endpoints x 3 subnets
         + 2400 * 0.21  # FSx for Lustre PERSISTENT_2, 2400 GiB at 250 MB/s/TiB
-    )  # = 1664.70; train-h100 runs on a capacity block (billed up front, not here); EFS and S3 assumed 0 GB
-    assert fixed == pytest.approx(1664.70)
-    assert stack.usd_min == pytest.approx(round(cpu_min, 2) + fixed, abs=0.01)  # 2,842.04
+    )  # = 1555.20; train-h100 runs on a capacity block (billed up front, not here); EFS and S3 assumed 0 GB
+    assert fixed == pytest.approx(1555.20)
+    assert stack.usd_min == pytest.approx(round(cpu_min, 2) + fixed, abs=0.01)  # 2,732.54
     assert stack.usd_max == pytest.approx(round(cpu_max, 2) + round(interactive_max, 2) + fixed, abs=0.01)
-    assert stack.usd_min == pytest.approx(2842.04) and stack.usd_max == pytest.approx(65521.60)
+    assert stack.usd_min == pytest.approx(2732.54) and stack.usd_max == pytest.approx(65412.10)
     block = _item(stack, "pool train-h100 (p5.48xlarge)")
     assert block.usd_max == 0 and "capacity block" in block.note and block.price_key == ""
     assert "first of 3 overrides" in _item(stack, "pool cpu (m7i.4xlarge)").note
@@ -179,7 +179,7 @@ def test_cli_table_and_json(capsys: pytest.CaptureFixture[str], plan_dir: Path, 
     code = cli.main(["cost", "--fleet", str(REFERENCE_FLEET), "--plans", str(plan_dir)])
     out = capsys.readouterr().out
     assert code == 0
-    assert "prod-us-west-2" in out and "2,842.04" in out and "65,521.60" in out
+    assert "prod-us-west-2" in out and "2,732.54" in out and "65,412.10" in out
     assert "read 2026-11-23" in out and "nat_gb=0" in out and "Not counted:" in out and "EBS volumes" in out
     code = cli.main(["cost", "--json", "--fleet", str(REFERENCE_FLEET), "--plans", str(plan_dir)])
     data = json.loads(capsys.readouterr().out)
