@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import datetime
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -221,7 +221,6 @@ class Report:
     hours_per_month: float
     not_counted: tuple[str, ...]
     unverified_prices: tuple[str, ...]  # "key (region): note" for each unverified or copied price used
-    extra: Mapping[str, Any] = field(default_factory=dict)
 
     @property
     def usd_min(self) -> float:
@@ -398,7 +397,7 @@ def price_stack(
 
     for r in resources_:
         t = r["type"]
-        if t.startswith("aws:") and t not in FREE and t not in NOT_COUNTED and t not in _PRICED:
+        if t.startswith("aws:") and t not in FREE and t not in NOT_COUNTED and t not in PRICED:
             missing.append(f"resource type {t} ({r['name']}): add it to dlinfra/cost.py (priced, free or not counted)")
 
     if stack_region:
@@ -494,7 +493,7 @@ def price_stack(
 
 
 # Types whose cost price_stack computes (directly, or through a resource it reads with them).
-_PRICED: frozenset[str] = frozenset(
+PRICED: frozenset[str] = frozenset(
     {
         "aws:autoscaling/group:Group",
         "aws:eks/cluster:Cluster",

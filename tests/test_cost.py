@@ -62,7 +62,7 @@ def test_price_table_loads_with_source_date_and_honest_marks() -> None:
 
 def test_every_aws_type_in_the_reference_plans_is_classified(plans: dict[str, dict[str, Any]]) -> None:
     emitted = {r["type"] for plan in plans.values() for r in plan["resources"] if r["type"].startswith("aws:")}
-    known = cost.FREE | set(cost.NOT_COUNTED) | cost._PRICED
+    known = cost.FREE | set(cost.NOT_COUNTED) | cost.PRICED
     assert emitted - known == set()
     # Each priced type the fleet uses is in the table for each region the fleet runs in.
     regions = {p["role"]["region"] for p in plans.values() if p["role"]["region"]}
