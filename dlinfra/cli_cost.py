@@ -34,6 +34,7 @@ def register(subparsers: Any, common: argparse.ArgumentParser) -> dict[str, Hand
     )
     cmd.add_argument("--plans", type=Path, default=Path("build/plans"), help="plan folder (default: build/plans)")
     cmd.add_argument("--json", action="store_true", help="print the report as JSON (schema: docs/cost.md)")
+    cmd.add_argument("--allow-stale", action="store_true", help="use plans even if their inputs changed since")
     cmd.add_argument(
         "--assume",
         action="append",
@@ -50,6 +51,11 @@ def cmd_cost(args: argparse.Namespace) -> int:
     fleet = load_fleet(args.fleet).fleet
     stacks = [r.name for r in stackroles.roles(fleet)]
     plans = access.load_plans(args.plans, stacks)
+    from dlinfra.cli_checks import refuse_stale_plans
+
+    stale_note = refuse_stale_plans(args, plans)
+    if stale_note:
+        Console(stderr=True).print(f"note: {stale_note}", markup=False)
     report = cost.estimate([p.data for p in plans], assumptions=assumptions)
     if args.json:
         sys.stdout.write(json.dumps(report.to_json(), indent=2, sort_keys=True) + "\n")

@@ -33,7 +33,8 @@ def report(plans: dict[str, dict[str, Any]]) -> cost.Report:
 def plan_dir(plans: dict[str, dict[str, Any]], tmp_path_factory: pytest.TempPathFactory) -> Path:
     folder = tmp_path_factory.mktemp("plans")
     for name, plan in plans.items():
-        (folder / f"{name}.json").write_text(json.dumps(plan, sort_keys=True))
+        made_from = {**plan, "provenance": _reference.provenance()}  # as `dlinfra preview` writes them
+        (folder / f"{name}.json").write_text(json.dumps(made_from, sort_keys=True))
     return folder
 
 
