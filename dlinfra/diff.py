@@ -128,6 +128,7 @@ class PlanSet:
     configs: Mapping[str, str] = field(default_factory=dict)  # stack -> text of stacks/Pulumi.<stack>.yaml
     reach: Mapping[str, Any] | None = None  # `dlinfra reach --json` of these plans; None: not analysed
     reach_error: str = ""  # why the reachability analysis could not run on this revision
+    cost: Mapping[str, Any] | None = None  # `dlinfra cost --json` of these plans; None: not estimated
 
 
 @dataclass(frozen=True)
@@ -173,6 +174,8 @@ class Diff:
     base_reach: Mapping[str, Any] | None = None
     head_reach: Mapping[str, Any] | None = None
     reach_errors: tuple[str, ...] = ()
+    base_cost: Mapping[str, Any] | None = None
+    head_cost: Mapping[str, Any] | None = None
 
     @property
     def dangerous(self) -> list[Change]:
@@ -448,6 +451,8 @@ def compare(base: PlanSet, head: PlanSet) -> Diff:
         base_reach=base.reach,
         head_reach=head.reach,
         reach_errors=tuple(f"{ps.label}: {ps.reach_error}" for ps in (base, head) if ps.reach_error),
+        base_cost=base.cost,
+        head_cost=head.cost,
     )
 
 
@@ -505,6 +510,7 @@ def render_markdown(diff: Diff) -> str:
     out += _lock_section(diff)
     out += ["### Regions, sites and links", "", *mermaid(diff.base_topology, diff.head_topology), ""]
     out += _reach_section(diff)
+    out += _cost_section(diff)
     out.append(
         "<sub>Offline preview under dlinfra's fake cloud: values the cloud computes are not compared. The real "
         "`pulumi preview` runs in the preview workflow where credentials exist.</sub>"
@@ -771,6 +777,13 @@ def _plan_set(tree: Path, out: Path, fleet: Path, lock: Path, label: str) -> Pla
         reach = reach_check.summary_json(reach_check.analyse(tree / fleet, tree / lock, list(plans.values())))
     except DlinfraError as exc:
         reach_error = str(exc)
+    estimate = None
+    try:
+        from dlinfra import cost
+
+        estimate = cost.estimate(plans.values()).to_json()
+    except DlinfraError:
+        estimate = None  # a type the price table lacks: the cost section says it could not be estimated
     return PlanSet(
         label=label,
         plans=plans,
@@ -779,7 +792,49 @@ def _plan_set(tree: Path, out: Path, fleet: Path, lock: Path, label: str) -> Pla
         configs=configs,
         reach=reach,
         reach_error=reach_error,
+        cost=estimate,
     )
+
+
+def _usd(value: float) -> str:
+    return f"{value:,.2f}"
+
+
+def _signed(value: float) -> str:
+    return ("+" if value > 0 else "") + _usd(value) if value else "0"
+
+
+def _cost_section(diff: Diff) -> list[str]:
+    """Monthly cost per stack at min and max pool size, base → head, from `dlinfra cost`'s dated price table."""
+    head, base = diff.head_cost, diff.base_cost
+    lines = ["### Cost (USD per month)", ""]
+    if head is None or base is None:
+        return [*lines, "The cost could not be estimated for one revision (run `dlinfra cost` for why).", ""]
+    before = {s["stack"]: s for s in base["stacks"]}
+    after = {s["stack"]: s for s in head["stacks"]}
+    lines += ["| stack | min (base → head) | change | max (base → head) | change |", "|---|---:|---:|---:|---:|"]
+    for stack in sorted(set(before) | set(after)):
+        b, h = before.get(stack, {"usd_min": 0.0, "usd_max": 0.0}), after.get(stack, {"usd_min": 0.0, "usd_max": 0.0})
+        if (b["usd_min"], b["usd_max"]) == (h["usd_min"], h["usd_max"]) and b["usd_max"] == 0:
+            continue
+        lines.append(
+            f"| {_code(stack)} | {_usd(b['usd_min'])} → {_usd(h['usd_min'])} | {_signed(h['usd_min'] - b['usd_min'])} "
+            f"| {_usd(b['usd_max'])} → {_usd(h['usd_max'])} | {_signed(h['usd_max'] - b['usd_max'])} |"
+        )
+    low, high = _signed(head["usd_min"] - base["usd_min"]), _signed(head["usd_max"] - base["usd_max"])
+    lines.append(
+        f"| **total** | {_usd(base['usd_min'])} → {_usd(head['usd_min'])} | **{low}** "
+        f"| {_usd(base['usd_max'])} → {_usd(head['usd_max'])} | **{high}** |"
+    )
+    lines += [
+        "",
+        f"Prices of {head['price_date']} (dlinfra/data/prices.yaml, {len(head['unverified_prices'])} "
+        "marked unverified), "
+        f"{head['hours_per_month']:g} h per month; min and max are every pool at its minimum and maximum size. Not "
+        f"counted: {', '.join(head['not_counted'])}.",
+        "",
+    ]
+    return lines
 
 
 def _reach_section(diff: Diff) -> list[str]:

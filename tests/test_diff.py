@@ -368,3 +368,31 @@ def test_a_replaced_subnet_drags_what_holds_it_along() -> None:
     # Other regions and AZs are untouched.
     assert not [c for c in result.changes if c.stack == "prod-eu-west-1"]
     assert (STACK, "storage-efs-us-west-2b") not in by_name
+
+
+def test_raising_a_pool_max_shows_the_cost_change() -> None:
+    from dlinfra import cost
+
+    base, _ = _reference_sets()
+    raised = copy.deepcopy(dict(base.plans))
+    (group,) = [r for r in raised[STACK]["resources"] if r["name"] == "pool-interactive-asg"]
+    group["inputs"]["maxSize"] = 24.0  # was 12
+    before, after = cost.estimate(base.plans.values()).to_json(), cost.estimate(raised.values()).to_json()
+    result = diff.compare(
+        diff.PlanSet(label="base", plans=base.plans, cost=before), diff.PlanSet(label="head", plans=raised, cost=after)
+    )
+    text = diff.render_markdown(result)
+    assert "### Cost (USD per month)" in text
+    section = text.split("### Cost (USD per month)", 1)[1]
+    (row,) = [line for line in section.splitlines() if line.startswith(f"| `{STACK}` |")]
+    # 12 more g6.12xlarge at the table's price, for 730 hours; the minimum is unchanged.
+    (interactive,) = [
+        i
+        for s in after["stacks"]
+        if s["stack"] == STACK
+        for i in s["items"]
+        if i["label"].startswith("pool interactive")
+    ]
+    delta = 12 * 730 * interactive["usd_each"]
+    shown = float(row.rsplit("|", 2)[1].strip().lstrip("+").replace(",", ""))
+    assert abs(shown - delta) <= 0.01 and "| 0 |" in row  # totals are sums of cents: one cent of rounding
