@@ -142,6 +142,8 @@ class Change:
     urn: str
     inputs: tuple[str, ...] = ()  # update: the inputs that change; replace: the ones forcing it
     note: str = ""
+    values: tuple[tuple[str, str], ...] = ()  # (input, "old → new") for top-level inputs that changed
+    protected: bool = False  # the base resource is protected: `pulumi up` refuses to replace or delete it
 
     @property
     def stateful(self) -> bool:
@@ -190,6 +192,33 @@ class Diff:
         ]
 
     @property
+    def blocking(self) -> list[Change]:
+        """Protected resources replaced or deleted: `pulumi up` stops there until someone unprotects them."""
+        return [c for c in self.changes if c.protected and c.action in ("replace", "delete")]
+
+    @property
+    def capacity_reductions(self) -> list[Change]:
+        """Auto Scaling groups whose maximum or minimum goes down: running nodes may be terminated."""
+        out = []
+        for c in self.changes:
+            if c.type != "aws:autoscaling/group:Group" or c.action != "update":
+                continue
+            for key, change in c.values:
+                if key in ("maxSize", "minSize", "desiredCapacity") and " → " in change:
+                    before, after = change.split(" → ", 1)
+                    if _number(after) < _number(before):
+                        out.append(c)
+                        break
+        return out
+
+    @property
+    def apply_order(self) -> list[str]:
+        """Changed stacks in the order they must be applied: regional, then in-cluster, then global."""
+        rank = {"regional": 0, "k8s": 1, "global": 2}
+        stacks = {c.stack for c in self.changes}
+        return sorted(stacks, key=lambda s: (rank.get(str((self.roles.get(s) or {}).get("kind")), 3), s))
+
+    @property
     def renumbered(self) -> list[LockChange]:
         return [c for c in self.lock if c.before is not None and c.after is not None]
 
@@ -206,6 +235,34 @@ def _normal(value: Any) -> Any:
     if isinstance(value, list):
         return [_normal(v) for v in value]
     return value
+
+
+MAX_VALUE = 80  # characters of a value shown in the report
+
+
+def _short(value: Any) -> str:
+    text = json.dumps(_normal(value), sort_keys=True) if not isinstance(value, str) else value
+    return text if len(text) <= MAX_VALUE else text[: MAX_VALUE - 1] + "…"
+
+
+def _value_change(before: Any, after: Any) -> str:
+    """ "old → new" for one input; lists as the items added and removed; secrets stay masked as the plans hold them."""
+    if isinstance(before, list) and isinstance(after, list):
+        old, new = [_short(v) for v in before], [_short(v) for v in after]
+        added, removed = [v for v in new if v not in old], [v for v in old if v not in new]
+        if added or removed:
+            return ", ".join([*(f"+{v}" for v in added), *(f"-{v}" for v in removed)])
+        return "reordered"
+    if isinstance(before, Mapping) and isinstance(after, Mapping):
+        keys = _changed_inputs(before, after)
+        return "; ".join(f"{k}: {_value_change(before.get(k), after.get(k))}" for k in keys[:6]) + (
+            f"; … {len(keys) - 6} more" if len(keys) > 6 else ""
+        )
+    return f"{_shown(before)} → {_shown(after)}"
+
+
+def _shown(value: Any) -> str:
+    return "(none)" if value is None else _short(value)
 
 
 def _changed_inputs(before: Mapping[str, Any], after: Mapping[str, Any]) -> list[str]:
@@ -337,11 +394,24 @@ def compare_stack(stack: str, base: Mapping[str, Any] | None, head: Mapping[str,
             for option in ("protect", "retain_on_delete")
             if bool(old.get(option)) != bool(new.get(option))
         ]
+        values = tuple((k, _value_change(old_inputs.get(k), new_inputs.get(k))) for k in changed)
         if forced:
-            out.append(Change(stack, "replace", new["type"], new["name"], new_urn, tuple(forced), note))
+            out.append(
+                Change(
+                    stack,
+                    "replace",
+                    new["type"],
+                    new["name"],
+                    new_urn,
+                    tuple(forced),
+                    note,
+                    values,
+                    bool(old.get("protect")),
+                )
+            )
         elif changed or options:
             shown = [d for k in changed for d in _detail(k, old_inputs.get(k), new_inputs.get(k))] + options
-            out.append(Change(stack, "update", new["type"], new["name"], new_urn, tuple(shown), note))
+            out.append(Change(stack, "update", new["type"], new["name"], new_urn, tuple(shown), note, values))
     deleted = [r for urn, r in sorted(before.items()) if urn not in after and urn not in renamed]
     created = [r for urn, r in sorted(after.items()) if urn not in before and urn not in matched_heads]
     # A resource whose URN changed without an alias (a moved parent, a renamed component) is deleted and
@@ -355,7 +425,7 @@ def compare_stack(stack: str, base: Mapping[str, Any] | None, head: Mapping[str,
             out.append(Change(stack, "replace", twin["type"], twin["name"], twin["urn"], ("(urn)",), note))
     for r in deleted:
         note = "protected: `pulumi up` refuses until it is unprotected" if r.get("protect") else ""
-        out.append(Change(stack, "delete", r["type"], r["name"], r["urn"], note=note))
+        out.append(Change(stack, "delete", r["type"], r["name"], r["urn"], note=note, protected=bool(r.get("protect"))))
     out += [Change(stack, "create", r["type"], r["name"], r["urn"]) for r in created]
     return out
 
@@ -412,7 +482,16 @@ def cascade(changes: Sequence[Change], head: Mapping[str, Mapping[str, Any]]) ->
             forced = [k for k in held if k in forcing or "*" in forcing]
             stack, urn = key
             if forced:
-                out[key] = Change(stack, "replace", r["type"], r["name"], urn, tuple(forced), f"cascade: {because}")
+                out[key] = Change(
+                    stack,
+                    "replace",
+                    r["type"],
+                    r["name"],
+                    urn,
+                    tuple(forced),
+                    f"cascade: {because}",
+                    protected=bool(r.get("protect")),
+                )
                 queue.append(key)
             else:
                 inputs = tuple(dict.fromkeys([*(current.inputs if current else ()), *held]))
@@ -522,8 +601,36 @@ def render_markdown(diff: Diff) -> str:
     return text
 
 
+def _number(text: str) -> float:
+    try:
+        return float(text)
+    except ValueError:
+        return float("nan")
+
+
 def _warnings(diff: Diff) -> list[str]:
     lines: list[str] = []
+    if diff.blocking:
+        lines += ["> [!CAUTION]", "> **This apply stops here: protected resources would be replaced or deleted.**"]
+        for c in diff.blocking:
+            why = f" (forced by {', '.join(c.inputs)})" if c.action == "replace" and c.inputs else ""
+            lines.append(f"> - **{c.action.upper()}** {_code(c.type)} {_code(c.name)} in {_code(c.stack)}{why}")
+        lines += [
+            "> `pulumi up` refuses until each is unprotected on purpose (protect=False), or the change is undone.",
+            "",
+        ]
+    if diff.capacity_reductions:
+        lines += ["> [!WARNING]", "> **Node capacity goes down: running nodes above the new size are terminated.**"]
+        for c in diff.capacity_reductions:
+            sizes = ", ".join(f"{k} {v}" for k, v in c.values if k in ("minSize", "maxSize", "desiredCapacity"))
+            lines.append(f"> - {_code(c.name)} in {_code(c.stack)}: {sizes}")
+        lines.append("")
+    order = diff.apply_order
+    if len(order) > 1:
+        lines += [
+            "**Apply in this order** (each stack reads the ones before it): " + " → ".join(_code(s) for s in order),
+            "",
+        ]
     danger = diff.dangerous
     if danger or diff.renumbered or diff.unprotected:
         lines += ["> [!CAUTION]"]
@@ -596,7 +703,11 @@ def _stack_section(stack: str, changes: Sequence[Change], diff: Diff) -> list[st
         lines += [f"**{heading}**", "", f"| type | name | {column} |", "| --- | --- | --- |"]
         body = [
             f"| {_code(c.type)} | {_code(c.name)} | "
-            + _cell(", ".join(_code(k) for k in c.inputs) + (f" — {c.note}" if c.note else ""))
+            + _cell(
+                ", ".join(_code(k) for k in c.inputs)
+                + (f" — {c.note}" if c.note else "")
+                + "".join(f"<br>{_code(k)}: {v}" for k, v in c.values)
+            )
             + " |"
             for c in rows
         ]

@@ -231,7 +231,10 @@ def test_summary_and_per_stack_tables(markdown: str) -> None:
     assert "| `prod-us-west-2` | 1 | 1 | 2 | 1 |" in markdown
     assert "| `prod-new-1` (new stack) | 1 | 0 | 0 | 0 |" in markdown
     assert "| `aws:ec2/vpc:Vpc` | 1 | `cidrBlock` |" in markdown  # replacements by type
-    assert "| `aws:ec2/subnet:Subnet` | `public-a` | `mapPublicIpOnLaunch`, `tags.owner` |" in markdown
+    assert (
+        "| `aws:ec2/subnet:Subnet` | `public-a` | `mapPublicIpOnLaunch`, `tags.owner`"
+        "<br>`mapPublicIpOnLaunch`: false → true<br>`tags`: owner: infra → platform |"
+    ) in markdown
     assert "| `aws:ec2/flowLog:FlowLog` | 1 |" in markdown
 
 
@@ -396,3 +399,53 @@ def test_raising_a_pool_max_shows_the_cost_change() -> None:
     delta = 12 * 730 * interactive["usd_each"]
     shown = float(row.rsplit("|", 2)[1].strip().lstrip("+").replace(",", ""))
     assert abs(shown - delta) <= 0.01 and "| 0 |" in row  # totals are sums of cents: one cent of rounding
+
+
+def test_what_blocks_or_hurts_comes_first_with_old_and_new_values() -> None:
+    group = "aws:autoscaling/group:Group"
+    rule = "aws:ec2clientvpn/authorizationRule:AuthorizationRule"
+    base_resources = [
+        resource(BUCKET, "datasets", "dlinfra:storage:Storage", protect=True, inputs={"bucket": "dlinfra-datasets"}),
+        resource(group, "pool-cpu-asg", "dlinfra:compute:NodePool", inputs={"minSize": 2.0, "maxSize": 40.0}),
+        resource(SUBNET, "private-a", inputs={"cidrBlock": "10.2.0.0/18", "tags": TAGS}),
+        resource(rule, "sg", inputs={"securityGroupIds": ["sg-a", "sg-b"], "description": "x"}),
+    ]
+    head_resources = [
+        resource(group, "pool-cpu-asg", "dlinfra:compute:NodePool", inputs={"minSize": 2.0, "maxSize": 8.0}),
+        resource(SUBNET, "private-a", inputs={"cidrBlock": "10.2.0.0/18", "tags": {**TAGS, "owner": "ml"}}),
+        resource(rule, "sg", inputs={"securityGroupIds": ["sg-b", "sg-c"], "description": "x"}),
+    ]
+    result = diff.compare(
+        diff.PlanSet(label="main", plans={STACK: plan(STACK, *base_resources)}),
+        diff.PlanSet(label="pr", plans={STACK: plan(STACK, *head_resources)}),
+    )
+    assert [c.name for c in result.blocking] == ["datasets"]
+    assert [c.name for c in result.capacity_reductions] == ["pool-cpu-asg"]
+    text = diff.render_markdown(result)
+    blocking, reduction, summary = (
+        text.index("This apply stops here"),
+        text.index("Node capacity goes down"),
+        text.index("| stack | create |"),
+    )
+    assert blocking < reduction < summary  # before everything else, never inside a collapsed section
+    assert "> - **DELETE** `aws:s3/bucket:Bucket` `datasets` in `prod-us-west-2`" in text
+    assert "> - `pool-cpu-asg` in `prod-us-west-2`: maxSize 40 → 8" in text
+    assert "<br>`maxSize`: 40 → 8" in text
+    assert "<br>`tags`: owner: infra → ml" in text
+    assert "<br>`securityGroupIds`: +sg-c, -sg-a" in text
+
+
+def test_changed_stacks_are_listed_in_apply_order() -> None:
+    regional, k8s, world = "prod-us-west-2", "prod-us-west-2-k8s", "prod-global"
+    roles = {regional: "regional", k8s: "k8s", world: "global"}
+    base, head = {}, {}
+    for stack, kind in roles.items():
+        base[stack] = {**plan(stack, resource(VPC, "vpc", inputs={"cidrBlock": "10.2.0.0/16"})), "role": {"kind": kind}}
+        head[stack] = {
+            **plan(stack, resource(VPC, "vpc", inputs={"cidrBlock": "10.2.0.0/16", "x": 1})),
+            "role": {"kind": kind},
+        }
+    result = diff.compare(diff.PlanSet(label="a", plans=base), diff.PlanSet(label="b", plans=head))
+    assert result.apply_order == [regional, k8s, world]
+    order = "`prod-us-west-2` → `prod-us-west-2-k8s` → `prod-global`"
+    assert f"**Apply in this order** (each stack reads the ones before it): {order}" in diff.render_markdown(result)
