@@ -115,6 +115,8 @@ class Topology:
     stacks: tuple[tuple[str, str], ...] = ()  # (environment, region)
     sites: tuple[Site, ...] = ()
     peerings: tuple[tuple[str, str, str], ...] = ()  # (environment, region, region)
+    pools: tuple[tuple[str, str], ...] = ()  # (environment, pool)
+    teams: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -582,6 +584,7 @@ def render_markdown(diff: Diff) -> str:
     """The diff as GitHub-flavoured markdown for a pull-request comment."""
     out = [COMMENT_MARKER, f"## dlinfra offline diff: {_code(diff.base)} → {_code(diff.head)}", ""]
     out += _warnings(diff)
+    out += _entities(diff)
     out += _summary(diff)
     out += _replacement_table(diff)
     for stack in sorted({c.stack for c in diff.changes}):
@@ -653,6 +656,11 @@ def _warnings(diff: Diff) -> list[str]:
             lines += [f"> - {_code(c.key)}: {c.before} → {c.after}" for c in diff.renumbered]
         lines.append("")
     return lines
+
+
+def _entities(diff: Diff) -> list[str]:
+    named = entity_summary(diff)
+    return ["**What this changes:** " + ", ".join(f"`{n}`" for n in named), ""] if named else []
 
 
 def _summary(diff: Diff) -> list[str]:
@@ -819,13 +827,56 @@ def topology(fleet: Mapping[str, Any]) -> Topology:
         for name, spec in (fleet.get("sites") or {}).items()
     ]
     primary = next((r for r, spec in regions.items() if (spec or {}).get("primary")), None)
+    pools = [(env, str(p)) for env, spec in environments.items() for p in ((spec or {}).get("node_pools") or {})]
     return Topology(
         regions=tuple(sorted(regions)),
         primary=primary,
         stacks=tuple(sorted(stacks)),
         sites=tuple(sorted(sites, key=lambda s: s.name)),
         peerings=tuple(sorted(peerings)),
+        pools=tuple(sorted(pools)),
+        teams=tuple(sorted(str(t) for t in (fleet.get("teams") or {}))),
     )
+
+
+def _token(name: str, word: str) -> bool:
+    return re.search(rf"(^|-){re.escape(word)}(-|$)", name) is not None
+
+
+def entity_summary(diff: Diff) -> list[str]:
+    """Pools, teams and sites the change adds or removes, with where their resources are: "+ pool infer-l4 (prod,
+    2 regions)", "- site ams1 (prod, 3 regions)"; removals first, then whole stacks added or removed.
+
+    The entities are the difference between the two revisions' fleets; a resource counts for one when its logical
+    name starts with pool-<pool>- (in that pool's environment) or holds the site's or team's name as a word.
+    """
+    base, head = diff.base_topology, diff.head_topology
+    changed: list[tuple[str, str, str, str | None]] = []  # (sign, kind, name, environment)
+    for sign, mine, theirs in (("-", base, head), ("+", head, base)):
+        changed += [(sign, "pool", p, e) for e, p in sorted(set(mine.pools) - set(theirs.pools))]
+        changed += [
+            (sign, "site", n, None) for n in sorted({s.name for s in mine.sites} - {s.name for s in theirs.sites})
+        ]
+        changed += [(sign, "team", t, None) for t in sorted(set(mine.teams) - set(theirs.teams))]
+    where: dict[tuple[str, str, str], set[str]] = {(sign, kind, name): set() for sign, kind, name, _ in changed}
+    for c in diff.changes:
+        if c.action not in ("create", "delete"):
+            continue
+        for sign, kind, name, env in changed:
+            if kind == "pool":
+                hit = c.stack.split("-", 1)[0] == env and c.name.startswith(f"pool-{name}-")
+            else:
+                hit = _token(c.name, name)
+            if hit:
+                where[(sign, kind, name)].add(c.stack)
+    lines = []
+    for (sign, kind, name), stacks in sorted(where.items(), key=lambda kv: (kv[0][0] != "-", kv[0][1], kv[0][2])):
+        envs = sorted({s.split("-", 1)[0] for s in stacks})
+        regional = {s for s in stacks if not s.endswith(("-k8s", "-global"))}
+        detail = ", ".join(envs) + (f", {len(regional)} region{'s' if len(regional) != 1 else ''}" if regional else "")
+        lines.append(f"{sign} {kind} {name}" + (f" ({detail})" if detail else ""))
+    lines += [f"+ stack {s} (new)" for s in diff.stacks_added] + [f"- stack {s} (removed)" for s in diff.stacks_removed]
+    return lines
 
 
 def _git(repo: Path, *args: str, binary: bool = False) -> Any:
