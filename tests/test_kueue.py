@@ -187,3 +187,17 @@ def test_scaled_policy_shrinks_quotas_to_capacity(fleet: Fleet) -> None:
 
 def test_scaled_policy_keeps_quotas_that_fit(fleet: Fleet) -> None:
     assert kueue.plan(fleet, "prod", "scaled").regions == kueue.plan(fleet, "prod").regions
+
+
+def test_plan_does_not_depend_on_fleet_order(write_fleet: Callable[..., Path], fleet: Fleet) -> None:
+    # Teams, regions, pools and sites listed the other way round: every team keeps the same GPUs per flavor.
+    def reverse(d: dict[str, Any]) -> None:
+        for parent, key in ((d, "teams"), (d, "sites"), (d["environments"]["prod"], "regions")):
+            parent[key] = dict(reversed(parent[key].items()))
+        prod = d["environments"]["prod"]
+        prod["node_pools"] = dict(reversed(prod["node_pools"].items()))
+
+    reordered = _changed(write_fleet, reverse)
+    assert list(reordered.teams) == list(reversed(fleet.teams))  # the change did reorder
+    for region in fleet.environments["prod"].regions:
+        assert kueue.plan(reordered, "prod").region(region) == kueue.plan(fleet, "prod").region(region)
