@@ -142,6 +142,22 @@ class NodePool(Strict):
     pod_imds_access: bool = False  # hop limit 2 lets pods reach IMDS; default 1 keeps it node-only
     root_volume_gib: int = Field(200, ge=20, le=16384)
 
+    # regions, zones and taints are sets, unlike instance_types: their order in the file changes nothing declared.
+    @field_validator("regions")
+    @classmethod
+    def _region_set(cls, v: tuple[str, ...] | None) -> tuple[str, ...] | None:
+        return None if v is None else tuple(sorted(v))
+
+    @field_validator("zones")
+    @classmethod
+    def _zone_sets(cls, v: Mapping[str, tuple[str, ...]]) -> dict[str, tuple[str, ...]]:
+        return {region: tuple(sorted(zones)) for region, zones in v.items()}
+
+    @field_validator("taints")
+    @classmethod
+    def _taint_set(cls, v: tuple[Taint, ...]) -> tuple[Taint, ...]:
+        return tuple(sorted(v, key=lambda t: (t.key, t.value, t.effect)))
+
     @model_validator(mode="after")
     def _sizes(self) -> NodePool:
         if self.min_size > self.max_size:
@@ -167,7 +183,12 @@ class KubernetesSpec(Strict):
         for arn in v:
             if not re.fullmatch(r"arn:aws[a-z-]*:iam::\d{12}:role/[\w+=,.@/-]{1,512}", arn):
                 raise ValueError(f"{arn!r} is not an IAM role ARN (arn:aws:iam::<12 digits>:role/<name>)")
-        return v
+        return tuple(sorted(v))  # order in the file changes nothing declared
+
+    @field_validator("public_access_cidrs")
+    @classmethod
+    def _cidr_set(cls, v: tuple[ipaddress.IPv4Network, ...]) -> tuple[ipaddress.IPv4Network, ...]:
+        return tuple(sorted(v))  # a set of networks: the EKS endpoint's allow list is declared in address order
 
 
 _ROLE_ARN = re.compile(r"arn:aws[a-z-]*:iam::\d{12}:role/[\w+=,.@/-]{1,512}")
@@ -351,11 +372,16 @@ class Site(Strict):
     gpu_nodes: int = Field(0, ge=0)  # machines that join the cluster as hybrid nodes
     gpus_per_node: int = Field(8, ge=0)
     gpu_model: str = "H100"
-    nfs: tuple[NfsMount, ...] = ()
+    nfs: tuple[NfsMount, ...] = ()  # a set: mounted in mount point order, so a parent mounts before its children
     # Until when the site's SSM hybrid activation registers new machines (UTC, at most 30 days after the apply
     # that creates it; default: AWS's 24 hours). A fixed instant, so previews stay stable; changing it creates
     # a new activation with a new code, and machines already registered keep working.
     activation_expiry: datetime.datetime | None = None
+
+    @field_validator("nfs")
+    @classmethod
+    def _mount_order(cls, v: tuple[NfsMount, ...]) -> tuple[NfsMount, ...]:
+        return tuple(sorted(v, key=lambda m: (m.mount_point, str(m.server), m.export)))
 
     @field_validator("activation_expiry")
     @classmethod

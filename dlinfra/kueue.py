@@ -97,40 +97,43 @@ class QuotaPlan:
         return sum(r.team_total(team) for r in self.regions.values())
 
 
-def apportion(quotas: Mapping[str, int], capacities: Sequence[int]) -> dict[str, list[int]]:
-    """Split each quota over columns in proportion to their capacity, in integers: every row sums to its
-    quota exactly, no column gets more than its capacity, and the same input always gives the same split."""
+def apportion(quotas: Mapping[str, int], capacities: Mapping[str, int]) -> dict[str, dict[str, int]]:
+    """Split each quota over named columns in proportion to their capacity, in integers: every row sums to its
+    quota exactly, no column gets more than its capacity, and equal inputs give the same split in any order."""
     # Floors first, then the largest fractional parts; where that greedy choice would overfill a column,
     # augmenting paths move units around. A feasible rounding always exists when the quotas fit the capacity
-    # (the exact fractional split is one), so the search cannot fail.
-    if any(q < 0 for q in quotas.values()) or any(c < 0 for c in capacities):
+    # (the exact fractional split is one), so the search cannot fail. Rows and columns are visited in name
+    # order, so ties go by name: reordering the fleet file must not move a team's guarantee between flavors.
+    if any(q < 0 for q in quotas.values()) or any(c < 0 for c in capacities.values()):
         raise ValueError("quotas and capacities must not be negative")
-    total = sum(capacities)
+    total = sum(capacities.values())
     if sum(quotas.values()) > total:
         raise ValueError(f"quotas add up to {sum(quotas.values())}, more than the capacity {total}")
-    teams = list(quotas)
+    teams = sorted(quotas)
+    names = sorted(capacities)
+    columns = [capacities[n] for n in names]
     if total == 0:
-        return {t: [0] * len(capacities) for t in teams}
-    exact = {t: [Fraction(quotas[t] * c, total) for c in capacities] for t in teams}
+        return {t: dict.fromkeys(capacities, 0) for t in quotas}
+    exact = {t: [Fraction(quotas[t] * c, total) for c in columns] for t in teams}
     out = {t: [math.floor(x) for x in exact[t]] for t in teams}
     need = {t: quotas[t] - sum(out[t]) for t in teams}
-    slack = [c - sum(out[t][f] for t in teams) for f, c in enumerate(capacities)]
+    slack = [c - sum(out[t][f] for t in teams) for f, c in enumerate(columns)]
     # A cell may take one extra unit only where its exact share had a fractional part.
     eligible = {(t, f) for t in teams for f, x in enumerate(exact[t]) if x != math.floor(x)}
     extra: set[tuple[str, int]] = set()
-    order = sorted(eligible, key=lambda cell: (-(exact[cell[0]][cell[1]] % 1), teams.index(cell[0]), cell[1]))
-    for t, f in order:
+    for t, f in sorted(eligible, key=lambda cell: (-(exact[cell[0]][cell[1]] % 1), cell[0], cell[1])):
         if need[t] and slack[f]:
             extra.add((t, f))
             need[t] -= 1
             slack[f] -= 1
     for t in teams:
         while need[t]:
-            _augment(t, teams, len(capacities), eligible, extra, slack)
+            _augment(t, teams, len(columns), eligible, extra, slack)
             need[t] -= 1
     for t, f in extra:
         out[t][f] += 1
-    return out
+    by_name = {t: dict(zip(names, out[t], strict=True)) for t in teams}
+    return {t: {n: by_name[t][n] for n in capacities} for t in quotas}
 
 
 def _augment(
@@ -219,18 +222,22 @@ def plan(fleet: Fleet, env: str, policy: QuotaPolicy = "guaranteed", *, source: 
         quotas = wanted
     else:
         # Shrink every team by the same ratio; each keeps at most its own quota.
-        share = apportion({"all": min(sum(wanted.values()), capacity)}, list(wanted.values()))["all"]
-        quotas = dict(zip(wanted, share, strict=True))
-    grid = apportion(quotas, [f.gpus for f in found])
+        quotas = apportion({"all": min(sum(wanted.values()), capacity)}, wanted)["all"]
+    grid = apportion(quotas, {_column(f): f.gpus for f in found})
     regions: dict[str, RegionQuotas] = {}
     for region in fleet.environments[env].regions:
         columns = [i for i, f in enumerate(found) if f.region == region]
         regions[region] = RegionQuotas(
             region=region,
             flavors=tuple(found[i] for i in columns),
-            nominal={team: {found[i].name: grid[team][i] for i in columns} for team in fleet.teams},
+            nominal={team: {found[i].name: grid[team][_column(found[i])] for i in columns} for team in fleet.teams},
         )
     return QuotaPlan(environment=env, policy=policy, regions=regions)
+
+
+def _column(flavor: Flavor) -> str:
+    """A flavor's name across the environment (flavor names are unique only within a region)."""
+    return f"{flavor.region}/{flavor.name}"
 
 
 def _check_fits(fleet: Fleet, env: str, found: Sequence[Flavor], wanted: Mapping[str, int], source: str | None) -> None:

@@ -259,3 +259,31 @@ def test_error_names_the_line(write_fleet: Callable[..., Path]) -> None:
 def test_missing_file() -> None:
     with pytest.raises(FleetError, match=r"nope\.yaml: cannot read"):
         load_fleet("nope.yaml")
+
+
+def test_set_like_lists_load_in_one_order(write_fleet: Callable[..., Path]) -> None:
+    # Lists that are sets come out sorted, so their order in the file changes nothing declared;
+    # instance_types is a preference and keeps the file's order.
+    def shuffle(d: dict[str, Any]) -> None:
+        prod = d["environments"]["prod"]
+        prod["kubernetes"]["admin_role_arns"] = ["arn:aws:iam::111122223333:role/b", "arn:aws:iam::111122223333:role/a"]
+        prod["kubernetes"]["public_access_cidrs"] = ["203.0.113.0/24", "192.0.2.0/25"]
+        pool = prod["node_pools"]["interactive"]
+        pool["regions"] = ["us-west-2", "eu-west-1"]
+        pool["zones"] = {"us-west-2": ["us-west-2c", "us-west-2a"]}
+        pool["taints"] = [{"key": "z"}, {"key": "a", "value": "2"}, {"key": "a", "value": "1"}]
+        d["sites"]["sjc1"]["nfs"] = [
+            {"server": "10.200.0.10", "export": "/b", "mount_point": "/mnt/b"},
+            {"server": "10.200.0.10", "export": "/a", "mount_point": "/mnt/a"},
+        ]
+
+    fleet = load_fleet(write_fleet(shuffle)).fleet
+    prod = fleet.environments["prod"]
+    assert [a.rsplit("/", 1)[1] for a in prod.kubernetes.admin_role_arns] == ["a", "b"]
+    assert [str(c) for c in prod.kubernetes.public_access_cidrs] == ["192.0.2.0/25", "203.0.113.0/24"]
+    pool = prod.node_pools["interactive"]
+    assert pool.regions == ("eu-west-1", "us-west-2")
+    assert pool.zones["us-west-2"] == ("us-west-2a", "us-west-2c")
+    assert [(t.key, t.value) for t in pool.taints] == [("a", "1"), ("a", "2"), ("z", "")]
+    assert [m.mount_point for m in fleet.sites["sjc1"].nfs] == ["/mnt/a", "/mnt/b"]
+    assert pool.instance_types == ("g6.12xlarge", "g5.12xlarge")  # preference: as written

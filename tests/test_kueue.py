@@ -21,16 +21,22 @@ def fleet() -> Fleet:
     return load_fleet(REFERENCE_FLEET).fleet
 
 
-def _check_apportion(quotas: dict[str, int], capacities: list[int]) -> dict[str, list[int]]:
+def _columns(capacities: list[int]) -> dict[str, int]:
+    """Name columns c0, c1, ... in the given order (their names, not their positions, break ties)."""
+    return {f"c{i}": c for i, c in enumerate(capacities)}
+
+
+def _check_apportion(quotas: dict[str, int], capacities: dict[str, int]) -> dict[str, dict[str, int]]:
     out = kueue.apportion(quotas, capacities)
-    total = sum(capacities)
+    total = sum(capacities.values())
     assert list(out) == list(quotas)
     for team, row in out.items():
-        assert sum(row) == quotas[team]  # totals preserved
-        for f, value in enumerate(row):
+        assert list(row) == list(capacities)
+        assert sum(row.values()) == quotas[team]  # totals preserved
+        for f, value in row.items():
             exact = Fraction(quotas[team] * capacities[f], total) if total else Fraction(0)
             assert abs(value - exact) < 1  # each cell is its exact share rounded down or up
-    for f, capacity in enumerate(capacities):
+    for f, capacity in capacities.items():
         assert sum(out[t][f] for t in out) <= capacity  # never more nominal quota than the flavor has
     return out
 
@@ -47,21 +53,39 @@ def _check_apportion(quotas: dict[str, int], capacities: list[int]) -> dict[str,
     ],
 )
 def test_apportion_examples(quotas: dict[str, int], capacities: list[int], expected: dict[str, list[int]]) -> None:
-    assert _check_apportion(quotas, capacities) == expected
+    columns = _columns(capacities)
+    assert _check_apportion(quotas, columns) == {t: dict(zip(columns, row, strict=True)) for t, row in expected.items()}
+
+
+def _shuffled(mapping: dict[str, int], rng: random.Random) -> dict[str, int]:
+    items = list(mapping.items())
+    rng.shuffle(items)
+    return dict(items)
 
 
 @pytest.mark.parametrize("seed", range(20))
 def test_apportion_properties(seed: int) -> None:
     rng = random.Random(seed)
     for _ in range(100):
-        capacities = [rng.randint(0, 24) for _ in range(rng.randint(1, 8))]
-        left = sum(capacities)
+        capacities = _columns([rng.randint(0, 24) for _ in range(rng.randint(1, 8))])
+        left = sum(capacities.values())
         quotas = {}
         for i in range(rng.randint(1, 6)):
             quotas[f"t{i}"] = rng.randint(0, left)
             left -= quotas[f"t{i}"]
         first = _check_apportion(quotas, capacities)
         assert kueue.apportion(quotas, capacities) == first  # deterministic
+        # The order rows and columns are given in changes no cell (dict equality ignores order).
+        assert _check_apportion(_shuffled(quotas, rng), _shuffled(capacities, rng)) == first
+
+
+def test_apportion_breaks_ties_by_name_not_position() -> None:
+    # Two equal teams, two equal flavors: every cell is 2.5, so one team gets 3 of each flavor by the tie rule.
+    # The alphabetically first team takes the extra unit in the alphabetically first column, however given.
+    expected = {"alpha": {"x": 3, "y": 2}, "beta": {"x": 2, "y": 3}}
+    for quotas in ({"alpha": 5, "beta": 5}, {"beta": 5, "alpha": 5}):
+        for capacities in ({"x": 5, "y": 5}, {"y": 5, "x": 5}):
+            assert kueue.apportion(quotas, capacities) == expected
 
 
 @pytest.mark.parametrize(
@@ -74,7 +98,7 @@ def test_apportion_properties(seed: int) -> None:
 )
 def test_apportion_rejects(quotas: dict[str, int], capacities: list[int], message: str) -> None:
     with pytest.raises(ValueError, match=message):
-        kueue.apportion(quotas, capacities)
+        kueue.apportion(quotas, _columns(capacities))
 
 
 def test_flavors_of_the_reference_fleet(fleet: Fleet) -> None:
@@ -163,3 +187,17 @@ def test_scaled_policy_shrinks_quotas_to_capacity(fleet: Fleet) -> None:
 
 def test_scaled_policy_keeps_quotas_that_fit(fleet: Fleet) -> None:
     assert kueue.plan(fleet, "prod", "scaled").regions == kueue.plan(fleet, "prod").regions
+
+
+def test_plan_does_not_depend_on_fleet_order(write_fleet: Callable[..., Path], fleet: Fleet) -> None:
+    # Teams, regions, pools and sites listed the other way round: every team keeps the same GPUs per flavor.
+    def reverse(d: dict[str, Any]) -> None:
+        for parent, key in ((d, "teams"), (d, "sites"), (d["environments"]["prod"], "regions")):
+            parent[key] = dict(reversed(parent[key].items()))
+        prod = d["environments"]["prod"]
+        prod["node_pools"] = dict(reversed(prod["node_pools"].items()))
+
+    reordered = _changed(write_fleet, reverse)
+    assert list(reordered.teams) == list(reversed(fleet.teams))  # the change did reorder
+    for region in fleet.environments["prod"].regions:
+        assert kueue.plan(reordered, "prod").region(region) == kueue.plan(fleet, "prod").region(region)
