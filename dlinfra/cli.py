@@ -58,6 +58,11 @@ def _parser() -> argparse.ArgumentParser:
     )
     preview.add_argument("--summary", action="store_true", help="counts only, no resource tree")
     preview.add_argument(
+        "--json",
+        action="store_true",
+        help="print one JSON summary of every stack instead (schema: docs/plan-export.md)",
+    )
+    preview.add_argument(
         "--images-manifest", type=Path, help="Packer manifest of node AMIs (default: images/manifest.example.json)"
     )
     stacks = sub.add_parser(
@@ -223,14 +228,34 @@ def cmd_preview(args: argparse.Namespace) -> int:
     started = time.perf_counter()
     total = 0
 
+    summaries: list[dict[str, Any]] = []
+
     def report(result: engine.StackResult) -> None:
         nonlocal total
         path = engine.write_plan(result, fleet.project, args.out, made_from)
         engine.write_manifests(result, args.out.parent / "manifests")
         total += len(result.resources)
-        _print_stack(result, fleet.project, path, summary=args.summary)
+        if args.json:
+            plan = result.plan(fleet.project)
+            summaries.append(
+                {
+                    "stack": plan["stack"],
+                    "role": plan["role"],
+                    "plan": str(path),
+                    "resources": plan["summary"],
+                    "outputs": plan["outputs"],
+                    "seconds": round(result.seconds, 2),
+                }
+            )
+        else:
+            _print_stack(result, fleet.project, path, summary=args.summary)
 
     engine.run_all(ROOT, selected, project=fleet.project, config=config, on_done=report)
+    if args.json:
+        # Outputs come masked from the plan export: secrets read "[secret]".
+        document = {"schema": "dlinfra.preview/v1", "provenance": made_from, "stacks": summaries}
+        sys.stdout.write(json.dumps(document, indent=2, sort_keys=True) + "\n")
+        return 0
     out.print(
         f"\n[bold]{len(selected)} stack(s), {total} resources[/], offline preview in "
         f"{time.perf_counter() - started:.1f}s; plans in {args.out}/"

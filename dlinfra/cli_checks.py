@@ -77,7 +77,8 @@ def register(
     )
     diff.add_argument("--base", required=True, help="base revision (e.g. origin/main)")
     diff.add_argument("--head", default=None, help="head revision (default: the working tree as it is)")
-    diff.add_argument("--out", type=Path, help="write the markdown to FILE instead of printing it")
+    diff.add_argument("--out", type=Path, help="write the markdown (or JSON) to FILE instead of printing it")
+    diff.add_argument("--json", action="store_true", help="the diff as JSON for tools (schema: docs/diff-json.md)")
     diff.add_argument(
         "--touched",
         action="store_true",
@@ -162,7 +163,7 @@ def cmd_diff(args: argparse.Namespace) -> int:
         fleet = load_fleet(args.fleet).fleet  # the head revision's (the working tree is the head in CI)
         sys.stdout.write(json.dumps(diff.touched(result, fleet)) + "\n")
         return 0
-    markdown = diff.render_markdown(result)
+    markdown = json.dumps(diff.to_json(result), indent=2) + "\n" if args.json else diff.render_markdown(result)
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(markdown, encoding="utf-8")

@@ -580,6 +580,47 @@ def _limited(lines: Sequence[str], limit: int = MAX_LISTED) -> list[str]:
     return [*lines[:limit], f"| … | {len(lines) - limit} more | |"]
 
 
+DIFF_SCHEMA = "dlinfra.diff/v1"
+
+
+def to_json(diff: Diff) -> dict[str, Any]:
+    """The diff for tools (docs/diff-json.md): what blocks first, entities, every change with its values."""
+
+    def change(c: Change) -> dict[str, Any]:
+        return {
+            "stack": c.stack,
+            "action": c.action,
+            "type": c.type,
+            "name": c.name,
+            "urn": c.urn,
+            "inputs": list(c.inputs),
+            "values": {k: v for k, v in c.values},
+            "note": c.note,
+            "protected": c.protected,
+            "stateful": c.stateful,
+        }
+
+    return {
+        "schema": DIFF_SCHEMA,
+        "base": diff.base,
+        "head": diff.head,
+        "blocking": [change(c) for c in diff.blocking],
+        "data_loss": [change(c) for c in diff.dangerous],
+        "unprotected": [change(c) for c in diff.unprotected],
+        "capacity_reductions": [change(c) for c in diff.capacity_reductions],
+        "renumbered": [{"key": c.key, "before": c.before, "after": c.after} for c in diff.renumbered],
+        "apply_order": diff.apply_order,
+        "entities": entity_summary(diff),
+        "stacks_added": list(diff.stacks_added),
+        "stacks_removed": list(diff.stacks_removed),
+        "config_changed": list(diff.config_changed),
+        "changes": [change(c) for c in diff.changes],
+        "lock": [{"key": c.key, "before": c.before, "after": c.after} for c in diff.lock],
+        "reach": {"base": diff.base_reach, "head": diff.head_reach, "errors": list(diff.reach_errors)},
+        "cost": {"base": diff.base_cost, "head": diff.head_cost},
+    }
+
+
 def render_markdown(diff: Diff) -> str:
     """The diff as GitHub-flavoured markdown for a pull-request comment."""
     out = [COMMENT_MARKER, f"## dlinfra offline diff: {_code(diff.base)} → {_code(diff.head)}", ""]

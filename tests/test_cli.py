@@ -134,3 +134,17 @@ def test_team_quotas_over_capacity_fail_before_any_stack(
         assert f"{path}: teams: team GPU quotas add up to" in err and "environment 'prod'" in err
         assert "Previewing" not in out
     assert not (tmp_path / "plans").exists()
+
+
+def test_preview_json_is_one_document_with_masked_outputs(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    argv = ["preview", "--stack", "staging-us-west-2", "--json", "--out", str(tmp_path / "plans")]
+    code, out, _ = run(capsys, *argv, "--fleet", str(REFERENCE_FLEET))
+    assert code == 0
+    document = json.loads(out)  # nothing else on stdout
+    assert document["schema"] == "dlinfra.preview/v1"
+    (stack,) = document["stacks"]
+    assert stack["stack"] == "staging-us-west-2" and stack["role"]["kind"] == "regional"
+    assert stack["resources"]["resources"] > 100 and stack["plan"].endswith("staging-us-west-2.json")
+    assert stack["outputs"]["client_vpn_users"] == "[secret]" and stack["outputs"]["vpc_cidr"].startswith("10.")
+    saved = json.loads((tmp_path / "plans" / "staging-us-west-2.json").read_text())
+    assert document["provenance"] == saved["provenance"] and len(document["provenance"]["code"]) == 64

@@ -488,3 +488,15 @@ def test_creates_and_deletes_are_named_by_pool_team_and_site(tmp_path: Path) -> 
     assert "+ pool infer-l4 (prod, 2 regions)" in named
     assert any(n.startswith("+ team audio (prod") for n in named)
     assert "**What this changes:** `- site ams1 (prod, 3 regions)`" in diff.render_markdown(result)
+
+
+def test_diff_json_carries_blocking_changes_values_and_order(result: diff.Diff) -> None:
+    import json
+
+    document = json.loads(json.dumps(diff.to_json(result)))  # JSON-ready as it is
+    assert document["schema"] == "dlinfra.diff/v1"
+    assert {c["name"] for c in document["blocking"]} == {c.name for c in result.blocking}
+    assert document["apply_order"] == result.apply_order
+    public = next(c for c in document["changes"] if c["name"] == "public-a")
+    assert public["action"] == "update" and public["values"]["mapPublicIpOnLaunch"] == "false → true"
+    assert set(document) >= {"changes", "lock", "entities", "reach", "cost", "data_loss", "capacity_reductions"}
