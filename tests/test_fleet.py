@@ -287,3 +287,14 @@ def test_set_like_lists_load_in_one_order(write_fleet: Callable[..., Path]) -> N
     assert [(t.key, t.value) for t in pool.taints] == [("a", "1"), ("a", "2"), ("z", "")]
     assert [m.mount_point for m in fleet.sites["sjc1"].nfs] == ["/mnt/a", "/mnt/b"]
     assert pool.instance_types == ("g6.12xlarge", "g5.12xlarge")  # preference: as written
+
+
+def test_the_repositorys_own_fleet_validates() -> None:
+    # Every other test reads the frozen fixture; this one follows whatever fleet.yaml the lab keeps, so an edit
+    # that breaks it fails here, and only here.
+    from dlinfra import planner
+    from tests.conftest import ROOT
+
+    loaded = load_fleet(ROOT / "fleet.yaml")
+    plan = planner.plan(loaded, planner.load_lock(ROOT / "cidr-lock.yaml"))
+    assert loaded.fleet.environments and plan.allocations
