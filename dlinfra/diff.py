@@ -1018,8 +1018,8 @@ def _cost_section(diff: Diff) -> list[str]:
     lines += ["| stack | min (base → head) | change | max (base → head) | change |", "|---|---:|---:|---:|---:|"]
     for stack in sorted(set(before) | set(after)):
         b, h = before.get(stack, {"usd_min": 0.0, "usd_max": 0.0}), after.get(stack, {"usd_min": 0.0, "usd_max": 0.0})
-        if (b["usd_min"], b["usd_max"]) == (h["usd_min"], h["usd_max"]) and b["usd_max"] == 0:
-            continue
+        if (b["usd_min"], b["usd_max"]) == (h["usd_min"], h["usd_max"]):
+            continue  # unchanged stacks are in the total
         lines.append(
             f"| {_code(stack)} | {_usd(b['usd_min'])} → {_usd(h['usd_min'])} | {_signed(h['usd_min'] - b['usd_min'])} "
             f"| {_usd(b['usd_max'])} → {_usd(h['usd_max'])} | {_signed(h['usd_max'] - b['usd_max'])} |"
