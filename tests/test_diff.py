@@ -452,36 +452,17 @@ def test_changed_stacks_are_listed_in_apply_order() -> None:
 
 
 # --- changes named by fleet entity ---------------------------------------------------------------------------
-def test_creates_and_deletes_are_named_by_pool_team_and_site(tmp_path: Path) -> None:
+def test_creates_and_deletes_are_named_by_pool_team_and_site() -> None:
     import yaml
 
-    from dlinfra import stackroles
-    from dlinfra.offline import engine
     from tests.components import _reference as reference
+    from tests.test_diff_golden import _pool_team_site_run  # one offline run of that fleet, shared
 
-    data = yaml.safe_load(REFERENCE_FLEET.read_text())
-    data["environments"]["prod"]["node_pools"]["infer-l4"] = {
-        "kind": "gpu",
-        "instance_types": ["g6.12xlarge"],
-        "regions": ["us-west-2", "us-east-1"],
-        "min_size": 0,
-        "max_size": 4,
-        "taints": [{"key": "nvidia.com/gpu", "value": "true", "effect": "NoSchedule"}],
-    }
-    data["teams"]["audio"] = {"gpu_quota": 8}
-    del data["sites"]["ams1"]
-    fleet_path = tmp_path / "fleet.yaml"
-    fleet_path.write_text(yaml.safe_dump(data, sort_keys=False))
-    config = {"dlinfra:fleet": str(fleet_path), "dlinfra:lock": str(REFERENCE_LOCK)}
-    fleet = load_fleet(fleet_path).fleet
-    head = {
-        r.role.name: r.plan("dlinfra")
-        for r in engine.run_all(ROOT, stackroles.roles(fleet), project="dlinfra", config=config)
-    }
+    head, text = _pool_team_site_run()
     base = {name: r.plan("dlinfra") for name, r in reference.runs().items()}
     result = diff.compare(
         diff.PlanSet(label="base", plans=base, topology=diff.topology(yaml.safe_load(REFERENCE_FLEET.read_text()))),
-        diff.PlanSet(label="head", plans=head, topology=diff.topology(data)),
+        diff.PlanSet(label="head", plans=head, topology=diff.topology(yaml.safe_load(text))),
     )
     named = diff.entity_summary(result)
     assert named[0] == "- site ams1 (prod, 3 regions)"  # what goes away first

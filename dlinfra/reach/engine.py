@@ -134,9 +134,7 @@ def _forward(topo: Topology, src: Endpoint, dst: Endpoint, protocol: Protocol, p
     # Security groups are stateful; the reply still needs a route back (and ACLs, which are not).
     back = Verdict(allowed=True)
     try:
-        reply_arrival = _route(
-            topo, dst.location, dst.address, source_address, back, protocol, EPHEMERAL_PORT, reply=True
-        )
+        reply_arrival = _route(topo, dst.location, dst.address, source_address, back, protocol, EPHEMERAL_PORT)
     except _DeniedError as denied:
         raise _DeniedError(f"reply path: {denied.at}", denied.reason, denied.resource) from None
     if not _arrived_at(reply_arrival, source_location):
@@ -254,7 +252,7 @@ def _client_vpn_entry(topo: Topology, laptop: OnClientVpn, destination: Addr, ve
     net, subnet_id, origin = max(routes, key=lambda r: (r[0].prefixlen, r[1]))
     subnet = topo.subnets[subnet_id]
     verdict.hops.append(f"{name}: route {net} via {subnet.origin.name} ({origin.name})")
-    address = _host(subnet.cidr, 5)  # the endpoint's interface in that subnet; traffic leaves with its address
+    address = host(subnet.cidr, 5)  # the endpoint's interface in that subnet; traffic leaves with its address
     return InVpc(subnet.vpc_id, subnet_id, endpoint.security_group_ids), address
 
 
@@ -339,8 +337,6 @@ def _route(
     verdict: Verdict,
     protocol: str,
     port: int,
-    *,
-    reply: bool = False,
 ) -> _Arrival:
     """Follow routes from `start` until the destination's network is reached; _DeniedError where they stop."""
     if isinstance(start, InVpc):
@@ -522,5 +518,6 @@ def _arrive(topo: Topology, arrival: _Arrival, dst: Endpoint, source: Addr, prot
         _nacl(topo, location.subnet_id, False, source, protocol, port)
 
 
-def _host(network: Net, offset: int) -> Addr:
+def host(network: Net, offset: int) -> Addr:
+    """A representative address `offset` into a network (kept inside it for small ones)."""
     return network.network_address + min(offset, max(network.num_addresses - 2, 1))

@@ -20,7 +20,7 @@ from dlinfra.errors import DlinfraError
 from dlinfra.fleet import Fleet, parse_yaml
 from dlinfra.planner import Plan as AddressPlan
 from dlinfra.reach import topology
-from dlinfra.reach.engine import AtSite, Endpoint, InVpc, OnClientVpn, OnInternet, Protocol, Verdict, evaluate
+from dlinfra.reach.engine import AtSite, Endpoint, InVpc, OnClientVpn, OnInternet, Protocol, Verdict, evaluate, host
 from dlinfra.reach.topology import Place, SiteSide, Topology
 
 Expect = Literal["allow", "deny"]
@@ -130,10 +130,6 @@ def _pod_route_source(plan: Mapping[str, Any], site: str, lan: topology.Net) -> 
 
 
 # --- endpoints -------------------------------------------------------------------------------------
-def _host(net: topology.Net, offset: int) -> ipaddress.IPv4Address:
-    return net.network_address + min(offset, net.num_addresses - 2)
-
-
 def place_endpoints(topo: Topology, place: Place, offset: int = 10) -> tuple[Endpoint, ...]:
     """One endpoint per subnet of a place, at a representative address."""
     out = []
@@ -142,16 +138,14 @@ def place_endpoints(topo: Topology, place: Place, offset: int = 10) -> tuple[End
         if subnet is None:
             continue
         label = f"{place.kind} {place.name} ({place.environment}-{place.region}, {subnet.az})"
-        out.append(
-            Endpoint(label, _host(subnet.cidr, offset), InVpc(place.vpc_id, subnet_id, place.security_group_ids))
-        )
+        out.append(Endpoint(label, host(subnet.cidr, offset), InVpc(place.vpc_id, subnet_id, place.security_group_ids)))
     return tuple(out)
 
 
 def site_endpoint(site: SiteSide, network: Literal["lan", "pods"]) -> Endpoint:
     net = site.lan if network == "lan" else site.pods
     what = "LAN host" if network == "lan" else "hybrid pod"
-    return Endpoint(f"site {site.name} {what}", _host(net, 10), AtSite(site.name, network))
+    return Endpoint(f"site {site.name} {what}", host(net, 10), AtSite(site.name, network))
 
 
 def laptop_endpoints(topo: Topology, fleet: Fleet, env: str) -> Iterator[tuple[str, Endpoint]]:
@@ -172,7 +166,7 @@ def laptop_endpoints(topo: Topology, fleet: Fleet, env: str) -> Iterator[tuple[s
                 endpoint.region,
                 Endpoint(
                     f"laptop of {who} on {env}-{endpoint.region} VPN",
-                    _host(endpoint.client_cidr, 10),
+                    host(endpoint.client_cidr, 10),
                     OnClientVpn(endpoint.id, group),
                 ),
             )

@@ -368,11 +368,11 @@ def build(plans: Iterable[Mapping[str, Any]], sites: Sequence[SiteSide] = ()) ->
     for group in topo.security_groups.values():
         group.rules = [replace(rule, group=group.id) if rule.group == "self" else rule for rule in group.rules]
     for cluster_group in sorted(topo.cluster_groups):
-        topo.security_groups.setdefault(cluster_group, _eks_cluster_group(cluster_group, topo))
+        topo.security_groups.setdefault(cluster_group, _eks_cluster_group(cluster_group))
     return topo
 
 
-def _eks_cluster_group(group: str, topo: Topology) -> SecurityGroup:
+def _eks_cluster_group(group: str) -> SecurityGroup:
     # EKS creates the cluster security group with two rules: all traffic from itself, and all traffic out
     # (EKS user guide, "View Amazon EKS security group requirements for clusters").
     origin = Resource("", f"eks-cluster-security-group {group}", "")
