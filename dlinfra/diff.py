@@ -9,6 +9,8 @@ diff and a diagram of regions, sites and links.
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import io
 import itertools
 import json
@@ -26,7 +28,7 @@ from typing import Any, Literal
 
 import yaml
 
-from dlinfra import stackroles
+from dlinfra import replacement, stackroles
 from dlinfra.errors import DlinfraError
 from dlinfra.fleet import Fleet
 from policy.dlinfra_policy.rules import STATEFUL_TYPES
@@ -36,64 +38,6 @@ COMMENT_MARKER = "<!-- dlinfra-diff -->"  # lets the workflow update its own com
 MAX_MARKDOWN = 60_000  # GitHub rejects comments over 65,536 characters
 MAX_LISTED = 40  # resources listed per section before "and N more"
 PREVIEW_TIMEOUT = 600
-
-# Inputs whose change makes the provider replace the resource (Terraform's ForceNew, which pulumi-aws
-# inherits), by type; compared at the top level of the inputs. `replaceOnChanges` options add to these.
-REPLACEMENT_KEYS: Mapping[str, frozenset[str]] = {
-    "aws:ec2/vpc:Vpc": frozenset({"cidrBlock", "ipv4IpamPoolId", "ipv4NetmaskLength", "instanceTenancy"}),
-    "aws:ec2/subnet:Subnet": frozenset({"cidrBlock", "availabilityZone", "availabilityZoneId", "vpcId"}),
-    "aws:ec2/routeTable:RouteTable": frozenset({"vpcId"}),
-    "aws:ec2/route:Route": frozenset({"routeTableId", "destinationCidrBlock", "destinationIpv6CidrBlock"}),
-    "aws:ec2/natGateway:NatGateway": frozenset({"allocationId", "subnetId", "connectivityType"}),
-    "aws:ec2/eip:Eip": frozenset({"domain", "publicIpv4Pool"}),
-    "aws:ec2/securityGroup:SecurityGroup": frozenset({"name", "namePrefix", "vpcId", "description"}),
-    "aws:ec2/vpcEndpoint:VpcEndpoint": frozenset({"serviceName", "vpcId", "vpcEndpointType"}),
-    "aws:ec2/flowLog:FlowLog": frozenset(
-        {"vpcId", "logDestination", "logDestinationType", "trafficType", "maxAggregationInterval", "iamRoleArn"}
-    ),
-    "aws:ec2/customerGateway:CustomerGateway": frozenset({"bgpAsn", "ipAddress", "type", "certificateArn"}),
-    "aws:ec2/vpnConnection:VpnConnection": frozenset(
-        {"type", "staticRoutesOnly", "tunnel1InsideCidr", "tunnel2InsideCidr", "tunnelInsideIpVersion"}
-    ),
-    "aws:ec2/placementGroup:PlacementGroup": frozenset({"name", "strategy", "partitionCount", "spreadLevel"}),
-    "aws:ec2clientvpn/endpoint:Endpoint": frozenset({"clientCidrBlock", "authenticationOptions", "transportProtocol"}),
-    "aws:ec2transitgateway/transitGateway:TransitGateway": frozenset({"amazonSideAsn"}),
-    "aws:ec2transitgateway/vpcAttachment:VpcAttachment": frozenset({"vpcId", "transitGatewayId"}),
-    "aws:ec2transitgateway/peeringAttachment:PeeringAttachment": frozenset(
-        {"peerRegion", "peerTransitGatewayId", "peerAccountId", "transitGatewayId"}
-    ),
-    "aws:ec2transitgateway/route:Route": frozenset({"destinationCidrBlock", "transitGatewayRouteTableId"}),
-    "aws:efs/fileSystem:FileSystem": frozenset(
-        {"encrypted", "kmsKeyId", "performanceMode", "creationToken", "availabilityZoneName"}
-    ),
-    "aws:efs/mountTarget:MountTarget": frozenset({"fileSystemId", "subnetId", "ipAddress"}),
-    "aws:efs/accessPoint:AccessPoint": frozenset({"fileSystemId", "posixUser", "rootDirectory"}),
-    "aws:s3/bucket:Bucket": frozenset({"bucket", "bucketPrefix", "objectLockEnabled"}),
-    "aws:s3/bucketV2:BucketV2": frozenset({"bucket", "bucketPrefix", "objectLockEnabled"}),
-    "aws:fsx/lustreFileSystem:LustreFileSystem": frozenset(
-        {
-            "deploymentType",
-            "subnetIds",
-            "storageType",
-            "kmsKeyId",
-            "securityGroupIds",
-            "importPath",
-            "exportPath",
-            "fileSystemTypeVersion",
-            "efaEnabled",
-        }
-    ),
-    "aws:ebs/volume:Volume": frozenset({"availabilityZone", "encrypted", "kmsKeyId", "snapshotId"}),
-    "aws:kms/key:Key": frozenset({"customerMasterKeySpec", "keyUsage", "multiRegion"}),
-    "aws:eks/cluster:Cluster": frozenset({"name", "roleArn", "kubernetesNetworkConfig"}),
-    "aws:autoscaling/group:Group": frozenset({"name", "namePrefix"}),
-    "aws:iam/role:Role": frozenset({"name", "namePrefix", "path"}),
-    "aws:cloudwatch/logGroup:LogGroup": frozenset({"name", "namePrefix", "logGroupClass"}),
-    "random:index/randomPassword:RandomPassword": frozenset(
-        {"length", "special", "upper", "lower", "numeric", "overrideSpecial", "keepers"}
-    ),
-    "tls:index/privateKey:PrivateKey": frozenset({"algorithm", "rsaBits", "ecdsaCurve"}),
-}
 
 
 @dataclass(frozen=True)
@@ -146,6 +90,7 @@ class Change:
     note: str = ""
     values: tuple[tuple[str, str], ...] = ()  # (input, "old → new") for top-level inputs that changed
     protected: bool = False  # the base resource is protected: `pulumi up` refuses to replace or delete it
+    conditional: tuple[str, ...] = ()  # update: "path: when" for inputs whose change replaces it under a condition
 
     @property
     def stateful(self) -> bool:
@@ -361,8 +306,14 @@ def _substituted(value: Any, identities: Mapping[str, str]) -> Any:
     return value
 
 
-def compare_stack(stack: str, base: Mapping[str, Any] | None, head: Mapping[str, Any] | None) -> list[Change]:
+def compare_stack(
+    stack: str,
+    base: Mapping[str, Any] | None,
+    head: Mapping[str, Any] | None,
+    table: replacement.Table | None = None,
+) -> list[Change]:
     """Creates, updates, replacements and deletes of one stack's custom resources."""
+    table = table or replacement.table()
     before = {r["urn"]: r for r in (base or {}).get("resources", []) if r.get("custom")}
     everything = {r["urn"]: r for r in (head or {}).get("resources", [])}  # components too: they are parents
     after = {urn: r for urn, r in everything.items() if r.get("custom")}
@@ -386,8 +337,8 @@ def compare_stack(stack: str, base: Mapping[str, Any] | None, head: Mapping[str,
             note = f"renamed from {old['name']} (alias)" if old["name"] != new["name"] else "moved (alias)"
         old_inputs, new_inputs = _substituted(old.get("inputs") or {}, identities), new.get("inputs") or {}
         changed = _changed_inputs(old_inputs, new_inputs)
-        forcing = REPLACEMENT_KEYS.get(new["type"], frozenset()) | set(new.get("replace_on_changes") or [])
-        forced = [k for k in changed if k in forcing or "*" in forcing]
+        forced, maybe = table.forced(new["type"], old_inputs, new_inputs, new.get("replace_on_changes") or ())
+        conditional = tuple(f"{k}: {table.rule(new['type']).why(k)}" for k in maybe)
         if old.get("provider") != new.get("provider") and old.get("provider") and new.get("provider"):
             forced.append("(provider)")
         # Options change no cloud resource, but dropping protect from stateful data is worth a reviewer's eye.
@@ -413,7 +364,19 @@ def compare_stack(stack: str, base: Mapping[str, Any] | None, head: Mapping[str,
             )
         elif changed or options:
             shown = [d for k in changed for d in _detail(k, old_inputs.get(k), new_inputs.get(k))] + options
-            out.append(Change(stack, "update", new["type"], new["name"], new_urn, tuple(shown), note, values))
+            out.append(
+                Change(
+                    stack,
+                    "update",
+                    new["type"],
+                    new["name"],
+                    new_urn,
+                    tuple(shown),
+                    note,
+                    values,
+                    conditional=conditional,
+                )
+            )
     deleted = [r for urn, r in sorted(before.items()) if urn not in after and urn not in renamed]
     created = [r for urn, r in sorted(after.items()) if urn not in before and urn not in matched_heads]
     # A resource whose URN changed without an alias (a moved parent, a renamed component) is deleted and
@@ -453,35 +416,48 @@ def _holds(value: Any, identities: set[str]) -> bool:
     return False
 
 
-def cascade(changes: Sequence[Change], head: Mapping[str, Mapping[str, Any]]) -> list[Change]:
+def cascade(
+    changes: Sequence[Change], head: Mapping[str, Mapping[str, Any]], table: replacement.Table | None = None
+) -> list[Change]:
     """Changes plus what replacements drag along, transitively, across stacks.
 
     The fake cloud derives ids from URNs, so a replaced subnet keeps its offline id and nothing that holds it looks
     changed; a real preview gives it a new id, unknown until apply. Here every resource whose inputs hold a replaced
     resource's id or output becomes an update of those inputs ("known after apply"), or a replacement when one of
-    them forces it (REPLACEMENT_KEYS), and so on until nothing new is dragged in.
+    them forces it (the replacement table), and so on until nothing new is dragged in. A replaced provider
+    replaces every resource it manages.
     """
+    table = table or replacement.table()
     resources = {
         (stack, r["urn"]): r for stack, plan in head.items() for r in plan.get("resources", []) if r.get("custom")
     }
     out = {(c.stack, c.urn): c for c in changes}
+    originals = dict(out)
+    causes: dict[tuple[str, str], list[str]] = {}  # updated resource -> the replaced resources it holds
     queue = [(c.stack, c.urn) for c in changes if c.action == "replace" and (c.stack, c.urn) in resources]
     while queue:
         source_key = queue.pop(0)
         source = resources[source_key]
         identities = _identities(source)
-        if not identities:
+        is_provider = str(source["type"]).startswith("pulumi:providers:")
+        if not identities and not is_provider:
             continue
         because = f"{source['name']} ({source_key[0]}) is replaced"
         for key, r in resources.items():
             current = out.get(key)
             if key == source_key or (current is not None and current.action in ("replace", "create")):
                 continue
-            held = sorted(k for k, v in (r.get("inputs") or {}).items() if _holds(v, identities))
-            if not held:
+            managed = is_provider and str(r.get("provider") or "").startswith(source_key[1] + "::")
+            inputs = r.get("inputs") or {}
+            held = sorted(k for k, v in inputs.items() if _holds(v, identities))
+            if not held and not managed:
                 continue
-            forcing = REPLACEMENT_KEYS.get(r["type"], frozenset()) | set(r.get("replace_on_changes") or [])
-            forced = [k for k in held if k in forcing or "*" in forcing]
+            extra = r.get("replace_on_changes") or ()
+            forced = (
+                ["(provider)"]
+                if managed
+                else table.forcing_held(r["type"], inputs, functools.partial(_holds, identities=identities), extra)
+            )
             stack, urn = key
             if forced:
                 out[key] = Change(
@@ -496,21 +472,33 @@ def cascade(changes: Sequence[Change], head: Mapping[str, Mapping[str, Any]]) ->
                 )
                 queue.append(key)
             else:
+                causes.setdefault(key, []).append(f"{source['name']} ({source_key[0]})")
+                original = originals.get(key)
                 inputs = tuple(dict.fromkeys([*(current.inputs if current else ()), *held]))
                 note = "; ".join(
                     n
-                    for n in (current.note if current else "", f"cascade: {because}; new value known after apply")
+                    for n in (
+                        original.note if original else "",
+                        f"cascade: {', '.join(causes[key])} replaced; new value known after apply",
+                    )
                     if n
                 )
-                out[key] = Change(stack, "update", r["type"], r["name"], urn, inputs, note)
+                if current is not None:
+                    out[key] = dataclasses.replace(current, inputs=inputs, note=note)
+                else:
+                    out[key] = Change(stack, "update", r["type"], r["name"], urn, inputs, note)
     return sorted(out.values(), key=lambda c: (c.stack, c.urn))
 
 
 def compare(base: PlanSet, head: PlanSet) -> Diff:
     """The difference between two plan sets, stack by stack, with replacements' cascades; pure."""
+    table = replacement.table()
+    for plans, label in ((base.plans, base.label), (head.plans, head.label)):
+        types = {r["type"] for plan in plans.values() for r in plan.get("resources", []) if r.get("custom")}
+        table.require(types, what=f"the plans of {label}")
     stacks = sorted(set(base.plans) | set(head.plans))
-    changes = [c for s in stacks for c in compare_stack(s, base.plans.get(s), head.plans.get(s))]
-    changes = cascade(changes, head.plans)
+    changes = [c for s in stacks for c in compare_stack(s, base.plans.get(s), head.plans.get(s), table)]
+    changes = cascade(changes, head.plans, table)
     lock = [
         LockChange(key, base.lock.get(key), head.lock.get(key))
         for key in sorted(set(base.lock) | set(head.lock))
@@ -596,6 +584,7 @@ def to_json(diff: Diff) -> dict[str, Any]:
             "inputs": list(c.inputs),
             "values": {k: v for k, v in c.values},
             "note": c.note,
+            "may_replace": list(c.conditional),
             "protected": c.protected,
             "stateful": c.stateful,
         }
@@ -669,6 +658,13 @@ def _warnings(diff: Diff) -> list[str]:
             sizes = ", ".join(f"{k} {v}" for k, v in c.values if k in ("minSize", "maxSize", "desiredCapacity"))
             lines.append(f"> - {_code(c.name)} in {_code(c.stack)}: {sizes}")
         lines.append("")
+    maybe = [c for c in diff.changes if c.conditional]
+    if maybe:
+        lines += ["> [!WARNING]", "> **These updates replace the resource if the condition holds (check the values):**"]
+        for c in maybe:
+            data = f" ({STATEFUL_TYPES[c.type]})" if c.stateful else ""
+            lines.append(f"> - {_code(c.name)} in {_code(c.stack)}{data}: " + "; ".join(c.conditional))
+        lines.append("")
     order = diff.apply_order
     if len(order) > 1:
         lines += [
@@ -688,11 +684,13 @@ def _warnings(diff: Diff) -> list[str]:
                     f"{STATEFUL_TYPES[c.type]}{extra}"
                 )
         if diff.unprotected:
+            lines += [">"] if danger else []
             lines.append("> **Stateful resources lose their protection:**")
             for c in diff.unprotected:
                 dropped = ", ".join(k for k in c.inputs if "→ false)" in k)
                 lines.append(f"> - {_code(c.type)} {_code(c.name)} in {_code(c.stack)}: {dropped}")
         if diff.renumbered:
+            lines += [">"] if danger or diff.unprotected else []
             lines.append("> **The address plan renumbers live networks:**")
             lines += [f"> - {_code(c.key)}: {c.before} → {c.after}" for c in diff.renumbered]
         lines.append("")
@@ -749,6 +747,9 @@ def _stack_section(stack: str, changes: Sequence[Change], diff: Diff) -> list[st
         rows = [c for c in changes if c.action == action]
         if not rows:
             continue
+        # Stateful data first; every replacement and delete is listed (they are what a reviewer approves),
+        # updates up to MAX_LISTED; the whole report is still cut to GitHub's size at the end.
+        rows.sort(key=lambda c: (not c.stateful, not c.protected, c.type, c.name))
         lines += [f"**{heading}**", "", f"| type | name | {column} |", "| --- | --- | --- |"]
         body = [
             f"| {_code(c.type)} | {_code(c.name)} | "
@@ -756,11 +757,12 @@ def _stack_section(stack: str, changes: Sequence[Change], diff: Diff) -> list[st
                 ", ".join(_code(k) for k in c.inputs)
                 + (f" — {c.note}" if c.note else "")
                 + "".join(f"<br>{_code(k)}: {v}" for k, v in c.values)
+                + "".join(f"<br>**may replace**: {m}" for m in c.conditional)
             )
             + " |"
             for c in rows
         ]
-        lines += [*_limited(body), ""]
+        lines += [*(body if action != "update" else _limited(body)), ""]
     created = [c for c in changes if c.action == "create"]
     if created:
         by_type = Counter(c.type for c in created)
@@ -917,7 +919,22 @@ def entity_summary(diff: Diff) -> list[str]:
         detail = ", ".join(envs) + (f", {len(regional)} region{'s' if len(regional) != 1 else ''}" if regional else "")
         lines.append(f"{sign} {kind} {name}" + (f" ({detail})" if detail else ""))
     lines += [f"+ stack {s} (new)" for s in diff.stacks_added] + [f"- stack {s} (removed)" for s in diff.stacks_removed]
+    # Renumbered networks, named by their allocation (vpc/prod/us-west-2), not by every subnet inside them.
+    renumbered = diff.renumbered
+    for moved in renumbered:
+        inside = any(o.key != moved.key and _within(o.key, moved.key) for o in renumbered)
+        if not any(o.key != moved.key and _within(moved.key, o.key) for o in renumbered):
+            network = moved.key.split("/", 1)[1]
+            lines.append(
+                f"~ network {network} {moved.before} → {moved.after}" + (" (and its subnets)" if inside else "")
+            )
     return lines
+
+
+def _within(key: str, outer: str) -> bool:
+    """Whether allocation `key` lies inside `outer`: subnet/prod/us-west-2/... inside vpc/prod/us-west-2."""
+    kind, _, rest = outer.partition("/")
+    return kind == "vpc" and key.startswith("subnet/") and key.removeprefix("subnet/").startswith(rest + "/")
 
 
 def _git(repo: Path, *args: str, binary: bool = False) -> Any:

@@ -36,13 +36,24 @@ def _fleet_data() -> dict[str, Any]:
     return data
 
 
-@functools.cache
-def _pool_team_site_run() -> tuple[Plans, str]:
-    """Every stack of the fixture fleet with pool infer-l4 and team audio added and site ams1 removed."""
+def _run(fleet_text: str, lock_text: str) -> Plans:
+    """Every stack of a fleet and address plan, run offline as `preview --all` would."""
     import tempfile
 
     from dlinfra.offline import engine
 
+    with tempfile.TemporaryDirectory() as tmp:
+        fleet_path, lock_path = Path(tmp) / "fleet.yaml", Path(tmp) / "cidr-lock.yaml"
+        fleet_path.write_text(fleet_text)
+        lock_path.write_text(lock_text)
+        config = {"dlinfra:fleet": str(fleet_path), "dlinfra:lock": str(lock_path)}
+        roles = stackroles.roles(load_fleet(fleet_path).fleet)
+        return {r.role.name: r.plan("dlinfra") for r in engine.run_all(ROOT, roles, project="dlinfra", config=config)}
+
+
+@functools.cache
+def _pool_team_site_run() -> tuple[Plans, str]:
+    """Every stack of the fixture fleet with pool infer-l4 and team audio added and site ams1 removed."""
     data = _fleet_data()
     data["environments"]["prod"]["node_pools"]["infer-l4"] = {
         "kind": "gpu",
@@ -55,14 +66,38 @@ def _pool_team_site_run() -> tuple[Plans, str]:
     data["teams"]["audio"] = {"gpu_quota": 8}
     del data["sites"]["ams1"]
     text = yaml.safe_dump(data, sort_keys=False)
-    with tempfile.TemporaryDirectory() as tmp:
-        fleet_path = Path(tmp) / "fleet.yaml"
-        fleet_path.write_text(text)
-        config = {"dlinfra:fleet": str(fleet_path), "dlinfra:lock": str(REFERENCE_LOCK)}
-        roles = stackroles.roles(load_fleet(fleet_path).fleet)
-        return {
-            r.role.name: r.plan("dlinfra") for r in engine.run_all(ROOT, roles, project="dlinfra", config=config)
-        }, text
+    return _run(text, REFERENCE_LOCK.read_text()), text
+
+
+RENUMBERED = ("10.2.", "10.5.")  # prod us-west-2's VPC and subnets move from 10.2.0.0/16 to 10.5.0.0/16
+
+
+def _lock(allocations: dict[str, str] | None = None) -> dict[str, Any]:
+    lock: dict[str, Any] = yaml.safe_load(REFERENCE_LOCK.read_text())
+    if allocations is not None:
+        lock["allocations"] = allocations
+    return lock
+
+
+def _renumbered_allocations() -> dict[str, str]:
+    """Prod us-west-2's VPC and all its subnets renumbered in the address plan.
+
+    What a reviewer sees after `dlinfra cidr --release` of the region's keys and `cidr --update` (or a hand edit
+    of the lock): the lock changes, nothing in fleet.yaml does.
+    """
+    old, new = RENUMBERED
+    out = dict(_lock()["allocations"])
+    for key, cidr in out.items():
+        if key == "vpc/prod/us-west-2" or key.startswith("subnet/prod/us-west-2/"):
+            assert cidr.startswith(old), (key, cidr)
+            out[key] = new + cidr.removeprefix(old)
+    return out
+
+
+@functools.cache
+def _renumbered_vpc_run() -> Plans:
+    lock = yaml.safe_dump(_lock(_renumbered_allocations()), sort_keys=False)
+    return _run(REFERENCE_FLEET.read_text(), lock)
 
 
 def _named(plans: Plans, stack: str, name: str) -> dict[str, Any]:
@@ -70,18 +105,20 @@ def _named(plans: Plans, stack: str, name: str) -> dict[str, Any]:
     return found
 
 
-def _report(head: Plans, head_fleet: dict[str, Any] | None = None) -> str:
+def _report(head: Plans, head_fleet: dict[str, Any] | None = None, head_lock: dict[str, str] | None = None) -> str:
     base_fleet = _fleet_data()
     result = diff.compare(
         diff.PlanSet(
             label="main",
             plans=_base(),
+            lock=_lock()["allocations"],
             topology=diff.topology(base_fleet),
             cost=cost.estimate(_base().values()).to_json(),
         ),
         diff.PlanSet(
             label="pull request",
             plans=head,
+            lock=head_lock if head_lock is not None else _lock()["allocations"],
             topology=diff.topology(head_fleet or base_fleet),
             cost=cost.estimate(head.values()).to_json(),
         ),
@@ -89,10 +126,8 @@ def _report(head: Plans, head_fleet: dict[str, Any] | None = None) -> str:
     return diff.render_markdown(result)
 
 
-def renumber_vpc_subnet() -> str:
-    head = copy.deepcopy(_base())
-    _named(head, STACK, "network-private-us-west-2a")["inputs"]["cidrBlock"] = "10.2.0.0/19"
-    return _report(head)
+def renumber_vpc() -> str:
+    return _report(_renumbered_vpc_run(), head_lock=_renumbered_allocations())
 
 
 def add_pool_and_team_remove_site() -> str:
@@ -113,7 +148,7 @@ def protected_deletion() -> str:
 
 
 SCENARIOS = {
-    "renumber-vpc-subnet.md": renumber_vpc_subnet,
+    "renumber-vpc.md": renumber_vpc,
     "add-pool-and-team-remove-site.md": add_pool_and_team_remove_site,
     "raise-pool-max.md": raise_pool_max,
     "protected-deletion.md": protected_deletion,
@@ -134,9 +169,20 @@ def test_golden_report(name: str) -> None:
 
 
 def test_the_reports_say_what_a_reviewer_must_see_first() -> None:
-    renumber = (GOLDEN / "renumber-vpc-subnet.md").read_text()
+    renumber = (GOLDEN / "renumber-vpc.md").read_text()
     assert renumber.index("Stateful resources would be replaced") < renumber.index("| stack | create |")
     assert "`storage-lustre` in `prod-us-west-2` (forced by subnetIds)" in renumber
+    assert "`~ network prod/us-west-2 10.2.0.0/16 → 10.5.0.0/16 (and its subnets)`" in renumber
+    # Everything downstream of the VPC is listed, stateful first, across stacks: EFS mount targets, the Lustre file
+    # system, Client VPN routes and rules in every region, the peering routes of the global stack.
+    section = renumber[renumber.index("### `prod-us-west-2`") :]
+    replaced = section[: section.index("**Delete**")]
+    assert replaced.index("`storage-lustre`") < replaced.index("`network-vpc`")
+    for name in ("storage-efs-us-west-2a", "client-vpn-association-us-west-2a", "network-private-us-west-2c"):
+        assert f"| `{name}` |" in replaced, name
+    assert "| … |" not in replaced
+    assert "| `aws:ec2clientvpn/authorizationRule:AuthorizationRule` | 12 | `targetNetworkCidr` |" in renumber
+    assert "`peering-us-east-1-us-west-2-route-us-east-1-vpc-us-west-2` | `destinationCidrBlock`" in renumber
     protected = (GOLDEN / "protected-deletion.md").read_text()
     assert protected.index("This apply stops here") < protected.index("| stack | create |")
     raised = (GOLDEN / "raise-pool-max.md").read_text()
