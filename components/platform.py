@@ -200,7 +200,7 @@ def platform_args_from_fleet(
         raise ValueError(f"node_pools: pools {', '.join(missing)} of {env}/{region} were not passed")
     pools: dict[str, PoolView] = {}
     for pool_name, pool in fleet_pools.items():
-        spec = instances.lookup(pool.instance_types[0])
+        spec = instances.lookup(fleet.pool_types(env, region, pool_name)[0])
         outputs = node_pools[pool_name]
         pools[pool_name] = PoolView(
             kind=pool.kind,

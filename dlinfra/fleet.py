@@ -485,6 +485,19 @@ class Fleet(Strict):
         pools = self.environments[env].node_pools
         return {n: p for n, p in pools.items() if p.regions is None or region in p.regions}
 
+    def pool_types(self, env: str, region: str, pool_name: str) -> tuple[str, ...]:
+        """A pool's instance types that are sold in a region, in the fleet's order of preference.
+
+        A pool lists types by preference; where the first is not sold (p5 and g6 are not in eu-west-1), the
+        region's launch template takes the first one that is. Validation refuses a pool left with none.
+        """
+        from dlinfra import instances
+
+        pool = self.environments[env].node_pools[pool_name]
+        if region in pool.capacity_reservations:  # reserved capacity is there whatever the on-demand lists say
+            return pool.instance_types
+        return tuple(t for t in pool.instance_types if instances.offered(t, region))
+
     def pool_zones(self, env: str, region: str, pool_name: str) -> tuple[str, ...]:
         """AZs a pool uses in a region: as the fleet says, else one AZ for EFA pools, else every AZ."""
         pool = self.environments[env].node_pools[pool_name]
@@ -602,6 +615,7 @@ def _pool_checks(fleet: Fleet, env_name: str, env: Environment) -> Iterator[Flee
                 return
         yield from _instance_checks(key, pool)
         used = pool.regions or tuple(env.regions)
+        yield from _offering_checks(key, pool, [r for r in used if r not in pool.capacity_reservations])
         for region, zones in pool.zones.items():
             if region not in used:
                 yield FleetError(f"pool does not run in {region!r}", key=f"{key}.zones.{region}")
@@ -648,6 +662,24 @@ def _instance_checks(key: str, pool: NodePool) -> Iterator[FleetError]:
             yield FleetError(f"{name} does not support EFA; drop efa or pick an EFA-capable type", key=where)
     if pool.efa and len(pool.instance_types) > 1:
         yield FleetError("an EFA pool uses one instance type (one EFA layout)", key=f"{key}.instance_types")
+
+
+def _offering_checks(key: str, pool: NodePool, regions: Sequence[str]) -> Iterator[FleetError]:
+    """In every region a pool runs in, at least one of its types is sold there."""
+    from dlinfra import instances
+
+    try:
+        specs = [instances.lookup(t) for t in pool.instance_types]
+    except instances.UnknownInstanceType:
+        return  # reported by _instance_checks
+    for region in sorted(regions):
+        if not any(s.offered_in is None or region in s.offered_in for s in specs):
+            types = ", ".join(pool.instance_types)
+            yield FleetError(
+                f"none of {types} is sold in {region} (offered_in, {instances.TABLE_PATH}): add a type sold there "
+                "or leave the region out of the pool's regions",
+                key=f"{key}.instance_types",
+            )
 
 
 @dataclass(frozen=True)

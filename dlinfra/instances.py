@@ -49,6 +49,8 @@ class InstanceType(BaseModel):
     nvswitch: bool  # NVSwitch fabric: Fabric Manager must run before CUDA works
     max_pods: int | None = Field(default=None, gt=0)  # VPC CNI pods per node without prefix delegation
     architecture: Literal["x86_64", "arm64"]
+    # Regions AWS sells it in (of the regions dlinfra knows); None: not established, assumed everywhere.
+    offered_in: tuple[str, ...] | None = None
 
     @model_validator(mode="after")
     def _consistent(self) -> InstanceType:
@@ -119,6 +121,12 @@ def lookup(name: str) -> InstanceType:
     close = difflib.get_close_matches(name, table.keys(), n=3, cutoff=0.6)
     hint = f"did you mean {', '.join(close)}?" if close else f"known families: {_families(table)}"
     raise UnknownInstanceType(f"unknown instance type {name!r}; {hint} (add new types to {TABLE_PATH})") from None
+
+
+def offered(name: str, region: str) -> bool:
+    """Whether `name` is sold in `region`, as far as the table knows (unknown: assumed yes)."""
+    spec = lookup(name)
+    return spec.offered_in is None or region in spec.offered_in
 
 
 def is_gpu(name: str) -> bool:

@@ -173,7 +173,7 @@ def flavors(fleet: Fleet, env: str) -> list[Flavor]:
     for region in fleet.environments[env].regions:
         here: list[Flavor] = []
         for name, pool in fleet.pools_in(env, region).items():
-            spec = instances.lookup(pool.instance_types[0])
+            spec = instances.lookup(fleet.pool_types(env, region, name)[0])
             if pool.kind != "gpu" or not spec.gpus or not pool.max_size or spec.gpu_model is None:
                 continue
             here.append(

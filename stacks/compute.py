@@ -52,7 +52,7 @@ def declare_pools(
                 kind=pool.kind,
                 cluster_name=cluster_name,
                 ami_id=ami,
-                instance_types=pool.instance_types,
+                instance_types=ctx.fleet.pool_types(env, region, pool_name),
                 subnet_ids={az: private_subnet_ids[az] for az in zones},
                 vpc_id=vpc_id,
                 min_size=pool.min_size,

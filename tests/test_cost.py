@@ -68,13 +68,14 @@ def test_every_aws_type_in_the_reference_plans_is_classified(plans: dict[str, di
     # Each priced type the fleet uses is in the table for each region the fleet runs in.
     regions = {p["role"]["region"] for p in plans.values() if p["role"]["region"]}
     table = cost.load_prices()
+    # Every type a pool runs on in a region (the ones sold there) is priced there.
+    fleet = _reference.fleet()
+    for env_name, env in fleet.environments.items():
+        for region in env.regions:
+            for name in fleet.pools_in(env_name, region):
+                types = fleet.pool_types(env_name, region, name)
+                assert types and all((f"ec2/{t}", region) in table.prices for t in types), (name, region)
     needed = {
-        f"ec2/{t}"
-        for env in _reference.fleet().environments.values()
-        for pool in env.node_pools.values()
-        for t in pool.instance_types
-    }
-    needed |= {
         "nat_gateway",
         "nat_gateway_gb",
         "tgw_attachment",
@@ -127,6 +128,29 @@ def test_prod_us_west_2_matches_a_hand_calculation(report: cost.Report) -> None:
     assert block.usd_max == 0 and "capacity block" in block.note and block.price_key == ""
     assert "first of 3 overrides" in _item(stack, "pool cpu (m7i.4xlarge)").note
     assert "spot share" in _item(stack, "pool cpu (m7i.4xlarge)").note
+
+
+def test_prod_eu_west_1_matches_a_hand_calculation(report: cost.Report) -> None:
+    stack = _stack(report, "prod-eu-west-1")
+    # eu-west-1 prices, from AWS Price List data (prices.yaml notes): dearer than us-east-1 for EC2 and NAT.
+    cpu = (2 * 730 * 0.8988, 40 * 730 * 0.8988)  # cpu pool: 2..40 x m7i.4xlarge
+    interactive_max = 12 * 730 * 6.33167  # g6 is not sold in eu-west-1: the pool runs its g5.12xlarge there
+    a100_max = 8 * 730 * 23.71569  # train-a100: 0..8 x p4d.24xlarge
+    fixed = (
+        730 * 0.60  # EKS, extended support
+        + 3 * 730 * 0.048  # 3 NAT gateways
+        + 3 * 730 * 0.005  # their EIPs
+        + 2 * 730 * 0.05  # TGW attachments: the VPC and the ams1 VPN
+        + 730 * 0.05  # Site-to-Site VPN to ams1
+        + 3 * 730 * 0.10  # Client VPN associations
+        + 8 * 3 * 730 * 0.011  # interface endpoints
+        + 2400 * 0.21  # FSx for Lustre
+    )
+    assert fixed == pytest.approx(1579.29)
+    assert stack.usd_min == pytest.approx(round(cpu[0], 2) + fixed, abs=0.01)  # 2,891.54
+    expected_max = round(cpu[1], 2) + round(interactive_max, 2) + round(a100_max, 2) + fixed
+    assert stack.usd_max == pytest.approx(expected_max, abs=0.02)  # 221,789.31
+    assert _item(stack, "pool interactive (g5.12xlarge)").usd_each == 6.33167
 
 
 def test_global_stack_prices_peering_attachments_per_region(report: cost.Report) -> None:

@@ -24,6 +24,15 @@ def test_reference_fleet_loads() -> None:
     assert fleet.pool_zones("prod", "us-west-2", "cpu") == ("us-west-2a", "us-west-2b", "us-west-2c")
 
 
+def test_a_pool_runs_on_its_first_type_sold_in_each_region() -> None:
+    fleet = load_fleet(REFERENCE_FLEET).fleet
+    # g6 is not sold in eu-west-1 (instance_types.yaml offered_in): the interactive pool falls back to g5 there.
+    assert fleet.pool_types("prod", "us-west-2", "interactive") == ("g6.12xlarge", "g5.12xlarge")
+    assert fleet.pool_types("prod", "eu-west-1", "interactive") == ("g5.12xlarge",)
+    # A reservation is capacity that exists whatever the on-demand lists say.
+    assert fleet.pool_types("prod", "us-west-2", "train-h100") == ("p5.48xlarge",)
+
+
 def test_models_are_frozen() -> None:
     fleet = load_fleet(REFERENCE_FLEET).fleet
     with pytest.raises(Exception, match="frozen"):
@@ -219,6 +228,12 @@ BAD = [
         "environments.prod.ci.preview_role_arn",
         "",
         id="ci-missing-preview-role",
+    ),
+    pytest.param(
+        _set("environments.prod.node_pools.interactive.instance_types", ["g6.12xlarge"]),
+        "environments.prod.node_pools.interactive.instance_types",
+        "none of g6.12xlarge is sold in eu-west-1",
+        id="type-not-sold-in-a-region-of-the-pool",
     ),
 ]
 

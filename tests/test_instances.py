@@ -7,6 +7,7 @@ import yaml
 
 from dlinfra import instances
 from dlinfra.instances import InstanceTableError, InstanceType, UnknownInstanceType
+from tests.conftest import ROOT
 
 # (name, vcpus, memory_gib, gpus, gpu_model, gpu_memory_gib, efa_interfaces, network_cards, nvswitch)
 KEY_FIGURES = [
@@ -103,6 +104,14 @@ def test_reference_fleet_types_fit_their_pools() -> None:
         assert instances.is_gpu(name)
     for name in ("m7i.4xlarge", "m6i.4xlarge", "c7i.4xlarge", "m7i.2xlarge"):
         assert not instances.is_gpu(name)
+
+
+def test_offered_regions_are_regions_dlinfra_knows() -> None:
+    known = set(yaml.safe_load((ROOT / "dlinfra" / "data" / "regions.yaml").read_text()))
+    for t in instances.all_types().values():
+        assert t.offered_in is None or (t.offered_in and set(t.offered_in) <= known), t.name
+    assert not instances.offered("p5.48xlarge", "eu-west-1") and instances.offered("p4d.24xlarge", "eu-west-1")
+    assert instances.offered("m7i.4xlarge", "eu-west-1")  # not established: assumed sold
 
 
 def test_small_g_types_have_no_efa() -> None:

@@ -69,8 +69,9 @@ def test_every_fleet_pool_is_declared(pools: dict) -> None:
 @pytest.mark.parametrize(("stack", "pool"), _expected_pools())
 def test_pool(pools: dict, stack: str, pool: str) -> None:
     env, region = stack.split("-", 1)
-    spec = load_fleet(REFERENCE_FLEET).fleet.environments[env].node_pools[pool]
-    itype = instances.lookup(spec.instance_types[0])
+    fleet = load_fleet(REFERENCE_FLEET).fleet
+    spec = fleet.environments[env].node_pools[pool]
+    itype = instances.lookup(fleet.pool_types(env, region, pool)[0])  # the first type sold in the region
     res = pools[(stack, pool)]
     (asg,) = res[ASG]
     (lt,) = res[LT]
