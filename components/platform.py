@@ -9,6 +9,7 @@ regional stack: only this part needs the private EKS endpoint.
 
 from __future__ import annotations
 
+import base64
 import ipaddress
 import re
 from collections.abc import Mapping, Sequence
@@ -125,6 +126,9 @@ class PlatformArgs:
     efs_file_system_id: pulumi.Input[str]  # shared EFS file system (storage class and datasets volume)
     efs_datasets_access_point_id: pulumi.Input[str]  # access point of the shared datasets directory
     termination_queue_url: pulumi.Input[str]  # SQS queue the termination handler reads (PlatformAws)
+    overflow: kueue.OverflowPlan | None = None  # MultiKueue of the environment; None: every job stays local
+    # The manager's kubeconfig of each worker region (secret outputs of the workers' in-cluster stacks).
+    multikueue_kubeconfigs: Mapping[str, pulumi.Input[str]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if not _K8S_VERSION.fullmatch(self.kubernetes_version):
@@ -147,6 +151,15 @@ class PlatformArgs:
                 raise ValueError(f"teams.{team}.namespace: {view.namespace!r} belongs to the cluster; choose another")
         for flavor in self.quotas.flavors:
             self._check_flavor(flavor)
+        manager = self.overflow is not None and self.overflow.manager == self.region
+        wanted = set(self.overflow.workers) if self.overflow is not None and manager else set()
+        if set(self.multikueue_kubeconfigs) != wanted:
+            raise ValueError(
+                f"multikueue_kubeconfigs: regions {sorted(self.multikueue_kubeconfigs)}, but this cluster's workers "
+                f"are {sorted(wanted)}"
+            )
+        if self.overflow is not None and self.overflow.teams_of(self.region) and not self.quotas.flavors:
+            raise ValueError("overflow: this region takes overflowing jobs but has no GPU queues")
         planned = {f.source_name for f in self.quotas.flavors if f.source == "pool"}
         for name, pool in self.pools.items():
             if pool.kind == "gpu" and pool.gpus and name not in planned:
@@ -189,6 +202,7 @@ def platform_args_from_fleet(
     termination_queue_url: pulumi.Input[str],
     quota_policy: kueue.QuotaPolicy,
     fleet_file: str | None = None,
+    multikueue_kubeconfigs: Mapping[str, pulumi.Input[str]] | None = None,
 ) -> PlatformArgs:
     """PlatformArgs of a region from the fleet, its address plan and the regional stack's pools (no resources)."""
     env, region = names.environment, names.region
@@ -198,6 +212,7 @@ def platform_args_from_fleet(
     missing = sorted(set(fleet_pools) - set(node_pools))
     if missing:
         raise ValueError(f"node_pools: pools {', '.join(missing)} of {env}/{region} were not passed")
+    quota_plan = kueue.plan(fleet, env, quota_policy, source=fleet_file)
     pools: dict[str, PoolView] = {}
     for pool_name, pool in fleet_pools.items():
         spec = instances.lookup(fleet.pool_types(env, region, pool_name)[0])
@@ -234,7 +249,9 @@ def platform_args_from_fleet(
             )
             for name, site in fleet.sites_of(env, region).items()
         },
-        quotas=kueue.plan(fleet, env, quota_policy, source=fleet_file).region(region),
+        quotas=quota_plan.region(region),
+        overflow=kueue.overflow(fleet, quota_plan, source=fleet_file),
+        multikueue_kubeconfigs=dict(multikueue_kubeconfigs or {}),
         efs_file_system_id=efs_file_system_id,
         efs_datasets_access_point_id=efs_datasets_access_point_id,
         termination_queue_url=termination_queue_url,
@@ -247,6 +264,8 @@ class Platform(pulumi.ComponentResource):
     namespaces: dict[str, pulumi.Output[str]]
     releases: dict[str, pulumi.Output[str]]  # add-on -> Helm release name
     storage_class_name: pulumi.Output[str]
+    # A worker's token for the MultiKueue manager (secret); None where no team overflows to this region.
+    multikueue_token: pulumi.Output[str] | None
 
     def __init__(self, name: str, args: PlatformArgs, opts: pulumi.ResourceOptions | None = None) -> None:
         super().__init__("dlinfra:platform:Platform", name, None, opts)
@@ -272,7 +291,13 @@ class Platform(pulumi.ComponentResource):
         )
         kueue_release = self._release("kueue", pv.kueue_values())
         namespaces = self._teams()
-        self._queues(kueue_release, namespaces)
+        queues = self._queues(kueue_release, namespaces)
+        self.multikueue_token = None
+        if args.overflow is not None:
+            if args.overflow.manager == args.region and args.overflow.teams:
+                self._multikueue_manager(args.overflow, kueue_release, namespaces)
+            if args.overflow.teams_of(args.region):
+                self.multikueue_token = self._multikueue_worker(args.overflow, kueue_release, namespaces, queues)
         storage_class = self._storage(namespaces)
         if args.sites:
             self._cilium()
@@ -296,12 +321,17 @@ class Platform(pulumi.ComponentResource):
         )
 
     def _meta(
-        self, name: str, namespace: str | None = None, labels: Mapping[str, str] | None = None
+        self,
+        name: str,
+        namespace: str | None = None,
+        labels: Mapping[str, str] | None = None,
+        annotations: Mapping[str, str] | None = None,
     ) -> k8s.meta.v1.ObjectMetaArgs:
         return k8s.meta.v1.ObjectMetaArgs(
             name=name,
             namespace=namespace,
             labels={"app.kubernetes.io/managed-by": "pulumi-dlinfra", **(labels or {})},
+            annotations=dict(annotations) if annotations else None,
         )
 
     # Helm ---------------------------------------------------------------------------------------------------
@@ -431,10 +461,14 @@ class Platform(pulumi.ComponentResource):
             opts=self._k8s(depends_on=depends_on),
         )
 
-    def _queues(self, release: k8s.helm.v3.Release, namespaces: Mapping[str, k8s.core.v1.Namespace]) -> None:
+    def _queues(
+        self, release: k8s.helm.v3.Release, namespaces: Mapping[str, k8s.core.v1.Namespace]
+    ) -> dict[str, k8s.apiextensions.CustomResource]:
+        """Flavors, the cohort and every team's ClusterQueue and LocalQueue; the ClusterQueues by team."""
         args, quotas = self._args, self._args.quotas
+        queues: dict[str, k8s.apiextensions.CustomResource] = {}
         if not quotas.flavors:
-            return  # no GPU capacity in this region: nothing to queue for
+            return queues  # no GPU capacity in this region: nothing to queue for
         flavors = []
         for flavor in quotas.flavors:
             source = args.pools[flavor.source_name] if flavor.source == "pool" else args.sites[flavor.source_name]
@@ -453,6 +487,7 @@ class Platform(pulumi.ComponentResource):
             queue = self._custom(
                 f"queue-{team}", "ClusterQueue", team, pv.cluster_queue_spec(team, view.namespace, quotas), [cohort]
             )
+            queues[team] = queue
             self._custom(
                 f"local-queue-{team}",
                 "LocalQueue",
@@ -461,6 +496,139 @@ class Platform(pulumi.ComponentResource):
                 [queue, namespaces[team]],
                 namespace=view.namespace,
             )
+        return queues
+
+    # MultiKueue ---------------------------------------------------------------------------------------------
+    def _multikueue_manager(
+        self,
+        plan: kueue.OverflowPlan,
+        release: k8s.helm.v3.Release,
+        namespaces: Mapping[str, k8s.core.v1.Namespace],
+    ) -> None:
+        """The manager's side: a worker cluster per region, and per overflowing team a MultiKueueConfig, its
+        AdmissionCheck, a ClusterQueue holding the team's GPUs in those regions, and the `overflow` LocalQueue."""
+        args = self._args
+        flavor = self._custom("flavor-multikueue", "ResourceFlavor", kueue.OVERFLOW_FLAVOR, {}, [release])
+        clusters = {}
+        for region in plan.workers:
+            secret = k8s.core.v1.Secret(
+                f"{self._name}-multikueue-{region}",
+                metadata=self._meta(pv.multikueue_secret_name(region), pv.MULTIKUEUE_NAMESPACE),
+                type="Opaque",
+                string_data={pv.KUBECONFIG_KEY: pulumi.Output.secret(args.multikueue_kubeconfigs[region])},
+                opts=self._k8s(depends_on=[release]),
+            )
+            clusters[region] = self._custom(
+                f"multikueue-cluster-{region}",
+                "MultiKueueCluster",
+                pv.multikueue_cluster_name(region),
+                pv.multikueue_cluster_spec(region),
+                [secret],
+            )
+        for team, overflow in plan.teams.items():
+            namespace = args.teams[team].namespace
+            check_name = pv.overflow_check_name(team)
+            config = self._custom(
+                f"multikueue-config-{team}",
+                "MultiKueueConfig",
+                check_name,
+                pv.multikueue_config_spec(overflow.regions),
+                [clusters[r] for r in overflow.regions],
+            )
+            check = self._custom(
+                f"overflow-check-{team}", "AdmissionCheck", check_name, pv.overflow_admission_check_spec(team), [config]
+            )
+            queue_name = pv.overflow_cluster_queue_name(team)
+            queue = self._custom(
+                f"overflow-queue-{team}",
+                "ClusterQueue",
+                queue_name,
+                pv.overflow_cluster_queue_spec(team, namespace, overflow.gpus),
+                [check, flavor],
+            )
+            self._custom(
+                f"overflow-local-queue-{team}",
+                "LocalQueue",
+                kueue.OVERFLOW_QUEUE,
+                pv.overflow_local_queue_spec(queue_name),
+                [queue, namespaces[team]],
+                namespace=namespace,
+            )
+
+    def _multikueue_worker(
+        self,
+        plan: kueue.OverflowPlan,
+        release: k8s.helm.v3.Release,
+        namespaces: Mapping[str, k8s.core.v1.Namespace],
+        queues: Mapping[str, k8s.apiextensions.CustomResource],
+    ) -> pulumi.Output[str]:
+        """A worker's side: the manager's service account with the least it needs (reads cluster-wide, writes only
+        in the namespaces of teams that overflow here), an `overflow` LocalQueue in those namespaces feeding the
+        team's own queue (MultiKueue creates its copies with the same queue name), and the account's token."""
+        sa = k8s.core.v1.ServiceAccount(
+            f"{self._name}-multikueue-sa",
+            metadata=self._meta(pv.MULTIKUEUE_SA, pv.MULTIKUEUE_NAMESPACE),
+            automount_service_account_token=False,
+            opts=self._k8s(depends_on=[release]),
+        )
+        subject = k8s.rbac.v1.SubjectArgs(
+            kind="ServiceAccount", name=pv.MULTIKUEUE_SA, namespace=pv.MULTIKUEUE_NAMESPACE
+        )
+        roles = {}
+        for key, role_name, rules in (
+            ("read", pv.MULTIKUEUE_READ_ROLE, pv.multikueue_read_rules()),
+            ("write", pv.MULTIKUEUE_WRITE_ROLE, pv.multikueue_write_rules()),
+        ):
+            roles[key] = k8s.rbac.v1.ClusterRole(
+                f"{self._name}-multikueue-{key}",
+                metadata=self._meta(role_name),
+                rules=[
+                    k8s.rbac.v1.PolicyRuleArgs(api_groups=r["apiGroups"], resources=r["resources"], verbs=r["verbs"])
+                    for r in rules
+                ],
+                opts=self._k8s(),
+            )
+        k8s.rbac.v1.ClusterRoleBinding(
+            f"{self._name}-multikueue-read-binding",
+            metadata=self._meta(pv.MULTIKUEUE_READ_ROLE),
+            role_ref=k8s.rbac.v1.RoleRefArgs(
+                api_group="rbac.authorization.k8s.io", kind="ClusterRole", name=pv.MULTIKUEUE_READ_ROLE
+            ),
+            subjects=[subject],
+            opts=self._k8s(depends_on=[roles["read"], sa]),
+        )
+        for team in plan.teams_of(self._args.region):
+            namespace = self._args.teams[team].namespace
+            k8s.rbac.v1.RoleBinding(
+                f"{self._name}-multikueue-write-{team}",
+                metadata=self._meta(pv.MULTIKUEUE_WRITE_ROLE, namespace),
+                role_ref=k8s.rbac.v1.RoleRefArgs(
+                    api_group="rbac.authorization.k8s.io", kind="ClusterRole", name=pv.MULTIKUEUE_WRITE_ROLE
+                ),
+                subjects=[subject],
+                opts=self._k8s(depends_on=[roles["write"], sa, namespaces[team]]),
+            )
+            self._custom(
+                f"overflow-local-queue-{team}",
+                "LocalQueue",
+                kueue.OVERFLOW_QUEUE,
+                pv.local_queue_spec(team),
+                [queues[team], namespaces[team]],
+                namespace=namespace,
+            )
+        # A long-lived token: MultiKueue reads a static kubeconfig (no exec plugins). The provider waits until the
+        # token controller has filled the Secret (pulumi-kubernetes await logic for service-account-token Secrets).
+        token = k8s.core.v1.Secret(
+            f"{self._name}-multikueue-token",
+            metadata=self._meta(
+                pv.MULTIKUEUE_TOKEN_SECRET,
+                pv.MULTIKUEUE_NAMESPACE,
+                annotations={"kubernetes.io/service-account.name": pv.MULTIKUEUE_SA},
+            ),
+            type="kubernetes.io/service-account-token",
+            opts=self._k8s(depends_on=[sa]),
+        )
+        return pulumi.Output.secret(token.data.apply(lambda data: base64.b64decode((data or {})["token"]).decode()))
 
     # Storage ------------------------------------------------------------------------------------------------
     def _storage(self, namespaces: Mapping[str, k8s.core.v1.Namespace]) -> k8s.storage.v1.StorageClass:

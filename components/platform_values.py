@@ -323,6 +323,19 @@ def termination_handler_values(queue_url: pulumi.Input[str], region: str) -> dic
     }
 
 
+# The job kinds Kueue manages (its integrations), as "<API group>/<kind in lower case>"; MultiKueue workers grant
+# the manager these and nothing else.
+KUEUE_FRAMEWORKS = (
+    "batch/job",
+    "jobset.x-k8s.io/jobset",
+    "kubeflow.org/pytorchjob",
+    "kubeflow.org/mpijob",
+    "trainer.kubeflow.org/trainjob",
+    "ray.io/rayjob",
+    "ray.io/raycluster",
+)
+
+
 def kueue_manager_config() -> dict[str, Any]:
     """Kueue's controller configuration (config.kueue.x-k8s.io/v1beta2), replacing the chart's default."""
     return {
@@ -346,17 +359,7 @@ def kueue_manager_config() -> dict[str, Any]:
             "blockAdmission": False,
             "requeuingStrategy": {"timestamp": "Eviction", "backoffBaseSeconds": 60, "backoffMaxSeconds": 3600},
         },
-        "integrations": {
-            "frameworks": [
-                "batch/job",
-                "jobset.x-k8s.io/jobset",
-                "kubeflow.org/pytorchjob",
-                "kubeflow.org/mpijob",
-                "trainer.kubeflow.org/trainjob",
-                "ray.io/rayjob",
-                "ray.io/raycluster",
-            ]
-        },
+        "integrations": {"frameworks": list(KUEUE_FRAMEWORKS)},
     }
 
 
@@ -641,3 +644,127 @@ def cohort_spec(quotas: kueue.RegionQuotas) -> dict[str, Any]:
 def local_queue_spec(team: str) -> dict[str, Any]:
     """The team namespace's LocalQueue, feeding the team's ClusterQueue."""
     return {"clusterQueue": team}
+
+
+# MultiKueue (Kueue docs, "MultiKueue" and "Setup a MultiKueue environment", v0.19) -------------------------------
+
+MULTIKUEUE_CONTROLLER = "kueue.x-k8s.io/multikueue"  # AdmissionCheck controllerName of MultiKueue
+MULTIKUEUE_NAMESPACE = "kueue-system"  # kubeconfig Secrets live where the Kueue controller runs (addons.yaml)
+MULTIKUEUE_SA = "multikueue"  # the manager's identity in each worker cluster
+MULTIKUEUE_READ_ROLE = "dlinfra-multikueue-read"
+MULTIKUEUE_WRITE_ROLE = "dlinfra-multikueue-write"
+MULTIKUEUE_TOKEN_SECRET = "multikueue-token"
+KUBECONFIG_KEY = "kubeconfig"  # the key MultiKueue reads a Secret's kubeconfig from
+
+
+def multikueue_cluster_name(region: str) -> str:
+    """The MultiKueueCluster (and its kubeconfig Secret's suffix) of a worker region."""
+    return region
+
+
+def multikueue_secret_name(region: str) -> str:
+    return f"multikueue-{region}"
+
+
+def overflow_check_name(team: str) -> str:
+    """A team's AdmissionCheck and MultiKueueConfig: its overflowing jobs go to its worker regions."""
+    return f"overflow-{team}"
+
+
+def overflow_cluster_queue_name(team: str) -> str:
+    return f"{team}-{kueue.OVERFLOW_QUEUE}"
+
+
+def multikueue_cluster_spec(region: str) -> dict[str, Any]:
+    """A worker cluster, reached with the kubeconfig in a Secret next to the Kueue controller."""
+    return {"clusterSource": {"kubeConfig": {"locationType": "Secret", "location": multikueue_secret_name(region)}}}
+
+
+def multikueue_config_spec(regions: Sequence[str]) -> dict[str, Any]:
+    """The worker clusters a team's overflowing jobs are offered to (all at once: the first to admit runs it)."""
+    return {"clusters": [multikueue_cluster_name(r) for r in sorted(regions)]}
+
+
+def overflow_admission_check_spec(team: str) -> dict[str, Any]:
+    return {
+        "controllerName": MULTIKUEUE_CONTROLLER,
+        "parameters": {"apiGroup": "kueue.x-k8s.io", "kind": "MultiKueueConfig", "name": overflow_check_name(team)},
+    }
+
+
+def overflow_cluster_queue_spec(team: str, namespace: str, gpus: int) -> dict[str, Any]:
+    """The manager's queue for a team's overflowing jobs: the team's GPUs in its worker regions, dispatched there.
+
+    The MultiKueue check applies to the whole queue: Kueue deactivates a ClusterQueue whose MultiKueue check is
+    limited to some flavors (pkg/cache/scheduler/clusterqueue.go, "Cannot specify MultiKueue AdmissionCheck per
+    flavor"), which is why overflow is a queue of its own and not a last flavor of the team's queue. No cohort:
+    remote GPUs are not lent to local queues.
+    """
+    return {
+        "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": namespace}},
+        "queueingStrategy": "BestEffortFIFO",
+        "resourceGroups": [_gpu_group({kueue.OVERFLOW_FLAVOR: (gpus, None)})],
+        "admissionChecksStrategy": {"admissionChecks": [{"name": overflow_check_name(team)}]},
+    }
+
+
+def overflow_local_queue_spec(cluster_queue: str) -> dict[str, Any]:
+    return {"clusterQueue": cluster_queue}
+
+
+def _framework_resources() -> list[tuple[str, str]]:
+    """(API group, resource) of every job kind Kueue manages: "batch/job" -> ("batch", "jobs")."""
+    out = []
+    for framework in KUEUE_FRAMEWORKS:
+        group, kind = framework.rsplit("/", 1)
+        out.append((group, f"{kind}s"))
+    return out
+
+
+def multikueue_read_rules() -> list[dict[str, Any]]:
+    """Cluster-wide reads the manager needs in a worker: it watches its remote workloads and jobs everywhere."""
+    jobs = _framework_resources()
+    rules = [
+        {"apiGroups": [group], "resources": [resource], "verbs": ["get", "list", "watch"]} for group, resource in jobs
+    ]
+    rules += [{"apiGroups": [group], "resources": [f"{resource}/status"], "verbs": ["get"]} for group, resource in jobs]
+    rules.append({"apiGroups": ["kueue.x-k8s.io"], "resources": ["workloads"], "verbs": ["get", "list", "watch"]})
+    rules.append(
+        {
+            "apiGroups": ["kueue.x-k8s.io"],
+            "resources": ["clusterqueues", "localqueues"],
+            "verbs": ["get", "list", "watch"],
+        }
+    )
+    return rules
+
+
+def multikueue_write_rules() -> list[dict[str, Any]]:
+    """Writes the manager needs, granted only in the namespaces of teams that overflow to the worker: it creates
+    and deletes copies of jobs and their workloads and keeps the workloads' status in sync."""
+    rules = [
+        {"apiGroups": [group], "resources": [resource], "verbs": ["create", "delete"]}
+        for group, resource in _framework_resources()
+    ]
+    # Kueue's own example role also lets the manager update RayClusters (create-multikueue-kubeconfig.sh).
+    rules.append({"apiGroups": ["ray.io"], "resources": ["rayclusters"], "verbs": ["update", "patch"]})
+    rules.append(
+        {"apiGroups": ["kueue.x-k8s.io"], "resources": ["workloads"], "verbs": ["create", "delete", "update", "patch"]}
+    )
+    rules.append({"apiGroups": ["kueue.x-k8s.io"], "resources": ["workloads/status"], "verbs": ["update", "patch"]})
+    return rules
+
+
+def multikueue_kubeconfig(cluster_name: str, endpoint: str, ca_data: str, token: str) -> str:
+    """The kubeconfig a manager uses for a worker: its service account's token, no exec plugin and no file paths,
+    which MultiKueue refuses (Kueue docs, "Security Notice")."""
+    user = f"{MULTIKUEUE_SA}@{cluster_name}"
+    config = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [{"name": cluster_name, "cluster": {"server": endpoint, "certificate-authority-data": ca_data}}],
+        "users": [{"name": user, "user": {"token": token}}],
+        "contexts": [{"name": cluster_name, "context": {"cluster": cluster_name, "user": user}}],
+        "current-context": cluster_name,
+    }
+    return yaml.safe_dump(config, sort_keys=False)

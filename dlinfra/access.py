@@ -23,7 +23,7 @@ from dlinfra.fleet import Fleet
 SCHEMA = "dlinfra.access/v1"
 
 Kind = Literal["admin", "ci-apply", "ci-preview", "team-role", "vpn-group", "vpn-users", "site", "node-role",
-               "pod-identity", "role"]  # fmt: skip
+               "pod-identity", "service-account", "role"]  # fmt: skip
 KINDS: tuple[str, ...] = get_args(Kind)
 
 ACCESS_ENTRY = "aws:eks/accessEntry:AccessEntry"
@@ -354,6 +354,7 @@ def build_report(
         _vpn_principals(env, fleet, draft)
         _site_principals(env, fleet, draft)
         _pod_identities(env, draft)
+        _service_accounts(env, draft)
         _also_named(env, drafts.values())
     principals = []
     for d in drafts.values():
@@ -387,9 +388,7 @@ def _eks_principals(env: _Env, fleet: Fleet | None, draft: Drafter) -> None:
             i = r["inputs"]
             meta, ref = i.get("metadata", {}), i.get("roleRef", {})
             scope = meta.get("namespace") or "cluster"
-            source = (
-                f"{i.get('kind', type_.rsplit(':', 1)[-1])} {meta.get('name')} -> {ref.get('kind')} {ref.get('name')}"
-            )
+            source = _binding_source(i, type_)
             for subject in i.get("subjects") or ():
                 if subject.get("kind") == "Group":
                     bindings.setdefault((_region(plan), subject["name"]), []).append((ref.get("name"), scope, source))
@@ -447,6 +446,40 @@ def _site_principals(env: _Env, fleet: Fleet | None, draft: Drafter) -> None:
         m = re.match(r"^site-(.+)-vpn$", r["name"])
         if m and (fleet is None or m[1] in fleet.sites):
             draft(env.name, "site", m[1], region=_region(plan))
+
+
+def _binding_source(inputs: Mapping[str, Any], type_: str) -> str:
+    """How a (Cluster)RoleBinding reads in the report: "RoleBinding team-edit -> ClusterRole edit"."""
+    meta, ref = inputs.get("metadata", {}), inputs.get("roleRef", {})
+    kind = inputs.get("kind", type_.rsplit(":", 1)[-1])
+    return f"{kind} {meta.get('name')} -> {ref.get('kind')} {ref.get('name')}"
+
+
+def _service_accounts(env: _Env, draft: Drafter) -> None:
+    """Service accounts that dlinfra binds to roles: whoever holds their token (the MultiKueue manager holds its
+    workers') acts with those roles."""
+    clusters = {_region(p): r["inputs"]["name"] for p, r in env.of(CLUSTER)}
+    for type_ in (ROLE_BINDING, CLUSTER_ROLE_BINDING):
+        for plan, r in env.of(type_, kind="k8s"):
+            i = r["inputs"]
+            meta, ref = i.get("metadata", {}), i.get("roleRef", {})
+            region = _region(plan)
+            for subject in i.get("subjects") or ():
+                if subject.get("kind") != "ServiceAccount":
+                    continue
+                d = draft(
+                    env.name, "service-account", f"{subject.get('namespace')}/{subject['name']}@{region}", region=region
+                )
+                source = _binding_source(i, type_)
+                d.clusters.add(
+                    ClusterGrant(
+                        clusters.get(region, ""),
+                        region,
+                        str(ref.get("name")),
+                        meta.get("namespace") or "cluster",
+                        source,
+                    )
+                )
 
 
 def _pod_identities(env: _Env, draft: Drafter) -> None:

@@ -195,8 +195,13 @@ def _short(value: Any) -> str:
 def _value_change(before: Any, after: Any) -> str:
     """ "old → new" for one input; lists as the items added and removed; secrets stay masked as the plans hold them."""
     if isinstance(before, list) and isinstance(after, list):
-        old, new = [_short(v) for v in before], [_short(v) for v in after]
-        added, removed = [v for v in new if v not in old], [v for v in old if v not in new]
+        # Items compare whole; only their display is shortened (two items may share their first 80 characters).
+        def full(v: Any) -> str:
+            return json.dumps(_normal(v), sort_keys=True)
+
+        old, new = [full(v) for v in before], [full(v) for v in after]
+        added = [_short(v) for v, f in zip(after, new, strict=True) if f not in old]
+        removed = [_short(v) for v, f in zip(before, old, strict=True) if f not in new]
         if added or removed:
             return ", ".join([*(f"+{v}" for v in added), *(f"-{v}" for v in removed)])
         return "reordered"

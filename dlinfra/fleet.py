@@ -417,6 +417,17 @@ class Team(Strict):
     # The team's group in the VPN's SAML identity provider (IAM Identity Center: the group id): with federated
     # laptop VPN, its members reach the networks. Not used with per-person certificates (no groups in TLS).
     vpn_group: str | None = Field(None, min_length=1, max_length=255)
+    # Regions the team's jobs may overflow to from the environment's manager region (Kueue MultiKueue), when
+    # submitted to its `overflow` queue; a set: MultiKueue offers a job to all of them at once, and the first to
+    # admit it runs it. Empty: the team's jobs stay in the region they are submitted to.
+    overflow: tuple[str, ...] = ()
+
+    @field_validator("overflow")
+    @classmethod
+    def _overflow_set(cls, v: tuple[str, ...]) -> tuple[str, ...]:
+        if len(set(v)) != len(v):
+            raise ValueError(f"lists a region twice: {', '.join(sorted(r for r in set(v) if v.count(r) > 1))}")
+        return tuple(sorted(v))
 
     @field_validator("role_arn")
     @classmethod
@@ -515,6 +526,21 @@ class Fleet(Strict):
         """Kubernetes namespace of a team."""
         return self.teams[team].namespace or f"team-{team}"
 
+    def multikueue_manager(self, env: str) -> str:
+        """The region whose cluster dispatches overflowing jobs (MultiKueue manager): the primary region, or the
+        environment's first region by name when the environment does not run in the primary region."""
+        regions = self.environments[env].regions
+        return self.primary_region if self.primary_region in regions else sorted(regions)[0]
+
+    def overflow_regions(self, env: str, team: str) -> tuple[str, ...]:
+        """Regions of an environment a team's overflow queue dispatches to (its workers there), sorted."""
+        manager, regions = self.multikueue_manager(env), self.environments[env].regions
+        return tuple(r for r in self.teams[team].overflow if r in regions and r != manager)
+
+    def multikueue_workers(self, env: str) -> tuple[str, ...]:
+        """Regions of an environment some team overflows to: their clusters are MultiKueue workers."""
+        return tuple(sorted({r for team in self.teams for r in self.overflow_regions(env, team)}))
+
 
 def _cross_checks(fleet: Fleet) -> Iterator[FleetError]:
     """Checks that span several entries; each yields an error naming the key."""
@@ -597,6 +623,22 @@ def _cross_checks(fleet: Fleet) -> Iterator[FleetError]:
                 yield FleetError(
                     f"{cvpn} is a /{cvpn.prefixlen}; Client VPN needs /12 to /22",
                     key=f"environments.{env_name}.regions.{region}.client_vpn_cidr",
+                )
+    for team, team_spec in fleet.teams.items():
+        if team.endswith("-overflow"):
+            yield FleetError(
+                "team names may not end in -overflow: a team's overflow ClusterQueue is named <team>-overflow",
+                key=f"teams.{team}",
+            )
+        for region in team_spec.overflow:
+            key = f"teams.{team}.overflow"
+            if region not in fleet.regions:
+                yield FleetError(f"{region!r} is not a region of the fleet ({', '.join(fleet.regions)})", key=key)
+            elif region == fleet.primary_region:
+                yield FleetError(
+                    f"{region} is the primary region, whose cluster dispatches overflowing jobs (the MultiKueue "
+                    "manager); list the regions jobs may overflow to",
+                    key=key,
                 )
     namespaces: dict[str, str] = {}
     for team in fleet.teams:

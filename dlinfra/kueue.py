@@ -267,4 +267,57 @@ def _check_fits(fleet: Fleet, env: str, found: Sequence[Flavor], wanted: Mapping
 
 def check_fleet(fleet: Fleet, *, source: str | None = None) -> dict[str, QuotaPlan]:
     """Plan every environment's quotas, so a quota that cannot fit fails before any resource is declared."""
-    return {env: plan(fleet, env, spec.gpu_quotas, source=source) for env, spec in fleet.environments.items()}
+    plans = {env: plan(fleet, env, spec.gpu_quotas, source=source) for env, spec in fleet.environments.items()}
+    for quotas in plans.values():
+        overflow(fleet, quotas, source=source)
+    return plans
+
+
+OVERFLOW_QUEUE = "overflow"  # the LocalQueue a team submits to when its job may run in another region
+OVERFLOW_FLAVOR = "multikueue"  # the manager's flavor for GPUs its workers hold (accounting only: no nodes)
+
+
+@dataclass(frozen=True)
+class OverflowTeam:
+    """A team whose jobs may overflow from the manager region: where to, and how many GPUs that is."""
+
+    regions: tuple[str, ...]  # worker regions, sorted (MultiKueue offers a job to all of them at once)
+    gpus: int  # the team's nominal GPUs in those regions: the manager's quota for its overflowing jobs
+
+
+@dataclass(frozen=True)
+class OverflowPlan:
+    """MultiKueue in one environment: the manager region, the teams that overflow, the workers' teams."""
+
+    environment: str
+    manager: str
+    teams: Mapping[str, OverflowTeam]
+
+    @property
+    def workers(self) -> tuple[str, ...]:
+        """Regions whose clusters take overflowing jobs, sorted."""
+        return tuple(sorted({r for t in self.teams.values() for r in t.regions}))
+
+    def teams_of(self, region: str) -> tuple[str, ...]:
+        """Teams whose overflowing jobs may run in a worker region, sorted."""
+        return tuple(sorted(t for t, spec in self.teams.items() if region in spec.regions))
+
+
+def overflow(fleet: Fleet, quotas: QuotaPlan, *, source: str | None = None) -> OverflowPlan:
+    """Who overflows where in an environment; QuotaError when a team overflows to a region of the environment
+    with no GPU capacity there (it has no queues to take the jobs)."""
+    env = quotas.environment
+    teams: dict[str, OverflowTeam] = {}
+    for team in sorted(fleet.teams):
+        regions = fleet.overflow_regions(env, team)
+        for region in regions:
+            if not quotas.region(region).flavors:
+                raise QuotaError(
+                    f"jobs overflow to {region}, which has no GPU capacity in environment {env!r} (no GPU pool with "
+                    "max_size > 0, no site with GPU nodes); drop the region or add capacity there",
+                    file=source,
+                    key=f"teams.{team}.overflow",
+                )
+        if regions:
+            teams[team] = OverflowTeam(regions, sum(quotas.region(r).team_total(team) for r in regions))
+    return OverflowPlan(env, fleet.multikueue_manager(env), teams)

@@ -48,9 +48,17 @@ def roles(fleet: Fleet) -> list[StackRole]:
     """
     regional = list(fleet.regional_stacks())
     out = [StackRole("regional", env, region) for env, region in regional]
-    out += [StackRole("k8s", env, region) for env, region in regional]
+    # A MultiKueue manager's in-cluster stack reads its workers' (their kubeconfigs): it comes after them.
+    in_cluster = [StackRole("k8s", env, region) for env, region in regional]
+    out += sorted(in_cluster, key=lambda r: _has_workers(fleet, r))
     out += [StackRole("global", env) for env, spec in fleet.environments.items() if len(spec.regions) > 1]
     return out
+
+
+def _has_workers(fleet: Fleet, role: StackRole) -> bool:
+    """Whether a stack is an in-cluster stack of a MultiKueue manager that has workers."""
+    env = role.environment
+    return role.kind == "k8s" and role.region == fleet.multikueue_manager(env) and bool(fleet.multikueue_workers(env))
 
 
 def parse(fleet: Fleet, stack: str, *, fleet_file: str = "fleet.yaml") -> StackRole:
@@ -75,7 +83,10 @@ def dependencies(fleet: Fleet, role: StackRole) -> list[StackRole]:
     if role.kind == "regional":
         return []
     if role.kind == "k8s":
-        return [StackRole("regional", role.environment, role.region)]
+        workers = fleet.multikueue_workers(role.environment) if _has_workers(fleet, role) else ()
+        return [StackRole("regional", role.environment, role.region)] + [
+            StackRole("k8s", role.environment, w) for w in workers
+        ]
     return [StackRole("regional", role.environment, r) for r in fleet.environments[role.environment].regions]
 
 

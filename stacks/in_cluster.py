@@ -15,6 +15,8 @@ import pulumi_kubernetes as k8s
 
 from components.cluster import kubeconfig_json
 from components.platform import Platform, platform_args_from_fleet
+from components.platform_values import multikueue_kubeconfig
+from dlinfra.stackroles import K8S_SUFFIX
 from stacks.program import StackContext, stack_reference
 
 
@@ -44,6 +46,13 @@ def declare(ctx: StackContext) -> None:
     }
     access_points = regional.require_output("efs_access_points")
     fleet_file = str(ctx.root / (pulumi.Config("dlinfra").get("fleet") or "fleet.yaml"))
+    # The MultiKueue manager reads each worker's kubeconfig from the worker's in-cluster stack, applied before it
+    # (stackroles.roles): a secret output, never in the manager's config or code.
+    kubeconfigs: dict[str, pulumi.Output[str]] = {}
+    if ctx.fleet.multikueue_manager(env) == region:
+        for worker in ctx.fleet.multikueue_workers(env):
+            reference = stack_reference(f"k8s-{worker}", f"{env}-{worker}-{K8S_SUFFIX}")
+            kubeconfigs[worker] = reference.require_output("multikueue_kubeconfig")
     platform = Platform(
         "platform",
         platform_args_from_fleet(
@@ -58,6 +67,7 @@ def declare(ctx: StackContext) -> None:
             termination_queue_url=regional.require_output("termination_queue_url"),
             quota_policy=ctx.fleet.environments[env].gpu_quotas,
             fleet_file=fleet_file,
+            multikueue_kubeconfigs=kubeconfigs,
         ),
         opts=pulumi.ResourceOptions(providers=[provider]),
     )
@@ -66,3 +76,16 @@ def declare(ctx: StackContext) -> None:
     pulumi.export("cluster_name", cluster_name)
     pulumi.export("team_namespaces", platform.namespaces)
     pulumi.export("releases", platform.releases)
+    if platform.multikueue_token is not None:
+        token = platform.multikueue_token
+        pulumi.export(
+            "multikueue_kubeconfig",
+            pulumi.Output.secret(
+                pulumi.Output.all(
+                    cluster_name,
+                    regional.require_output("cluster_endpoint"),
+                    regional.require_output("cluster_certificate_authority"),
+                    token,
+                ).apply(lambda parts: multikueue_kubeconfig(*(str(p) for p in parts)))
+            ),
+        )

@@ -129,6 +129,18 @@ def test_pod_identities_name_service_account_role_and_actions(report: access.Rep
     assert access.summarise_actions(["sqs:A", "sqs:B", "ec2:C"], limit=1) == "ec2: C; sqs: A, +1"
 
 
+def test_the_multikueue_manager_writes_only_where_its_teams_jobs_land(report: access.Report) -> None:
+    worker = one(report, "prod", "service-account", "kueue-system/multikueue@us-east-1")
+    grants = {(g.access, g.scope) for g in worker.clusters}
+    assert grants == {
+        ("dlinfra-multikueue-read", "cluster"),
+        ("dlinfra-multikueue-write", "team-language"),
+        ("dlinfra-multikueue-write", "team-vision"),
+    }
+    eu = one(report, "prod", "service-account", "kueue-system/multikueue@eu-west-1")
+    assert {g.scope for g in eu.clusters if g.access == "dlinfra-multikueue-write"} == {"team-language"}
+
+
 # --- a hand-written plan ------------------------------------------------------------------------------
 def _resource(type_: str, name: str, inputs: dict[str, Any], rid: str = "", outputs: Any = None) -> dict[str, Any]:
     return {"urn": f"urn:pulumi:x::dlinfra::{type_}::{name}", "type": type_, "name": name, "custom": True,

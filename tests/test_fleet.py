@@ -230,6 +230,30 @@ BAD = [
         id="ci-missing-preview-role",
     ),
     pytest.param(
+        _set("teams.vision.overflow", ["ap-south-1"]),
+        "teams.vision.overflow",
+        "not a region of the fleet",
+        id="overflow-to-an-unknown-region",
+    ),
+    pytest.param(
+        _set("teams.vision.overflow", ["us-west-2"]),
+        "teams.vision.overflow",
+        "the primary region",
+        id="overflow-to-the-manager",
+    ),
+    pytest.param(
+        _set("teams.vision.overflow", ["us-east-1", "us-east-1"]),
+        "teams.vision.overflow",
+        "lists a region twice: us-east-1",
+        id="overflow-twice",
+    ),
+    pytest.param(
+        _set("teams.audio-overflow", {"gpu_quota": 0}),
+        "teams.audio-overflow",
+        "may not end in -overflow",
+        id="team-named-like-an-overflow-queue",
+    ),
+    pytest.param(
         _set("environments.prod.node_pools.interactive.instance_types", ["g6.12xlarge"]),
         "environments.prod.node_pools.interactive.instance_types",
         "none of g6.12xlarge is sold in eu-west-1",

@@ -201,3 +201,31 @@ def test_plan_does_not_depend_on_fleet_order(write_fleet: Callable[..., Path], f
     assert list(reordered.teams) == list(reversed(fleet.teams))  # the change did reorder
     for region in fleet.environments["prod"].regions:
         assert kueue.plan(reordered, "prod").region(region) == kueue.plan(fleet, "prod").region(region)
+
+
+def test_overflow_plan_of_the_reference_fleet(fleet: Fleet) -> None:
+    quotas = kueue.plan(fleet, "prod", "guaranteed")
+    plan = kueue.overflow(fleet, quotas)
+    assert (plan.manager, plan.workers) == ("us-west-2", ("eu-west-1", "us-east-1"))
+    assert set(plan.teams) == {"language", "vision"}  # robotics lists no overflow: its jobs stay local
+    language = plan.teams["language"]
+    assert language.regions == ("eu-west-1", "us-east-1")
+    assert language.gpus == quotas.region("eu-west-1").team_total("language") + quotas.region("us-east-1").team_total(
+        "language"
+    )
+    assert plan.teams_of("eu-west-1") == ("language",) and plan.teams_of("us-east-1") == ("language", "vision")
+    staging = kueue.overflow(fleet, kueue.plan(fleet, "staging", "scaled"))
+    assert staging.teams == {} and staging.workers == ()  # one region: nowhere to overflow
+
+
+def test_overflow_to_a_region_without_gpus_is_refused(write_fleet: Callable[..., Path]) -> None:
+    def no_gpus_in_eu(data: dict[str, Any]) -> None:
+        pools = data["environments"]["prod"]["node_pools"]
+        pools["train-a100"]["regions"] = ["us-east-1"]
+        pools["train-a100"]["efa"] = False
+        pools["interactive"]["regions"] = ["us-west-2", "us-east-1"]
+        data["sites"]["ams1"]["gpu_nodes"] = 0
+
+    fleet = load_fleet(write_fleet(no_gpus_in_eu)).fleet
+    with pytest.raises(DlinfraError, match=r"teams\.language\.overflow: jobs overflow to eu-west-1, which has no GPU"):
+        kueue.check_fleet(fleet, source="fleet.yaml")

@@ -277,6 +277,16 @@ _VALIDITY_START = datetime.datetime(2025, 1, 1, tzinfo=datetime.UTC)
 _RANDOM_SPECIAL = "!@#$%&*()-_=+[]{}<>:?"
 
 
+@special("kubernetes:core/v1:Secret")
+def _k8s_secret(cloud: FakeCloud, urn: str, rid: str, inputs: Mapping[str, Any], region: str | None) -> dict[str, Any]:
+    """A service-account-token Secret as the token controller fills it (the provider waits for that)."""
+    if inputs.get("type") != "kubernetes.io/service-account-token":
+        return {}
+    token = base64.b64encode(f"fake-token-{digest(urn, 32)}".encode()).decode()
+    namespace = str((inputs.get("metadata") or {}).get("namespace") or "default")
+    return {"data": _secret({"token": token, "namespace": base64.b64encode(namespace.encode()).decode()})}
+
+
 @special("aws:ec2/eip:Eip")
 def _eip(cloud: FakeCloud, urn: str, rid: str, inputs: Mapping[str, Any], region: str | None) -> dict[str, Any]:
     return {"allocationId": rid, "publicIp": fake_ip(urn, "198.51.100.0/24")}

@@ -377,6 +377,24 @@ def _environment_intents(fleet: Fleet, topo: Topology, env: str) -> Iterator[Int
                 "deny",
             )
 
+    # MultiKueue: the manager's Kueue controller (on its untainted pools) reaches each worker's private EKS API,
+    # across the transit gateway peering; the endpoint's public name resolves to its private addresses.
+    manager = fleet.multikueue_manager(env)
+    for worker in fleet.multikueue_workers(env):
+        yield from intent(
+            "multikueue",
+            f"{env}-{manager}/{worker}",
+            f"the MultiKueue manager in {manager} reaches the {worker} cluster's API",
+            f"{env}-{manager}",
+            eps("pool", manager, _untainted_pools(fleet, env, manager), offset=15),
+            eps("control-plane", worker, offset=21),
+            "tcp",
+            (443,),
+            "Kueue docs 'MultiKueue' (the manager creates and watches workloads and jobs in each worker through its "
+            "API server); AWS re:Post 'Connect to a private EKS cluster endpoint from outside the VPC' (private-only "
+            "endpoints advertise private IPs through the public DNS name)",
+        )
+
     # Sites and laptops reach every region of their environment, and back.
     for site in sites:
         for region in regions:

@@ -55,6 +55,8 @@ S3_ACLS = ("aws:s3/bucketAcl:BucketAcl", "aws:s3/bucketAclV2:BucketAclV2")
 K8S_NAMESPACE = "kubernetes:core/v1:Namespace"
 TEAM_LABEL = "dlinfra.io/team"  # components/platform_values.TEAM_LABEL: a team's namespace
 PSA_ENFORCE = "pod-security.kubernetes.io/enforce"
+KUEUE_CUSTOM = "kubernetes:kueue.x-k8s.io/v1beta2:"  # Kueue kinds as typed resources: <this><Kind>
+MULTIKUEUE_CONTROLLER = "kueue.x-k8s.io/multikueue"  # components/platform_values.MULTIKUEUE_CONTROLLER
 
 # What a stateful resource holds: losing it to a replacement or deletion loses data. This is the one list:
 # the `stateful-protected` rule and `dlinfra diff` (which shouts about their replacement) both read it.
@@ -667,6 +669,66 @@ def team_namespaces_pod_security(resource: Resource, ctx: Context) -> list[str]:
     return [f'{PSA_ENFORCE} is {state}: team namespaces enforce "baseline" (or "restricted")']
 
 
+def _kueue_named(resources: Sequence[Resource], kind: str) -> dict[str, Resource]:
+    return {
+        str(_object(r.inputs.get("metadata")).get("name")): r for r in resources if r.type == f"{KUEUE_CUSTOM}{kind}"
+    }
+
+
+def multikueue_wired(resources: Sequence[Resource], ctx: Context) -> list[Violation]:
+    """MultiKueue objects are wired so Kueue activates them.
+
+    - A ClusterQueue may not limit a MultiKueue AdmissionCheck to some flavors: Kueue marks such a queue inactive
+      ("Cannot specify MultiKueue AdmissionCheck per flavor", kueue v0.19 pkg/cache/scheduler/clusterqueue.go).
+    - A MultiKueue AdmissionCheck names a MultiKueueConfig of the stack, whose clusters are MultiKueueClusters of
+      the stack (Kueue docs, "Setup a MultiKueue environment": otherwise the check stays inactive).
+    - A worker's kubeconfig comes from a Secret: `locationType: Path` needs an alpha feature gate and a file
+      mounted into the controller (same guide, "Enable locationType=Path").
+    """
+    checks = _kueue_named(resources, "AdmissionCheck")
+    configs = _kueue_named(resources, "MultiKueueConfig")
+    clusters = _kueue_named(resources, "MultiKueueCluster")
+    multikueue = {
+        n for n, r in checks.items() if _object(r.inputs.get("spec")).get("controllerName") == MULTIKUEUE_CONTROLLER
+    }
+    out = []
+    for name, queue in _kueue_named(resources, "ClusterQueue").items():
+        strategy = _object(_object(queue.inputs.get("spec")).get("admissionChecksStrategy"))
+        for rule in _objects(strategy.get("admissionChecks")):
+            if str(rule.get("name")) in multikueue and _items(rule.get("onFlavors")):
+                out.append(
+                    Violation(
+                        queue.urn,
+                        f"ClusterQueue {name}: MultiKueue check {rule.get('name')} is limited to "
+                        "some flavors; Kueue deactivates the queue (it must apply to every flavor)",
+                    )
+                )
+    for name in sorted(multikueue):
+        params = _object(_object(checks[name].inputs.get("spec")).get("parameters"))
+        config = configs.get(str(params.get("name")))
+        if params.get("kind") != "MultiKueueConfig" or config is None:
+            out.append(
+                Violation(checks[name].urn, f"AdmissionCheck {name}: no MultiKueueConfig {params.get('name')!r}")
+            )
+            continue
+        missing = [str(c) for c in _items(_object(config.inputs.get("spec")).get("clusters")) if str(c) not in clusters]
+        if missing:
+            out.append(
+                Violation(
+                    config.urn, f"MultiKueueConfig {params.get('name')}: no MultiKueueCluster {', '.join(missing)}"
+                )
+            )
+    for name, cluster in clusters.items():
+        source = _object(_object(_object(cluster.inputs.get("spec")).get("clusterSource")).get("kubeConfig"))
+        if source.get("locationType", "Secret") != "Secret":
+            out.append(
+                Violation(
+                    cluster.urn, f"MultiKueueCluster {name}: kubeconfig from {source.get('locationType')}, not a Secret"
+                )
+            )
+    return out
+
+
 def _algorithms(values: Iterable[Any]) -> list[str | int]:
     return [n if (n := _int(v)) is not None else str(v) for v in values]
 
@@ -964,6 +1026,12 @@ def client_vpn_revocable(resource: Resource, ctx: Context) -> list[str]:
 
 
 RULES: tuple[ResourceRule | StackRule, ...] = (
+    StackRule(
+        "multikueue-wired",
+        "MultiKueue checks, configs and clusters are wired as Kueue requires",
+        "mandatory",
+        multikueue_wired,
+    ),
     ResourceRule(
         "ebs-encrypted", "EBS volumes and launch template block devices are encrypted", "mandatory", ebs_encrypted
     ),

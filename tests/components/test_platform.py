@@ -33,7 +33,7 @@ from dlinfra import hybrid_routing, kueue, planner, sites, stackroles
 from dlinfra.errors import DlinfraError
 from dlinfra.fleet import Fleet, load_fleet
 from dlinfra.naming import Names
-from dlinfra.offline import engine
+from dlinfra.offline import engine, schema
 from dlinfra.render import nodeadm
 from tests.components import _reference as reference
 from tests.conftest import REFERENCE_FLEET, REFERENCE_LOCK, ROOT
@@ -69,7 +69,12 @@ class Stack:
         }
 
     def queues(self) -> dict[str, dict[str, Any]]:
-        return {key.split("/")[0]: value for key, value in self.kueue("ClusterQueue").items()}
+        """Every team's own ClusterQueue (in the cohort), by team; overflow queues are not teams'."""
+        return {
+            key.split("/")[0]: value
+            for key, value in self.kueue("ClusterQueue").items()
+            if "admissionChecksStrategy" not in value["spec"]
+        }
 
 
 @pytest.fixture(scope="module")
@@ -401,7 +406,8 @@ def test_kueue_flavors_cohort_and_queues(stacks: dict[str, Stack], fleet: Fleet,
     policy = "scaled" if env == "staging" else "guaranteed"
     planned = kueue.plan(fleet, env, policy).region(region)
     flavors = {key.rstrip("/"): value for key, value in stack.kueue("ResourceFlavor").items()}
-    assert sorted(flavors) == sorted(f.name for f in planned.flavors)
+    manager = kueue.overflow(fleet, kueue.plan(fleet, env, policy)).manager == region and fleet.multikueue_workers(env)
+    assert sorted(flavors) == sorted([f.name for f in planned.flavors] + (["multikueue"] if manager else []))
     for flavor in planned.flavors:
         labels = flavors[flavor.name]["spec"]["nodeLabels"]
         assert labels["nvidia.com/gpu.product"] == flavor.gpu_model
@@ -437,12 +443,76 @@ def test_kueue_flavors_cohort_and_queues(stacks: dict[str, Stack], fleet: Fleet,
             (res,) = f["resources"]
             capacity = next(x.gpus for x in planned.flavors if x.name == f["name"])
             assert int(res["nominalQuota"]) + int(res["borrowingLimit"]) == capacity  # may borrow the whole flavor
-    local = stack.kueue("LocalQueue")
-    assert local == {
-        f"default/{fleet.team_namespace(t)}": local[f"default/{fleet.team_namespace(t)}"] for t in fleet.teams
-    }
+    local = {k: v for k, v in stack.kueue("LocalQueue").items() if k.startswith("default/")}
+    assert set(local) == {f"default/{fleet.team_namespace(t)}" for t in fleet.teams}
     for team in fleet.teams:
         assert local[f"default/{fleet.team_namespace(team)}"]["spec"] == {"clusterQueue": team}
+
+
+def test_multikueue_overflow(stacks: dict[str, Stack], fleet: Fleet) -> None:
+    """Prod's manager (us-west-2) dispatches language's overflow to us-east-1 and eu-west-1, vision's to us-east-1;
+    robotics stays local. Each worker trusts the manager with the least it needs."""
+    quotas = kueue.plan(fleet, "prod", "guaranteed")
+    plan = kueue.overflow(fleet, quotas)
+    assert plan.manager == "us-west-2" and plan.workers == ("eu-west-1", "us-east-1")
+    manager = stacks["prod-us-west-2"]
+    clusters = {k.rstrip("/"): v["spec"] for k, v in manager.kueue("MultiKueueCluster").items()}
+    assert clusters == {r: pv.multikueue_cluster_spec(r) for r in ("eu-west-1", "us-east-1")}
+    secrets = {r.inputs["metadata"]["name"]: r for r in manager.of_type("kubernetes:core/v1:Secret")}
+    for region in plan.workers:
+        kubeconfig = yaml.safe_load(
+            engine._unwrap(secrets[f"multikueue-{region}"].inputs["stringData"])[0]["kubeconfig"]
+        )
+        assert schema.is_secret(secrets[f"multikueue-{region}"].inputs["stringData"])  # never in plain text
+        # A static token for the worker's EKS endpoint: MultiKueue refuses exec plugins and file paths.
+        (user,) = kubeconfig["users"]
+        assert set(user["user"]) == {"token"} and user["user"]["token"].startswith("fake-token-")
+        (cluster,) = kubeconfig["clusters"]
+        assert cluster["cluster"]["server"] == stacks[f"prod-{region}"].outputs["cluster_endpoint"]
+    configs = {k.rstrip("/"): v["spec"] for k, v in manager.kueue("MultiKueueConfig").items()}
+    assert configs == {
+        "overflow-language": {"clusters": ["eu-west-1", "us-east-1"]},
+        "overflow-vision": {"clusters": ["us-east-1"]},
+    }
+    queues = {k.rstrip("/"): v["spec"] for k, v in manager.kueue("ClusterQueue").items()}
+    for team, regions in (("language", ("eu-west-1", "us-east-1")), ("vision", ("us-east-1",))):
+        overflow = queues[f"{team}-overflow"]
+        assert overflow["admissionChecksStrategy"] == {"admissionChecks": [{"name": f"overflow-{team}"}]}
+        assert "cohortName" not in overflow  # remote GPUs are not lent to local queues
+        # The manager's quota for a team's overflow is what the team holds in those regions.
+        assert _nominal({"spec": overflow}) == {"multikueue": sum(quotas.region(r).team_total(team) for r in regions)}
+    assert "robotics-overflow" not in queues
+    local = manager.kueue("LocalQueue")
+    assert local["overflow/team-language"]["spec"] == {"clusterQueue": "language-overflow"}
+    assert "overflow/team-robotics" not in local
+    for region, teams in (("us-east-1", {"language", "vision"}), ("eu-west-1", {"language"})):
+        worker = stacks[f"prod-{region}"]
+        assert not worker.kueue("MultiKueueCluster") and not worker.kueue("AdmissionCheck")
+        # Jobs arrive with the queue name they were submitted with: `overflow` feeds the team's own queue.
+        overflow_queues = {k: v["spec"] for k, v in worker.kueue("LocalQueue").items() if k.startswith("overflow/")}
+        assert overflow_queues == {f"overflow/team-{t}": {"clusterQueue": t} for t in teams}
+        bindings = {
+            r.inputs["metadata"]["namespace"]: r.inputs
+            for r in worker.of_type("kubernetes:rbac.authorization.k8s.io/v1:RoleBinding")
+            if r.inputs["metadata"]["name"] == pv.MULTIKUEUE_WRITE_ROLE
+        }
+        assert set(bindings) == {f"team-{t}" for t in teams}  # writes only where its teams' jobs land
+        roles = {
+            r.inputs["metadata"]["name"]: r.inputs["rules"]
+            for r in worker.of_type("kubernetes:rbac.authorization.k8s.io/v1:ClusterRole")
+        }
+        writes = {v for rule in roles[pv.MULTIKUEUE_WRITE_ROLE] for v in rule["verbs"]}
+        reads = {v for rule in roles[pv.MULTIKUEUE_READ_ROLE] for v in rule["verbs"]}
+        assert reads == {"get", "list", "watch"} and "*" not in writes
+        assert {g for rule in roles[pv.MULTIKUEUE_WRITE_ROLE] for g in rule["apiGroups"]} <= {
+            f.rsplit("/", 1)[0] for f in pv.KUEUE_FRAMEWORKS
+        } | {"kueue.x-k8s.io"}
+        assert not any(
+            "secrets" in rule["resources"] or "pods" in rule["resources"]
+            for rule in roles[pv.MULTIKUEUE_WRITE_ROLE] + roles[pv.MULTIKUEUE_READ_ROLE]
+        )
+    staging = stacks["staging-us-west-2"]
+    assert not staging.kueue("MultiKueueCluster") and not staging.kueue("AdmissionCheck")
 
 
 def _nominal(queue_or_cohort: Mapping[str, Any]) -> dict[str, int]:
@@ -618,7 +688,10 @@ def test_children_have_the_platform_as_parent_and_kubernetes_the_cluster_provide
 
 
 def _manifests(stack: Stack) -> list[dict[str, Any]]:
-    return [r.inputs for r in stack.resources if r.type.startswith("kubernetes:") and r.type != RELEASE]
+    """The stack's Kubernetes objects as the API server gets them: secret values unwrapped."""
+    return [
+        engine._unwrap(r.inputs)[0] for r in stack.resources if r.type.startswith("kubernetes:") and r.type != RELEASE
+    ]
 
 
 @pytest.mark.parametrize("stack_name", _regional())

@@ -295,6 +295,31 @@ CASES: dict[str, tuple[list[Resource], list[Resource]]] = {
         ],
         [res(rules.CLIENT_VPN_ENDPOINT)(authenticationOptions=[{"type": "certificate-authentication"}])],
     ),
+    "multikueue-wired": (
+        [
+            res(f"{rules.KUEUE_CUSTOM}AdmissionCheck", "c")(
+                metadata={"name": "c"},
+                spec={
+                    "controllerName": rules.MULTIKUEUE_CONTROLLER,
+                    "parameters": {"kind": "MultiKueueConfig", "name": "c"},
+                },
+            ),
+            res(f"{rules.KUEUE_CUSTOM}MultiKueueConfig", "k")(metadata={"name": "c"}, spec={"clusters": ["w"]}),
+            res(f"{rules.KUEUE_CUSTOM}MultiKueueCluster", "w")(
+                metadata={"name": "w"},
+                spec={"clusterSource": {"kubeConfig": {"location": "s", "locationType": "Secret"}}},
+            ),
+        ],
+        [
+            res(f"{rules.KUEUE_CUSTOM}AdmissionCheck", "c")(
+                metadata={"name": "c"},
+                spec={
+                    "controllerName": rules.MULTIKUEUE_CONTROLLER,
+                    "parameters": {"kind": "MultiKueueConfig", "name": "c"},
+                },
+            ),
+        ],
+    ),
     "explicit-provider": (
         [
             res(VPC)(cidrBlock="10.2.0.0/16"),
@@ -498,6 +523,36 @@ def test_team_namespace_without_an_enforced_level_is_flagged() -> None:
     assert "unset, which admits privileged pods" in message
     restricted = res(rules.K8S_NAMESPACE)(metadata={"labels": TEAM_NS | {rules.PSA_ENFORCE: "restricted"}})
     assert rules.team_namespaces_pod_security(restricted, CTX) == []
+
+
+def _kueue(kind: str, name: str, spec: dict[str, Any]) -> Resource:
+    return res(f"{rules.KUEUE_CUSTOM}{kind}", name)(metadata={"name": name}, spec=spec)
+
+
+def test_multikueue_wiring_is_checked() -> None:
+    from components import platform_values as pv
+
+    check = _kueue("AdmissionCheck", "overflow-a", pv.overflow_admission_check_spec("a"))
+    config = _kueue("MultiKueueConfig", "overflow-a", pv.multikueue_config_spec(["us-east-1"]))
+    cluster = _kueue("MultiKueueCluster", "us-east-1", pv.multikueue_cluster_spec("us-east-1"))
+    queue_spec = pv.overflow_cluster_queue_spec("a", "team-a", 8)
+    queue = _kueue("ClusterQueue", "a-overflow", queue_spec)
+    assert rules.multikueue_wired([check, config, cluster, queue], CTX) == []
+    per_flavor = _kueue(
+        "ClusterQueue",
+        "a-overflow",
+        queue_spec | {"admissionChecksStrategy": {"admissionChecks": [{"name": "overflow-a", "onFlavors": ["x"]}]}},
+    )
+    (found,) = rules.multikueue_wired([check, config, cluster, per_flavor], CTX)
+    assert "limited to some flavors" in found.message
+    (orphan,) = rules.multikueue_wired([check, config, queue], CTX)
+    assert orphan.message == "MultiKueueConfig overflow-a: no MultiKueueCluster us-east-1"
+    path = _kueue(
+        "MultiKueueCluster", "us-east-1", {"clusterSource": {"kubeConfig": {"location": "/x", "locationType": "Path"}}}
+    )
+    (by_path,) = rules.multikueue_wired([check, config, path, queue], CTX)
+    assert "not a Secret" in by_path.message
+    assert rules.MULTIKUEUE_CONTROLLER == pv.MULTIKUEUE_CONTROLLER
 
 
 def test_policy_team_label_is_the_platforms() -> None:

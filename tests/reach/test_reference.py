@@ -68,6 +68,7 @@ def test_every_derived_intent_holds_on_the_reference_fleet() -> None:
         "site",
         "site-to-site",
         "laptop",
+        "multikueue",
         "deny-internet",
         "deny-environment",
     ):
@@ -152,6 +153,13 @@ MUTATIONS = [
         "cluster-api-sg",
         "no ingress rule admits from 10.2.",
         id="ci-runner-to-api",
+    ),
+    pytest.param(
+        without("prod-us-east-1", "cluster-api-from-10-2-0-0-16"),
+        "multikueue/prod-us-west-2/us-east-1",
+        "cluster-api-sg",
+        "no ingress rule admits from 10.2.",
+        id="multikueue-manager-to-worker-api",
     ),
     pytest.param(
         without("prod-us-west-2", "transit-route-us-west-2a-lan-sjc1"),

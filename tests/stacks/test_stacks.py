@@ -36,8 +36,15 @@ REGIONAL = ("prod-us-west-2", "prod-us-east-1", "prod-eu-west-1", "staging-us-we
 
 
 def test_every_stack_runs_in_dependency_order(results: dict[str, engine.StackResult]) -> None:
-    # Regional stacks first, then the in-cluster stacks that read them, then the global stack.
-    assert list(results) == [*REGIONAL, *(f"{s}-k8s" for s in REGIONAL), "prod-global"]
+    # Regional stacks first, then the in-cluster stacks that read them (prod's MultiKueue manager, us-west-2,
+    # after its workers, whose kubeconfigs it reads), then the global stack.
+    in_cluster = ["prod-us-east-1-k8s", "prod-eu-west-1-k8s", "staging-us-west-2-k8s", "prod-us-west-2-k8s"]
+    assert list(results) == [*REGIONAL, *in_cluster, "prod-global"]
+    fleet = load_fleet(REFERENCE_FLEET).fleet
+    manager = stackroles.parse(fleet, "prod-us-west-2-k8s")
+    assert [r.name for r in stackroles.dependencies(fleet, manager)] == [
+        "prod-us-west-2", "prod-eu-west-1-k8s", "prod-us-east-1-k8s"
+    ]  # fmt: skip
 
 
 def test_stack_names_parse_to_their_roles() -> None:
@@ -77,8 +84,10 @@ def test_in_cluster_stack_reads_its_region_and_declares_only_kubernetes_objects(
 ) -> None:
     result = results[stack]
     regional = stack.removesuffix("-k8s")
-    (ref,) = _of_type(result, "pulumi:pulumi:StackReference")
-    assert ref.inputs["name"] == f"organization/dlinfra/{regional}"
+    refs = sorted(ref.inputs["name"] for ref in _of_type(result, "pulumi:pulumi:StackReference"))
+    # The MultiKueue manager also reads its workers' in-cluster stacks; every other one reads its region only.
+    workers = ["prod-eu-west-1-k8s", "prod-us-east-1-k8s"] if stack == "prod-us-west-2-k8s" else []
+    assert refs == sorted(f"organization/dlinfra/{s}" for s in [regional, *workers])
     (k8s_provider,) = _of_type(result, "pulumi:providers:kubernetes")
     kubeconfig = __import__("json").loads(k8s_provider.inputs["kubeconfig"])
     assert kubeconfig["clusters"][0]["cluster"]["server"] == results[regional].outputs["cluster_endpoint"]
