@@ -17,7 +17,18 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from dlinfra import cli_access, cli_checks, cli_cost, cli_network, eks, kueue, planner, pools, stackroles
+from dlinfra import (
+    cli_access,
+    cli_checks,
+    cli_cost,
+    cli_network,
+    cli_what_happened,
+    eks,
+    kueue,
+    planner,
+    pools,
+    stackroles,
+)
 from dlinfra.errors import DlinfraError
 from dlinfra.fleet import LoadedFleet, load_fleet, version_lifecycle
 
@@ -80,6 +91,7 @@ def _parser() -> argparse.ArgumentParser:
         | cli_access.register(sub, common)
         | cli_cost.register(sub, common)
         | pools.register(sub, common)
+        | cli_what_happened.register(sub, common)
     )
     return parser
 

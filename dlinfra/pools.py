@@ -181,7 +181,7 @@ def resolve_target(args: argparse.Namespace) -> Target:
     if args.group:
         return Target(stack=args.stack, region=region, group=args.group, pool=None, spec=None)
     spec = _pool_spec(fleet, env, region, args.pool, str(loaded.path))
-    outputs, source = _stack_outputs(args.stack, args.outputs)
+    outputs, source = stack_outputs(args.stack, args.outputs)
     sites.check_stack(outputs, env, region, source=source)
     groups = sites.require_output(outputs, "node_pools", source=source, stack=args.stack)
     if not isinstance(groups, Mapping) or not isinstance(groups.get(args.pool), str):
@@ -204,7 +204,8 @@ def _pool_spec(fleet: Fleet, env: str, region: str, pool: str, fleet_file: str) 
     return pools[pool]
 
 
-def _stack_outputs(stack: str, path: Path | None) -> tuple[Mapping[str, Any], str]:
+def stack_outputs(stack: str, path: Path | None) -> tuple[Mapping[str, Any], str]:
+    """A stack's outputs, and where they came from: the JSON file given, else `pulumi stack output`."""
     if path is not None:
         return sites.load_outputs(path), str(path)
     command = ["pulumi", "stack", "output", "--json", "--stack", stack]
