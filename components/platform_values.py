@@ -85,11 +85,22 @@ HYBRID_NODE_AFFINITY: dict[str, Any] = {
 
 # What the termination handler listens to, by rule. Patterns follow the AWS event shapes NTH's queue processor reads.
 TERMINATION_EVENTS: Mapping[str, dict[str, Any]] = {
-    # AWS Health scheduled changes for EC2 (AWS_EC2_*_SCHEDULED: retirement, reboot, maintenance).
+    # AWS Health scheduled changes for EC2: every AWS_EC2_*_SCHEDULED type (retirement, stop, reboot, network and
+    # power maintenance), by category rather than by a list of type codes that AWS extends. Health sends the event
+    # when it announces the change ("upcoming", about two weeks ahead for MAINTENANCE_SCHEDULED types) and again
+    # on each update; the handler cordons, taints and drains on every one it gets (docs/maintenance.md). A
+    # "closed" update means the work is done or cancelled: draining then would empty a node back in service. The
+    # second branch keeps events without a statusCode (NTH's own example has none) rather than miss a maintenance.
+    # Sources: AWS Health user guide, "Reference: AWS Health events Amazon EventBridge schema"; NTH v1.25.6
+    # pkg/monitor/sqsevent/scheduled-change-event.go (service EC2, eventTypeCategory scheduledChange).
     "scheduled-change": {
         "source": ["aws.health"],
         "detail-type": ["AWS Health Event"],
-        "detail": {"service": ["EC2"], "eventTypeCategory": ["scheduledChange"]},
+        "detail": {
+            "service": ["EC2"],
+            "eventTypeCategory": ["scheduledChange"],
+            "$or": [{"statusCode": ["upcoming", "open"]}, {"statusCode": [{"exists": False}]}],
+        },
     },
     "spot-interruption": {"source": ["aws.ec2"], "detail-type": ["EC2 Spot Instance Interruption Warning"]},
     "rebalance": {"source": ["aws.ec2"], "detail-type": ["EC2 Instance Rebalance Recommendation"]},

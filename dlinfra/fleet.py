@@ -99,12 +99,38 @@ class RegionSpec(Strict):
     azs: int = Field(3, ge=1, le=6)  # availability zones used in this region
 
 
+# Taints that keep new work off a node about to go: the node termination handler's (it puts them on a node when
+# it learns of maintenance, a spot interruption, a rebalance or an ASG termination) and the cordon's. Work that
+# tolerates one of them still lands on such a node. Source: aws-node-termination-handler v1.25.6 (the version
+# addons.yaml pins), pkg/node/node.go, the *Taint constants; Kubernetes "Taints and Tolerations" (cordoned nodes
+# carry node.kubernetes.io/unschedulable:NoSchedule).
+DRAIN_TAINT_PREFIX = "aws-node-termination-handler/"
+DRAIN_TAINT_KEYS = (
+    f"{DRAIN_TAINT_PREFIX}scheduled-maintenance",
+    f"{DRAIN_TAINT_PREFIX}spot-itn",
+    f"{DRAIN_TAINT_PREFIX}asg-lifecycle-termination",
+    f"{DRAIN_TAINT_PREFIX}rebalance-recommendation",
+    "node.kubernetes.io/unschedulable",
+)
+
+
 class Taint(Strict):
     """A Kubernetes taint put on a pool's nodes."""
 
     key: str
     value: str = ""
     effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] = "NoSchedule"
+
+    @field_validator("key")
+    @classmethod
+    def _not_a_drain_taint(cls, v: str) -> str:
+        # Kueue makes a pool's taints ones its jobs must tolerate: jobs would then ignore the handler's taint.
+        if v.startswith(DRAIN_TAINT_PREFIX) or v in DRAIN_TAINT_KEYS:
+            raise ValueError(
+                f"{v!r} is the termination handler's or the cordon's taint: jobs on the pool would have to tolerate "
+                "it, and would then start on nodes about to go into maintenance; choose another key"
+            )
+        return v
 
 
 class CapacityReservation(Strict):

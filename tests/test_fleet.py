@@ -259,6 +259,18 @@ BAD = [
         "none of g6.12xlarge is sold in eu-west-1",
         id="type-not-sold-in-a-region-of-the-pool",
     ),
+    pytest.param(
+        _set("environments.prod.node_pools.cpu.taints", [{"key": "aws-node-termination-handler/spot-itn"}]),
+        "environments.prod.node_pools.cpu.taints.0.key",
+        "would then start on nodes about to go into maintenance",
+        id="pool-taint-is-the-maintenance-taint",
+    ),
+    pytest.param(
+        _set("environments.prod.node_pools.cpu.taints", [{"key": "node.kubernetes.io/unschedulable"}]),
+        "environments.prod.node_pools.cpu.taints.0.key",
+        "the cordon's taint",
+        id="pool-taint-is-the-cordon",
+    ),
 ]
 
 

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, Literal, NamedTuple
 
+from dlinfra.fleet import DRAIN_TAINT_KEYS
 from dlinfra.naming import STANDARD_TAG_KEYS
 
 Level = Literal["mandatory", "advisory"]
@@ -53,6 +54,17 @@ S3_PUBLIC_ACCESS_BLOCK = "aws:s3/bucketPublicAccessBlock:BucketPublicAccessBlock
 S3_ACCOUNT_PUBLIC_ACCESS_BLOCK = "aws:s3/accountPublicAccessBlock:AccountPublicAccessBlock"
 S3_ACLS = ("aws:s3/bucketAcl:BucketAcl", "aws:s3/bucketAclV2:BucketAclV2")
 K8S_NAMESPACE = "kubernetes:core/v1:Namespace"
+RESOURCE_FLAVOR = "kubernetes:kueue.x-k8s.io/v1beta2:ResourceFlavor"
+# Where each workload kind keeps its pods' tolerations. DaemonSets are left out on purpose: they run on every node
+# and drains skip them (their controller tolerates the cordon itself).
+POD_SPEC_PATHS: Mapping[str, tuple[str, ...]] = {
+    "kubernetes:core/v1:Pod": ("spec",),
+    "kubernetes:apps/v1:Deployment": ("spec", "template", "spec"),
+    "kubernetes:apps/v1:StatefulSet": ("spec", "template", "spec"),
+    "kubernetes:apps/v1:ReplicaSet": ("spec", "template", "spec"),
+    "kubernetes:batch/v1:Job": ("spec", "template", "spec"),
+    "kubernetes:batch/v1:CronJob": ("spec", "jobTemplate", "spec", "template", "spec"),
+}
 TEAM_LABEL = "dlinfra.io/team"  # components/platform_values.TEAM_LABEL: a team's namespace
 PSA_ENFORCE = "pod-security.kubernetes.io/enforce"
 KUEUE_CUSTOM = "kubernetes:kueue.x-k8s.io/v1beta2:"  # Kueue kinds as typed resources: <this><Kind>
@@ -729,6 +741,55 @@ def multikueue_wired(resources: Sequence[Resource], ctx: Context) -> list[Violat
     return out
 
 
+def tolerates(toleration: Mapping[str, Any], key: str, effect: str = "NoSchedule") -> bool:
+    """Does this toleration let a pod onto a node with taint `key` (any value) and `effect`?
+
+    Source: Kubernetes "Taints and Tolerations": an empty key with operator Exists matches every taint, an empty
+    effect every effect; operator Equal (the default) also needs the value, which the handler's taints vary.
+    """
+    if toleration.get("effect") not in (None, "", effect):
+        return False
+    if toleration.get("key") in (None, ""):
+        return toleration.get("operator") == "Exists"
+    return bool(toleration.get("key") == key)
+
+
+def _drain_taints_tolerated(tolerations: Any) -> list[str]:
+    return sorted({key for t in _objects(tolerations) for key in DRAIN_TAINT_KEYS if tolerates(t, key)})
+
+
+def drain_taints_not_tolerated(resource: Resource, ctx: Context) -> list[str]:
+    """Work never tolerates the taints that keep it off a node about to go (maintenance, interruption, cordon).
+
+    Sources: aws-node-termination-handler v1.25.6 pkg/node/node.go (the taints it puts before draining);
+    Kueue v1beta2 ResourceFlavor: `tolerations` "will be added to the pods admitted" in the flavor, and
+    workloads "must have tolerations for these nodeTaints" to be admitted to it (apis/kueue/v1beta2).
+    """
+    if resource.type == RESOURCE_FLAVOR:
+        spec = _object(resource.inputs.get("spec"))
+        out = [
+            f"spec.tolerations tolerate {key}: Kueue adds them to every admitted pod, which would then start on "
+            "nodes about to go into maintenance or be drained"
+            for key in _drain_taints_tolerated(spec.get("tolerations"))
+        ]
+        out += [
+            f"spec.nodeTaints lists {t.get('key')}: every job admitted to this flavor would have to tolerate it"
+            for t in _objects(spec.get("nodeTaints"))
+            if t.get("key") in DRAIN_TAINT_KEYS
+        ]
+        return out
+    path = POD_SPEC_PATHS.get(resource.type)
+    if path is None:
+        return []
+    pod_spec: Mapping[str, Any] = resource.inputs
+    for part in path:
+        pod_spec = _object(pod_spec.get(part))
+    return [
+        f"the pod template tolerates {key}: its pods would start on nodes about to go into maintenance or be drained"
+        for key in _drain_taints_tolerated(pod_spec.get("tolerations"))
+    ]
+
+
 def _algorithms(values: Iterable[Any]) -> list[str | int]:
     return [n if (n := _int(v)) is not None else str(v) for v in values]
 
@@ -1135,5 +1196,11 @@ RULES: tuple[ResourceRule | StackRule, ...] = (
         "Team namespaces enforce the baseline or restricted Pod Security Standard",
         "mandatory",
         team_namespaces_pod_security,
+    ),
+    ResourceRule(
+        "drain-taints-not-tolerated",
+        "Kueue flavors and workloads do not tolerate the maintenance, interruption or cordon taints",
+        "mandatory",
+        drain_taints_not_tolerated,
     ),
 )

@@ -326,8 +326,12 @@ def test_termination_handler_queue_rules_and_values(stacks: dict[str, Stack], fl
     assert patterns["scheduled-change"] == {
         "source": ["aws.health"],
         "detail-type": ["AWS Health Event"],
-        "detail": {"service": ["EC2"], "eventTypeCategory": ["scheduledChange"]},
-    }
+        "detail": {
+            "service": ["EC2"],
+            "eventTypeCategory": ["scheduledChange"],
+            "$or": [{"statusCode": ["upcoming", "open"]}, {"statusCode": [{"exists": False}]}],
+        },
+    }  # which events it routes: tests/components/test_maintenance.py
     assert patterns["spot-interruption"]["detail-type"] == ["EC2 Spot Instance Interruption Warning"]
     assert patterns["rebalance"]["detail-type"] == ["EC2 Instance Rebalance Recommendation"]
     assert patterns["state-change"]["detail-type"] == ["EC2 Instance State-change Notification"]

@@ -36,6 +36,10 @@ CTX = rules.Context(
 )
 
 
+MAINTENANCE = "aws-node-termination-handler/scheduled-maintenance"
+GPU_TAINT = {"key": "nvidia.com/gpu", "value": "true", "effect": "NoSchedule"}
+JOB = "kubernetes:batch/v1:Job"
+
 PROVIDER = f"urn:pulumi:{STACK}::dlinfra::pulumi:providers:aws::aws-us-west-2"
 DEFAULT_PROVIDER = f"urn:pulumi:{STACK}::dlinfra::pulumi:providers:aws::default_7_12_0"
 
@@ -205,6 +209,23 @@ CASES: dict[str, tuple[list[Resource], list[Resource]]] = {
             res(rules.K8S_NAMESPACE)(metadata={"name": "kube-system"}),
         ],
         [res(rules.K8S_NAMESPACE)(metadata={"name": "team-a", "labels": TEAM_NS | {rules.PSA_ENFORCE: "privileged"}})],
+    ),
+    "drain-taints-not-tolerated": (
+        [
+            res(rules.RESOURCE_FLAVOR)(spec={"nodeLabels": {"dlinfra.io/pool": "train"}, "nodeTaints": [GPU_TAINT]}),
+            res(rules.RESOURCE_FLAVOR)(spec={"tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists"}]}),
+            res(JOB)(spec={"template": {"spec": {"tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists"}]}}}),
+            # DaemonSets belong on every node, and drains leave them alone.
+            res("kubernetes:apps/v1:DaemonSet")(spec={"template": {"spec": {"tolerations": [{"operator": "Exists"}]}}}),
+        ],
+        [
+            res(rules.RESOURCE_FLAVOR)(spec={"tolerations": [{"operator": "Exists"}]}),
+            res(rules.RESOURCE_FLAVOR)(spec={"nodeTaints": [{"key": MAINTENANCE, "effect": "NoSchedule"}]}),
+            res(JOB)(spec={"template": {"spec": {"tolerations": [{"key": MAINTENANCE, "operator": "Exists"}]}}}),
+            res("kubernetes:batch/v1:CronJob")(
+                spec={"jobTemplate": {"spec": {"template": {"spec": {"tolerations": [{"operator": "Exists"}]}}}}}
+            ),
+        ],
     ),
     "vpn-strong-crypto": (
         [res(rules.VPN_CONNECTION)(**STRONG_VPN)],
@@ -553,6 +574,42 @@ def test_multikueue_wiring_is_checked() -> None:
     (by_path,) = rules.multikueue_wired([check, config, path, queue], CTX)
     assert "not a Secret" in by_path.message
     assert rules.MULTIKUEUE_CONTROLLER == pv.MULTIKUEUE_CONTROLLER
+
+
+@pytest.mark.parametrize(
+    ("toleration", "tolerated"),
+    [
+        ({"operator": "Exists"}, True),  # an empty key with Exists tolerates every taint
+        ({"operator": "Exists", "effect": "NoSchedule"}, True),
+        ({"operator": "Exists", "effect": "NoExecute"}, False),  # the handler's taints are NoSchedule
+        ({"key": MAINTENANCE, "operator": "Exists"}, True),
+        ({"key": MAINTENANCE, "operator": "Equal", "value": "x"}, True),  # the value is the event id: any may match
+        ({"key": "aws-node-termination-handler/spot-itn", "operator": "Exists"}, False),
+        ({"key": "nvidia.com/gpu", "operator": "Exists"}, False),
+        ({"key": "", "operator": "Equal"}, False),
+    ],
+)
+def test_toleration_matching_follows_kubernetes(toleration: dict[str, Any], tolerated: bool) -> None:
+    assert rules.tolerates(toleration, MAINTENANCE) is tolerated
+
+
+def test_a_blanket_toleration_is_reported_for_every_drain_taint() -> None:
+    flavor = res(rules.RESOURCE_FLAVOR)(spec={"tolerations": [{"operator": "Exists"}]})
+    found = rules.drain_taints_not_tolerated(flavor, CTX)
+    assert len(found) == len(rules.DRAIN_TAINT_KEYS)
+    assert any(MAINTENANCE in m and "every admitted pod" in m for m in found)
+    assert any("node.kubernetes.io/unschedulable" in m for m in found)  # the cordon itself
+
+
+def test_drain_taint_keys_are_the_handlers() -> None:
+    """The pinned handler's taint keys, copied from aws-node-termination-handler v1.25.6 pkg/node/node.go."""
+    assert set(rules.DRAIN_TAINT_KEYS) == {
+        "aws-node-termination-handler/spot-itn",
+        "aws-node-termination-handler/scheduled-maintenance",
+        "aws-node-termination-handler/asg-lifecycle-termination",
+        "aws-node-termination-handler/rebalance-recommendation",
+        "node.kubernetes.io/unschedulable",
+    }
 
 
 def test_policy_team_label_is_the_platforms() -> None:
