@@ -214,6 +214,7 @@ def test_user_data_golden() -> None:
         labels={"dlinfra.io/pool": "train-h100", "nvidia.com/gpu.product": "H100"},
         taints=[("nvidia.com/gpu", "true", "NoSchedule")],
         max_pods=100,
+        cluster_dns=("169.254.20.10", "172.20.0.10"),
     )
     golden = GOLDEN / "user-data-train-h100.sh"
     if os.environ.get("UPDATE_GOLDEN") == "1":
@@ -245,6 +246,8 @@ def _names():  # type: ignore[no-untyped-def]
         ({"min_size": 5, "max_size": 2}, "need 0 <= min <= max"),
         ({"instance_types": ["p9.mega"]}, "unknown instance type 'p9.mega'"),
         ({"kind": "gpu", "instance_types": ["g6.xlarge"], "spot": True}, "GPU pools run on demand"),
+        ({"cluster_dns": ()}, "cluster_dns: at least one address"),
+        ({"cluster_dns": ("169.254.20.10", "kube-dns")}, "cluster_dns: 'kube-dns' is not an IPv4 address"),
     ],
 )
 def test_bad_args(overrides: dict, message: str) -> None:
@@ -257,6 +260,7 @@ def test_bad_args(overrides: dict, message: str) -> None:
         "instance_types": ["m7i.4xlarge"],
         "subnet_ids": {"us-west-2a": "s-a"},
         "vpc_id": "vpc-1",
+        "cluster_dns": ("169.254.20.10", "172.20.0.10"),
     }
     with pytest.raises(Exception, match=message) as info:
         nodepool.NodePoolArgs(**(base | overrides))

@@ -166,7 +166,7 @@ def test_efa_device_plugin_runs_on_efa_pools(stacks: dict[str, Stack], fleet: Fl
         args = nodepool.NodePoolArgs(
             names=_names(stack), pool=name, kind=pool.kind, cluster_name="c", ami_id="ami-0",
             instance_types=pool.instance_types, subnet_ids={"a": "s"}, vpc_id="vpc-0", efa=True,
-            taints=[(t.key, t.value, t.effect) for t in pool.taints],
+            taints=[(t.key, t.value, t.effect) for t in pool.taints], cluster_dns=("169.254.20.10",),
         )  # fmt: skip
         assert selector in nodepool.node_labels(args).items()
         assert f"k8s.io/cluster-autoscaler/node-template/label/{selector[0]}" in nodepool.autoscaler_tags(args)
@@ -207,7 +207,7 @@ def test_autoscaler_discovers_this_clusters_pools(stacks: dict[str, Stack], flee
     # The discovery tags are exactly the ones NodePool puts on its groups.
     pool_args = nodepool.NodePoolArgs(
         names=_names(stack), pool="p", kind="cpu", cluster_name=cluster, ami_id="ami-0", instance_types=["m7i.4xlarge"],
-        subnet_ids={"a": "s"}, vpc_id="vpc-0",
+        subnet_ids={"a": "s"}, vpc_id="vpc-0", cluster_dns=("169.254.20.10",),
     )  # fmt: skip
     pool_tags = {k for k, v in nodepool.autoscaler_tags(pool_args).items() if v in ("true", "owned")}
     assert set(values["autoDiscovery"]["tags"]) == pool_tags
