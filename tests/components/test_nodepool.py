@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from components import nodepool
-from dlinfra import instances, stackroles
+from dlinfra import dns, instances, planner, stackroles
 from dlinfra.fleet import load_fleet
 from dlinfra.offline import engine
 from tests.conftest import REFERENCE_FLEET, REFERENCE_LOCK, ROOT
@@ -90,6 +90,10 @@ def test_pool(pools: dict, stack: str, pool: str) -> None:
         assert tags[f"{CA}/node-template/label/{key}"] == value
     # EFA pools carry the label the EFA device plugin selects, on the nodes and in the scale-from-zero template.
     user_data = base64.b64decode(lt.inputs["userData"]).decode()
+    # The kubelet points pods at the node's NodeLocal DNS cache first, kube-dns second.
+    plan = planner.plan(load_fleet(REFERENCE_FLEET), planner.load_lock(REFERENCE_LOCK))
+    kube_dns = dns.kube_dns_ip(str(plan.cidr(f"service/{env}/{region}")))
+    assert f"--cluster-dns '169.254.20.10,{kube_dns}'" in user_data
     efa_label = f"{nodepool.EFA_LABEL}=true"
     if spec.efa:
         assert tags[f"{CA}/node-template/label/{nodepool.EFA_LABEL}"] == "true" and efa_label in user_data

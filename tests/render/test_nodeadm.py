@@ -45,7 +45,11 @@ def test_structure() -> None:
 
 def test_cpu_machines_get_no_gpu_runtime_or_taint() -> None:
     view = HybridNodeView(
-        site="s", cluster_name="c", region="us-west-2", activation_id="abcdefgh-1", activation_code="x",
+        site="s",
+        cluster_name="c",
+        region="us-west-2",
+        activation_id="abcdefgh-1",
+        activation_code="x",
         cluster_dns=("169.254.20.10",),
     )
     spec = yaml.safe_load(render_node_config(view))["spec"]
