@@ -18,7 +18,7 @@ import pulumi_aws as aws
 from components import security_groups as sg
 from components.iam import protected_key, service_trust
 from components.platform_values import pod_identity_trust
-from dlinfra import eks
+from dlinfra import dns, eks
 from dlinfra.naming import Names
 
 NODE_PREREQUISITE_ADDONS = ("vpc-cni", "kube-proxy", "eks-pod-identity-agent")
@@ -59,6 +59,9 @@ class ClusterArgs:
     node_peer_cidrs: Sequence[str] = ()  # other regions' VPCs, site LANs and hybrid pods: any traffic
     laptop_security_group_id: pulumi.Input[str] | None = None  # Client VPN interfaces: TCP on any port
     lustre_security_group_id: pulumi.Input[str] | None = None  # FSx for Lustre servers: 988 and 1018-1023
+    # The region at its largest (every pool at max_size, every site machine): bounds CoreDNS's autoscaler.
+    max_nodes: int = 0
+    max_cores: int = 0
 
     def __post_init__(self) -> None:
         problem = eks.version_problem(self.version)
@@ -72,6 +75,8 @@ class ClusterArgs:
                 raise ValueError(f"ci role {arn}: already an admin role; a principal has one access entry")
         if len(set(ci_roles)) != len(ci_roles):
             raise ValueError("ci_apply_role_arn and ci_preview_role_arn: previews must not use the apply role")
+        if self.max_nodes < 0 or self.max_cores < 0:
+            raise ValueError(f"max_nodes/max_cores: must be >= 0, got {self.max_nodes}/{self.max_cores}")
         if bool(self.remote_node_cidrs) != bool(self.remote_pod_cidrs):
             raise ValueError("remote_node_cidrs and remote_pod_cidrs: give both (hybrid nodes) or neither")
 
@@ -266,6 +271,10 @@ class Cluster(pulumi.ComponentResource):
                 resolve_conflicts_on_create="OVERWRITE",
                 resolve_conflicts_on_update="PRESERVE",
                 pod_identity_associations=identities,
+                # CoreDNS scales with nodes and cores, spreads over AZs and stays on cloud nodes (dlinfra/dns.py).
+                configuration_values=json.dumps(dns.coredns_configuration(args.max_nodes, args.max_cores))
+                if addon == "coredns"
+                else None,
                 tags=tags,
                 opts=on_cluster,
             )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import ipaddress
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -71,6 +72,8 @@ class NodePoolArgs:
     # The cluster's group on every node (Cluster): pods of all pools, the control plane, sites, laptops.
     node_security_group_id: pulumi.Input[str] | None = None
     join_after: Sequence[pulumi.Resource] = ()  # the cluster and the add-ons nodes need before they launch
+    # kubelet clusterDNS, in order: the node's NodeLocal DNS cache, then kube-dns (dlinfra.dns.node_dns_servers)
+    cluster_dns: Sequence[str]
 
     def __post_init__(self) -> None:
         if not 0 <= self.min_size <= self.max_size:
@@ -93,6 +96,13 @@ class NodePoolArgs:
             raise ValueError(f"{self.pool}: instance_types: an EFA pool uses one type (one EFA layout)")
         if self.spot and self.kind == "gpu":
             raise ValueError(f"{self.pool}: spot: GPU pools run on demand or on reserved capacity")
+        if not self.cluster_dns:
+            raise ValueError(f"{self.pool}: cluster_dns: at least one address is needed")
+        for address in self.cluster_dns:
+            try:
+                ipaddress.IPv4Address(address)
+            except ValueError:
+                raise ValueError(f"{self.pool}: cluster_dns: {address!r} is not an IPv4 address") from None
         if self.capacity_block and self.capacity_reservation_id is None:
             raise ValueError(f"{self.pool}: capacity_block needs capacity_reservation_id")
 
@@ -180,7 +190,7 @@ def capacity_class(args: NodePoolArgs) -> str:
 
 def render_user_data(
     *, pool: str, cluster_name: str, region: str, labels: Mapping[str, str], taints: Sequence[tuple[str, str, str]],
-    max_pods: int | None,
+    max_pods: int | None, cluster_dns: Sequence[str],
 ) -> str:  # fmt: skip
     """The node's user data: it only joins the cluster; everything else is baked into the image."""
     return _ENV.get_template("node-user-data.sh.j2").render(
@@ -190,6 +200,7 @@ def render_user_data(
         labels=",".join(f"{k}={v}" for k, v in sorted(labels.items())),
         taints=",".join(f"{k}={v}:{e}" for k, v, e in taints),
         max_pods=max_pods or "",
+        cluster_dns=",".join(cluster_dns),
     )
 
 
@@ -288,6 +299,7 @@ class NodePool(pulumi.ComponentResource):
             labels=node_labels(args),
             taints=args.taints,
             max_pods=spec.max_pods,
+            cluster_dns=args.cluster_dns,
         )
         lt_name = names.physical("lt", args.pool)
         network_interfaces = None

@@ -1,10 +1,10 @@
 """Platform: the objects inside a region's EKS cluster, declared by its in-cluster stack (`<env>-<region>-k8s`).
 
 Add-ons from pinned Helm charts (NVIDIA device plugin, DCGM exporter, cluster-autoscaler, node termination
-handler, Kueue, and Cilium for hybrid nodes) and our own objects: team namespaces with RBAC, Kueue flavors and
-queues with the teams' GPU quotas, and the EFS storage class and shared datasets volume. Their AWS side (Pod
-Identity roles, the interruption queue and its EventBridge rules) is components/platform_aws.py, in the
-regional stack: only this part needs the private EKS endpoint.
+handler, Kueue, NodeLocal DNSCache, and Cilium for hybrid nodes) and our own objects: team namespaces with RBAC,
+Kueue flavors and queues with the teams' GPU quotas, and the EFS storage class and shared datasets volume. Their
+AWS side (Pod Identity roles, the interruption queue and its EventBridge rules) is components/platform_aws.py, in
+the regional stack: only this part needs the private EKS endpoint.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 from components import platform_values as pv
-from dlinfra import hybrid_routing, instances, kueue, planner, sites
+from dlinfra import dns, hybrid_routing, instances, kueue, planner, sites
 from dlinfra.fleet import Fleet
 from dlinfra.naming import Names
 
@@ -126,11 +126,16 @@ class PlatformArgs:
     efs_file_system_id: pulumi.Input[str]  # shared EFS file system (storage class and datasets volume)
     efs_datasets_access_point_id: pulumi.Input[str]  # access point of the shared datasets directory
     termination_queue_url: pulumi.Input[str]  # SQS queue the termination handler reads (PlatformAws)
+    kube_dns_ip: str  # the kube-dns service address (dlinfra.dns.kube_dns_ip of the cluster's service range)
     overflow: kueue.OverflowPlan | None = None  # MultiKueue of the environment; None: every job stays local
     # The manager's kubeconfig of each worker region (secret outputs of the workers' in-cluster stacks).
     multikueue_kubeconfigs: Mapping[str, pulumi.Input[str]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
+        try:
+            ipaddress.IPv4Address(self.kube_dns_ip)
+        except ValueError:
+            raise ValueError(f"kube_dns_ip: {self.kube_dns_ip!r} is not an IPv4 address") from None
         if not _K8S_VERSION.fullmatch(self.kubernetes_version):
             raise ValueError(
                 f"kubernetes_version: expected a minor version like '1.33', got {self.kubernetes_version!r}"
@@ -255,6 +260,7 @@ def platform_args_from_fleet(
         efs_file_system_id=efs_file_system_id,
         efs_datasets_access_point_id=efs_datasets_access_point_id,
         termination_queue_url=termination_queue_url,
+        kube_dns_ip=dns.kube_dns_ip(str(plan.cidr(f"service/{env}/{region}"))),
     )
 
 
@@ -289,6 +295,8 @@ class Platform(pulumi.ComponentResource):
         self._release(
             "aws-node-termination-handler", pv.termination_handler_values(args.termination_queue_url, args.region)
         )
+        # Every node, cloud and hybrid: kubelets list its address first (dlinfra.dns.node_dns_servers).
+        self._release("node-local-dns", pv.node_local_dns_values(args.kube_dns_ip))
         kueue_release = self._release("kueue", pv.kueue_values())
         namespaces = self._teams()
         queues = self._queues(kueue_release, namespaces)

@@ -205,6 +205,12 @@ def _value_change(before: Any, after: Any) -> str:
         if added or removed:
             return ", ".join([*(f"+{v}" for v in added), *(f"-{v}" for v in removed)])
         return "reordered"
+    if isinstance(before, str) and isinstance(after, str) and before[:1] in "{[" and after[:1] in "{[":
+        # JSON documents held as strings (IAM policies, add-on configuration): what changed inside them.
+        try:
+            return _value_change(json.loads(before), json.loads(after))
+        except ValueError:
+            pass
     if isinstance(before, Mapping) and isinstance(after, Mapping):
         keys = _changed_inputs(before, after)
         return "; ".join(f"{k}: {_value_change(before.get(k), after.get(k))}" for k in keys[:6]) + (

@@ -607,9 +607,18 @@ def hybrid_view(fleet: Fleet, site: str, outputs: Mapping[str, Any], *, source: 
             activation_id=_unmasked(activation.get("id"), f"hybrid_activations.{site}.id", source),
             activation_code=_unmasked(activation.get("code"), f"hybrid_activations.{site}.code", source),
             gpu_model=spec.gpu_model if spec.gpus_per_node else None,
+            cluster_dns=_cluster_dns(outputs, source=source, stack=stack),
         )
     except ValueError as exc:
         raise DlinfraError(str(exc), file=source, key=f"hybrid_activations.{site}") from None
+
+
+def _cluster_dns(outputs: Mapping[str, Any], *, source: str, stack: str) -> tuple[str, ...]:
+    """The kubelet's DNS servers the regional stack exports (its NodeLocal DNS cache first, then kube-dns)."""
+    value = require_output(outputs, "cluster_dns", source=source, stack=stack)
+    if not isinstance(value, list) or not value or not all(isinstance(v, str) for v in value):
+        raise DlinfraError(f"expected a list of addresses, got {value!r}", file=source, key="cluster_dns")
+    return tuple(value)
 
 
 def gpu_node_json(fleet: Fleet, site: str, *, install_dir: str) -> dict[str, Any]:

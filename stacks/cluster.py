@@ -9,6 +9,7 @@ import pulumi_aws as aws
 
 from components.cluster import Cluster, ClusterArgs
 from components.hybrid import HybridNodes, HybridNodesArgs
+from dlinfra import instances
 from dlinfra import sites as site_networks
 from dlinfra.errors import DlinfraError
 from stacks.program import StackContext
@@ -79,6 +80,13 @@ def declare_cluster(
             ),
             opts=pulumi.ResourceOptions(providers=[provider]),
         )
+    # The region at its largest, which CoreDNS's autoscaler bound is sized for. Site machines' cores are not in the
+    # fleet; their node count is.
+    pools = ctx.fleet.pools_in(env, region)
+    max_nodes = sum(p.max_size for p in pools.values()) + sum(s.gpu_nodes for s in sites.values())
+    max_cores = sum(
+        p.max_size * instances.lookup(ctx.fleet.pool_types(env, region, name)[0]).vcpus for name, p in pools.items()
+    )
     cluster = Cluster(
         "cluster",
         ClusterArgs(
@@ -105,6 +113,8 @@ def declare_cluster(
             ],
             laptop_security_group_id=laptop_security_group_id,
             lustre_security_group_id=lustre_security_group_id,
+            max_nodes=max_nodes,
+            max_cores=max_cores,
         ),
         opts=pulumi.ResourceOptions(providers=[provider]),
     )

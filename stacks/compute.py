@@ -6,7 +6,7 @@ import pulumi
 
 from components.cluster import Cluster
 from components.nodepool import NodePool, NodePoolArgs
-from dlinfra import images, sites
+from dlinfra import dns, images, sites
 from dlinfra.errors import DlinfraError
 from stacks.program import StackContext
 
@@ -71,6 +71,7 @@ def declare_pools(
                 internal_cidrs=internal,
                 node_security_group_id=cluster.node_security_group_id if cluster else None,
                 join_after=cluster.join_prerequisites if cluster else (),
+                cluster_dns=dns.node_dns_servers(str(ctx.plan.cidr(f"service/{env}/{region}"))),
             )
         except ValueError as exc:
             raise DlinfraError(str(exc), file=str(ctx.root / "fleet.yaml"), key=key) from None

@@ -10,7 +10,7 @@ from components.network import Network, NetworkArgs
 from components.platform_aws import PlatformAws, PlatformAwsArgs, PoolGroup
 from components.site_vpn import SiteVpn, SiteVpnArgs
 from components.transit import TransitHub, TransitHubArgs
-from dlinfra import planner, sites
+from dlinfra import dns, planner, sites
 from stacks.cluster import declare_cluster
 from stacks.compute import declare_pools
 from stacks.program import StackContext, aws_provider
@@ -156,6 +156,8 @@ def declare(ctx: StackContext) -> None:
     if storage.fsx_id is not None:
         pulumi.export("fsx_id", storage.fsx_id)
     pulumi.export("cluster_name", cluster.name)
+    # What every kubelet points pods at; `dlinfra site render` writes it into the hybrid nodes' NodeConfig.
+    pulumi.export("cluster_dns", list(dns.node_dns_servers(str(plan.cidr(f"service/{env}/{region}")))))
     pulumi.export("cluster_endpoint", cluster.endpoint)
     pulumi.export("cluster_certificate_authority", cluster.certificate_authority)
     platform = PlatformAws(

@@ -270,6 +270,9 @@ def test_site_add_then_preview_then_render(repo: Repo, tmp_path: Path) -> None:
     config = yaml.safe_load(nodeadm.read_text())
     assert config["spec"]["hybrid"]["ssm"] == {"activationId": activation["id"], "activationCode": activation["code"]}
     assert config["spec"]["cluster"] == {"name": home.outputs["cluster_name"], "region": "us-east-1"}
+    # Pods on the site's machines ask the node's NodeLocal DNS cache first, kube-dns while it restarts.
+    assert config["spec"]["kubelet"]["config"]["clusterDNS"] == home.outputs["cluster_dns"]
+    assert home.outputs["cluster_dns"][0] == "169.254.20.10"
     gpu_node = json.loads((out_dir / "site-gpu-node.json").read_text())
     assert gpu_node["run_list"] == ["role[site-gpu-node]"]
     assert activation["code"] not in printed and activation["code"] not in json.dumps(gpu_node)

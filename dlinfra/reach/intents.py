@@ -241,17 +241,20 @@ def _environment_intents(fleet: Fleet, topo: Topology, env: str) -> Iterator[Int
         dns = eps("pool", region, _untainted_pools(fleet, env, region), offset=11)
         api = eps("control-plane", region, offset=20)
         for proto in ("udp", "tcp"):
+            # Pods ask their node's NodeLocal DNS cache, which asks CoreDNS from the node's own address (hybrid
+            # nodes: the site LAN); while the cache restarts, pods ask CoreDNS through kube-dns themselves.
             yield from intent(
                 "dns",
                 f"{stack}/{proto}",
-                f"pods of every pool and site reach CoreDNS ({proto}/53)",
+                f"nodes (their DNS caches) and pods of every pool and site reach CoreDNS ({proto}/53)",
                 stack,
-                pools + hybrid_pods,
+                pools + hybrid_nodes + hybrid_pods,
                 dns,
                 proto,
                 (53,),  # type: ignore[arg-type]
-                "Kubernetes DNS for Services and Pods; EKS guide 'Prepare networking for hybrid nodes' "
-                "(TCP and UDP 53 to the hosts running CoreDNS)",
+                "Kubernetes DNS for Services and Pods; 'Using NodeLocal DNSCache in Kubernetes Clusters' (the "
+                "cache forwards misses to CoreDNS over TCP, pods fall back over UDP and TCP); EKS guide 'Prepare "
+                "networking for hybrid nodes' (TCP and UDP 53 to the hosts running CoreDNS)",
             )
         yield from intent(
             "pod-to-pod",

@@ -6,6 +6,7 @@ and installed on the machines, never committed.
 
 from __future__ import annotations
 
+import ipaddress
 import re
 from dataclasses import dataclass, field
 
@@ -41,6 +42,8 @@ class HybridNodeView:
     activation_code: str = field(repr=False)  # secret
     gpu_model: str | None = None  # label nvidia.com/gpu.product; None for CPU-only machines
     max_pods: int = 110
+    # kubelet clusterDNS, in order: the node's NodeLocal DNS cache, then kube-dns (dlinfra.dns.node_dns_servers)
+    cluster_dns: tuple[str, ...]
 
     def __post_init__(self) -> None:
         if not re.fullmatch(
@@ -49,6 +52,13 @@ class HybridNodeView:
             raise ValueError(f"activation_id: {self.activation_id!r} does not look like an SSM activation id")
         if not self.activation_code or self.activation_code == "[secret]":
             raise ValueError("activation_code: missing or masked; read outputs with --show-secrets")
+        if not self.cluster_dns:
+            raise ValueError("cluster_dns: at least one address is needed")
+        for address in self.cluster_dns:
+            try:
+                ipaddress.IPv4Address(address)
+            except ValueError:
+                raise ValueError(f"cluster_dns: {address!r} is not an IPv4 address") from None
 
 
 def node_labels(view: HybridNodeView) -> dict[str, str]:
@@ -71,7 +81,9 @@ def render_node_config(view: HybridNodeView) -> str:
         "spec": {
             "cluster": {"name": view.cluster_name, "region": view.region},
             "hybrid": {"ssm": {"activationId": view.activation_id, "activationCode": view.activation_code}},
-            "kubelet": {"flags": flags},
+            # nodeadm merges spec.kubelet.config into the KubeletConfiguration it generates (nodeadm docs,
+            # awslabs/amazon-eks-ami "Examples"); its own clusterDNS would be kube-dns alone.
+            "kubelet": {"config": {"clusterDNS": list(view.cluster_dns)}, "flags": flags},
             **({"containerd": {"config": NVIDIA_CONTAINERD}} if view.gpu_model else {}),
         },
     }

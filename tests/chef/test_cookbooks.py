@@ -226,7 +226,17 @@ echo "systemctl $*" >>"$STUB_LOG"
 
 
 @pytest.mark.chef
-def test_node_join_writes_kubelet_configuration(tmp_path: Path, require_tool: Callable[[str], str]) -> None:
+@pytest.mark.parametrize(
+    ("dns_args", "cluster_dns"),
+    [
+        # What the pools pass (dlinfra.dns.node_dns_servers): the node's NodeLocal DNS cache, then kube-dns.
+        (["--cluster-dns", "169.254.20.10,172.20.0.10"], ["169.254.20.10", "172.20.0.10"]),
+        ([], ["172.20.0.10"]),  # without it: kube-dns, the tenth address of the cluster's service range
+    ],
+)
+def test_node_join_writes_kubelet_configuration(
+    tmp_path: Path, require_tool: Callable[[str], str], dns_args: list[str], cluster_dns: list[str]
+) -> None:
     # The user data of components/nodepool.py calls this script; run it against stubbed IMDS and AWS.
     stubs = tmp_path / "bin"
     stubs.mkdir()
@@ -253,7 +263,7 @@ def test_node_join_writes_kubelet_configuration(tmp_path: Path, require_tool: Ca
         "STUB_LOG": str(log),
     }
     args = ["--cluster", "dlinfra-prod-usw2", "--region", "us-west-2", "--node-labels", "a=b,c=d"]
-    args += ["--register-with-taints", "nvidia.com/gpu=true:NoSchedule", "--max-pods", "234"]
+    args += ["--register-with-taints", "nvidia.com/gpu=true:NoSchedule", "--max-pods", "234", *dns_args]
     result = subprocess.run(
         ["bash", str(script), *args], env=env, capture_output=True, text=True, timeout=60, check=False
     )
@@ -261,7 +271,7 @@ def test_node_join_writes_kubelet_configuration(tmp_path: Path, require_tool: Ca
 
     config = yaml.safe_load((root / "etc/kubernetes/kubelet/config.yaml").read_text())
     assert config["providerID"] == "aws:///us-west-2a/i-0123456789abcdef0"
-    assert config["clusterDNS"] == ["172.20.0.10"]
+    assert config["clusterDNS"] == cluster_dns
     assert config["maxPods"] == 234
     assert config["registerWithTaints"] == [{"key": "nvidia.com/gpu", "value": "true", "effect": "NoSchedule"}]
     assert config["cgroupDriver"] == "systemd"

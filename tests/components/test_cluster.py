@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import json
 import textwrap
+from pathlib import Path
 from typing import Any
 
+import jsonschema
+import kubernetes_validate
 import pytest
 
 from components.cluster import ClusterArgs
-from dlinfra import eks, planner, stackroles
+from dlinfra import dns, eks, instances, planner, stackroles
 from dlinfra.errors import FleetError
 from dlinfra.fleet import load_fleet
 from dlinfra.naming import Names
@@ -34,6 +37,7 @@ if parts.hybrid:
 FLEET = load_fleet(REFERENCE_FLEET).fleet
 PLAN = planner.plan(load_fleet(REFERENCE_FLEET), planner.load_lock(REFERENCE_LOCK))
 REGIONAL = [r.name for r in stackroles.roles(FLEET) if r.kind == "regional"]
+COREDNS_SCHEMA = Path(__file__).parent.parent / "k8s" / "eks-coredns-configuration.schema.json"
 
 
 @pytest.fixture(scope="module")
@@ -110,6 +114,68 @@ def test_access_entries(results: dict, stack: str) -> None:
     assert len(hybrid) == (1 if FLEET.sites_of(env, region) else 0)
     for team, spec in FLEET.teams.items():
         assert entries[spec.role_arn]["kubernetesGroups"] == [f"team:{team}"]
+
+
+@pytest.mark.parametrize("stack", REGIONAL)
+def test_coredns_scales_with_the_region_and_spreads_over_zones(results: dict, stack: str) -> None:
+    env, region = stack.split("-", 1)
+    addons = {a.inputs["addonName"]: a.inputs for a in _of(results[stack], "aws:eks/addon:Addon")}
+    assert all("configurationValues" not in addons[a] for a in addons if a != "coredns")
+    config = json.loads(addons["coredns"]["configurationValues"])
+    jsonschema.Draft202012Validator(json.loads(COREDNS_SCHEMA.read_text())).validate(config)
+    # EKS's autoscaler (nodes and cores), bounded by what the region can grow to.
+    pools = FLEET.pools_in(env, region)
+    nodes = sum(p.max_size for p in pools.values()) + sum(s.gpu_nodes for s in FLEET.sites_of(env, region).values())
+    cores = sum(p.max_size * instances.lookup(FLEET.pool_types(env, region, n)[0]).vcpus for n, p in pools.items())
+    scaling = config["autoScaling"]
+    assert scaling["enabled"] is True and scaling["minReplicas"] >= 3
+    assert scaling["maxReplicas"] == max(scaling["minReplicas"], -(-nodes // 16), -(-cores // 256))
+    # Spread over AZs and hosts, as a preference that never leaves a replica pending.
+    (spread,) = config["topologySpreadConstraints"]
+    assert spread["topologyKey"] == "topology.kubernetes.io/zone" and spread["maxSkew"] == 1
+    assert spread["whenUnsatisfiable"] == "ScheduleAnyway"
+    assert spread["labelSelector"] == {"matchLabels": {"k8s-app": "kube-dns"}}
+    # Off hybrid nodes (and Fargate), still Linux on the add-on's architectures.
+    (term,) = config["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
+    assert {"key": "eks.amazonaws.com/compute-type", "operator": "NotIn", "values": ["hybrid", "fargate"]} in term[
+        "matchExpressions"
+    ]
+    assert {"key": "kubernetes.io/os", "operator": "In", "values": ["linux"]} in term["matchExpressions"]
+    # The Kubernetes parts are real Kubernetes objects: check them inside a pod spec.
+    version = FLEET.environments[env].kubernetes.version
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "coredns"},
+        "spec": {
+            "containers": [{"name": "coredns", "image": "coredns"}],
+            "affinity": config["affinity"],
+            "topologySpreadConstraints": config["topologySpreadConstraints"],
+        },
+    }
+    kubernetes_validate.validate(pod, version, strict=True)
+
+
+@pytest.mark.parametrize(
+    ("config", "message"),
+    [
+        ({"autoScaling": {"enabled": True, "minReplica": 2}}, "Additional properties"),
+        ({"topologySpreadConstraints": [{"maxSkew": 0, "topologyKey": "z", "whenUnsatisfiable": "ScheduleAnyway"}]},
+         "less than the minimum"),
+        ({"autoscaling": {"enabled": True}}, "Additional properties"),
+    ],
+)  # fmt: skip
+def test_coredns_schema_catches_mistakes(config: dict[str, Any], message: str) -> None:
+    with pytest.raises(jsonschema.ValidationError, match=message):
+        jsonschema.Draft202012Validator(json.loads(COREDNS_SCHEMA.read_text())).validate(config)
+
+
+def test_coredns_replicas_follow_the_eks_formula() -> None:
+    assert dns.coredns_max_replicas(0, 0) == dns.MIN_COREDNS_REPLICAS
+    assert dns.coredns_max_replicas(160, 0) == 10  # one per 16 nodes
+    assert dns.coredns_max_replicas(10, 192 * 20) == 15  # one per 256 cores, when cores need more
+    with pytest.raises(ValueError, match="max_nodes/max_cores"):
+        dns.coredns_max_replicas(-1, 0)
 
 
 @pytest.mark.parametrize("stack", REGIONAL)

@@ -109,7 +109,7 @@ def test_the_pod_fits_an_efa_pool_where_the_device_plugin_runs() -> None:
         args = nodepool.NodePoolArgs(
             names=Names("dlinfra", env, region), pool=name, kind=pool.kind, cluster_name="c", ami_id="ami-0",
             instance_types=pool.instance_types, subnet_ids={"a": "s"}, vpc_id="vpc-0", efa=pool.efa,
-            taints=[(t.key, t.value, t.effect) for t in pool.taints],
+            taints=[(t.key, t.value, t.effect) for t in pool.taints], cluster_dns=("169.254.20.10",),
         )  # fmt: skip
         itype = instances.lookup(pool.instance_types[0])
         labels = nodepool.node_labels(args) | {"node.kubernetes.io/instance-type": itype.name}  # set by kubelet

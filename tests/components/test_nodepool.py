@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from components import nodepool
-from dlinfra import instances, stackroles
+from dlinfra import dns, instances, planner, stackroles
 from dlinfra.fleet import load_fleet
 from dlinfra.offline import engine
 from tests.conftest import REFERENCE_FLEET, REFERENCE_LOCK, ROOT
@@ -90,6 +90,10 @@ def test_pool(pools: dict, stack: str, pool: str) -> None:
         assert tags[f"{CA}/node-template/label/{key}"] == value
     # EFA pools carry the label the EFA device plugin selects, on the nodes and in the scale-from-zero template.
     user_data = base64.b64decode(lt.inputs["userData"]).decode()
+    # The kubelet points pods at the node's NodeLocal DNS cache first, kube-dns second.
+    plan = planner.plan(load_fleet(REFERENCE_FLEET), planner.load_lock(REFERENCE_LOCK))
+    kube_dns = dns.kube_dns_ip(str(plan.cidr(f"service/{env}/{region}")))
+    assert f"--cluster-dns '169.254.20.10,{kube_dns}'" in user_data
     efa_label = f"{nodepool.EFA_LABEL}=true"
     if spec.efa:
         assert tags[f"{CA}/node-template/label/{nodepool.EFA_LABEL}"] == "true" and efa_label in user_data
@@ -214,6 +218,7 @@ def test_user_data_golden() -> None:
         labels={"dlinfra.io/pool": "train-h100", "nvidia.com/gpu.product": "H100"},
         taints=[("nvidia.com/gpu", "true", "NoSchedule")],
         max_pods=100,
+        cluster_dns=("169.254.20.10", "172.20.0.10"),
     )
     golden = GOLDEN / "user-data-train-h100.sh"
     if os.environ.get("UPDATE_GOLDEN") == "1":
@@ -245,6 +250,8 @@ def _names():  # type: ignore[no-untyped-def]
         ({"min_size": 5, "max_size": 2}, "need 0 <= min <= max"),
         ({"instance_types": ["p9.mega"]}, "unknown instance type 'p9.mega'"),
         ({"kind": "gpu", "instance_types": ["g6.xlarge"], "spot": True}, "GPU pools run on demand"),
+        ({"cluster_dns": ()}, "cluster_dns: at least one address"),
+        ({"cluster_dns": ("169.254.20.10", "kube-dns")}, "cluster_dns: 'kube-dns' is not an IPv4 address"),
     ],
 )
 def test_bad_args(overrides: dict, message: str) -> None:
@@ -257,6 +264,7 @@ def test_bad_args(overrides: dict, message: str) -> None:
         "instance_types": ["m7i.4xlarge"],
         "subnet_ids": {"us-west-2a": "s-a"},
         "vpc_id": "vpc-1",
+        "cluster_dns": ("169.254.20.10", "172.20.0.10"),
     }
     with pytest.raises(Exception, match=message) as info:
         nodepool.NodePoolArgs(**(base | overrides))

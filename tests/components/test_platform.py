@@ -22,6 +22,7 @@ import yaml
 from components import nodepool
 from components import platform_values as pv
 from components.platform import (
+    SITE_GPU_TAINT,
     PlatformArgs,
     PoolView,
     SiteView,
@@ -29,7 +30,7 @@ from components.platform import (
     platform_args_from_fleet,
     team_group,
 )
-from dlinfra import hybrid_routing, kueue, planner, sites, stackroles
+from dlinfra import dns, hybrid_routing, kueue, planner, sites, stackroles
 from dlinfra.errors import DlinfraError
 from dlinfra.fleet import Fleet, load_fleet
 from dlinfra.naming import Names
@@ -171,7 +172,7 @@ def test_efa_device_plugin_runs_on_efa_pools(stacks: dict[str, Stack], fleet: Fl
         args = nodepool.NodePoolArgs(
             names=_names(stack), pool=name, kind=pool.kind, cluster_name="c", ami_id="ami-0",
             instance_types=pool.instance_types, subnet_ids={"a": "s"}, vpc_id="vpc-0", efa=True,
-            taints=[(t.key, t.value, t.effect) for t in pool.taints],
+            taints=[(t.key, t.value, t.effect) for t in pool.taints], cluster_dns=("169.254.20.10",),
         )  # fmt: skip
         assert selector in nodepool.node_labels(args).items()
         assert f"k8s.io/cluster-autoscaler/node-template/label/{selector[0]}" in nodepool.autoscaler_tags(args)
@@ -200,6 +201,61 @@ def test_efa_image_registry_for_every_known_region() -> None:
         pv.efa_device_plugin_values("us-west-2", [])
 
 
+# NodeLocal DNSCache ------------------------------------------------------------------------------------
+
+
+def _tolerates(tolerations: list[dict[str, str]], key: str, value: str, effect: str) -> bool:
+    """Kubernetes' toleration matching: an empty key with Exists matches every taint; an empty effect every effect."""
+    for t in tolerations:
+        if t.get("effect") and t["effect"] != effect:
+            continue
+        if t.get("operator") == "Exists" and (not t.get("key") or t["key"] == key):
+            return True
+        if t.get("key") == key and t.get("value", "") == value:
+            return True
+    return False
+
+
+@pytest.mark.parametrize("stack_name", _regional())
+def test_node_local_dns_on_every_node(stacks: dict[str, Stack], fleet: Fleet, stack_name: str) -> None:
+    stack = stacks[stack_name]
+    env, region = stack.role.environment, stack.role.region
+    plan = planner.plan(load_fleet(REFERENCE_FLEET), planner.load_lock(REFERENCE_LOCK))
+    kube_dns = dns.kube_dns_ip(str(plan.cidr(f"service/{env}/{region}")))
+    release = stack.release("node-local-dns")
+    assert release["namespace"] == "kube-system"
+    values = release["values"]
+    config = values["config"]
+    # The link-local address kubelets list first, and the kube-dns address it intercepts (iptables mode).
+    assert config["localDns"] == dns.NODE_LOCAL_DNS == "169.254.20.10"
+    assert config["dnsServer"] == kube_dns
+    assert config["setupIptables"] is True and config["setupInterface"] is True and config["bindIp"] is True
+    # It tears its rules down when it stops, so kube-dns queries reach CoreDNS while it restarts.
+    assert config["skipTeardown"] is False
+    # Everything goes to CoreDNS through the chart's upstream service (another address than kube-dns, which
+    # the cache itself answers on), never back into the cache.
+    assert config["upstreamServers"] == "__PILLAR__CLUSTER__DNS__"
+    assert "customUpstreamsvc" not in config
+    # On every node: every pool's taints, the GPU taint, the sites' taints; no affinity or selector narrows it.
+    assert "affinity" not in values and "nodeSelector" not in values
+    taints = [t for p in fleet.pools_in(env, region).values() for t in ((x.key, x.value, x.effect) for x in p.taints)]
+    taints += [
+        SITE_GPU_TAINT,
+        (pv.GPU_TAINT_KEY, "true", "NoSchedule"),
+        ("node.kubernetes.io/unreachable", "", "NoExecute"),
+    ]
+    for key, value, effect in taints:
+        assert _tolerates(values["tolerations"], key, value, effect), (key, effect)
+    # The kubelets of the same region point at it, cloud (user data) and hybrid (the exported NodeConfig setting).
+    assert stack.outputs["cluster_dns"] == [dns.NODE_LOCAL_DNS, kube_dns]
+
+
+def test_toleration_matching_is_not_vacuous() -> None:
+    assert not _tolerates([{"key": "a", "operator": "Exists", "effect": "NoSchedule"}], "b", "", "NoSchedule")
+    assert not _tolerates([{"key": "a", "operator": "Exists", "effect": "NoSchedule"}], "a", "", "NoExecute")
+    assert _tolerates([{"operator": "Exists"}], "nvidia.com/gpu", "true", "NoSchedule")
+
+
 # cluster-autoscaler ------------------------------------------------------------------------------------
 
 
@@ -212,7 +268,7 @@ def test_autoscaler_discovers_this_clusters_pools(stacks: dict[str, Stack], flee
     # The discovery tags are exactly the ones NodePool puts on its groups.
     pool_args = nodepool.NodePoolArgs(
         names=_names(stack), pool="p", kind="cpu", cluster_name=cluster, ami_id="ami-0", instance_types=["m7i.4xlarge"],
-        subnet_ids={"a": "s"}, vpc_id="vpc-0",
+        subnet_ids={"a": "s"}, vpc_id="vpc-0", cluster_dns=("169.254.20.10",),
     )  # fmt: skip
     pool_tags = {k for k, v in nodepool.autoscaler_tags(pool_args).items() if v in ("true", "owned")}
     assert set(values["autoDiscovery"]["tags"]) == pool_tags
@@ -584,6 +640,10 @@ def test_cilium_only_on_hybrid_nodes_with_multi_pool_ipam(stacks: dict[str, Stac
         assert values["enableIPv4Masquerade"] is False
         assert values["bgpControlPlane"] == {"enabled": True}
         assert values["operator"] == {"unmanagedPodWatcher": {"restart": False}}
+        # Services stay with kube-proxy, so NodeLocal DNSCache's iptables interception holds on hybrid nodes; with
+        # the replacement on it would need a CiliumLocalRedirectPolicy instead.
+        assert values["kubeProxyReplacement"] == "false"
+        assert not stack.of_type(f"kubernetes:{pv.CILIUM_API}:CiliumLocalRedirectPolicy")
 
 
 def _cilium(stack: Stack, kind: str) -> dict[str, dict[str, Any]]:
@@ -802,6 +862,7 @@ def _args(fleet: Fleet, **overrides: Any) -> PlatformArgs:
         "efs_file_system_id": FS_ID,
         "efs_datasets_access_point_id": AP_ID,
         "termination_queue_url": "https://sqs.us-east-1.amazonaws.com/123456789012/q",
+        "kube_dns_ip": "172.20.0.10",
     }
     return PlatformArgs(**(base | overrides))
 
@@ -816,6 +877,7 @@ def test_args_from_the_fleet_are_accepted(fleet: Fleet) -> None:
         ({"kubernetes_version": "1.33.2"}, "expected a minor version like '1.33'"),
         ({"kubernetes_version": "1.29"}, "no cluster-autoscaler image pinned for Kubernetes 1.29"),
         ({"region": "eu-west-1"}, "planned for us-east-1"),
+        ({"kube_dns_ip": "kube-dns"}, "kube_dns_ip: 'kube-dns' is not an IPv4 address"),
         ({"teams": {}}, "do not match teams"),
         ({"pools": {}}, "no GPU pool 'interactive' in pools"),
         ({"teams": {"vision": TeamView(namespace="x", group="g"), "language": TeamView(namespace="x", group="g"),

@@ -18,6 +18,7 @@ VIEW = HybridNodeView(
     activation_id="2b6c5d0e-1f3a-4b7c-9d8e-0a1b2c3d4e5f",
     activation_code="golden.activation.code",
     gpu_model="H100",
+    cluster_dns=("169.254.20.10", "172.20.0.10"),
 )
 
 
@@ -38,11 +39,18 @@ def test_structure() -> None:
     assert "--node-labels=dlinfra.io/site=sjc1,nvidia.com/gpu.product=H100" in spec["kubelet"]["flags"]
     assert "--register-with-taints=nvidia.com/gpu=true:NoSchedule" in spec["kubelet"]["flags"]
     assert 'default_runtime_name = "nvidia"' in spec["containerd"]["config"]
+    # Pods ask the node's NodeLocal DNS cache first, kube-dns while it restarts.
+    assert spec["kubelet"]["config"] == {"clusterDNS": ["169.254.20.10", "172.20.0.10"]}
 
 
 def test_cpu_machines_get_no_gpu_runtime_or_taint() -> None:
     view = HybridNodeView(
-        site="s", cluster_name="c", region="us-west-2", activation_id="abcdefgh-1", activation_code="x"
+        site="s",
+        cluster_name="c",
+        region="us-west-2",
+        activation_id="abcdefgh-1",
+        activation_code="x",
+        cluster_dns=("169.254.20.10",),
     )
     spec = yaml.safe_load(render_node_config(view))["spec"]
     assert "containerd" not in spec
@@ -59,11 +67,14 @@ def test_activation_code_never_in_repr() -> None:
         ({"activation_code": "[secret]"}, "activation_code: missing or masked"),
         ({"activation_code": ""}, "activation_code: missing or masked"),
         ({"activation_id": "x"}, "activation_id: 'x' does not look like an SSM activation id"),
+        ({"cluster_dns": ()}, "cluster_dns: at least one address"),
+        ({"cluster_dns": ("169.254.20.10", "kube-dns")}, "cluster_dns: 'kube-dns' is not an IPv4 address"),
     ],
 )
-def test_bad_input(overrides: dict[str, str], message: str) -> None:
-    fields = {
-        "site": "s", "cluster_name": "c", "region": "us-west-2", "activation_id": "abcdefgh-1", "activation_code": "x"
+def test_bad_input(overrides: dict[str, object], message: str) -> None:
+    fields: dict[str, object] = {
+        "site": "s", "cluster_name": "c", "region": "us-west-2", "activation_id": "abcdefgh-1", "activation_code": "x",
+        "cluster_dns": ("169.254.20.10",),
     } | overrides  # fmt: skip
     with pytest.raises(ValueError, match=message):
         HybridNodeView(**fields)

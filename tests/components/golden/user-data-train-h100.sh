@@ -7,4 +7,5 @@ exec /usr/local/sbin/dlinfra-node-join \
   --region us-west-2 \
   --node-labels 'dlinfra.io/pool=train-h100,nvidia.com/gpu.product=H100' \
   --register-with-taints 'nvidia.com/gpu=true:NoSchedule' \
-  --max-pods '100'
+  --max-pods '100' \
+  --cluster-dns '169.254.20.10,172.20.0.10'
