@@ -204,16 +204,13 @@ def _site_render(args: argparse.Namespace) -> int:
         note = " (mode 0600: holds the pre-shared keys)" if role == "swanctl" else ""
         out.print(f"wrote {path}{note}", markup=False)
     out.print(
-        f"Install them on the gateway under {args.install_dir}/ and converge it with the node JSON "
-        f"(chef-client -z -j {rendered.files['node'].name}).",
+        f"\nNext steps ({sites.ONBOARDING_GUIDE}): copy {out_dir}/ to the machines and, in that directory, run",
         markup=False,
     )
-    if "nodeadm" in rendered.files:
-        out.print(
-            f"On each GPU machine: install nodeadm.yaml (mode 0600) under {args.install_dir}/ and converge with "
-            f"chef-client -z -j {rendered.files['gpu-node'].name}; the site-gpu-node role runs nodeadm init with it.",
-            markup=False,
-        )
+    for step in sites.install_steps(rendered.files, install_dir=args.install_dir):
+        out.print(f"  {step.where}:", markup=False)
+        for command in step.commands:
+            out.print(f"    {command}", markup=False)
     return 0
 
 

@@ -653,3 +653,59 @@ def next_steps_after_add(fleet: Fleet, site: str, fleet_path: Path) -> list[str]
         f"shred -u {home}.outputs.json    # it holds the tunnels' pre-shared keys",
     ]
     return steps
+
+
+# What the operator runs after `site render`. docs/site-onboarding.md shows these same commands (a test keeps
+# them equal), run on each machine from the directory the rendered files were copied to.
+ONBOARDING_GUIDE = "docs/site-onboarding.md"
+# Where the site machines keep a copy of chef/ (chef/README.md, "Converging a site machine").
+CHEF_REPO_DIR = "/var/lib/dlinfra/chef"
+
+
+@dataclass(frozen=True)
+class InstallStep:
+    """Commands for one kind of machine, in the order they run."""
+
+    where: str  # on the gateway, on each GPU machine, ...
+    commands: tuple[str, ...]
+
+
+def install_steps(files: Mapping[str, Path], *, install_dir: str = DEFAULT_INSTALL_DIR) -> list[InstallStep]:
+    """The commands that install what `site render` wrote (files: role -> path) and check each machine."""
+
+    def converge(node_json: Path) -> str:
+        return (
+            f"sudo cinc-client --local-mode --chef-repo-path {CHEF_REPO_DIR} "
+            f"--json-attributes {install_dir}/{node_json.name}"
+        )
+
+    # The gateway gets only its own files: the NodeConfig's activation code stays off it, and the tunnels'
+    # keys off the GPU machines.
+    gateway_files = [files[role].name for role in ("swanctl", "frr", "node") if role in files]
+    gateway = [
+        f"sudo install -d -m 0700 {install_dir}",
+        f"sudo install -m 0600 -t {install_dir} {' '.join(gateway_files)}",
+        converge(files["node"]),
+        "sudo swanctl --list-sas",
+    ]
+    if "frr" in files:
+        gateway.append("sudo vtysh -c 'show bgp summary'")
+    steps = [InstallStep("on the site gateway", tuple(gateway))]
+    if "nodeadm" in files:
+        steps.append(
+            InstallStep(
+                "on each GPU machine",
+                (
+                    f"sudo install -d -m 0700 {install_dir}",
+                    f"sudo install -m 0600 -t {install_dir} {files['nodeadm'].name} {files['gpu-node'].name}",
+                    converge(files["gpu-node"]),
+                ),
+            )
+        )
+        steps.append(
+            InstallStep(
+                "from a workstation with cluster access",
+                ("kubectl get nodes -l eks.amazonaws.com/compute-type=hybrid -o wide",),
+            )
+        )
+    return steps

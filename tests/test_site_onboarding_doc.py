@@ -1,0 +1,90 @@
+"""docs/site-onboarding.md and `dlinfra site render` say the same thing: every command render prints is in the
+guide, word for word, and the guide names every file render writes."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from dlinfra import sites
+from tests.components import _reference as reference
+from tests.conftest import REFERENCE_FLEET, REFERENCE_LOCK, ROOT
+
+GUIDE = ROOT / sites.ONBOARDING_GUIDE
+
+
+def _guide() -> str:
+    return GUIDE.read_text()
+
+
+def _missing(commands: list[str]) -> list[str]:
+    text = _guide()
+    return [c for c in commands if c not in text]
+
+
+@pytest.mark.parametrize(
+    "roles",
+    [
+        pytest.param(("swanctl", "frr", "node", "nodeadm", "gpu-node"), id="gpu-site"),
+        pytest.param(("swanctl", "frr", "node"), id="bgp-site-without-gpus"),
+        pytest.param(("swanctl", "node"), id="static-site-without-gpus"),
+    ],
+)
+def test_every_install_step_is_in_the_guide(roles: tuple[str, ...], tmp_path: Path) -> None:
+    names = {
+        "swanctl": "swanctl.conf",
+        "frr": "frr.conf",
+        "node": "site-gateway.json",
+        "nodeadm": "nodeadm.yaml",
+        "gpu-node": "site-gpu-node.json",
+    }
+    files = {role: tmp_path / names[role] for role in roles}
+    steps = sites.install_steps(files)
+    commands = [c for step in steps for c in step.commands]
+    assert _missing(commands) == []
+    # The variants differ where they should: no vtysh without FRR, no GPU machine steps without a NodeConfig.
+    assert any("vtysh" in c for c in commands) == ("frr" in roles)
+    assert any("site-gpu-node.json" in c for c in commands) == ("nodeadm" in roles)
+
+
+def test_site_render_prints_only_what_the_guide_shows(tmp_path: Path) -> None:
+    """The real command, on the reference fleet's BGP site with GPU machines, from exported stack outputs."""
+    outputs = tmp_path / "prod-us-west-2.outputs.json"
+    outputs.write_text(json.dumps(reference.runs()["prod-us-west-2"].outputs))
+    out_dir = tmp_path / "sjc1"
+    argv = ["site", "render", "sjc1", "--fleet", str(REFERENCE_FLEET), "--lock", str(REFERENCE_LOCK)]
+    proc = subprocess.run(
+        [sys.executable, "-m", "dlinfra", *argv, "--outputs", str(outputs), "--out", str(out_dir)],
+        cwd=tmp_path,
+        env={**os.environ, "PYTHONPATH": str(ROOT), "COLUMNS": "400"},
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("Next steps"))
+    assert sites.ONBOARDING_GUIDE in lines[start]
+    commands = [line.strip() for line in lines[start + 1 :] if line.startswith("    ")]
+    assert len(commands) >= 9  # gateway, GPU machines and the cluster check
+    assert _missing(commands) == []
+    written = sorted(p.name for p in out_dir.iterdir())
+    assert written == ["frr.conf", "nodeadm.yaml", "site-gateway.json", "site-gpu-node.json", "swanctl.conf"]
+    text = _guide()
+    assert [name for name in written if f"`{name}`" not in text] == []
+
+
+def test_the_guide_names_the_versions_the_cookbooks_and_images_use() -> None:
+    text = _guide()
+    cinc = (ROOT / "images" / "variables" / "common.pkrvars.hcl").read_text()
+    version = next(line.split('"')[1] for line in cinc.splitlines() if line.startswith("cinc_version"))
+    assert f"sudo bash /tmp/install-cinc.sh -v {version}" in text
+    assert f"chef_version: {version}" in (ROOT / "chef" / "kitchen.yml").read_text()
+    assert "- name: ubuntu-24.04" in (ROOT / "chef" / "kitchen.yml").read_text() and "Ubuntu 24.04 LTS" in text
+    assert f"`{sites.CHEF_REPO_DIR}`" in text
