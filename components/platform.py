@@ -21,7 +21,7 @@ import pulumi_kubernetes as k8s
 
 from components import platform_values as pv
 from dlinfra import dns, hybrid_routing, instances, kueue, planner, sites
-from dlinfra.fleet import Fleet
+from dlinfra.fleet import RESERVED_NAMESPACES, Fleet
 from dlinfra.naming import Names
 
 EFS_STORAGE_CLASS = "efs"  # dynamically provisioned EFS access points (home and scratch directories)
@@ -31,8 +31,6 @@ DATASETS_SIZE = "1Pi"
 EFS_DRIVER = "efs.csi.aws.com"
 KUEUE_USER_ROLE = "kueue-batch-user-role"  # ClusterRole the Kueue chart creates (release name "kueue")
 _K8S_VERSION = re.compile(r"^1\.\d{2}$")
-# Namespaces the cluster or its add-ons own: a team namespace there would hand them to the team.
-RESERVED_NAMESPACES = frozenset({"default", "kube-system", "kube-public", "kube-node-lease", "kueue-system"})
 
 Taint = pv.Taint
 SITE_GPU_TAINT: Taint = (pv.GPU_TAINT_KEY, "true", "NoSchedule")

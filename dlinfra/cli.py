@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from dlinfra import (
@@ -115,7 +116,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         handler: Callable[[argparse.Namespace], int] = handlers[args.command]
         return handler(args)
     except DlinfraError as exc:
-        err.print(f"[bold red]error:[/] {exc}", markup=True)
+        err.print(f"[bold red]error:[/] {escape(str(exc))}", markup=True)  # the user's text is never markup
         return EXIT_BAD_INPUT
 
 

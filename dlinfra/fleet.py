@@ -35,6 +35,46 @@ _RESERVED_ASN_RANGES = ((0, 0), (23456, 23456), (64496, 64511), (65535, 65551), 
 _AMAZON_ASN_RANGES = ((64512, 65534), (4200000000, 4294967294))
 # Customer gateway BGP ASN range AWS accepts.
 _CGW_ASN_MAX = 2147483647
+# Hybrid nodes take one pod block each (Cilium's maskSize; dlinfra.hybrid_routing.NODE_POD_PREFIX says why /25).
+_NODE_POD_PREFIX = 25
+# SSM hybrid activation: at most 1000 machines register with one activation (AWS, CreateActivation RegistrationLimit).
+_ACTIVATION_LIMIT = 1000
+# Namespaces the cluster and its add-ons own; a team namespace there would share them.
+RESERVED_NAMESPACES = frozenset({"default", "kube-system", "kube-public", "kube-node-lease", "kueue-system"})
+
+# Kubernetes object names and label syntax ("Object Names and IDs", "Labels and Selectors"): a qualified name is an
+# optional DNS subdomain prefix (<= 253) and '/', then a name (<= 63) of alphanumerics, '-', '_', '.', starting and
+# ending alphanumeric; a label value is such a name or empty. Taint keys and values follow the same rules.
+_K8S_NAME = re.compile(r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?")
+_DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
+# The kubelet refuses to start with labels of its own namespaces other than these (kubelet --node-labels).
+_KUBELET_PREFIXES = ("kubelet.kubernetes.io", "node.kubernetes.io")
+
+
+def label_key_problem(key: str) -> str | None:
+    """Why a string is not a Kubernetes label or taint key a node may register with, or None."""
+    prefix, slash, name = key.rpartition("/")
+    if slash and not (len(prefix) <= 253 and _DNS_SUBDOMAIN.fullmatch(prefix)):
+        return f"{key!r}: the prefix before '/' must be a lower-case DNS subdomain of at most 253 characters"
+    if not _K8S_NAME.fullmatch(name):
+        return (
+            f"{key!r}: the name (after any '/') must be 1-63 letters, digits, '-', '_' or '.', starting and ending "
+            "with a letter or digit"
+        )
+    own = prefix in ("kubernetes.io", "k8s.io") or prefix.endswith((".kubernetes.io", ".k8s.io"))
+    if own and not prefix.endswith(_KUBELET_PREFIXES):
+        return f"{key!r}: the kubelet only registers labels of kubernetes.io under {' or '.join(_KUBELET_PREFIXES)}"
+    return None
+
+
+def label_value_problem(value: str) -> str | None:
+    """Why a string is not a Kubernetes label or taint value, or None."""
+    if value and not _K8S_NAME.fullmatch(value):
+        return (
+            f"{value!r} is not a Kubernetes label value: at most 63 letters, digits, '-', '_' or '.', starting and "
+            "ending with a letter or digit (or empty)"
+        )
+    return None
 
 
 def is_rfc1918(net: ipaddress.IPv4Network) -> bool:
@@ -82,7 +122,7 @@ class AddressSpace(Strict):
     site_lan_prefix: int = Field(20, ge=16, le=28)  # size of a site LAN when the fleet gives none
     client_vpn_prefix: int = Field(22, ge=12, le=22)  # laptop VPN pool per region; Client VPN needs /22 or larger
     service_prefix: int = Field(20, ge=12, le=24)  # EKS service CIDR per cluster; EKS allows /12 to /24
-    hybrid_pod_prefix: int = Field(18, ge=16, le=26)  # pod CIDR per physical site (EKS Hybrid Nodes)
+    hybrid_pod_prefix: int = Field(18, ge=16, le=25)  # pod CIDR per physical site (EKS Hybrid Nodes); >= a node's /25
 
     @field_validator("supernet")
     @classmethod
@@ -96,7 +136,14 @@ class RegionSpec(Strict):
     """A region the fleet uses."""
 
     primary: bool = False  # exactly one region is primary (global control, default home)
-    azs: int = Field(3, ge=1, le=6)  # availability zones used in this region
+    azs: int = Field(3, le=6)  # availability zones used in this region; EKS needs two or more
+
+    @field_validator("azs")
+    @classmethod
+    def _two_for_eks(cls, v: int) -> int:
+        if v < 2:
+            raise ValueError(f"{v}: every region runs an EKS cluster, and EKS needs subnets in at least two AZs")
+        return v
 
 
 # Taints that keep new work off a node about to go: the node termination handler's (it puts them on a node when
@@ -124,12 +171,23 @@ class Taint(Strict):
     @field_validator("key")
     @classmethod
     def _not_a_drain_taint(cls, v: str) -> str:
+        problem = label_key_problem(v)
+        if problem:
+            raise ValueError(f"not a Kubernetes taint key: {problem}")
         # Kueue makes a pool's taints ones its jobs must tolerate: jobs would then ignore the handler's taint.
         if v.startswith(DRAIN_TAINT_PREFIX) or v in DRAIN_TAINT_KEYS:
             raise ValueError(
                 f"{v!r} is the termination handler's or the cordon's taint: jobs on the pool would have to tolerate "
                 "it, and would then start on nodes about to go into maintenance; choose another key"
             )
+        return v
+
+    @field_validator("value")
+    @classmethod
+    def _value(cls, v: str) -> str:
+        problem = label_value_problem(v)
+        if problem:
+            raise ValueError(problem.replace("label value", "taint value"))
         return v
 
 
@@ -183,6 +241,15 @@ class NodePool(Strict):
     @classmethod
     def _taint_set(cls, v: tuple[Taint, ...]) -> tuple[Taint, ...]:
         return tuple(sorted(v, key=lambda t: (t.key, t.value, t.effect)))
+
+    @field_validator("labels")
+    @classmethod
+    def _labels(cls, v: Mapping[str, str]) -> Mapping[str, str]:
+        for key, value in v.items():
+            problem = label_key_problem(key) or label_value_problem(value)
+            if problem:
+                raise ValueError(f"node label {problem}")
+        return v
 
     @model_validator(mode="after")
     def _sizes(self) -> NodePool:
@@ -245,6 +312,15 @@ class CiSpec(Strict):
         if not _ROLE_ARN.fullmatch(v):
             raise ValueError(f"{v!r} is not an IAM role ARN (arn:aws:iam::<12 digits>:role/<name>)")
         return v
+
+    @model_validator(mode="after")
+    def _two_roles(self) -> CiSpec:
+        if self.apply_role_arn == self.preview_role_arn:
+            raise ValueError(
+                f"preview_role_arn is the apply role ({self.apply_role_arn}): previews must not hold the credential "
+                "that applies"
+            )
+        return self
 
     @field_validator("repository")
     @classmethod
@@ -353,7 +429,7 @@ class Environment(Strict):
     gpu_quotas: Literal["guaranteed", "scaled"] = "guaranteed"
     kubernetes: KubernetesSpec = KubernetesSpec()
     storage: StorageSpec = StorageSpec()
-    node_pools: Mapping[str, NodePool] = Field(default_factory=dict)
+    node_pools: Mapping[Name, NodePool] = Field(default_factory=dict)
     ci: CiSpec | None = None  # None: no in-VPC runner or CI access entries; admins apply over the laptop VPN
 
     @field_validator("client_vpn", mode="before")
@@ -395,7 +471,7 @@ class Site(Strict):
     routing: Literal["static", "bgp"] = "static"
     lan: ipaddress.IPv4Network | None = None  # explicit site LAN; else allocated
     pod_cidr: ipaddress.IPv4Network | None = None  # explicit pod CIDR of its hybrid nodes; else allocated
-    gpu_nodes: int = Field(0, ge=0)  # machines that join the cluster as hybrid nodes
+    gpu_nodes: int = Field(0, ge=0, le=_ACTIVATION_LIMIT)  # machines that join as hybrid nodes (one SSM activation)
     gpus_per_node: int = Field(8, ge=0)
     gpu_model: str = "H100"
     nfs: tuple[NfsMount, ...] = ()  # a set: mounted in mount point order, so a parent mounts before its children
@@ -414,6 +490,14 @@ class Site(Strict):
     def _utc(cls, v: datetime.datetime | None) -> datetime.datetime | None:
         if v is not None and v.utcoffset() is None:
             raise ValueError(f"{v.isoformat()} has no time zone: write it in UTC, e.g. 2026-12-20T00:00:00Z")
+        return v
+
+    @field_validator("gpu_model")
+    @classmethod
+    def _label_value(cls, v: str) -> str:
+        problem = label_value_problem(v)  # nodes carry it as nvidia.com/gpu.product, Kueue flavors select on it
+        if problem or not v:
+            raise ValueError(problem or "required: the GPU model, e.g. H100")
         return v
 
     @field_validator("public_ip")
@@ -606,7 +690,17 @@ def _cross_checks(fleet: Fleet) -> Iterator[FleetError]:
                     f"region {region!r} is not in the fleet's regions ({', '.join(fleet.regions)})",
                     key=f"environments.{env_name}.regions.{region}",
                 )
+        if env.ci is not None:
+            for field in ("apply_role_arn", "preview_role_arn"):
+                arn = getattr(env.ci, field)
+                if arn in env.kubernetes.admin_role_arns:
+                    yield FleetError(
+                        f"{arn} is also in kubernetes.admin_role_arns: EKS gives a principal one access entry; use "
+                        "a role of its own for CI",
+                        key=f"environments.{env_name}.ci.{field}",
+                    )
         yield from _pool_checks(fleet, env_name, env)
+    yield from _site_checks(fleet)
     for site_name, site in fleet.sites.items():
         key = f"sites.{site_name}"
         if site.environment not in fleet.environments:
@@ -669,9 +763,54 @@ def _cross_checks(fleet: Fleet) -> Iterator[FleetError]:
     namespaces: dict[str, str] = {}
     for team in fleet.teams:
         ns = fleet.team_namespace(team)
+        if ns in RESERVED_NAMESPACES:
+            yield FleetError(f"namespace {ns!r} belongs to the cluster; choose another", key=f"teams.{team}.namespace")
         if ns in namespaces:
             yield FleetError(f"namespace {ns!r} is also team {namespaces[ns]!r}'s", key=f"teams.{team}.namespace")
         namespaces[ns] = team
+
+
+def _site_checks(fleet: Fleet) -> Iterator[FleetError]:
+    """What `site add` refuses, refused in the file too: shared gateways, ASNs that clash, pod ranges too small."""
+    gateways: dict[str, str] = {}
+    asns: dict[tuple[str, int], str] = {}
+    for name, site in fleet.sites.items():
+        key = f"sites.{name}"
+        other = gateways.setdefault(str(site.public_ip), name)
+        if other != name:
+            yield FleetError(
+                f"{site.public_ip} is already the gateway of site {other!r}; each site needs its own customer gateway "
+                "address",
+                key=f"{key}.public_ip",
+            )
+        # Sites of one environment meet through its transit gateways: BGP drops routes whose AS path holds the
+        # receiver's own ASN, so two sites in one ASN would never learn each other's networks.
+        other = asns.setdefault((site.environment, site.asn), name)
+        if other != name:
+            yield FleetError(
+                f"ASN {site.asn} is already used by site {other!r} in environment {site.environment!r}; give each "
+                "site its own",
+                key=f"{key}.asn",
+            )
+        env = fleet.environments.get(site.environment)
+        for region, env_region in (env.regions if env else {}).items():
+            if site.asn == env_region.transit_asn and region != site.region:  # the home one is reported below
+                yield FleetError(
+                    f"ASN {site.asn} is the transit gateway ASN of {site.environment}/{region}; pick another",
+                    key=f"{key}.asn",
+                )
+        prefix = site.pod_cidr.prefixlen if site.pod_cidr is not None else fleet.address_space.hybrid_pod_prefix
+        where = f"{key}.pod_cidr" if site.pod_cidr is not None else "address_space.hybrid_pod_prefix"
+        if prefix > _NODE_POD_PREFIX:
+            yield FleetError(
+                f"a /{prefix} pod range is smaller than one hybrid node's /{_NODE_POD_PREFIX} pod block", key=where
+            )
+        elif site.gpu_nodes > (blocks := 2 ** (_NODE_POD_PREFIX - prefix)):
+            yield FleetError(
+                f"a /{prefix} pod range holds {blocks} nodes' /{_NODE_POD_PREFIX} pod blocks, but site {name} has "
+                f"gpu_nodes: {site.gpu_nodes}",
+                key=where,
+            )
 
 
 def _pool_checks(fleet: Fleet, env_name: str, env: Environment) -> Iterator[FleetError]:
@@ -815,14 +954,28 @@ def load_fleet(path: str | Path) -> LoadedFleet:
     data = parse_yaml(path)
     if not isinstance(data, Mapping):
         raise FleetError("the top level must be a mapping (project, regions, environments, ...)", file=str(path))
+    from dlinfra import kueue  # it plans from the models defined here
+
     try:
         fleet = Fleet.model_validate(data)
+        kueue.check_fleet(fleet, source=str(path))  # quotas span environments: every command refuses them first
     except ValidationError as exc:
         raise _fleet_error(path, data, exc) from None
     except FleetError as exc:
         line = _yaml_line(data, (exc.key or "").split(".")) if exc.key else None
         raise FleetError(exc.detail, file=f"{path}:{line}" if line else str(path), key=exc.key) from None
     return LoadedFleet(fleet=fleet, path=path)
+
+
+_ECHO_LIMIT = 60  # characters of a bad value repeated in an error
+
+
+def _echo(value: Any, message: str) -> str:
+    """` (got <value>)` for a scalar the message does not already show, truncated; else nothing."""
+    if isinstance(value, Mapping | list | tuple) or str(value) in message:
+        return ""
+    shown = repr(value)
+    return f" (got {shown[: _ECHO_LIMIT - 3]}...)" if len(shown) > _ECHO_LIMIT else f" (got {shown})"
 
 
 def _fleet_error(path: Path, data: Any, exc: ValidationError) -> FleetError:
@@ -845,6 +998,8 @@ def _fleet_error(path: Path, data: Any, exc: ValidationError) -> FleetError:
             msg = "not a valid name: names are 2-24 lower-case letters, digits and '-', starting with a letter"
         if msg.startswith("not a valid name"):
             bad_names.add(key)
+        elif err["type"] not in ("missing", "extra_forbidden"):
+            msg += _echo(err.get("input"), msg)
         line = _yaml_line(data, loc)
         messages.append(f"{path}:{line}: {key}: {msg}" if line else f"{path}: {key}: {msg}")
         first_key = first_key or key

@@ -22,7 +22,7 @@ from fractions import Fraction
 from typing import Literal
 
 from dlinfra import instances
-from dlinfra.errors import DlinfraError
+from dlinfra.errors import FleetError
 from dlinfra.fleet import Fleet
 
 COHORT = "research"  # the one cohort every team's ClusterQueue joins
@@ -35,7 +35,7 @@ CapacityClass = Literal["owned", "reserved", "on-demand", "spot"]  # owned: a ph
 _CLASS_ORDER: Mapping[str, int] = {"owned": 0, "reserved": 1, "on-demand": 2, "spot": 3}
 
 
-class QuotaError(DlinfraError):
+class QuotaError(FleetError):
     """Team GPU quotas that cannot be honoured by the environment's capacity."""
 
 

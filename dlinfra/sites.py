@@ -21,7 +21,7 @@ from pydantic import ValidationError
 from ruamel.yaml import YAML
 from ruamel.yaml.comments import CommentedMap
 
-from dlinfra import planner
+from dlinfra import kueue, planner
 from dlinfra.errors import DlinfraError, FleetError
 from dlinfra.fleet import Fleet, LoadedFleet, Site, load_fleet
 from dlinfra.render.nodeadm import HybridNodeView, render_node_config
@@ -326,7 +326,9 @@ def _check_edit(
 def _validate(data: Any, fleet_path: Path) -> Fleet:
     """The fleet model of edited data, or the error naming the key, in the same words `validate` uses."""
     try:
-        return Fleet.model_validate(data)
+        fleet = Fleet.model_validate(data)
+        kueue.check_fleet(fleet, source=str(fleet_path))  # e.g. the quotas still fit without a removed site
+        return fleet
     except ValidationError as exc:
         lines = []
         first = None

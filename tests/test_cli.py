@@ -131,7 +131,7 @@ def test_team_quotas_over_capacity_fail_before_any_stack(
     for command in (["validate"], ["preview", "--all", "--out", str(tmp_path / "plans")]):
         code, out, err = run(capsys, *command, "--fleet", str(path))
         assert code == 2, command
-        assert f"{path}: teams: team GPU quotas add up to" in err and "environment 'prod'" in err
+        assert str(path) in err and ": teams: team GPU quotas add up to" in err and "environment 'prod'" in err
         assert "Previewing" not in out
     assert not (tmp_path / "plans").exists()
 

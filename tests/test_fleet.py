@@ -274,7 +274,166 @@ BAD = [
 ]
 
 
-@pytest.mark.parametrize(("change", "key", "message"), BAD)
+# What components and stacks refused during a preview (after other stacks' plans were written, naming no file), and
+# what `site add` refuses: the fleet refuses each first, so validate, cidr --update and preview share them.
+REFUSED_BEFORE_PREVIEW = [
+    pytest.param(
+        _set("regions.us-west-2.azs", 1),
+        "regions.us-west-2.azs",
+        "1: every region runs an EKS cluster, and EKS needs subnets in at least two AZs",
+        id="eks-needs-two-azs",
+    ),
+    pytest.param(
+        _set("teams.vision.namespace", "kube-system"),
+        "teams.vision.namespace",
+        "namespace 'kube-system' belongs to the cluster",
+        id="reserved-namespace",
+    ),
+    pytest.param(
+        _set("environments.prod.ci.apply_role_arn", "arn:aws:iam::111122223333:role/infra-admin"),
+        "environments.prod.ci.apply_role_arn",
+        "arn:aws:iam::111122223333:role/infra-admin is also in kubernetes.admin_role_arns",
+        id="ci-role-is-an-admin-role",
+    ),
+    pytest.param(
+        _set("environments.prod.ci.preview_role_arn", "arn:aws:iam::111122223333:role/dlinfra-apply-prod"),
+        "environments.prod.ci",
+        "preview_role_arn is the apply role (arn:aws:iam::111122223333:role/dlinfra-apply-prod)",
+        id="ci-preview-is-the-apply-role",
+    ),
+    pytest.param(
+        _set("teams.language.gpu_quota", 5000),
+        "teams",
+        "team GPU quotas add up to 5256",
+        id="quotas-do-not-fit",
+    ),
+    pytest.param(
+        _set("sites.ams1.pod_cidr", "10.250.0.0/26"),
+        "sites.ams1.pod_cidr",
+        "a /26 pod range is smaller than one hybrid node's /25 pod block",
+        id="site-pod-cidr-below-a-node-block",
+    ),
+    pytest.param(
+        _set("sites.sjc1.pod_cidr", "10.250.0.0/22"),
+        "sites.sjc1.pod_cidr",
+        "a /22 pod range holds 8 nodes' /25 pod blocks, but site sjc1 has gpu_nodes: 16",
+        id="site-pod-cidr-too-small-for-its-nodes",
+    ),
+    pytest.param(
+        _set("address_space.hybrid_pod_prefix", 26),
+        "address_space.hybrid_pod_prefix",
+        "less than or equal to 25 (got 26)",
+        id="hybrid-pod-prefix-below-a-node-block",
+    ),
+    pytest.param(
+        _set("sites.sjc1.gpu_nodes", 1001),
+        "sites.sjc1.gpu_nodes",
+        "less than or equal to 1000 (got 1001)",
+        id="site-beyond-one-activation",
+    ),
+    pytest.param(
+        _set("sites.ams1.public_ip", "64.62.140.17"),
+        "sites.ams1.public_ip",
+        "64.62.140.17 is already the gateway of site 'sjc1'",
+        id="duplicate-public-ip",
+    ),
+    pytest.param(
+        _set("sites.ams1.asn", 65101),
+        "sites.ams1.asn",
+        "ASN 65101 is already used by site 'sjc1' in environment 'prod'",
+        id="duplicate-asn",
+    ),
+    pytest.param(
+        _set("sites.ams1.asn", 64512),
+        "sites.ams1.asn",
+        "ASN 64512 is the transit gateway ASN of prod/us-west-2",
+        id="asn-of-another-transit-gateway",
+    ),
+]
+
+NAMES_AND_LABELS = [
+    pytest.param(
+        _set("environments.prod.node_pools.GPU_pool", {"kind": "cpu", "instance_types": ["m7i.large"], "max_size": 1}),
+        "environments.prod.node_pools.GPU_pool",
+        "not a valid name",
+        id="pool-name",
+    ),
+    pytest.param(
+        _set("environments.prod.node_pools.cpu.labels", {"team name": "x"}),
+        "environments.prod.node_pools.cpu.labels",
+        "node label 'team name': the name (after any '/') must be 1-63",
+        id="label-key-charset",
+    ),
+    pytest.param(
+        _set("environments.prod.node_pools.cpu.labels", {"Lab.Example/tier": "x"}),
+        "environments.prod.node_pools.cpu.labels",
+        "'Lab.Example/tier': the prefix before '/' must be a lower-case DNS subdomain",
+        id="label-key-prefix",
+    ),
+    pytest.param(
+        _set("environments.prod.node_pools.cpu.labels", {"x" * 64: "x"}),
+        "environments.prod.node_pools.cpu.labels",
+        "must be 1-63",
+        id="label-key-too-long",
+    ),
+    pytest.param(
+        _set("environments.prod.node_pools.cpu.labels", {"kubernetes.io/role": "gpu"}),
+        "environments.prod.node_pools.cpu.labels",
+        "the kubelet only registers labels of kubernetes.io under",
+        id="label-key-kubelet-namespace",
+    ),
+    pytest.param(
+        _set("environments.prod.node_pools.cpu.labels", {"tier": "v" * 64}),
+        "environments.prod.node_pools.cpu.labels",
+        "is not a Kubernetes label value",
+        id="label-value-too-long",
+    ),
+    pytest.param(
+        _set("environments.prod.node_pools.cpu.labels", {"tier": "-gold"}),
+        "environments.prod.node_pools.cpu.labels",
+        "'-gold' is not a Kubernetes label value",
+        id="label-value-charset",
+    ),
+    pytest.param(
+        _set("environments.prod.node_pools.cpu.taints", [{"key": "dedicated/", "value": "x"}]),
+        "environments.prod.node_pools.cpu.taints.0.key",
+        "not a Kubernetes taint key",
+        id="taint-key",
+    ),
+    pytest.param(
+        _set("environments.prod.node_pools.cpu.taints", [{"key": "dedicated", "value": "a b"}]),
+        "environments.prod.node_pools.cpu.taints.0.value",
+        "'a b' is not a Kubernetes taint value",
+        id="taint-value",
+    ),
+    pytest.param(
+        _set("environments.prod.node_pools.cpu.taints", [{"key": "dedicated", "effect": "NoRun"}]),
+        "environments.prod.node_pools.cpu.taints.0.effect",
+        "(got 'NoRun')",
+        id="taint-effect",
+    ),
+    pytest.param(
+        _set("sites.sjc1.gpu_model", "H100 SXM"),
+        "sites.sjc1.gpu_model",
+        "'H100 SXM' is not a Kubernetes label value",
+        id="site-gpu-model-is-a-label-value",
+    ),
+    pytest.param(
+        _set("regions.us-west-2.azs", "three"),
+        "regions.us-west-2.azs",
+        "(got 'three')",
+        id="schema-error-echoes-the-value",
+    ),
+    pytest.param(
+        _set("sites.sjc1.public_ip", "x" * 200),
+        "sites.sjc1.public_ip",
+        f"(got '{'x' * 56}...)",
+        id="echo-is-truncated",
+    ),
+]
+
+
+@pytest.mark.parametrize(("change", "key", "message"), BAD + REFUSED_BEFORE_PREVIEW + NAMES_AND_LABELS)
 def test_bad_fleet(write_fleet: Callable[..., Path], change: Any, key: str, message: str) -> None:
     path = write_fleet(change)
     with pytest.raises(FleetError) as info:
@@ -349,3 +508,30 @@ def test_the_repositorys_own_fleet_validates() -> None:
     loaded = load_fleet(ROOT / "fleet.yaml")
     plan = planner.plan(loaded, planner.load_lock(ROOT / "cidr-lock.yaml"))
     assert loaded.fleet.environments and plan.allocations
+
+
+@pytest.mark.parametrize(("change", "key", "message"), BAD + REFUSED_BEFORE_PREVIEW + NAMES_AND_LABELS)
+def test_validate_and_cidr_update_refuse_and_write_nothing(
+    write_fleet: Callable[..., Path], capsys: pytest.CaptureFixture[str], change: Any, key: str, message: str
+) -> None:
+    from dlinfra import cli
+
+    path = write_fleet(change, lock=False)  # no lock: `cidr --update` would write one if it got that far
+    before = sorted(p.name for p in path.parent.iterdir())
+    for argv in (["validate"], ["cidr", "--update"]):
+        code = cli.main([*argv, "--fleet", str(path)])
+        err = capsys.readouterr().err
+        assert code == cli.EXIT_BAD_INPUT, argv
+        assert err.count("error:") == 1 and str(path) in err and key in err and message in err
+        assert "Traceback" not in err
+    assert sorted(p.name for p in path.parent.iterdir()) == before
+
+
+def test_user_text_is_never_terminal_markup(
+    write_fleet: Callable[..., Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    from dlinfra import cli
+
+    path = write_fleet(_set("environments.prod.node_pools.cpu.labels", {"[bold]tier[/bold]": "x"}))
+    assert cli.main(["validate", "--fleet", str(path)]) == cli.EXIT_BAD_INPUT
+    assert "'[bold]tier[/bold]'" in capsys.readouterr().err

@@ -393,7 +393,17 @@ def test_site_remove_release_then_add_restores_the_files(repo: Repo) -> None:
     assert repo.snapshot() == before
 
 
+def test_removing_a_site_the_quotas_need_is_refused(repo: Repo) -> None:
+    # Without both sites prod's 512 guaranteed GPUs no longer fit: the fleet left behind would fail preview.
+    assert repo.run("site", "remove", "sjc1").code == 0
+    before = repo.snapshot()
+    result = repo.run("site", "remove", "ams1")
+    assert result.code == 2 and "teams: team GPU quotas add up to 512" in result.err
+    assert repo.snapshot() == before
+
+
 def test_removing_every_site_leaves_an_empty_mapping(repo: Repo) -> None:
+    repo.fleet.write_text(repo.fleet.read_text().replace("gpu_quota: 256", "gpu_quota: 128"))  # fits without sites
     assert repo.run("site", "remove", "sjc1").code == 0
     assert repo.run("site", "remove", "ams1").code == 0
     assert "\nsites: {}\n" in repo.fleet.read_text()
