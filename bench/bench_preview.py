@@ -27,6 +27,8 @@ import yaml
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from dlinfra import instances  # noqa: E402
+
 REGIONS = [
     "us-west-2", "us-east-1", "eu-west-1", "us-east-2", "eu-central-1", "ap-northeast-1", "ap-southeast-2",
     "eu-west-2", "ca-central-1", "eu-north-1", "ap-south-1", "sa-east-1", "eu-west-3", "ap-northeast-2",
@@ -46,7 +48,8 @@ def scaled_fleet(scale: int) -> dict[str, Any]:
         pool.pop("zones", None)
         pool.pop("capacity_reservations", None)
         if pool.get("regions"):
-            pool["regions"] = regions[::2] if pool.get("efa") else regions
+            wanted = regions[::2] if pool.get("efa") else regions
+            pool["regions"] = [r for r in wanted if any(instances.offered(t, r) for t in pool["instance_types"])]
     data["sites"] = {
         f"site{i:02d}": {
             "region": regions[i % n_regions],
