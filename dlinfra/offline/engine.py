@@ -527,11 +527,21 @@ def run_parallel(
                     waiting.remove(role)
                 elif all(d in done for d in needs[role]):
                     refs = {d.name: exports[d.name] for d in needs[role]}
-                    job = pool.submit(
-                        run_stack, root, role, project=project, config=dict(config), stack_exports=refs, program=program
-                    )
-                    running[job] = role
                     waiting.remove(role)
+                    try:
+                        job = pool.submit(
+                            run_stack,
+                            root,
+                            role,
+                            project=project,
+                            config=dict(config),
+                            stack_exports=refs,
+                            program=program,
+                        )
+                    except futures.process.BrokenProcessPool as exc:  # a worker died (killed, out of memory)
+                        failed[role] = f"stack {role.name}: not run, the worker processes stopped ({exc})"
+                        continue
+                    running[job] = role
 
         submit_ready()
         while running:
