@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -76,6 +77,14 @@ def _parser() -> argparse.ArgumentParser:
     )
     preview.add_argument(
         "--images-manifest", type=Path, help="Packer manifest of node AMIs (default: images/manifest.example.json)"
+    )
+    preview.add_argument(
+        "--jobs",
+        type=_jobs,
+        default=os.cpu_count() or 1,
+        metavar="N",
+        help="stacks previewed at once, in separate processes, each when the stacks it reads are done "
+        "(default: the number of CPUs; 1 runs them one after another in this process). Example: --jobs 4",
     )
     stacks = sub.add_parser(
         "stacks",
@@ -217,6 +226,13 @@ def _print_plan_table(plan: planner.Plan) -> None:
     out.print(table)
 
 
+def _jobs(text: str) -> int:
+    """--jobs: a whole number of processes, at least 1."""
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"--jobs takes a whole number of processes, 1 or more; got {text!r}")
+    return int(text)
+
+
 def cmd_preview(args: argparse.Namespace) -> int:
     loaded = _load(args)
     lock_path = _lock_path(args)
@@ -263,7 +279,13 @@ def cmd_preview(args: argparse.Namespace) -> int:
         else:
             _print_stack(result, fleet.project, path, summary=args.summary)
 
-    engine.run_all(ROOT, selected, project=fleet.project, config=config, on_done=report)
+    if args.jobs > 1 and len(selected) > 1:
+        depends_on = {role: stackroles.dependencies(fleet, role) for role in selected}
+        engine.run_parallel(
+            ROOT, selected, depends_on, project=fleet.project, config=config, jobs=args.jobs, on_done=report
+        )
+    else:
+        engine.run_all(ROOT, selected, project=fleet.project, config=config, on_done=report)
     if args.json:
         # Outputs come masked from the plan export: secrets read "[secret]".
         document = {"schema": "dlinfra.preview/v1", "provenance": made_from, "stacks": summaries}

@@ -11,10 +11,12 @@ import asyncio
 import contextvars
 import hashlib
 import json
+import multiprocessing
 import runpy
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from concurrent import futures
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -383,32 +385,11 @@ def run_stack(
     started = time.perf_counter()
 
     def body() -> None:
-        settings.configure(
-            mocks.MockSettings(
-                monitor=monitor,
-                monitor_features=set(monitor.GetDeploymentInfo(None).supportedFeatures),
-                engine=mocks.MockEngine(None),
-                project=project,
-                stack=role.name,
-                dry_run=True,
-                organization=ORGANIZATION,
-                root_directory=str(root),
-                callbacks=None,
-                # MockSettings skips Settings.__init__, so these would fall back to one default shared by every
-                # context: a failed run's pending tasks would then leak into the next stack's run.
-                outputs=set(),
-                lock=threading.Lock(),
-                package_refs={},
-                base_providers_by_ref={},
-            )
-        )
-        settings.ROOT.set(None)
         cfg = {**stack_config(root, role.name), **config}
-        pulumi_config.set_all_config(cfg, [])
         try:
-            with asyncio.Runner() as runner:
-                runner.get_loop().set_exception_handler(_record_loop_error)
-                runner.run(stack.run_in_stack(lambda: _run_program(entry)))
+            under_mocks(
+                monitor, lambda: _run_program(entry), root=root, project=project, stack_name=role.name, config=cfg
+            )
         finally:
             monitor.close()
 
@@ -421,6 +402,42 @@ def run_stack(
         raise EngineError(f"stack {role.name}: {detail}") from None
     result.seconds = time.perf_counter() - started
     return result
+
+
+def under_mocks(
+    monitor: mocks.MockMonitor,
+    program: Callable[[], None],
+    *,
+    root: Path,
+    project: str,
+    stack_name: str,
+    config: Mapping[str, str],
+) -> None:
+    """Run a Pulumi program as a preview against a mock monitor, in the calling context (give it a fresh one)."""
+    settings.configure(
+        mocks.MockSettings(
+            monitor=monitor,
+            monitor_features=set(monitor.GetDeploymentInfo(None).supportedFeatures),
+            engine=mocks.MockEngine(None),
+            project=project,
+            stack=stack_name,
+            dry_run=True,
+            organization=ORGANIZATION,
+            root_directory=str(root),
+            callbacks=None,
+            # MockSettings skips Settings.__init__, so these would fall back to one default shared by every
+            # context: a failed run's pending tasks would then leak into the next stack's run.
+            outputs=set(),
+            lock=threading.Lock(),
+            package_refs={},
+            base_providers_by_ref={},
+        )
+    )
+    settings.ROOT.set(None)
+    pulumi_config.set_all_config(dict(config), [])
+    with asyncio.Runner() as runner:
+        runner.get_loop().set_exception_handler(_record_loop_error)
+        runner.run(stack.run_in_stack(program))
 
 
 def _record_loop_error(loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
@@ -456,17 +473,105 @@ def run_all(
     project: str,
     config: Mapping[str, str],
     on_done: Callable[[StackResult], None] | None = None,
+    program: Path | None = None,
 ) -> list[StackResult]:
     """Run stacks in the given (dependency) order, feeding each one's exports to later StackReferences."""
     exports: dict[str, dict[str, Any]] = {}
     results = []
     for role in roles:
-        res = run_stack(root, role, project=project, config=config, stack_exports=exports)
+        res = run_stack(root, role, project=project, config=config, stack_exports=exports, program=program)
         exports[role.name] = {"outputs": res.outputs, "secret": sorted(res.secret_outputs)}
         results.append(res)
         if on_done:
             on_done(res)
     return results
+
+
+def run_parallel(
+    root: Path,
+    roles: Sequence[StackRole],
+    depends_on: Mapping[StackRole, Sequence[StackRole]],
+    *,
+    project: str,
+    config: Mapping[str, str],
+    jobs: int,
+    on_done: Callable[[StackResult], None] | None = None,
+    program: Path | None = None,
+) -> list[StackResult]:
+    """Run stacks in up to `jobs` processes, each as soon as the stacks it reads are done; same results as run_all.
+
+    Pulumi's mock runtime is per-process state, so a process runs one stack at a time. A stack gets the exports
+    of the stacks it depends on only, so a reference the dependencies do not declare fails the same in every
+    order. Results are reported in the order of `roles`, whatever order they finish in. When a stack fails, the
+    stacks that depend on it are not run, and EngineError names both.
+    """
+    order = list(roles)
+    selected = set(order)
+    needs = {role: [d for d in depends_on.get(role, ()) if d in selected] for role in order}
+    exports: dict[str, dict[str, Any]] = {}
+    done: dict[StackRole, StackResult] = {}
+    failed: dict[StackRole, str] = {}
+    blocked: dict[StackRole, StackRole] = {}  # stack not run -> the failed stack it (transitively) depends on
+    reported = 0
+    # fork: the workers start with dlinfra and pulumi already imported. The parent runs no Pulumi program here,
+    # so no mock runtime state or engine thread is copied into them.
+    with futures.ProcessPoolExecutor(max_workers=jobs, mp_context=multiprocessing.get_context("fork")) as pool:
+        running: dict[futures.Future[StackResult], StackRole] = {}
+        waiting = list(order)
+
+        def submit_ready() -> None:
+            for role in list(waiting):
+                cause = next((blocked.get(d, d) for d in needs[role] if d in failed or d in blocked), None)
+                if cause is not None:
+                    blocked[role] = cause
+                    waiting.remove(role)
+                elif all(d in done for d in needs[role]):
+                    refs = {d.name: exports[d.name] for d in needs[role]}
+                    waiting.remove(role)
+                    try:
+                        job = pool.submit(
+                            run_stack,
+                            root,
+                            role,
+                            project=project,
+                            config=dict(config),
+                            stack_exports=refs,
+                            program=program,
+                        )
+                    except futures.process.BrokenProcessPool as exc:  # a worker died (killed, out of memory)
+                        failed[role] = f"stack {role.name}: not run, the worker processes stopped ({exc})"
+                        continue
+                    running[job] = role
+
+        submit_ready()
+        while running:
+            finished, _ = futures.wait(running, return_when=futures.FIRST_COMPLETED)
+            for future in sorted(finished, key=lambda f: order.index(running[f])):
+                role = running.pop(future)
+                try:
+                    res = future.result()
+                except Exception as exc:  # noqa: BLE001 - a worker's failure (or its death) is that stack's failure
+                    message = str(exc) if isinstance(exc, EngineError) else _describe(exc)
+                    failed[role] = (
+                        message if message.startswith(f"stack {role.name}:") else f"stack {role.name}: {message}"
+                    )
+                    continue
+                exports[role.name] = {"outputs": res.outputs, "secret": sorted(res.secret_outputs)}
+                done[role] = res
+            submit_ready()
+            while reported < len(order) and order[reported] in done.keys() | failed.keys() | blocked.keys():
+                if on_done and order[reported] in done:
+                    on_done(done[order[reported]])
+                reported += 1
+    if failed:
+        messages = []
+        for role, message in failed.items():
+            dependents = [r.name for r in order if blocked.get(r) == role]
+            if dependents:
+                message += f" (not previewed, as they depend on {role.name}: {', '.join(dependents)})"
+            messages.append(message)
+        raise EngineError("; ".join(messages))
+    return [done[role] for role in order]
 
 
 def manifests(result: StackResult) -> list[dict[str, Any]]:

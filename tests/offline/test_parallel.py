@@ -1,0 +1,127 @@
+"""Parallel previews: stacks run in worker processes once the stacks they read are done, with the same plans."""
+
+from __future__ import annotations
+
+import json
+import textwrap
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from dlinfra import cli
+from dlinfra.offline import engine
+from dlinfra.stackroles import StackRole
+from tests.conftest import REFERENCE_FLEET, REFERENCE_LOCK
+
+WEST = StackRole("regional", "prod", "us-west-2")
+EAST = StackRole("regional", "prod", "us-east-1")
+GLOBAL = StackRole("global", "prod")
+ROLES = [WEST, EAST, GLOBAL]
+DEPENDS_ON = {GLOBAL: [WEST, EAST]}
+
+# Regional stacks declare a VPC each; the global stack reads both through StackReference.
+PROGRAM = """
+import pulumi
+import pulumi_aws as aws
+
+stack = pulumi.get_stack()
+if stack == "prod-global":
+    refs = [pulumi.StackReference(s, stack_name=f"organization/t/{s}") for s in ("prod-us-west-2", "prod-us-east-1")]
+    pulumi.export("vpc_ids", pulumi.Output.all(*[r.get_output("vpc_id") for r in refs]))
+else:
+    if stack == FAILING:
+        raise ValueError("no VPC for you")
+    vpc = aws.ec2.Vpc("vpc", cidr_block="10.0.0.0/16")
+    pulumi.export("vpc_id", vpc.id)
+"""
+
+
+def _program(tmp_path: Path, failing: str = "") -> Path:
+    path = tmp_path / "program.py"
+    path.write_text(f"FAILING = {failing!r}\n" + textwrap.dedent(PROGRAM))
+    return path
+
+
+def _plans(results: list[engine.StackResult]) -> dict[str, str]:
+    return {r.role.name: json.dumps(r.plan("t"), sort_keys=True) for r in results}
+
+
+def test_parallel_run_gives_the_sequential_plans_in_the_same_order(tmp_path: Path) -> None:
+    program = _program(tmp_path)
+    sequential = engine.run_all(tmp_path, ROLES, project="t", config={}, program=program)
+    reported: list[str] = []
+    parallel = engine.run_parallel(
+        tmp_path,
+        ROLES,
+        DEPENDS_ON,
+        project="t",
+        config={},
+        jobs=2,
+        program=program,
+        on_done=lambda r: reported.append(r.role.name),
+    )
+    assert _plans(parallel) == _plans(sequential)
+    assert reported == [r.name for r in ROLES]
+    vpc_ids = parallel[2].outputs["vpc_ids"]
+    assert vpc_ids == [parallel[0].outputs["vpc_id"], parallel[1].outputs["vpc_id"]]
+
+
+def test_a_failed_stack_stops_its_dependents_and_is_named(tmp_path: Path) -> None:
+    reported: list[str] = []
+    with pytest.raises(engine.EngineError) as caught:
+        engine.run_parallel(
+            tmp_path,
+            ROLES,
+            DEPENDS_ON,
+            project="t",
+            config={},
+            jobs=2,
+            program=_program(tmp_path, failing="prod-us-east-1"),
+            on_done=lambda r: reported.append(r.role.name),
+        )
+    message = str(caught.value)
+    assert message.startswith("stack prod-us-east-1: ")
+    assert "no VPC for you" in message
+    assert "not previewed, as they depend on prod-us-east-1: prod-global" in message
+    assert reported == ["prod-us-west-2"]  # the independent stack still ran and was reported
+
+
+def _preview(capsys: pytest.CaptureFixture[str], out: Path, *extra: str) -> int:
+    code = cli.main(["preview", "--all", "--summary", "--fleet", str(REFERENCE_FLEET), "--out", str(out), *extra])
+    capsys.readouterr()
+    return code
+
+
+def test_jobs_1_keeps_the_sequential_path(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    calls: list[str] = []
+
+    def fake(name: str) -> Any:
+        return lambda *args, **kwargs: calls.append(name) or []
+
+    monkeypatch.setattr(engine, "run_all", fake("run_all"))
+    monkeypatch.setattr(engine, "run_parallel", fake("run_parallel"))
+    assert _preview(capsys, Path("unused"), "--jobs", "1") == 0
+    assert _preview(capsys, Path("unused"), "--jobs", "2") == 0
+    assert calls == ["run_all", "run_parallel"]
+
+
+def test_jobs_must_be_a_positive_whole_number(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        cli.main(["preview", "--all", "--jobs", "0"])
+    assert "--jobs takes a whole number of processes, 1 or more; got '0'" in capsys.readouterr().err
+
+
+def test_every_plan_and_manifest_is_byte_identical_in_parallel(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The whole fixture fleet, once each way (about 25 s each)."""
+    assert REFERENCE_LOCK.exists()
+    for jobs in ("1", "2"):
+        assert _preview(capsys, tmp_path / f"j{jobs}" / "plans", "--jobs", jobs) == 0
+    sequential, parallel = tmp_path / "j1", tmp_path / "j2"
+    files = sorted(p.relative_to(sequential) for p in sequential.rglob("*") if p.is_file())
+    assert sorted(p.relative_to(parallel) for p in parallel.rglob("*") if p.is_file()) == files
+    assert any(f.parts[0] == "manifests" for f in files) and any(f.parts[0] == "plans" for f in files)
+    for name in files:
+        assert (parallel / name).read_bytes() == (sequential / name).read_bytes(), name
