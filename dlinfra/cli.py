@@ -469,6 +469,8 @@ def _print_stack(result: Any, project: str, path: Path, *, summary: bool) -> Non
         out.print("Outputs:")
         for name, value in outputs.items():
             shown = value if isinstance(value, str) else json.dumps(value, sort_keys=True)
+            if "\n" in shown:  # a PEM or a script: its first line says what it is
+                shown = shown.splitlines()[0] + " …"
             if len(shown) > OUTPUT_WIDTH:
                 shown = shown[: OUTPUT_WIDTH - 1] + "…"
             style = "dim" if value == SECRET_PLACEHOLDER else ""
