@@ -7,6 +7,7 @@ checkov check that is not skipped fails; `diff` exits 0 whatever the diff holds.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import sys
 from collections.abc import Callable
@@ -126,7 +127,14 @@ def cmd_check(args: argparse.Namespace) -> int:
         export_dir=args.plans.parent / "checkov",
         checkov=None if args.no_checkov else checkov.executable(ROOT),
     )
-    run = runner.run_checks(options)
+    status = Console(stderr=True)
+    spinner = (
+        status.status("CrossGuard rules" + ("" if options.checkov is None else " and checkov") + " running")
+        if status.is_terminal
+        else contextlib.nullcontext()
+    )
+    with spinner:
+        run = runner.run_checks(options)
     if stale_note:
         run.notes.append(stale_note)
     if args.stack:

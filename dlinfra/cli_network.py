@@ -8,11 +8,16 @@ from __future__ import annotations
 
 import argparse
 import ipaddress
+import json
+import sys
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+from rich import box
 from rich.console import Console
+from rich.table import Table
+from rich.text import Text
 
 from dlinfra import planner, sites, stackroles
 from dlinfra.errors import DlinfraError
@@ -29,8 +34,11 @@ Handler = Callable[[argparse.Namespace], int]
 
 def register(subparsers: Any, common: argparse.ArgumentParser) -> dict[str, Handler]:
     """Add the `site` and `vpn` commands to the CLI; returns command name -> handler."""
-    site = subparsers.add_parser("site", help="onboard, remove and render physical GPU sites")
-    site_sub = site.add_subparsers(dest="site_command", required=True, metavar="{add,remove,render}")
+    site = subparsers.add_parser("site", help="list, onboard, remove and render physical GPU sites")
+    site_sub = site.add_subparsers(dest="site_command", required=True, metavar="{list,add,remove,render}")
+
+    listing = site_sub.add_parser("list", parents=[common], help="the fleet's sites: region, routing, GPUs, address")
+    listing.add_argument("--json", action="store_true", help="print a JSON list of the sites as the fleet has them")
 
     add = site_sub.add_parser("add", parents=[common], help="add a site to the fleet and allocate its address ranges")
     add.add_argument("name", help="site name (2-24 lower-case letters, digits and '-')")
@@ -45,9 +53,22 @@ def register(subparsers: Any, common: argparse.ArgumentParser) -> dict[str, Hand
         "--static", dest="routing", action="store_const", const="static", help="static routes (default)"
     )
     add.add_argument("--gpu-nodes", type=_integer("--gpu-nodes"), help="machines that join as hybrid nodes")
+    add.add_argument(
+        "--gpus-per-node", type=_integer("--gpus-per-node"), help="GPUs in each of those machines (default: 8)"
+    )
+    add.add_argument("--gpu-model", help="GPU model of those machines, e.g. H100 or A100 (default: H100)")
+    add.add_argument(
+        "--nfs",
+        action="append",
+        default=[],
+        type=_nfs_mount,
+        metavar="SERVER:EXPORT:MOUNT",
+        help="an NFS export the GPU nodes mount (repeatable), e.g. 10.60.0.5:/export/data:/data",
+    )
+    add.add_argument("--pod-cidr", help="the hybrid nodes' pod CIDR (default: allocated from the address space)")
 
     remove = site_sub.add_parser("remove", parents=[common], help="remove a site from the fleet")
-    remove.add_argument("name")
+    remove.add_argument("name", help="the site to remove (see `dlinfra site list`)")
     remove.add_argument(
         "--release", action="store_true", help="also free its address ranges (default: keep them reserved)"
     )
@@ -55,7 +76,7 @@ def register(subparsers: Any, common: argparse.ArgumentParser) -> dict[str, Hand
     render = site_sub.add_parser(
         "render", parents=[common], help="render swanctl.conf, frr.conf and the gateway's Chef node JSON"
     )
-    render.add_argument("name")
+    render.add_argument("name", help="the site to render (see `dlinfra site list`)")
     _outputs_source(render)
     render.add_argument("--out", type=Path, help="output folder (default: build/sites/<name>)")
     render.add_argument(
@@ -67,8 +88,8 @@ def register(subparsers: Any, common: argparse.ArgumentParser) -> dict[str, Hand
     vpn = subparsers.add_parser("vpn", help="laptop VPN (AWS Client VPN)")
     vpn_sub = vpn.add_subparsers(dest="vpn_command", required=True, metavar="{profile}")
     profile = vpn_sub.add_parser("profile", parents=[common], help="render an OpenVPN (.ovpn) profile")
-    profile.add_argument("--region", required=True)
-    profile.add_argument("--environment", default="prod", help="(default: prod)")
+    profile.add_argument("--region", required=True, help="region of the Client VPN endpoint")
+    profile.add_argument("--environment", default="prod", help="environment of the endpoint (default: prod)")
     _outputs_source(profile)
     profile.add_argument(
         "--user", help="whose profile (certificate sign-in: a name in environments.<env>.client_vpn.users)"
@@ -99,13 +120,22 @@ def _integer(flag: str) -> Callable[[str], int]:
     return parse
 
 
+def _nfs_mount(text: str) -> tuple[str, str, str]:
+    parts = text.split(":")
+    if len(parts) != 3 or not all(parts) or not parts[1].startswith("/") or not parts[2].startswith("/"):
+        raise argparse.ArgumentTypeError(
+            f"--nfs: {text!r} is not SERVER:EXPORT:MOUNT (e.g. 10.60.0.5:/export/data:/data; paths absolute)"
+        )
+    return parts[0], parts[1], parts[2]
+
+
 def _lock_path(args: argparse.Namespace) -> Path:
     return Path(args.lock) if args.lock is not None else Path(args.fleet).parent / "cidr-lock.yaml"
 
 
 # --- site ------------------------------------------------------------------------------------------------
 def cmd_site(args: argparse.Namespace) -> int:
-    handler = {"add": _site_add, "remove": _site_remove, "render": _site_render}[args.site_command]
+    handler = {"list": _site_list, "add": _site_add, "remove": _site_remove, "render": _site_render}[args.site_command]
     return handler(args)
 
 
@@ -114,6 +144,8 @@ def _site_add(args: argparse.Namespace) -> int:
     _check_address(args.public_ip, f"sites.{args.name}.public_ip", fleet_path)
     if args.lan is not None:
         _check_network(args.lan, f"sites.{args.name}.lan", fleet_path)
+    if args.pod_cidr is not None:
+        _check_network(args.pod_cidr, f"sites.{args.name}.pod_cidr", fleet_path)
     new = sites.NewSite(
         name=args.name,
         region=args.region,
@@ -123,6 +155,10 @@ def _site_add(args: argparse.Namespace) -> int:
         lan=args.lan,
         routing=args.routing or "static",
         gpu_nodes=args.gpu_nodes,
+        gpus_per_node=args.gpus_per_node,
+        gpu_model=args.gpu_model,
+        nfs=tuple(args.nfs),
+        pod_cidr=args.pod_cidr,
     )
     change = sites.add_site(fleet_path, _lock_path(args), new)
     out.print(f"added site {new.name} to {fleet_path} (home stack {change.home_stack})", markup=False)
@@ -132,6 +168,26 @@ def _site_add(args: argparse.Namespace) -> int:
     out.print("\nNext steps:")
     for i, step in enumerate(sites.next_steps_after_add(change.fleet, new.name, fleet_path), start=1):
         out.print(f"  {i}. {step}", markup=False)
+    return 0
+
+
+def _site_list(args: argparse.Namespace) -> int:
+    fleet = load_fleet(args.fleet).fleet
+    if args.json:
+        rows = [{"name": name, **site.model_dump(mode="json")} for name, site in fleet.sites.items()]
+        sys.stdout.write(json.dumps(rows, indent=2) + "\n")
+        return 0
+    if not fleet.sites:
+        out.print(f"no sites in {args.fleet}; add one with `dlinfra site add NAME --region R --public-ip IP --asn N`")
+        return 0
+    table = Table(box=box.SIMPLE_HEAD, pad_edge=False, show_edge=False)
+    for column in ("site", "region", "environment", "routing", "GPU nodes", "public IP"):
+        table.add_column(column, overflow="fold")
+    for name, site in fleet.sites.items():
+        gpus = f"{site.gpu_nodes} x {site.gpus_per_node} {site.gpu_model}" if site.gpu_nodes else "0"
+        cells = (name, site.region, site.environment, site.routing, gpus, str(site.public_ip))
+        table.add_row(*(Text(c) for c in cells))
+    out.print(table)
     return 0
 
 

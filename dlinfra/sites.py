@@ -96,6 +96,10 @@ class NewSite:
     lan: str | None = None  # explicit LAN; else allocated from the supernet
     routing: Routing = "static"
     gpu_nodes: int | None = None
+    gpus_per_node: int | None = None  # default: the fleet model's (8)
+    gpu_model: str | None = None  # default: the fleet model's (H100)
+    nfs: tuple[tuple[str, str, str], ...] = ()  # (server, export, mount point)
+    pod_cidr: str | None = None  # explicit pod CIDR of its hybrid nodes; else allocated
 
     def entry(self) -> CommentedMap:
         """The fleet entry, in the order the reference fleet writes sites."""
@@ -107,8 +111,21 @@ class NewSite:
         entry["routing"] = self.routing
         if self.lan is not None:
             entry["lan"] = self.lan
+        if self.pod_cidr is not None:
+            entry["pod_cidr"] = self.pod_cidr
         if self.gpu_nodes is not None:
             entry["gpu_nodes"] = self.gpu_nodes
+        if self.gpus_per_node is not None:
+            entry["gpus_per_node"] = self.gpus_per_node
+        if self.gpu_model is not None:
+            entry["gpu_model"] = self.gpu_model
+        if self.nfs:
+            mounts = []
+            for server, export, mount_point in self.nfs:
+                mount = CommentedMap()
+                mount["server"], mount["export"], mount["mount_point"] = server, export, mount_point
+                mounts.append(mount)
+            entry["nfs"] = mounts
         return entry
 
 

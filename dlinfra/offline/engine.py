@@ -75,6 +75,10 @@ class StackResult:
     secret_outputs: set[str] = field(default_factory=set)
     seconds: float = 0.0
 
+    def masked_outputs(self) -> dict[str, Any]:
+        """The stack outputs as the plan export shows them: secrets read "[secret]"."""
+        return {k: (MASK if k in self.secret_outputs else _mask(v)) for k, v in sorted(self.outputs.items())}
+
     def plan(self, project: str) -> dict[str, Any]:
         """The plan export: JSON-ready, secrets masked."""
         by_type: dict[str, int] = {}
@@ -86,7 +90,7 @@ class StackResult:
             "stack": self.role.name,
             "role": {"kind": self.role.kind, "environment": self.role.environment, "region": self.role.region},
             "resources": [_resource_json(r) for r in sorted(self.resources, key=lambda r: r.urn)],
-            "outputs": {k: (MASK if k in self.secret_outputs else _mask(v)) for k, v in sorted(self.outputs.items())},
+            "outputs": self.masked_outputs(),
             "summary": {"resources": len(self.resources), "by_type": dict(sorted(by_type.items()))},
         }
 
