@@ -266,7 +266,7 @@ def fleets(draw: st.DrawFn) -> dict[str, Any]:
             "asn": 65200 + n,
         }
     return {
-        "regions": {r: {"primary": r == regions[0], "azs": draw(st.integers(1, 3))} for r in regions},
+        "regions": {r: {"primary": r == regions[0], "azs": draw(st.integers(2, 3))} for r in regions},  # EKS needs two
         "environments": envs,
         "sites": sites,
     }
