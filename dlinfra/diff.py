@@ -173,15 +173,7 @@ class Diff:
 # --- comparing ------------------------------------------------------------------------------------------
 
 
-def _normal(value: Any) -> Any:
-    """Values as compared: the engine's floats equal their integers."""
-    if isinstance(value, float) and value.is_integer():
-        return int(value)
-    if isinstance(value, dict):
-        return {k: _normal(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_normal(v) for v in value]
-    return value
+_normal = replacement.normal
 
 
 MAX_VALUE = 80  # characters of a value shown in the report

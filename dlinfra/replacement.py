@@ -92,7 +92,7 @@ def _ordered(value: Any) -> tuple[Any, ...]:
 
 def holds(condition: Condition, before: Any, after: Any, inputs: Mapping[str, Any]) -> bool:
     """Whether a change from `before` to `after` meets the condition (`inputs`: the resource's new inputs)."""
-    if any(_normal(at(inputs, p)) == v for p, v in condition.also.items()):
+    if any(normal(at(inputs, p)) == v for p, v in condition.also.items()):
         return True
     if condition.when == "decrease":
         if before is None or after is None:
@@ -105,17 +105,17 @@ def holds(condition: Condition, before: Any, after: Any, inputs: Mapping[str, An
         return _empty(before) != _empty(after)
     if condition.when == "unset":
         return not _empty(before) and _empty(after)
-    return bool(_normal(before) == condition.from_ and _normal(after) == condition.to)
+    return bool(normal(before) == condition.from_ and normal(after) == condition.to)
 
 
-def _normal(value: Any) -> Any:
-    """Values as compared: the engine's floats equal their integers."""
+def normal(value: Any) -> Any:
+    """Values as compared (here and in the diff): the engine's floats equal their integers."""
     if isinstance(value, float) and value.is_integer():
         return int(value)
     if isinstance(value, dict):
-        return {k: _normal(v) for k, v in value.items()}
+        return {k: normal(v) for k, v in value.items()}
     if isinstance(value, list):
-        return [_normal(v) for v in value]
+        return [normal(v) for v in value]
     return value
 
 
@@ -173,13 +173,13 @@ class Table:
         extra = list(extra)
         if "*" in extra:
             keys = sorted(set(before) | set(after))
-            return [k for k in keys if _normal(before.get(k)) != _normal(after.get(k))], []
+            return [k for k in keys if normal(before.get(k)) != normal(after.get(k))], []
         paths = dict.fromkeys([*rule.paths, *extra])
-        changed = [p for p in paths if _normal(at(before, p)) != _normal(at(after, p))]
+        changed = [p for p in paths if normal(at(before, p)) != normal(at(after, p))]
         maybe = []
         for path, condition in rule.conditional.items():
             old, new = at(before, path), at(after, path)
-            if path in paths or _normal(old) == _normal(new):
+            if path in paths or normal(old) == normal(new):
                 continue
             if isinstance(condition, str):
                 maybe.append(path)
