@@ -48,7 +48,7 @@ def checkout(tmp_path: Path) -> Path:
     work = tmp_path / "repo"
     (work / ".ci").mkdir(parents=True)
     shutil.copy(SETUP, work / ".ci" / "setup")
-    for name in ("requirements.txt", "requirements-checkov.txt"):
+    for name in ("requirements.txt", "requirements-checkov.txt", "pyproject.toml"):
         shutil.copy(ROOT / name, work / name)
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
@@ -82,13 +82,20 @@ def _pip_installs(calls: list[str]) -> list[str]:
     return [c for c in calls if " -m pip install " in c]
 
 
+def _installed(calls: list[str]) -> list[str]:
+    """What each pip install call installed: a requirements file, or "project" for the editable checkout."""
+    return [c.split(" -r ", 1)[1] if " -r " in c else "project" for c in _pip_installs(calls)]
+
+
 def test_fresh_machine_installs_everything_once(checkout: Path) -> None:
     proc, calls = _setup(checkout, NOT_INSTALLED="frr packer")
     assert proc.returncode == 0, proc.stderr
     assert "apt-get install -y -qq --no-install-recommends frr packer" in calls
     assert "python -m venv .venv" in calls and "python -m venv .venv-checkov" in calls
-    installs = _pip_installs(calls)
-    assert [c.split(" -r ", 1)[1] for c in installs] == ["requirements.txt", "requirements-checkov.txt"]
+    assert _installed(calls) == ["requirements.txt", "project", "requirements-checkov.txt"]
+    # The checkout goes into the main venv only, editable and without resolving its dependencies again, so
+    # the `dlinfra` command the README prints exists.
+    assert "python -m pip install -q --disable-pip-version-check --no-deps -e ." in calls
 
 
 def test_second_run_installs_nothing(checkout: Path) -> None:
@@ -104,7 +111,11 @@ def test_second_run_installs_nothing(checkout: Path) -> None:
 @pytest.mark.parametrize(
     ("change", "reinstalled"),
     [
-        (lambda repo: (repo / "requirements.txt").write_text("pyyaml==6.0.2\n"), ["requirements.txt"]),
+        (lambda repo: (repo / "requirements.txt").write_text("pyyaml==6.0.2\n"), ["requirements.txt", "project"]),
+        (
+            lambda repo: (repo / "pyproject.toml").write_text('[project]\nname = "dlinfra"\nversion = "0.2.0"\n'),
+            ["requirements.txt", "project"],
+        ),
         (
             lambda repo: (repo / "requirements-checkov.txt").write_text("checkov==3.2.0\n"),
             ["requirements-checkov.txt"],
@@ -118,14 +129,14 @@ def test_changed_requirements_reinstall_that_venv_only(
     change(checkout)
     proc, calls = _setup(checkout)
     assert proc.returncode == 0, proc.stderr
-    assert [c.split(" -r ", 1)[1] for c in _pip_installs(calls)] == reinstalled
+    assert _installed(calls) == reinstalled
     assert _pip_installs(_setup(checkout)[1]) == []  # and the new stamp holds
 
 
 def test_new_python_version_reinstalls(checkout: Path) -> None:
     assert _setup(checkout)[0].returncode == 0
     _, calls = _setup(checkout, FAKE_PYTHON_VERSION="3.13.1")
-    assert len(_pip_installs(calls)) == 2
+    assert _installed(calls) == ["requirements.txt", "project", "requirements-checkov.txt"]
 
 
 def test_failed_install_is_retried(checkout: Path) -> None:
@@ -134,7 +145,7 @@ def test_failed_install_is_retried(checkout: Path) -> None:
     assert not (checkout / ".venv" / ".dlinfra-setup.sha256").exists()
     proc, calls = _setup(checkout)
     assert proc.returncode == 0, proc.stderr
-    assert len(_pip_installs(calls)) == 2
+    assert _installed(calls) == ["requirements.txt", "project", "requirements-checkov.txt"]
 
 
 def test_deleted_venv_is_rebuilt(checkout: Path) -> None:
@@ -142,7 +153,7 @@ def test_deleted_venv_is_rebuilt(checkout: Path) -> None:
     shutil.rmtree(checkout / ".venv")
     _, calls = _setup(checkout)
     assert "python -m venv .venv" in calls
-    assert [c.split(" -r ", 1)[1] for c in _pip_installs(calls)] == ["requirements.txt"]
+    assert _installed(calls) == ["requirements.txt", "project"]
 
 
 def test_shellcheck_clean(require_tool: Callable[[str], str]) -> None:

@@ -7,6 +7,9 @@ import argparse
 import io
 import json
 import os
+import subprocess
+import sys
+import tomllib
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -77,6 +80,20 @@ def test_version(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyP
 
     monkeypatch.setattr(cli.metadata, "version", not_installed)
     assert "not installed" in cli.version() and "pip install -e" in cli.version()
+
+
+def test_setup_installs_the_dlinfra_command(tmp_path: Path) -> None:
+    """`.ci/setup` installs the checkout into the venv, so `dlinfra` runs from anywhere, as printed next steps say."""
+    command = Path(sys.executable).parent / "dlinfra"
+    if not command.exists():
+        message = f"{command} does not exist: run bash .ci/setup"
+        if os.environ.get("CI") == "true":
+            pytest.fail(message)
+        pytest.skip(message)
+    proc = subprocess.run([str(command), "--version"], cwd=tmp_path, capture_output=True, text=True, check=False)
+    project = tomllib.loads((cli.ROOT / "pyproject.toml").read_text())["project"]
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == f"dlinfra {project['version']}"
 
 
 # --- 3. help and examples ---------------------------------------------------------------------------------
