@@ -1,6 +1,7 @@
 """Benchmark: `dlinfra preview --all`, then the reachability analysis over its plans, on the reference fleet and
-on a generated fleet ten times larger, side by side with the bare baseline (bench/bare_replay.py: the same
-resources registered through the Pulumi SDK under mocks with no component code).
+on a generated fleet ten times larger, side by side with the bare baselines (bench/bare_replay.py: the same
+resources registered through the Pulumi SDK under mocks with no component code, as generic resources and through
+the provider SDK classes).
 
 Each case runs in its own process so peak memory (max RSS) is that case's alone. Prints one line per case:
 stacks, resources, preview wall and CPU seconds (this process and its workers), reachability intents, flows and
@@ -116,14 +117,14 @@ def run_case(fleet_path: Path, jobs: int) -> dict[str, Any]:
     }
 
 
-def run_bare(plans_dir: Path) -> dict[str, Any]:
+def run_bare(plans_dir: Path, typed: bool) -> dict[str, Any]:
     """Run in a child process: replay every plan of a folder bare through the SDK, one after another."""
     import bare_replay
 
     plans = [json.loads(p.read_text()) for p in sorted(plans_dir.glob("*.json"))]
     cpu, started = _cpu_seconds(), time.perf_counter()
     for plan in plans:
-        bare_replay.replay(plan)
+        bare_replay.replay(plan, typed)
     return {
         "stacks": len(plans),
         "resources": sum(p["summary"]["resources"] for p in plans),
@@ -147,13 +148,14 @@ def main() -> None:
     parser.add_argument("--jobs", type=int, nargs="+", default=[1, os.cpu_count() or 1], help="preview --jobs values")
     parser.add_argument("--case", type=Path, help=argparse.SUPPRESS)  # internal: run one case in this process
     parser.add_argument("--bare", type=Path, help=argparse.SUPPRESS)  # internal: replay a folder of plans
+    parser.add_argument("--typed", action="store_true", help=argparse.SUPPRESS)  # internal: ... through SDK classes
     args = parser.parse_args()
     if args.case or args.bare:
         import contextlib
         import io
 
         with contextlib.redirect_stdout(io.StringIO()):
-            figures = run_case(args.case, args.jobs[0]) if args.case else run_bare(args.bare)
+            figures = run_case(args.case, args.jobs[0]) if args.case else run_bare(args.bare, args.typed)
         print(json.dumps(figures))
         return
     results: dict[tuple[str, str], dict[str, Any]] = {}
@@ -171,7 +173,8 @@ def main() -> None:
             folder.mkdir()
             (folder / "fleet.yaml").write_text(yaml.safe_dump(data, sort_keys=False))
             runs = [(f"jobs={j}", ["--case", str(folder / "fleet.yaml"), "--jobs", str(j)]) for j in args.jobs]
-            runs.append(("bare", ["--bare", str(folder / f"plans-j{args.jobs[-1]}")]))
+            plans = str(folder / f"plans-j{args.jobs[-1]}")
+            runs += [("bare", ["--bare", plans]), ("typed", ["--bare", plans, "--typed"])]
             for run, argv in runs:
                 f = results[label, run] = _child(*argv)
                 print(
@@ -183,14 +186,15 @@ def main() -> None:
     scaled = f"x{args.scale}"
     print("\nratios (wall seconds; CPU seconds in brackets):")
     for label in cases:
-        bare = results[label, "bare"]
-        for j in args.jobs:
-            f = results[label, f"jobs={j}"]
-            print(
-                f"  {label} preview --jobs {j} / bare: {f['seconds'] / bare['seconds']:.2f}x "
-                f"({f['cpu'] / bare['cpu']:.2f}x)   goal <= 1.3x"
-            )
-    for run in [f"jobs={j}" for j in args.jobs] + ["bare"]:
+        for baseline in ("bare", "typed"):
+            bare = results[label, baseline]
+            for j in args.jobs:
+                f = results[label, f"jobs={j}"]
+                print(
+                    f"  {label} preview --jobs {j} / {baseline}: {f['seconds'] / bare['seconds']:.2f}x "
+                    f"({f['cpu'] / bare['cpu']:.2f}x)   goal <= 1.3x"
+                )
+    for run in [f"jobs={j}" for j in args.jobs] + ["bare", "typed"]:
         big, ref = results[scaled, run], results["reference", run]
         print(
             f"  {scaled} / reference, {run}: {big['seconds'] / ref['seconds']:.2f}x ({big['cpu'] / ref['cpu']:.2f}x), "

@@ -948,9 +948,27 @@ def version_lifecycle(loaded: LoadedFleet, on: datetime.date) -> list[str]:
     return warnings
 
 
+# The last fleet loaded, by its path and text. A preview of every stack reads the same fleet once per stack program
+# (as each `pulumi preview` would); the models are frozen, so the same file's text gives the same LoadedFleet.
+_last_loaded: tuple[tuple[Path, str], LoadedFleet] | None = None
+
+
 def load_fleet(path: str | Path) -> LoadedFleet:
     """Parse and validate a fleet file; raises FleetError naming the file and key."""
+    global _last_loaded
     path = Path(path)
+    try:
+        key = (path.resolve(), path.read_text())
+    except OSError as exc:
+        raise FleetError(f"cannot read: {exc.strerror}", file=str(path)) from None
+    if _last_loaded is not None and _last_loaded[0] == key:
+        return _last_loaded[1] if _last_loaded[1].path == path else LoadedFleet(fleet=_last_loaded[1].fleet, path=path)
+    loaded = _load_fleet(path)
+    _last_loaded = (key, loaded)
+    return loaded
+
+
+def _load_fleet(path: Path) -> LoadedFleet:
     data = parse_yaml(path)
     if not isinstance(data, Mapping):
         raise FleetError("the top level must be a mapping (project, regions, environments, ...)", file=str(path))

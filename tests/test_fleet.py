@@ -535,3 +535,19 @@ def test_user_text_is_never_terminal_markup(
     path = write_fleet(_set("environments.prod.node_pools.cpu.labels", {"[bold]tier[/bold]": "x"}))
     assert cli.main(["validate", "--fleet", str(path)]) == cli.EXIT_BAD_INPUT
     assert "'[bold]tier[/bold]'" in capsys.readouterr().err
+
+
+def test_a_fleet_file_is_validated_once_per_text(write_fleet: Callable[..., Path]) -> None:
+    # A preview of every stack loads the fleet once per stack program; the same text gives the same frozen models,
+    # a changed file is read again, and a bad one is never remembered.
+    path = write_fleet()
+    first = load_fleet(path)
+    assert load_fleet(path).fleet is first.fleet
+    path.write_text(path.read_text().replace("project:", "project: renamed\nx_project:", 1))
+    with pytest.raises(FleetError):
+        load_fleet(path)
+    with pytest.raises(FleetError):
+        load_fleet(path)
+    path.write_text(REFERENCE_FLEET.read_text().replace("\nproject: ", "\nproject: other-", 1))
+    changed = load_fleet(path)
+    assert changed.fleet is not first.fleet and changed.fleet.project.startswith("other-")

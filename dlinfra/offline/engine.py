@@ -29,7 +29,7 @@ from pulumi.runtime.proto import resource_pb2
 from pulumi.runtime.sync_await import _sync_await
 
 from dlinfra.errors import DlinfraError
-from dlinfra.offline import schema
+from dlinfra.offline import quiescence, schema
 from dlinfra.offline.cloud import FakeCloud
 from dlinfra.stackroles import StackRole
 
@@ -439,7 +439,7 @@ def under_mocks(
     )
     settings.ROOT.set(None)
     pulumi_config.set_all_config(dict(config), [])
-    with asyncio.Runner() as runner:
+    with quiescence.settled_in_batches(), quiescence.few_collections(), asyncio.Runner() as runner:
         runner.get_loop().set_exception_handler(_record_loop_error)
         runner.run(stack.run_in_stack(program))
 
@@ -491,6 +491,36 @@ def run_all(
     return results
 
 
+# The provider SDK packages of the resource types dlinfra declares (every one is in dlinfra/data/replacements.yaml,
+# which tests/test_replacement.py checks against the code).
+_SDK_PACKAGES = {"aws": "pulumi_aws", "kubernetes": "pulumi_kubernetes", "random": "pulumi_random", "tls": "pulumi_tls"}
+
+
+def preload_sdk_modules() -> list[str]:
+    """Import the provider SDK modules that declare dlinfra's resource types; returns their names.
+
+    The provider SDKs import their modules lazily, on first use, and a module such as pulumi_aws.ec2 takes about a
+    second: done before forking, the worker processes share it instead of each importing it again. The modules are
+    found through the SDK's own resource-module registry, from the types in the replacement table.
+    """
+    import importlib
+
+    from dlinfra import replacement
+
+    names = set()
+    for token in replacement.table().rules:
+        package, module, _ = token.split(":")
+        if package not in _SDK_PACKAGES:
+            continue
+        importlib.import_module(_SDK_PACKAGES[package])  # registers its resource modules
+        registered = rpc.get_resource_module(package, module, "")
+        if registered is not None:
+            names.add(registered.mod_info["fqn"])  # type: ignore[attr-defined]
+    for name in sorted(names):
+        dir(importlib.import_module(name))  # touching the lazy module loads it
+    return sorted(names)
+
+
 def run_parallel(
     root: Path,
     roles: Sequence[StackRole],
@@ -517,9 +547,12 @@ def run_parallel(
     failed: dict[StackRole, str] = {}
     blocked: dict[StackRole, StackRole] = {}  # stack not run -> the failed stack it (transitively) depends on
     reported = 0
-    # fork: the workers start with dlinfra and pulumi already imported. The parent runs no Pulumi program here,
-    # so no mock runtime state or engine thread is copied into them.
-    with futures.ProcessPoolExecutor(max_workers=jobs, mp_context=multiprocessing.get_context("fork")) as pool:
+    # fork: the workers start with dlinfra, pulumi and the provider SDK modules the programs use already imported
+    # (imported once here, not once per worker), and everything alive frozen out of garbage collection, so the
+    # workers neither rescan nor copy it. The parent runs no Pulumi program here, so no mock runtime state or
+    # engine thread is copied into them.
+    preload_sdk_modules()
+    with quiescence.frozen(), futures.ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("fork")) as pool:
         running: dict[futures.Future[StackResult], StackRole] = {}
         waiting = list(order)
 
