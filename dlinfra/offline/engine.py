@@ -439,7 +439,12 @@ def under_mocks(
     )
     settings.ROOT.set(None)
     pulumi_config.set_all_config(dict(config), [])
-    with quiescence.settled_in_batches(), quiescence.few_collections(), asyncio.Runner() as runner:
+    with (
+        quiescence.settled_in_batches(),
+        quiescence.few_collections(),
+        quiescence.without_source_positions(),
+        asyncio.Runner() as runner,
+    ):
         runner.get_loop().set_exception_handler(_record_loop_error)
         runner.run(stack.run_in_stack(program))
 

@@ -17,6 +17,10 @@ threshold (700) a generation-0 collection ran every few dozen resources and the 
 that collection took about a third of a warm stack's run. Objects alive before the run (imported modules, the
 fleet) are frozen out of collection, and generation 0 is collected every 100,000 new objects; everything is
 collected as usual after the run.
+
+`without_source_positions` skips the stack trace the SDK takes for every resource (`traceback.extract_stack`,
+reading each frame's source line) so that the CLI can show where a resource was declared: the offline engine's
+monitor never reads it, and with components several frames deep it was a tenth of a preview.
 """
 
 from __future__ import annotations
@@ -26,7 +30,8 @@ import contextlib
 import gc
 from collections.abc import Iterator
 
-from pulumi.runtime import settings, stack
+from pulumi.runtime import resource, settings, stack
+from pulumi.runtime.proto import source_pb2
 
 
 async def wait_for_rpcs(await_all_outstanding_tasks: bool = True) -> None:
@@ -101,3 +106,18 @@ def few_collections() -> Iterator[None]:
     finally:
         gc.set_threshold(*threshold)
         gc.unfreeze()
+
+
+def _no_stack_trace() -> source_pb2.StackTrace:
+    return source_pb2.StackTrace()
+
+
+@contextlib.contextmanager
+def without_source_positions() -> Iterator[None]:
+    """Register resources without the declaring stack trace for the duration of the block."""
+    original = resource._get_stack_trace  # noqa: SLF001 - the SDK's per-resource stack trace
+    resource._get_stack_trace = _no_stack_trace  # noqa: SLF001
+    try:
+        yield
+    finally:
+        resource._get_stack_trace = original  # noqa: SLF001

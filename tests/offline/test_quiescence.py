@@ -11,7 +11,7 @@ from typing import Any
 
 import pulumi
 import pytest
-from pulumi.runtime import mocks, stack
+from pulumi.runtime import mocks, resource, stack
 
 from dlinfra.offline import engine, quiescence
 
@@ -81,12 +81,13 @@ def test_the_sdk_wait_and_the_collector_are_restored_after_a_run() -> None:
     during: list[Any] = []
 
     def program() -> None:
-        during.append((stack.wait_for_rpcs, gc.get_threshold()[0], gc.get_freeze_count() > 0))
+        traced = len(resource._get_stack_trace().frames)
+        during.append((stack.wait_for_rpcs, gc.get_threshold()[0], gc.get_freeze_count() > 0, traced))
 
-    original = stack.wait_for_rpcs
+    original, trace = stack.wait_for_rpcs, resource._get_stack_trace
     _run(program)
-    assert during == [(quiescence.wait_for_rpcs, quiescence.GEN0_THRESHOLD, True)]
-    assert stack.wait_for_rpcs is original
+    assert during == [(quiescence.wait_for_rpcs, quiescence.GEN0_THRESHOLD, True, 0)]
+    assert stack.wait_for_rpcs is original and resource._get_stack_trace is trace
     assert gc.get_threshold() == threshold and gc.get_freeze_count() == 0
 
     def failing() -> None:
@@ -94,4 +95,5 @@ def test_the_sdk_wait_and_the_collector_are_restored_after_a_run() -> None:
 
     with pytest.raises(Exception, match="boom"):
         _run(failing)
-    assert stack.wait_for_rpcs is original and gc.get_threshold() == threshold and gc.get_freeze_count() == 0
+    assert stack.wait_for_rpcs is original and resource._get_stack_trace is trace
+    assert gc.get_threshold() == threshold and gc.get_freeze_count() == 0
