@@ -41,7 +41,7 @@ ROOT_DEVICE = "/dev/sda1"  # Ubuntu AMIs boot from /dev/sda1
 DRAIN_TIMEOUT_SECONDS = 900  # how long the termination hook holds an instance while its pods drain
 AUTOSCALER_PREFIX = "k8s.io/cluster-autoscaler"
 # Set on every node of an EFA pool: the EFA device plugin runs where this label is (components/platform_values).
-EFA_LABEL = "vpc.amazonaws.com/efa.present"
+EFA_LABEL = "vpc.amazonaws.com/efa.present"  # in dlinfra.fleet.OWN_LABELS: the fleet cannot set it
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -151,7 +151,7 @@ def node_labels(args: NodePoolArgs) -> dict[str, str]:
         labels["nvidia.com/gpu.product"] = spec.gpu_model
         # cluster-autoscaler treats only nodes with this label as GPU nodes (GPU-aware scale-down).
         labels["k8s.amazonaws.com/accelerator"] = spec.gpu_model
-    # The EFA label comes last: a fleet label must not take the device plugin off an EFA pool.
+    # The fleet cannot set any of these keys (dlinfra.fleet.OWN_LABELS); the EFA label still comes last.
     return labels | dict(args.labels) | ({EFA_LABEL: "true"} if args.efa else {})
 
 

@@ -67,6 +67,33 @@ def label_key_problem(key: str) -> str | None:
     return None
 
 
+# Node labels dlinfra sets itself from the fleet's structure: Kueue flavors and the autoscaler select pools by
+# them, the NVIDIA device plugin and the cluster-autoscaler's GPU handling read the GPU ones, and the EFA device
+# plugin's selector reads the last. A fleet label with one of these keys would silently change what they select.
+# Other keys under dlinfra.io/ are the lab's own (the reference fleet labels training pools dlinfra.io/workload).
+OWN_LABELS = frozenset(
+    {
+        "dlinfra.io/pool",
+        "dlinfra.io/capacity",
+        "dlinfra.io/team",
+        "dlinfra.io/site",
+        "nvidia.com/gpu.product",
+        "k8s.amazonaws.com/accelerator",
+        "vpc.amazonaws.com/efa.present",
+    }
+)
+
+
+def own_label_problem(key: str) -> str | None:
+    """Why a fleet node label may not use this key because dlinfra sets it, or None."""
+    if key in OWN_LABELS:
+        return (
+            f"{key!r} is set by dlinfra from the pool's name, capacity, team, site, GPU and EFA settings; choose "
+            f"another key (dlinfra's own: {', '.join(sorted(OWN_LABELS))})"
+        )
+    return None
+
+
 def label_value_problem(value: str) -> str | None:
     """Why a string is not a Kubernetes label or taint value, or None."""
     if value and not _K8S_NAME.fullmatch(value):
@@ -246,7 +273,7 @@ class NodePool(Strict):
     @classmethod
     def _labels(cls, v: Mapping[str, str]) -> Mapping[str, str]:
         for key, value in v.items():
-            problem = label_key_problem(key) or label_value_problem(value)
+            problem = label_key_problem(key) or own_label_problem(key) or label_value_problem(value)
             if problem:
                 raise ValueError(f"node label {problem}")
         return v

@@ -383,6 +383,18 @@ NAMES_AND_LABELS = [
         id="label-key-kubelet-namespace",
     ),
     pytest.param(
+        _set("environments.prod.node_pools.cpu.labels", {"dlinfra.io/pool": "gpu"}),
+        "environments.prod.node_pools.cpu.labels",
+        "'dlinfra.io/pool' is set by dlinfra from the pool's name",
+        id="label-key-dlinfra-own",
+    ),
+    pytest.param(
+        _set("environments.prod.node_pools.cpu.labels", {"nvidia.com/gpu.product": "NVIDIA-H100"}),
+        "environments.prod.node_pools.cpu.labels",
+        "'nvidia.com/gpu.product' is set by dlinfra",
+        id="label-key-gpu-product",
+    ),
+    pytest.param(
         _set("environments.prod.node_pools.cpu.labels", {"tier": "v" * 64}),
         "environments.prod.node_pools.cpu.labels",
         "is not a Kubernetes label value",
@@ -551,3 +563,20 @@ def test_a_fleet_file_is_validated_once_per_text(write_fleet: Callable[..., Path
     path.write_text(REFERENCE_FLEET.read_text().replace("\nproject: ", "\nproject: other-", 1))
     changed = load_fleet(path)
     assert changed.fleet is not first.fleet and changed.fleet.project.startswith("other-")
+
+
+def test_every_label_dlinfra_sets_is_refused_in_the_fleet() -> None:
+    # Every key the components and renderers set must be in OWN_LABELS, or a fleet label could override it: the
+    # named constants, and every literal key in node_labels().
+    import inspect
+    import re
+
+    from components import nodepool
+    from components import platform_values as pv
+    from dlinfra.fleet import OWN_LABELS
+    from dlinfra.render import nodeadm
+
+    literal_keys = set(re.findall(r'"([a-z0-9.-]+\.[a-z]+/[a-z0-9.-]+)"', inspect.getsource(nodepool.node_labels)))
+    assert {"dlinfra.io/pool", "k8s.amazonaws.com/accelerator"} <= literal_keys  # the scan sees them
+    named = {pv.POOL_LABEL, pv.TEAM_LABEL, pv.GPU_PRODUCT_LABEL, nodeadm.SITE_LABEL, nodepool.EFA_LABEL}
+    assert named | literal_keys <= OWN_LABELS
