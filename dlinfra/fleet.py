@@ -996,7 +996,12 @@ def load_fleet(path: str | Path) -> LoadedFleet:
 
 
 def _load_fleet(path: Path) -> LoadedFleet:
-    data = parse_yaml(path)
+    return LoadedFleet(fleet=validate_data(parse_yaml(path), path), path=path)
+
+
+def validate_data(data: Any, path: Path) -> Fleet:
+    """The fleet model of parsed fleet data (as read, or as a command is about to write it), or the FleetError
+    naming the file, line, key and value: every command refuses a fleet in the same words."""
     if not isinstance(data, Mapping):
         raise FleetError("the top level must be a mapping (project, regions, environments, ...)", file=str(path))
     from dlinfra import kueue  # it plans from the models defined here
@@ -1009,7 +1014,7 @@ def _load_fleet(path: Path) -> LoadedFleet:
     except FleetError as exc:
         line = _yaml_line(data, (exc.key or "").split(".")) if exc.key else None
         raise FleetError(exc.detail, file=f"{path}:{line}" if line else str(path), key=exc.key) from None
-    return LoadedFleet(fleet=fleet, path=path)
+    return fleet
 
 
 _ECHO_LIMIT = 60  # characters of a bad value repeated in an error

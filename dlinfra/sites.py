@@ -17,13 +17,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import ValidationError
 from ruamel.yaml import YAML
 from ruamel.yaml.comments import CommentedMap
 
-from dlinfra import kueue, planner
-from dlinfra.errors import DlinfraError, FleetError
-from dlinfra.fleet import Fleet, LoadedFleet, Site, load_fleet
+from dlinfra import planner
+from dlinfra.errors import DlinfraError
+from dlinfra.fleet import Fleet, LoadedFleet, Site, load_fleet, validate_data
 from dlinfra.render.nodeadm import HybridNodeView, render_node_config
 from dlinfra.render.strongswan import SiteVpnView, Tunnel, render_frr, render_swanctl
 
@@ -341,30 +340,8 @@ def _check_edit(
 
 
 def _validate(data: Any, fleet_path: Path) -> Fleet:
-    """The fleet model of edited data, or the error naming the key, in the same words `validate` uses."""
-    try:
-        fleet = Fleet.model_validate(data)
-        kueue.check_fleet(fleet, source=str(fleet_path))  # e.g. the quotas still fit without a removed site
-        return fleet
-    except ValidationError as exc:
-        lines = []
-        first = None
-        for err in exc.errors():
-            loc = [str(p) for p in err["loc"] if not str(p).startswith(("function-", "constrained"))]
-            if loc and loc[-1] == "[key]":
-                loc = loc[:-1]
-                msg = "not a valid name: 2-24 lower-case letters, digits and '-', starting with a letter"
-            elif err["type"] == "extra_forbidden":
-                msg = "unknown key"
-            else:
-                msg = str(err["msg"]).removeprefix("Value error, ")
-            key = ".".join(loc)
-            first = first or key
-            lines.append(f"{key}: {msg}")
-        detail = lines[0].split(": ", 1)[1] if len(lines) == 1 else "; ".join(lines)
-        raise DlinfraError(detail, file=str(fleet_path), key=first) from None
-    except FleetError as exc:
-        raise DlinfraError(exc.detail, file=str(fleet_path), key=exc.key) from None
+    """The fleet model of edited data, or the error naming the file, line, key and value, as `validate` gives it."""
+    return validate_data(data, fleet_path)
 
 
 def write_private(path: Path, text: str) -> None:
