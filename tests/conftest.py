@@ -64,7 +64,7 @@ def write_fleet(tmp_path: Path, reference_data: dict[str, Any]) -> Callable[...,
 
 # Debian package that provides each external tool the tests drive (.ci/setup installs them).
 APT_PACKAGES = {
-    "ruby": "ruby", "erb": "ruby", "rubocop": "rubocop", "shellcheck": "shellcheck", "packer": "packer",
+    "ruby": "ruby", "erb": "ruby", "rubocop": "rubocop", "shellcheck": "shellcheck", "packer": "packer", "vtysh": "frr",
 }  # fmt: skip
 
 
