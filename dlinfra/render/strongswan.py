@@ -636,13 +636,16 @@ class FailoverBudget:
     dpd_delay: float  # silence before charon sends the first DPD probe (swanctl dpd_delay)
     ike_give_up: float  # from that probe to charon declaring the peer dead (charon.retransmit_*)
     bgp_hold: float | None  # BGP sites: the hold timer, an independent detector of the same loss
+    # charon keeps an SA's last-inbound time in whole seconds (time_monotonic), so a probe can go out up to 1 s
+    # after dpd_delay has really passed.
+    clock_granularity: float = 1.0
 
     @property
     def seconds(self) -> float:
         # The DPD path fires dpd_action (restart): updown takes the tunnel's interface down, and the routes
         # through it (FRR static nexthops, or the BGP session by fast external failover) go at once. A BGP
         # site also loses the session when the hold timer runs out, whichever comes first.
-        dpd = self.dpd_delay + self.ike_give_up
+        dpd = self.dpd_delay + self.clock_granularity + self.ike_give_up
         return dpd if self.bgp_hold is None else min(dpd, self.bgp_hold)
 
 

@@ -3,8 +3,10 @@
 Two namespaces are joined by a veth carrying TEST-NET-1 addresses (RFC 5737); the site LAN and VPC
 stand-ins are addresses on each namespace's lo and never leave it, and neither namespace has a
 default route. Each daemon runs with a private /run and its own config, sockets and log, and is
-stopped by the PID we started. This kernel has no ESP or VTI, so charon does IPsec in user space
-(kernel-libipsec over /dev/net/tun).
+stopped by the PID we started. This kernel has no ESP, VTI or XFRM interfaces, so charon does IPsec in
+user space (kernel-libipsec over /dev/net/tun), which cannot bind SAs to interfaces: these tests run the
+policy-based rendering (tunnel_mode: policy), and check of the route-based one only that charon loads it.
+The AWS side is tests/integration/aws_side/, written from AWS's documentation.
 """
 
 from __future__ import annotations
@@ -32,10 +34,12 @@ from dlinfra import hybrid_routing
 from dlinfra.render.strongswan import (
     SiteVpnView,
     Tunnel,
-    render_aws_peer_swanctl,
+    failover_budget,
+    render_charon,
     render_frr,
     render_swanctl,
 )
+from tests.integration import aws_side
 
 pytestmark = pytest.mark.vpn_peer
 
@@ -61,7 +65,7 @@ CHARON_PLUGINS = "nonce openssl kdf kernel-libipsec kernel-netlink socket-defaul
 T = TypeVar("T")
 
 
-def make_view(routing: str = "static") -> SiteVpnView:
+def make_view(routing: str = "static", tunnel_mode: str = "policy") -> SiteVpnView:
     """The site as the test sees it: every outside address is a namespace address on the veth."""
     tunnels = tuple(
         Tunnel(number=n, outside_ip=AWS_TUNNEL_IPS[n], inside_cidr=cidr, preshared_key=PSKS[n])
@@ -76,12 +80,15 @@ def make_view(routing: str = "static") -> SiteVpnView:
         routing=routing,
         local_asn=65101,
         remote_asn=64512,
+        tunnel_mode=tunnel_mode,
     )
 
 
-def aws_peer(view: SiteVpnView, number: int, **overrides: str) -> str:
-    """The AWS side of one tunnel, listening on that tunnel's namespace address."""
-    return render_aws_peer_swanctl(view, number, local_addr=AWS_TUNNEL_IPS[number], remote_addr=SITE_IP, **overrides)
+def aws_peer(view: SiteVpnView, number: int, *, psk: str | None = None) -> str:
+    """The AWS side of one tunnel (aws_side/swanctl.conf), listening on that tunnel's namespace address."""
+    return aws_side.swanctl_conf(
+        number=number, aws_outside=AWS_TUNNEL_IPS[number], site_outside=SITE_IP, psk=psk or PSKS[number]
+    )
 
 
 # --- environment --------------------------------------------------------------------------------
@@ -313,7 +320,8 @@ def _is_up(ike: IkeSa) -> bool:
 class Charon(Daemon):
     """charon with kernel-libipsec and its own strongswan.conf, vici socket and log file."""
 
-    def __init__(self, ns: str, directory: Path) -> None:
+    def __init__(self, ns: str, directory: Path, rendered: str | None = None) -> None:
+        """rendered: a strongswan.conf snippet (the site's strongswan-dlinfra.conf), included last so it wins."""
         directory.mkdir(parents=True)
         self.directory = directory
         self.conf = directory / "strongswan.conf"
@@ -348,6 +356,10 @@ swanctl {{
 }}
 """
         )
+        if rendered is not None:
+            (directory / "rendered.conf").write_text(rendered)
+            with self.conf.open("a") as conf:
+                conf.write(f"include {directory / 'rendered.conf'}\n")
         super().__init__(ns, [str(CHARON)], directory / "charon.out", {"STRONGSWAN_CONF": str(self.conf)})
         self.wait_ready(self.socket.exists)
 
@@ -390,12 +402,12 @@ swanctl {{
 
 
 @contextlib.contextmanager
-def charons(lab: Lab, directory: Path) -> Iterator[tuple[Charon, Charon]]:
-    """(site, aws) charons, stopped again whatever happens."""
+def charons(lab: Lab, directory: Path, view: SiteVpnView | None = None) -> Iterator[tuple[Charon, Charon]]:
+    """(site, aws) charons, stopped again whatever happens; the site's runs the view's rendered charon settings."""
     started: list[Charon] = []
     try:
-        started.append(Charon(lab.site_ns, directory / "site"))
-        started.append(Charon(lab.aws_ns, directory / "aws"))
+        started.append(Charon(lab.site_ns, directory / "site", render_charon(view or make_view())))
+        started.append(Charon(lab.aws_ns, directory / "aws", aws_side.strongswan_conf()))
         yield started[0], started[1]
     finally:
         for charon in started:
@@ -477,10 +489,127 @@ def test_traffic_moves_to_the_other_tunnel_when_one_stays_down(lab: Lab, tmp_pat
         assert site.packets_out(f"aws-tunnel{other}") >= before + 3
 
 
+_REPLY = re.compile(r"^\[(?P<ts>\d+\.\d+)\] \d+ bytes from ")
+
+
+def first_reply_after(output: Path, after: float) -> float | None:
+    """Wall-clock time of the first ping reply later than `after`, from `ping -D` output."""
+    for line in output.read_text().splitlines():
+        if (m := _REPLY.match(line)) and float(m["ts"]) > after:
+            return float(m["ts"])
+    return None
+
+
+def test_traffic_fails_over_within_30_seconds_when_an_aws_endpoint_goes_silent(lab: Lab, tmp_path: Path) -> None:
+    """AWS's endpoint maintenance: the endpoint of the carrying tunnel stops answering, without a word."""
+    view = make_view()
+    budget = failover_budget(render_charon(view), render_swanctl(view), render_frr(view))
+    with charons(lab, tmp_path, view) as (site, aws):
+        bring_up(site, aws, view)
+        assert ping(lab.site_ns, SITE_LAN_HOST, VPC_HOST).returncode == 0
+        carrying = 1 if site.packets_out("aws-tunnel1") >= 3 else 2
+        other = 3 - carrying
+        silent = AWS_TUNNEL_IPS[carrying]
+        output = tmp_path / "ping.out"
+        argv = ["ip", "netns", "exec", lab.site_ns, "ping", "-n", "-D", "-O", "-i", "0.2", "-W", "1", "-w", "60",
+                "-I", SITE_LAN_HOST, VPC_HOST]  # fmt: skip
+        with output.open("w") as out:
+            pinger = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env={"PATH": SEARCH_PATH})
+        try:
+            time.sleep(1.0)
+            baseline = site.packets_out(f"aws-tunnel{other}")
+            # The endpoint goes silent: its address leaves the AWS namespace, so nothing answers there. The
+            # other endpoint's address is a secondary of the same /24, which the kernel would delete with it.
+            sysctl = ["ip", "netns", "exec", lab.aws_ns, "sysctl", "-q", "-w"]
+            _run(*sysctl, "net.ipv4.conf.veth-aws.promote_secondaries=1")
+            silent_at = time.time()
+            _run("ip", "-n", lab.aws_ns, "addr", "del", f"{silent}/24", "dev", "veth-aws")
+            deadline = time.monotonic() + 45
+            # The site's side: its packets leave through the other tunnel (the IPsec policies moved to its SA).
+            while site.packets_out(f"aws-tunnel{other}") < baseline + 3:
+                if time.monotonic() > deadline:
+                    pytest.fail(f"the site kept sending into the dead tunnel\n{logs(site, aws)}")
+                time.sleep(0.1)
+            site_moved = time.time() - silent_at
+            # End to end: replies come back too once AWS's side has cleared the dead tunnel (its DPD timeout).
+            # A reply a second after the silence began cannot have crossed the dead tunnel.
+            while (resumed := first_reply_after(output, silent_at + 1.0)) is None:
+                if time.monotonic() > deadline or pinger.poll() is not None:
+                    pytest.fail(f"traffic did not resume\n{output.read_text()[-300:]}\n{logs(site, aws)}")
+                time.sleep(0.1)
+        finally:
+            pinger.terminate()
+            pinger.wait(timeout=5)
+        end_to_end = resumed - silent_at
+        print(f"\nAWS endpoint {silent} silent: the site sends through tunnel {other} after {site_moved:.1f} s "
+              f"(rendered worst case {budget.seconds:.1f} s = dpd_delay {budget.dpd_delay:.0f} s + 1 s clock + "
+              f"IKE give-up {budget.ike_give_up:.1f} s); replies resume after {end_to_end:.1f} s "
+              "(the AWS side's 30 s DPD timeout)")  # fmt: skip
+        # The rendered retransmission schedule is what charon ran (3 retransmissions, not the default 5).
+        assert re.search(rf"<aws-tunnel{carrying}\|\d+> giving up after 3 retransmits", site.log_text()), logs(
+            site, aws
+        )
+        # Polling swanctl for the counters adds a few tenths of a second.
+        assert site_moved <= budget.seconds + 1 and budget.seconds <= 30
+        assert end_to_end <= 30 + 3  # AWS's DPD timeout, plus the few seconds the lab's polling adds
+        # The endpoint returns: the site, still retrying (dpd_action restart, keyingtries 0), reopens the tunnel.
+        returned_at = time.monotonic()
+        _run("ip", "-n", lab.aws_ns, "addr", "add", f"{silent}/24", "dev", "veth-aws")
+        while site.up(f"aws-tunnel{carrying}") is None:
+            if time.monotonic() - returned_at > budget.ike_give_up + 10:
+                pytest.fail(f"tunnel {carrying} did not come back\n{logs(site, aws)}")
+            time.sleep(0.2)
+        print(f"tunnel {carrying} back {time.monotonic() - returned_at:.1f} s after its endpoint returned")
+        assert ping(lab.site_ns, SITE_LAN_HOST, VPC_HOST).returncode == 0
+
+
+def test_aws_initiated_rekeys_lose_no_packets(lab: Lab, tmp_path: Path) -> None:
+    view = make_view()
+    with charons(lab, tmp_path, view) as (site, aws):
+        bring_up(site, aws, view)
+        output = tmp_path / "ping.out"
+        argv = ["ip", "netns", "exec", lab.site_ns, "ping", "-n", "-D", "-i", "0.1", "-W", "1", "-c", "60",
+                "-I", SITE_LAN_HOST, VPC_HOST]  # fmt: skip
+        with output.open("w") as out:
+            pinger = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env={"PATH": SEARCH_PATH})
+        try:
+            time.sleep(1.0)
+            # AWS rekeys on its own schedule (rekey margin and fuzz); here, both tunnels' IKE and CHILD_SAs at once.
+            for n in (1, 2):
+                aws.swanctl("--rekey", "--child", f"aws-peer-tunnel{n}")
+                aws.swanctl("--rekey", "--ike", f"aws-peer-tunnel{n}")
+            pinger.wait(timeout=30)
+        finally:
+            if pinger.poll() is None:
+                pinger.terminate()
+                pinger.wait(timeout=5)
+        text = output.read_text()
+        assert "60 packets transmitted, 60 received, 0% packet loss" in text, text[-500:]
+        # Each tunnel's IKE_SA was rekeyed in place and its CHILD_SA replaced by a new one, all while the
+        # pings above crossed without loss.
+        log = site.log_text()
+        for n in (1, 2):
+            assert re.search(rf"IKE_SA aws-tunnel{n}\[\d+\] rekeyed", log), log[-3000:]
+            assert len(re.findall(rf"CHILD_SA aws-tunnel{n}\{{\d+\}} established", log)) >= 2, log[-3000:]
+        assert site.all_up(*TUNNELS) is not None
+
+
+def test_route_based_rendering_loads_into_charon(lab: Lab, tmp_path: Path) -> None:
+    """kernel-libipsec cannot bind SAs to XFRM interfaces; this shows only that charon accepts the files."""
+    view = make_view(tunnel_mode="route")
+    with charons(lab, tmp_path, view) as (site, _aws):
+        site.load(render_swanctl(view))
+        conns = site.swanctl("--list-conns")
+        for name in TUNNELS:
+            assert f"{name}: IKEv2" in conns, conns
+        # One CHILD_SA per tunnel, 0.0.0.0/0 both ways, as AWS's route-based VPN expects.
+        assert conns.count("    local:  0.0.0.0/0\n    remote: 0.0.0.0/0\n") == 2, conns
+
+
 def test_wrong_preshared_key_fails_authentication(lab: Lab, tmp_path: Path) -> None:
     view = make_view()
     with charons(lab, tmp_path) as (site, aws):
-        aws.load(aws_peer(view, 1, override_psk="wrong.psk.tunnel1"), aws_peer(view, 2))
+        aws.load(aws_peer(view, 1, psk="wrong.psk.tunnel1"), aws_peer(view, 2))
         site.load(render_swanctl(view))
         wait_for_log(site, aws, r"<aws-tunnel1\|\d+> received AUTHENTICATION_FAILED notify error")
         # The other tunnel, with the right key, comes up beside the failing one.
@@ -493,7 +622,9 @@ def test_proposal_mismatch_fails_with_no_proposal_chosen(lab: Lab, tmp_path: Pat
     view = make_view()
     with charons(lab, tmp_path) as (site, aws):
         # An AWS side configured outside dlinfra's proposal set: AES-128, SHA-1, DH group 14.
-        aws.load(aws_peer(view, 1, override_ike="aes128-sha1-modp2048"), aws_peer(view, 2))
+        outside = re.sub(r"(?m)^(\s+)proposals = .*$", r"\1proposals = aes128-sha1-modp2048", aws_peer(view, 1))
+        assert "proposals = aes128-sha1-modp2048\n" in outside
+        aws.load(outside, aws_peer(view, 2))
         site.load(render_swanctl(view))
         wait_for_log(site, aws, r"<aws-tunnel1\|\d+> received NO_PROPOSAL_CHOSEN notify error")
         wait_up(site, aws, "aws-tunnel2")
