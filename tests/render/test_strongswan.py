@@ -673,3 +673,25 @@ def test_charon_updown_follows_the_sa_on_the_tunnels_interface(tmp_path: Path, v
 
 def test_updown_ignores_other_connections(tmp_path: Path) -> None:
     assert _run_script(tmp_path, "updown", env={"PLUTO_VERB": "down-client", "PLUTO_IF_ID_OUT": "9"}) == []
+
+
+# --- the MSS clamping rules -----------------------------------------------------------------------
+def _nft_check(text: str, tmp_path: Path, require_tool: Callable[[str], str]) -> subprocess.CompletedProcess[str]:
+    """nftables' own check (nft -c), in a new user and network namespace: no root, the host's rules untouched."""
+    path = tmp_path / "dlinfra-mss.nft"
+    path.write_text(text)
+    argv = [require_tool("unshare"), "--user", "--map-root-user", "--net", require_tool("nft"), "-c", "-f", str(path)]
+    return subprocess.run(argv, capture_output=True, text=True, timeout=60, check=False)
+
+
+@pytest.mark.parametrize("make", [view, policy_view])
+def test_mss_rules_pass_nftables_check(make: Any, tmp_path: Path, require_tool: Callable[[str], str]) -> None:
+    text = ss.render_nftables(make())
+    assert text.count(f"tcp option maxseg size set {ss.TUNNEL_MSS}") == 2
+    result = _nft_check(text, tmp_path, require_tool)
+    assert result.returncode == 0, result.stderr
+
+
+def test_nftables_check_rejects_a_broken_rule(tmp_path: Path, require_tool: Callable[[str], str]) -> None:
+    broken = ss.render_nftables(view()).replace("maxseg size set", "maxseg size sett")
+    assert _nft_check(broken, tmp_path, require_tool).returncode != 0
