@@ -32,6 +32,7 @@ import pytest
 from components import platform_values as pv
 from dlinfra import hybrid_routing
 from dlinfra.render.strongswan import (
+    XFRM_SCRIPT,
     SiteVpnView,
     Tunnel,
     failover_budget,
@@ -60,7 +61,7 @@ TUNNELS = ("aws-tunnel1", "aws-tunnel2")
 WAIT_SECONDS = 10.0  # bound for any single wait: a daemon, an SA, a log line, a BGP session
 # What an IKEv2 PSK tunnel over libipsec needs, and no more: strongSwan 5.9.8 moved IKE's PRF+ into
 # kdf; kernel-libipsec does ESP, kernel-netlink the routes and addresses.
-CHARON_PLUGINS = "nonce openssl kdf kernel-libipsec kernel-netlink socket-default vici"
+CHARON_PLUGINS = "nonce openssl kdf kernel-libipsec kernel-netlink socket-default vici updown"
 
 T = TypeVar("T")
 
@@ -225,19 +226,22 @@ def lab() -> Iterator[Lab]:
 # --- daemons ------------------------------------------------------------------------------------
 # Mount a private /run, then become the daemon: ip netns exec, unshare and sh all exec in place, so
 # the PID Popen returns is the daemon's own and its pid files cannot clash with the host's.
-_PRIVATE_RUN = 'mount -t tmpfs -o mode=0755,size=4m dlinfra-test-run /run && exec "$@"'
+_PRIVATE_RUN = 'mount -t tmpfs -o mode=0755,size=4m dlinfra-test-run /run && {prelude}exec "$@"'
 
 
 class Daemon:
     """A process started in a namespace with a private /run; stopped by its own PID, never by name."""
 
-    def __init__(self, ns: str, argv: list[str], output: Path, env: dict[str, str] | None = None) -> None:
+    def __init__(
+        self, ns: str, argv: list[str], output: Path, env: dict[str, str] | None = None, prelude: str = ""
+    ) -> None:
+        """prelude: shell commands run in the daemon's private mount namespace before it starts (ending in &&)."""
         self.name = Path(argv[0]).name
         self.output = output
         launcher = ["ip", "netns", "exec", ns, "unshare", "--mount", "--propagation", "private", "--"]
         with output.open("wb") as out:
             self.process = subprocess.Popen(
-                [*launcher, "sh", "-c", _PRIVATE_RUN, "sh", *argv],
+                [*launcher, "sh", "-c", _PRIVATE_RUN.format(prelude=prelude), "sh", *argv],
                 stdin=subprocess.DEVNULL,
                 stdout=out,
                 stderr=subprocess.STDOUT,
@@ -320,7 +324,7 @@ def _is_up(ike: IkeSa) -> bool:
 class Charon(Daemon):
     """charon with kernel-libipsec and its own strongswan.conf, vici socket and log file."""
 
-    def __init__(self, ns: str, directory: Path, rendered: str | None = None) -> None:
+    def __init__(self, ns: str, directory: Path, rendered: str | None = None, prelude: str = "") -> None:
         """rendered: a strongswan.conf snippet (the site's strongswan-dlinfra.conf), included last so it wins."""
         directory.mkdir(parents=True)
         self.directory = directory
@@ -360,7 +364,8 @@ swanctl {{
             (directory / "rendered.conf").write_text(rendered)
             with self.conf.open("a") as conf:
                 conf.write(f"include {directory / 'rendered.conf'}\n")
-        super().__init__(ns, [str(CHARON)], directory / "charon.out", {"STRONGSWAN_CONF": str(self.conf)})
+        env = {"STRONGSWAN_CONF": str(self.conf)}
+        super().__init__(ns, [str(CHARON)], directory / "charon.out", env, prelude)
         self.wait_ready(self.socket.exists)
 
     def swanctl(self, *args: str) -> str:
@@ -549,8 +554,8 @@ def test_traffic_fails_over_within_30_seconds_when_an_aws_endpoint_goes_silent(l
         assert re.search(rf"<aws-tunnel{carrying}\|\d+> giving up after 3 retransmits", site.log_text()), logs(
             site, aws
         )
-        # Polling swanctl for the counters adds a few tenths of a second.
-        assert site_moved <= budget.seconds + 1 and budget.seconds <= 30
+        # Polling swanctl for the counters adds a few tenths of a second (more on a loaded machine).
+        assert site_moved <= 30 and site_moved <= budget.seconds + 2 and budget.seconds <= 30
         assert end_to_end <= 30 + 3  # AWS's DPD timeout, plus the few seconds the lab's polling adds
         # The endpoint returns: the site, still retrying (dpd_action restart, keyingtries 0), reopens the tunnel.
         returned_at = time.monotonic()
@@ -594,16 +599,37 @@ def test_aws_initiated_rekeys_lose_no_packets(lab: Lab, tmp_path: Path) -> None:
         assert site.all_up(*TUNNELS) is not None
 
 
-def test_route_based_rendering_loads_into_charon(lab: Lab, tmp_path: Path) -> None:
-    """kernel-libipsec cannot bind SAs to XFRM interfaces; this shows only that charon accepts the files."""
+def test_route_based_rendering_drives_the_interface_hook_with_each_tunnels_if_id(lab: Lab, tmp_path: Path) -> None:
+    """kernel-libipsec cannot bind SAs to XFRM interfaces, so there are no interfaces here: this shows that charon
+    takes the route-based swanctl.conf unmodified, brings both tunnels up with 0.0.0.0/0 selectors, and runs the
+    rendered updown command with the tunnel's if_id as its SAs come and go (what dlinfra-xfrm relies on)."""
     view = make_view(tunnel_mode="route")
-    with charons(lab, tmp_path, view) as (site, _aws):
-        site.load(render_swanctl(view))
-        conns = site.swanctl("--list-conns")
+    calls = tmp_path / "updown.log"
+    recorder = tmp_path / "recorder.sh"
+    recorder.write_text(f'#!/bin/sh\necho "$1 $PLUTO_VERB $PLUTO_IF_ID_OUT" >> {calls}\n')
+    recorder.chmod(0o755)
+    # The rendered path, in the site charon's own mount namespace only: the host's /usr/local/sbin is untouched.
+    sbin = str(Path(XFRM_SCRIPT).parent)
+    prelude = f"mount -t tmpfs -o mode=0755,size=1m dlinfra-test-sbin {sbin} && cp {recorder} {XFRM_SCRIPT} && "
+    site = aws = None
+    try:
+        site = Charon(lab.site_ns, tmp_path / "site", render_charon(view), prelude)
+        aws = Charon(lab.aws_ns, tmp_path / "aws", aws_side.strongswan_conf())
+        sas = bring_up(site, aws, view)
         for name in TUNNELS:
-            assert f"{name}: IKEv2" in conns, conns
-        # One CHILD_SA per tunnel, 0.0.0.0/0 both ways, as AWS's route-based VPN expects.
-        assert conns.count("    local:  0.0.0.0/0\n    remote: 0.0.0.0/0\n") == 2, conns
+            (child,) = sas[name].children
+            assert child.local_ts == ("0.0.0.0/0",) and child.remote_ts == ("0.0.0.0/0",)
+        _wait_for("updown for both tunnels", lambda: calls.exists() and len(calls.read_text().splitlines()) >= 2)
+        assert sorted(calls.read_text().splitlines()) == ["updown up-client 1", "updown up-client 2"]
+        # AWS closes tunnel 2: its interface goes down. (Its return is the VM harness's to show: without if_id,
+        # kernel-libipsec routes everything into tunnel 1's 0.0.0.0/0 SA, IKE to endpoint 2 included.)
+        aws.swanctl("--terminate", "--ike", "aws-peer-tunnel2", "--timeout", "5")
+        _wait_for("tunnel 2's down event", lambda: len(calls.read_text().splitlines()) >= 3, lambda: logs(site, aws))
+        assert calls.read_text().splitlines()[2] == "updown down-client 2"
+    finally:
+        for charon in (site, aws):
+            if charon is not None:
+                charon.stop()
 
 
 def test_wrong_preshared_key_fails_authentication(lab: Lab, tmp_path: Path) -> None:
