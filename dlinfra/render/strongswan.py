@@ -610,6 +610,7 @@ def render_frr(view: SiteVpnView) -> str | None:
         # attachment claiming part of it, and would win by longest match.
         accept=list(view.remote_cidrs) if bgp else [],
         static_routes=list(view.remote_cidrs) if view.route_based and not bgp else [],
+        fallback_routes=list(view.remote_cidrs) if view.route_based else [],
         interfaces=interfaces,
         neighbors=[
             {"name": n["connection"], "aws_ip": n["aws_ip"], "site_ip": n["site_ip"], "interface": n["name"]}

@@ -169,6 +169,13 @@ def test_frr_static_routes_use_both_tunnel_interfaces_at_equal_cost() -> None:
     assert "router bgp" not in text
 
 
+@pytest.mark.parametrize("make", [view, bgp_view])
+def test_traffic_for_aws_never_leaves_unencrypted_when_both_tunnels_are_down(make: Any) -> None:
+    text = ss.render_frr(make()) or ""
+    for cidr in ("10.0.0.0/16", "10.1.0.0/16", "10.201.0.0/20"):
+        assert f"ip route {cidr} blackhole 250\n" in text
+
+
 def test_policy_frr_peers_over_inside_addresses_on_lo() -> None:
     text = ss.render_frr(policy_view(routing="bgp")) or ""
     assert " neighbor 169.254.10.1 update-source 169.254.10.2\n" in text
