@@ -26,8 +26,10 @@ from dlinfra.errors import DlinfraError, FleetError
 from dlinfra.fleet import Fleet, LoadedFleet, Site, load_fleet
 from dlinfra.render.nodeadm import HybridNodeView, render_node_config
 from dlinfra.render.strongswan import (
+    FailoverBudget,
     SiteVpnView,
     Tunnel,
+    failover_budget,
     render_charon,
     render_frr,
     render_nftables,
@@ -410,6 +412,7 @@ class RenderedSite:
 
     view: SiteVpnView
     files: dict[str, Path]  # role (swanctl, frr, charon, sysctl, nftables, xfrm, node, ...) -> path
+    failover: FailoverBudget  # worst case from an AWS endpoint going silent to the other tunnel, per the files
 
 
 # The gateway's files other than swanctl.conf and its node JSON, by role (names the cookbook expects).
@@ -641,7 +644,7 @@ def render_site(
         files["gpu-node"] = out_dir / "site-gpu-node.json"
         gpu_node = gpu_node_json(fleet, site, install_dir=install_dir)
         _write_atomic(files["gpu-node"], json.dumps(gpu_node, indent=2, sort_keys=True) + "\n", mode=0o644)
-    return RenderedSite(view=view, files=files)
+    return RenderedSite(view=view, files=files, failover=failover_budget(public["charon"] or "", swanctl, frr))
 
 
 def hybrid_view(fleet: Fleet, site: str, outputs: Mapping[str, Any], *, source: str) -> HybridNodeView | None:

@@ -306,6 +306,7 @@ def test_static_site_routes_aws_statically_and_peers_only_with_its_hybrid_nodes(
         "sysctl-dlinfra-gateway.conf",
     ]
     assert stat.S_IMODE((tmp_path / "ams1" / "dlinfra-xfrm").stat().st_mode) == 0o755
+    assert "tunnels: route-based; a silent AWS endpoint is routed around within 25.2 s" in result.out
     frr = (tmp_path / "ams1" / "frr.conf").read_text()
     # BGP only with the nodes; AWS's networks through both tunnel interfaces, statically.
     assert "bgp listen range" in frr and "169.254." not in frr
