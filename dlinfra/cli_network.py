@@ -259,6 +259,13 @@ def _site_render(args: argparse.Namespace) -> int:
     for role, path in rendered.files.items():
         note = " (mode 0600: holds the pre-shared keys)" if role == "swanctl" else ""
         out.print(f"wrote {path}{note}", markup=False)
+    budget = rendered.failover
+    out.print(
+        f"tunnels: {rendered.view.tunnel_mode}-based; a silent AWS endpoint is routed around within "
+        f"{budget.seconds:.1f} s (DPD after {budget.dpd_delay:.0f} s, charon gives up "
+        f"{budget.ike_give_up:.1f} s later)",
+        markup=False,
+    )
     out.print(
         f"\nNext steps ({sites.ONBOARDING_GUIDE}): copy {out_dir}/ to the machines and, in that directory, run",
         markup=False,

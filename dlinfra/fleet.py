@@ -496,6 +496,10 @@ class Site(Strict):
     public_ip: ipaddress.IPv4Address  # the site gateway's public address (customer gateway)
     asn: int = 65000  # site BGP ASN (also required by AWS for static routing)
     routing: Literal["static", "bgp"] = "static"
+    # How the site gateway's tunnels carry traffic. "route" (AWS's model): an XFRM interface per tunnel and
+    # routing over both. "policy" only for gateways that cannot do that (Linux < 4.19 has no XFRM interfaces;
+    # appliances without route-based VPN): one tunnel carries traffic at a time (docs/site-onboarding.md).
+    tunnel_mode: Literal["route", "policy"] = "route"
     lan: ipaddress.IPv4Network | None = None  # explicit site LAN; else allocated
     pod_cidr: ipaddress.IPv4Network | None = None  # explicit pod CIDR of its hybrid nodes; else allocated
     gpu_nodes: int = Field(0, ge=0, le=_ACTIVATION_LIMIT)  # machines that join as hybrid nodes (one SSM activation)

@@ -15,7 +15,7 @@ import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Final, Literal
 
 from ruamel.yaml import YAML
 from ruamel.yaml.comments import CommentedMap
@@ -24,7 +24,18 @@ from dlinfra import planner
 from dlinfra.errors import DlinfraError
 from dlinfra.fleet import Fleet, LoadedFleet, Site, load_fleet, validate_data
 from dlinfra.render.nodeadm import HybridNodeView, render_node_config
-from dlinfra.render.strongswan import SiteVpnView, Tunnel, render_frr, render_swanctl
+from dlinfra.render.strongswan import (
+    FailoverBudget,
+    SiteVpnView,
+    Tunnel,
+    failover_budget,
+    render_charon,
+    render_frr,
+    render_nftables,
+    render_swanctl,
+    render_sysctl,
+    render_xfrm_script,
+)
 
 Net = ipaddress.IPv4Network
 Routing = Literal["static", "bgp"]
@@ -377,7 +388,18 @@ class RenderedSite:
     """What `site render` wrote."""
 
     view: SiteVpnView
-    files: dict[str, Path]  # role (swanctl, frr, node) -> path
+    files: dict[str, Path]  # role (swanctl, frr, charon, sysctl, nftables, xfrm, node, ...) -> path
+    failover: FailoverBudget  # worst case from an AWS endpoint going silent to the other tunnel, per the files
+
+
+# The gateway's files other than swanctl.conf and its node JSON, by role (names the cookbook expects).
+GATEWAY_FILES: Final[Mapping[str, str]] = {
+    "frr": "frr.conf",
+    "charon": "strongswan-dlinfra.conf",
+    "sysctl": "sysctl-dlinfra-gateway.conf",
+    "nftables": "dlinfra-mss.nft",
+    "xfrm": "dlinfra-xfrm",
+}
 
 
 def load_outputs(path: Path) -> dict[str, Any]:
@@ -470,6 +492,7 @@ def site_view(fleet: Fleet, site: str, outputs: Mapping[str, Any], *, source: st
             local_asn=_as_int(conn["asn"], f"{key}.asn", source),
             remote_asn=_as_int(conn["transit_asn"], f"{key}.transit_asn", source),
             pod_cidrs=tuple(str(c) for c in conn.get("pod_cidrs") or ()),
+            tunnel_mode=spec.tunnel_mode,
         )
     except KeyError as exc:
         raise DlinfraError(f"missing field {exc.args[0]!r}", file=source, key=key) from None
@@ -505,11 +528,22 @@ def gateway_node(
     """Chef node JSON for the site gateway (role site-gateway); points at the secret files, holds none."""
     spec = fleet.sites[site]
     swanctl = f"{install_dir}/swanctl.conf"
-    # BGP sites peer with AWS; every site with hybrid pods peers with its nodes: both need FRR.
-    frr = f"{install_dir}/frr.conf" if render_frr(view) is not None else None
-    gateway: dict[str, Any] = {"routing": view.routing, "swanctl_source": swanctl, "frr": frr is not None}
+    # Route-based sites route over FRR (static routes or BGP); policy-based ones need it for BGP with AWS or
+    # with their hybrid nodes.
+    frr = f"{install_dir}/{GATEWAY_FILES['frr']}" if render_frr(view) is not None else None
+    gateway: dict[str, Any] = {
+        "routing": view.routing,
+        "tunnel_mode": view.tunnel_mode,
+        "swanctl_source": swanctl,
+        "frr": frr is not None,
+        "charon_source": f"{install_dir}/{GATEWAY_FILES['charon']}",
+        "sysctl_source": f"{install_dir}/{GATEWAY_FILES['sysctl']}",
+        "nftables_source": f"{install_dir}/{GATEWAY_FILES['nftables']}",
+    }
     if frr:
         gateway["frr_source"] = frr
+    if view.route_based:
+        gateway["xfrm_source"] = f"{install_dir}/{GATEWAY_FILES['xfrm']}"
     return {
         "run_list": ["role[site-gateway]"],
         "dlinfra": {
@@ -521,6 +555,7 @@ def gateway_node(
                 "asn": view.local_asn,
                 "transit_asn": view.remote_asn,
                 "routing": view.routing,
+                "tunnel_mode": view.tunnel_mode,
                 "lan": view.lan_cidr,
                 "pod_cidrs": list(view.pod_cidrs),
                 "remote_cidrs": list(view.remote_cidrs),
@@ -533,6 +568,7 @@ def gateway_node(
                         "inside_cidr": t.inside_cidr,
                         "aws_inside_address": t.aws_inside_ip,
                         "site_inside_address": t.site_inside_ip,
+                        "interface": view.interface(t) if view.route_based else None,
                     }
                     for t in view.tunnels
                 ],
@@ -554,7 +590,8 @@ def render_site(
     source: str,
     install_dir: str = DEFAULT_INSTALL_DIR,
 ) -> RenderedSite:
-    """Write swanctl.conf (0600), frr.conf (BGP sites) and the gateway's Chef node JSON into out_dir."""
+    """Write the gateway's files (swanctl.conf 0600, frr.conf, charon, sysctl and nftables settings, the XFRM
+    interface script) and its Chef node JSON into out_dir, and the GPU machines' files where the site has some."""
     if site not in fleet.sites:
         known = ", ".join(fleet.sites) or "none"
         raise DlinfraError(f"no site {site!r} in the fleet (sites: {known})", key=f"sites.{site}")
@@ -565,9 +602,17 @@ def render_site(
     node = gateway_node(fleet, site, view, conn, install_dir=install_dir)
     files = {"swanctl": out_dir / "swanctl.conf", "node": out_dir / "site-gateway.json"}
     write_private(files["swanctl"], swanctl)
-    if frr is not None:
-        files["frr"] = out_dir / "frr.conf"
-        _write_atomic(files["frr"], frr, mode=0o640)
+    public: dict[str, str | None] = {
+        "frr": frr,
+        "charon": render_charon(view),
+        "sysctl": render_sysctl(view),
+        "nftables": render_nftables(view),
+        "xfrm": render_xfrm_script(view),
+    }
+    for role, text in public.items():
+        if text is not None:
+            files[role] = out_dir / GATEWAY_FILES[role]
+            _write_atomic(files[role], text, mode=0o755 if role == "xfrm" else 0o644)
     _write_atomic(files["node"], json.dumps(node, indent=2, sort_keys=True) + "\n", mode=0o644)
     hybrid = hybrid_view(fleet, site, outputs, source=source)
     if hybrid is not None:
@@ -576,7 +621,7 @@ def render_site(
         files["gpu-node"] = out_dir / "site-gpu-node.json"
         gpu_node = gpu_node_json(fleet, site, install_dir=install_dir)
         _write_atomic(files["gpu-node"], json.dumps(gpu_node, indent=2, sort_keys=True) + "\n", mode=0o644)
-    return RenderedSite(view=view, files=files)
+    return RenderedSite(view=view, files=files, failover=failover_budget(public["charon"] or "", swanctl, frr))
 
 
 def hybrid_view(fleet: Fleet, site: str, outputs: Mapping[str, Any], *, source: str) -> HybridNodeView | None:
@@ -677,13 +722,17 @@ def install_steps(files: Mapping[str, Path], *, install_dir: str = DEFAULT_INSTA
 
     # The gateway gets only its own files: the NodeConfig's activation code stays off it, and the tunnels'
     # keys off the GPU machines.
-    gateway_files = [files[role].name for role in ("swanctl", "frr", "node") if role in files]
+    roles = ("swanctl", *GATEWAY_FILES, "node")
+    gateway_files = [files[role].name for role in roles if role in files]
     gateway = [
         f"sudo install -d -m 0700 {install_dir}",
         f"sudo install -m 0600 -t {install_dir} {' '.join(gateway_files)}",
         converge(files["node"]),
         "sudo swanctl --list-sas",
     ]
+    if "xfrm" in files:
+        # Route-based: the tunnel interfaces, up with their inside addresses, and the routes over both.
+        gateway += ["ip -d link show type xfrm", "ip route show"]
     if "frr" in files:
         gateway.append("sudo vtysh -c 'show bgp summary'")
     steps = [InstallStep("on the site gateway", tuple(gateway))]

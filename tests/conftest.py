@@ -65,6 +65,7 @@ def write_fleet(tmp_path: Path, reference_data: dict[str, Any]) -> Callable[...,
 # Debian package that provides each external tool the tests drive (.ci/setup installs them).
 APT_PACKAGES = {
     "ruby": "ruby", "erb": "ruby", "rubocop": "rubocop", "shellcheck": "shellcheck", "packer": "packer",
+    "vtysh": "frr", "nft": "nftables", "unshare": "util-linux",
 }  # fmt: skip
 
 

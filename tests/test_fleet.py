@@ -135,6 +135,9 @@ BAD = [
     ),
     pytest.param(_set("sites.ams1.asn", 64514), "sites.ams1.asn", "transit gateway's own ASN", id="asn-tgw"),
     pytest.param(_set("sites.ams1.asn", 23456), "sites.ams1.asn", "reserved ASN", id="asn-as-trans"),
+    pytest.param(
+        _set("sites.ams1.tunnel_mode", "vti"), "sites.ams1.tunnel_mode", "'route' or 'policy'", id="tunnel-mode"
+    ),
     pytest.param(_set("sites.ams1.asn", 4294967296), "sites.ams1.asn", "out of range", id="asn-range"),
     pytest.param(_set("sites.Bad_Name", {}), "sites.Bad_Name", "names are", id="bad-name"),
     pytest.param(_set("tags.managed-by", "me"), "tags", "set by dlinfra", id="reserved-tag"),

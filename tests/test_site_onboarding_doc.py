@@ -27,18 +27,22 @@ def _missing(commands: list[str]) -> list[str]:
     return [c for c in commands if c not in text]
 
 
+GATEWAY_ROUTE = ("swanctl", "frr", "charon", "sysctl", "nftables", "xfrm", "node")
+
+
 @pytest.mark.parametrize(
     "roles",
     [
-        pytest.param(("swanctl", "frr", "node", "nodeadm", "gpu-node"), id="gpu-site"),
-        pytest.param(("swanctl", "frr", "node"), id="bgp-site-without-gpus"),
-        pytest.param(("swanctl", "node"), id="static-site-without-gpus"),
+        pytest.param((*GATEWAY_ROUTE, "nodeadm", "gpu-node"), id="gpu-site"),
+        pytest.param(GATEWAY_ROUTE, id="route-site-without-gpus"),
+        pytest.param(("swanctl", "frr", "charon", "sysctl", "nftables", "node"), id="policy-bgp-site"),
+        pytest.param(("swanctl", "charon", "sysctl", "nftables", "node"), id="policy-static-site-without-gpus"),
     ],
 )
 def test_every_install_step_is_in_the_guide(roles: tuple[str, ...], tmp_path: Path) -> None:
     names = {
         "swanctl": "swanctl.conf",
-        "frr": "frr.conf",
+        **sites.GATEWAY_FILES,
         "node": "site-gateway.json",
         "nodeadm": "nodeadm.yaml",
         "gpu-node": "site-gpu-node.json",
@@ -47,8 +51,10 @@ def test_every_install_step_is_in_the_guide(roles: tuple[str, ...], tmp_path: Pa
     steps = sites.install_steps(files)
     commands = [c for step in steps for c in step.commands]
     assert _missing(commands) == []
-    # The variants differ where they should: no vtysh without FRR, no GPU machine steps without a NodeConfig.
+    # The variants differ where they should: no vtysh without FRR, no interfaces without route-based tunnels,
+    # no GPU machine steps without a NodeConfig.
     assert any("vtysh" in c for c in commands) == ("frr" in roles)
+    assert ("ip -d link show type xfrm" in commands) == ("xfrm" in roles)
     assert any("site-gpu-node.json" in c for c in commands) == ("nodeadm" in roles)
 
 
@@ -75,7 +81,9 @@ def test_site_render_prints_only_what_the_guide_shows(tmp_path: Path) -> None:
     assert len(commands) >= 9  # gateway, GPU machines and the cluster check
     assert _missing(commands) == []
     written = sorted(p.name for p in out_dir.iterdir())
-    assert written == ["frr.conf", "nodeadm.yaml", "site-gateway.json", "site-gpu-node.json", "swanctl.conf"]
+    assert written == sorted(
+        ["swanctl.conf", *sites.GATEWAY_FILES.values(), "site-gateway.json", "nodeadm.yaml", "site-gpu-node.json"]
+    )
     text = _guide()
     assert [name for name in written if f"`{name}`" not in text] == []
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import shutil
 import stat
 from collections.abc import Callable
@@ -256,6 +257,11 @@ def test_site_add_then_preview_then_render(repo: Repo, tmp_path: Path) -> None:
         "swanctl_source": "/etc/dlinfra/site/swanctl.conf",
         "frr": True,
         "frr_source": "/etc/dlinfra/site/frr.conf",
+        "charon_source": "/etc/dlinfra/site/strongswan-dlinfra.conf",
+        "sysctl_source": "/etc/dlinfra/site/sysctl-dlinfra-gateway.conf",
+        "nftables_source": "/etc/dlinfra/site/dlinfra-mss.nft",
+        "xfrm_source": "/etc/dlinfra/site/dlinfra-xfrm",
+        "tunnel_mode": "route",
     }
     node_text = (out_dir / "site-gateway.json").read_text()
     printed = rendered.out + rendered.err
@@ -285,24 +291,37 @@ def test_site_add_then_preview_then_render(repo: Repo, tmp_path: Path) -> None:
     assert (tmp_path / "again" / "swanctl.conf").read_text() == text
 
 
-def test_static_site_runs_frr_only_for_its_hybrid_nodes(repo: Repo, tmp_path: Path) -> None:
+def test_static_site_routes_aws_statically_and_peers_only_with_its_hybrid_nodes(repo: Repo, tmp_path: Path) -> None:
     result = repo.run("site", "render", "ams1", "--offline", "--out", str(tmp_path / "ams1"))
     assert result.code == 0, result.err
     assert sorted(p.name for p in (tmp_path / "ams1").iterdir()) == [
+        "dlinfra-mss.nft",
+        "dlinfra-xfrm",
         "frr.conf",
         "nodeadm.yaml",
         "site-gateway.json",
         "site-gpu-node.json",
+        "strongswan-dlinfra.conf",
         "swanctl.conf",
+        "sysctl-dlinfra-gateway.conf",
     ]
+    assert stat.S_IMODE((tmp_path / "ams1" / "dlinfra-xfrm").stat().st_mode) == 0o755
+    assert "tunnels: route-based; a silent AWS endpoint is routed around within 25.2 s" in result.out
     frr = (tmp_path / "ams1" / "frr.conf").read_text()
-    assert "bgp listen range" in frr and "169.254." not in frr  # nodes only: AWS routes statically
+    # BGP only with the nodes; AWS's networks through both tunnel interfaces, statically.
+    assert "bgp listen range" in frr and "169.254." not in frr
+    assert re.search(r"^ip route \S+ xfrm1\nip route \S+ xfrm2$", frr, re.MULTILINE)
     node = json.loads((tmp_path / "ams1" / "site-gateway.json").read_text())
     assert node["dlinfra_gateway"] == {
         "routing": "static",
         "swanctl_source": "/etc/dlinfra/site/swanctl.conf",
         "frr": True,
         "frr_source": "/etc/dlinfra/site/frr.conf",
+        "charon_source": "/etc/dlinfra/site/strongswan-dlinfra.conf",
+        "sysctl_source": "/etc/dlinfra/site/sysctl-dlinfra-gateway.conf",
+        "nftables_source": "/etc/dlinfra/site/dlinfra-mss.nft",
+        "xfrm_source": "/etc/dlinfra/site/dlinfra-xfrm",
+        "tunnel_mode": "route",
     }
 
 
@@ -482,3 +501,19 @@ def test_node_json_golden(usw2_outputs: dict[str, Any], site: str, tmp_path: Pat
         if os.environ.get("UPDATE_GOLDEN") == "1":
             golden.write_text(text)
         assert text == golden.read_text()
+
+
+def test_a_policy_based_site_gets_its_selectors_and_no_xfrm_interfaces(
+    usw2_outputs: dict[str, Any], tmp_path: Path
+) -> None:
+    fleet = load_fleet(REFERENCE_FLEET).fleet
+    policy = fleet.sites["sjc1"].model_copy(update={"tunnel_mode": "policy"})
+    fleet = fleet.model_copy(update={"sites": {**fleet.sites, "sjc1": policy}})
+    rendered = sites.render_site(fleet, "sjc1", usw2_outputs, tmp_path, source="offline")
+    assert "xfrm" not in rendered.files
+    swanctl = rendered.files["swanctl"].read_text()
+    assert "if_id" not in swanctl and "0.0.0.0/0" not in swanctl
+    assert f"local_ts = {rendered.view.lan_cidr}," in swanctl
+    assert "install_routes = yes" in rendered.files["charon"].read_text()
+    node = json.loads(rendered.files["node"].read_text())
+    assert node["dlinfra_gateway"]["tunnel_mode"] == "policy" and "xfrm_source" not in node["dlinfra_gateway"]

@@ -1,4 +1,8 @@
-"""Site side of the AWS Site-to-Site VPN: swanctl.conf (strongSwan) and frr.conf (BGP) for a site gateway.
+"""Site side of the AWS Site-to-Site VPN: the files a site gateway runs, unmodified.
+
+Route-based (the default, as AWS builds its VPN): one XFRM interface per tunnel, 0.0.0.0/0 selectors,
+and routing (FRR: static routes or BGP) decides which tunnel carries what. Policy-based only where a
+site asks for it (kernels without XFRM interfaces, appliances that cannot route into a tunnel).
 
 The AWS side (the Pulumi VpnConnection) and the site side take their IKE/ESP algorithms from the
 ``AWS_*`` constants below, so the two ends cannot drift apart.
@@ -35,6 +39,12 @@ __all__ = [
     "AWS_REPLAY_WINDOW_SIZE",
     "AWS_RESERVED_INSIDE_CIDRS",
     "AWS_STARTUP_ACTION",
+    "BGP_CONNECT_RETRY_SECONDS",
+    "BGP_HOLD_SECONDS",
+    "BGP_KEEPALIVE_SECONDS",
+    "CHARON_RETRANSMIT_BASE",
+    "CHARON_RETRANSMIT_TIMEOUT_SECONDS",
+    "CHARON_RETRANSMIT_TRIES",
     "DEFAULT_ESP_PROPOSALS",
     "DEFAULT_IKE_PROPOSALS",
     "FORMAT_VERSION",
@@ -43,17 +53,27 @@ __all__ = [
     "SITE_DPD_DELAY_SECONDS",
     "SITE_IKE_OVER_SECONDS",
     "SITE_IKE_REKEY_SECONDS",
+    "TUNNEL_MODES",
+    "TUNNEL_MSS",
+    "XFRM_SCRIPT",
+    "FailoverBudget",
     "SiteVpnView",
     "Tunnel",
     "esp_proposals_from_aws",
+    "failover_budget",
+    "ike_give_up_seconds",
     "ike_proposals_from_aws",
-    "render_aws_peer_swanctl",
+    "render_charon",
     "render_frr",
+    "render_nftables",
     "render_swanctl",
+    "render_sysctl",
+    "render_xfrm_script",
 ]
 
 # Bumped whenever the rendered files change shape, so a gateway's file says which generator wrote it.
-FORMAT_VERSION: Final = 1
+# 2: route-based tunnels (XFRM interfaces), charon retransmission settings, sysctl and nftables files.
+FORMAT_VERSION: Final = 2
 
 # ---------------------------------------------------------------------------------------------
 # What dlinfra configures on the AWS side of every tunnel (aws.ec2.VpnConnection tunnel options),
@@ -87,6 +107,31 @@ SITE_CHILD_LIFE_SECONDS: Final = 2970  # < 3060 s, AWS's earliest phase 2 rekey
 # A third of AWS's DPD timeout: a silent AWS endpoint is noticed quickly, and our probes keep AWS's
 # DPD satisfied even when no data flows.
 SITE_DPD_DELAY_SECONDS: Final = 10
+
+# charon's retransmission schedule (strongswan.conf charon.retransmit_*). strongSwan sends an IKE
+# request, then retransmits it `tries` times, the n-th retransmission after timeout * base^(n-1), and
+# gives up one more timeout * base^tries later: sum(timeout * base^n for n in 0..tries) seconds
+# (strongSwan docs, "Retransmission"). Its defaults (4 s, 1.8, 5) give up after 165 s, which is what made
+# a silent AWS endpoint take 170 s to fail over. These give up after 2 x (1 + 1.4 + 1.96 + 2.744) = 14.2 s:
+# four packets over 14 s still ride out a lost one or two on a healthy path.
+CHARON_RETRANSMIT_TIMEOUT_SECONDS: Final = 2.0
+CHARON_RETRANSMIT_BASE: Final = 1.4
+CHARON_RETRANSMIT_TRIES: Final = 3
+
+# BGP with AWS: AWS's VPN BGP uses a 30 s hold time (keepalive 10 s) and the site must match ("Customer
+# gateway device" BGP requirements). The connect-retry timer is FRR's own (120 s by default in
+# "traditional" defaults); a short one lets the session come back soon after a tunnel does.
+BGP_KEEPALIVE_SECONDS: Final = 10
+BGP_HOLD_SECONDS: Final = 30
+BGP_CONNECT_RETRY_SECONDS: Final = 5
+
+# "route": XFRM interfaces and routing (default); "policy": traffic selectors pick the tunnel.
+TUNNEL_MODES: Final = ("route", "policy")
+# TCP MSS clamped on the tunnels: fits every algorithm AWS is configured with, with or without NAT-T
+# (AWS "Best practices for your customer gateway device", MTU/MSS table; docs/site-onboarding.md).
+TUNNEL_MSS: Final = 1382
+# Where the gateway cookbook installs the rendered XFRM interface script; charon's updown calls it.
+XFRM_SCRIPT: Final = "/usr/local/sbin/dlinfra-xfrm"
 
 # ---------------------------------------------------------------------------------------------
 # AWS algorithm names -> strongSwan proposal keywords.
@@ -327,6 +372,7 @@ class SiteVpnView:
     esp_proposals: tuple[str, ...] = DEFAULT_ESP_PROPOSALS  # strongSwan syntax; only AWS_PHASE2_* algorithms
     pod_cidrs: tuple[str, ...] = ()  # EKS hybrid-node pod CIDRs at the site; tunnelled and announced like the LAN
     connection_name: str = "aws"  # swanctl connection prefix ("<name>-tunnel1"); unique per VPN connection
+    tunnel_mode: str = "route"  # "route" (XFRM interfaces, as AWS builds its VPN) or "policy" (legacy gateways)
 
     def __post_init__(self) -> None:
         if not isinstance(self.site, str) or not _NAME_RE.fullmatch(self.site):
@@ -361,6 +407,8 @@ class SiteVpnView:
                     f"/{hybrid_routing.NODE_POD_PREFIX} pod block"
                 )
         self._check_tunnels()
+        if self.tunnel_mode not in TUNNEL_MODES:
+            raise ValueError(f"SiteVpnView.tunnel_mode: must be 'route' or 'policy', got {self.tunnel_mode!r}")
         if self.routing not in ("static", "bgp"):
             raise ValueError(f"SiteVpnView.routing: must be 'static' or 'bgp', got {self.routing!r}")
         for name in ("local_asn", "remote_asn"):
@@ -391,6 +439,20 @@ class SiteVpnView:
         """swanctl connection (and CHILD_SA) name for one tunnel."""
         return f"{self.connection_name}-tunnel{tunnel.number}"
 
+    @property
+    def route_based(self) -> bool:
+        return self.tunnel_mode == "route"
+
+    @staticmethod
+    def if_id(tunnel: Tunnel) -> int:
+        """The tunnel's XFRM interface id (if_id_in = if_id_out): stable, the AWS tunnel number."""
+        return tunnel.number
+
+    @staticmethod
+    def interface(tunnel: Tunnel) -> str:
+        """The tunnel's XFRM interface name."""
+        return f"xfrm{tunnel.number}"
+
 
 # ---------------------------------------------------------------------------------------------
 @functools.cache
@@ -410,6 +472,9 @@ def _render(template: str, **context: Any) -> str:
 
 
 def _traffic_selectors(view: SiteVpnView, tunnel: Tunnel) -> tuple[list[str], list[str]]:
+    if view.route_based:
+        # AWS's route-based VPN: any traffic routed into the tunnel's interface is the tunnel's.
+        return ["0.0.0.0/0"], ["0.0.0.0/0"]
     local = [view.lan_cidr, *view.pod_cidrs]
     remote = list(view.remote_cidrs)
     if view.routing == "bgp":
@@ -431,6 +496,8 @@ def render_swanctl(view: SiteVpnView) -> str:
                 "inside_cidr": tunnel.inside_cidr,
                 "local_ts": local_ts,
                 "remote_ts": remote_ts,
+                "if_id": view.if_id(tunnel),
+                "interface": view.interface(tunnel),
                 "preshared_key": tunnel.preshared_key,
             }
         )
@@ -438,6 +505,8 @@ def render_swanctl(view: SiteVpnView) -> str:
         "swanctl.conf.j2",
         site=view.site,
         routing=view.routing,
+        route_based=view.route_based,
+        xfrm_script=XFRM_SCRIPT,
         local_public_ip=view.local_public_ip,
         tunnels=tunnels,
         ike_proposals=",".join(view.ike_proposals),
@@ -451,11 +520,69 @@ def render_swanctl(view: SiteVpnView) -> str:
     )
 
 
+def render_charon(view: SiteVpnView) -> str:
+    """strongswan.conf snippet (/etc/strongswan.d/dlinfra.conf): retransmission timing and route installation."""
+    give_up = ike_give_up_seconds(CHARON_RETRANSMIT_TIMEOUT_SECONDS, CHARON_RETRANSMIT_BASE, CHARON_RETRANSMIT_TRIES)
+    return _render(
+        "strongswan-dlinfra.conf.j2",
+        site=view.site,
+        route_based=view.route_based,
+        timeout=CHARON_RETRANSMIT_TIMEOUT_SECONDS,
+        base=CHARON_RETRANSMIT_BASE,
+        tries=CHARON_RETRANSMIT_TRIES,
+        give_up=round(give_up, 1),
+    )
+
+
+def _interfaces(view: SiteVpnView) -> list[dict[str, Any]]:
+    return [
+        {
+            "name": view.interface(t),
+            "if_id": view.if_id(t),
+            "connection": view.connection(t),
+            "outside_ip": t.outside_ip,
+            "site_ip": t.site_inside_ip,
+            "aws_ip": t.aws_inside_ip,
+            "prefixlen": ipaddress.IPv4Network(t.inside_cidr).prefixlen,
+        }
+        for t in view.tunnels
+    ]
+
+
+def render_xfrm_script(view: SiteVpnView) -> str | None:
+    """The gateway's XFRM interface script (start/stop at boot, updown for charon); None for policy-based sites."""
+    if not view.route_based:
+        return None
+    return _render(
+        "dlinfra-xfrm.sh.j2",
+        site=view.site,
+        interfaces=_interfaces(view),
+        # The inner packets' MTU that the clamped MSS fits: MSS + 20 (IPv4) + 20 (TCP) bytes of headers.
+        mtu=TUNNEL_MSS + 40,
+    )
+
+
+def render_sysctl(view: SiteVpnView) -> str:
+    """sysctl.d file for the gateway: forwarding and loose reverse-path filtering."""
+    return _render("sysctl-dlinfra.conf.j2", site=view.site, route_based=view.route_based)
+
+
+def render_nftables(view: SiteVpnView) -> str:
+    """nftables ruleset that clamps the TCP MSS of connections through the tunnels."""
+    return _render(
+        "dlinfra-mss.nft.j2",
+        site=view.site,
+        route_based=view.route_based,
+        interfaces=[view.interface(t) for t in view.tunnels],
+        mss=TUNNEL_MSS,
+    )
+
+
 def render_frr(view: SiteVpnView) -> str | None:
-    """frr.conf: eBGP to AWS over both tunnels (BGP sites) and iBGP with the site's hybrid nodes (sites with pod
-    CIDRs, static ones too: the gateway must learn where each node's pods are); None when neither applies."""
+    """frr.conf: routes to AWS over the tunnel interfaces (route-based: static routes or eBGP with ECMP), and
+    iBGP with the site's hybrid nodes; for policy-based sites, None when neither BGP nor hybrid pods apply."""
     bgp = view.routing == "bgp"
-    if not bgp and not view.pod_cidrs:
+    if not view.route_based and not bgp and not view.pod_cidrs:
         return None
     hybrid = None
     if view.pod_cidrs:
@@ -466,66 +593,81 @@ def render_frr(view: SiteVpnView) -> str | None:
             "keepalive": hybrid_routing.BGP_KEEPALIVE_SECONDS,
             "hold": hybrid_routing.BGP_HOLD_SECONDS,
         }
+    interfaces = _interfaces(view)
     return _render(
         "frr.conf.j2",
         site=view.site,
+        route_based=view.route_based,
         hybrid=hybrid,
         local_asn=view.local_asn,
         remote_asn=view.remote_asn,
         router_id=view.local_public_ip,
+        keepalive=BGP_KEEPALIVE_SECONDS,
+        hold=BGP_HOLD_SECONDS,
+        connect_retry=BGP_CONNECT_RETRY_SECONDS,
         announce=[view.lan_cidr, *view.pod_cidrs] if bgp else [],
-        # "le 32" admits the more specific routes AWS may propagate; a /32 takes no range.
-        accept=[c if c.endswith("/32") else f"{c} le 32" for c in view.remote_cidrs] if bgp else [],
+        # Exactly the planned networks: a more specific route inside a VPC range would come from some other
+        # attachment claiming part of it, and would win by longest match.
+        accept=list(view.remote_cidrs) if bgp else [],
+        static_routes=list(view.remote_cidrs) if view.route_based and not bgp else [],
+        fallback_routes=list(view.remote_cidrs) if view.route_based else [],
+        interfaces=interfaces,
         neighbors=[
-            {
-                "name": view.connection(t),
-                "aws_ip": t.aws_inside_ip,
-                "site_ip": t.site_inside_ip,
-            }
-            for t in view.tunnels
+            {"name": n["connection"], "aws_ip": n["aws_ip"], "site_ip": n["site_ip"], "interface": n["name"]}
+            for n in interfaces
         ]
         if bgp
         else [],
     )
 
 
-_PROPOSAL_SYNTAX: Final = re.compile(r"[a-z0-9]+(?:-[a-z0-9]+)*(?:,[a-z0-9]+(?:-[a-z0-9]+)*)*")
+# ---------------------------------------------------------------------------------------------
+# Failover arithmetic, from the rendered files (so a test checks what a gateway would run).
+def ike_give_up_seconds(timeout: float, base: float, tries: int) -> float:
+    """Seconds from an IKE request to charon giving up on it: sum(timeout * base^n, n = 0..tries) (strongSwan
+    docs, "Retransmission": the n-th retransmission waits timeout * base^(n-1), and one more wait follows the
+    last)."""
+    return sum(timeout * base**n for n in range(tries + 1))
 
 
-def render_aws_peer_swanctl(
-    view: SiteVpnView,
-    tunnel: int,
-    *,
-    local_addr: str,
-    remote_addr: str,
-    override_psk: str | None = None,
-    override_ike: str | None = None,
-) -> str:
-    """Test helper: swanctl.conf for a strongSwan that plays AWS's endpoint of one tunnel. Never deploy it."""
-    if tunnel not in (1, 2):
-        raise ValueError(f"tunnel: must be 1 or 2, got {tunnel!r}")
-    t = view.tunnels[tunnel - 1]
-    _ipv4("local_addr", local_addr)
-    _ipv4("remote_addr", remote_addr)
-    # A "wrong" key still follows AWS's rules, so the test fails on the key, not on its syntax.
-    if override_psk is not None and (not _PSK_RE.fullmatch(override_psk) or override_psk.startswith("0")):
-        raise ValueError("override_psk: must follow AWS's pre-shared key rules; value not shown")
-    if override_ike is not None and not _PROPOSAL_SYNTAX.fullmatch(override_ike):
-        raise ValueError(f"override_ike: {override_ike!r} is not a strongSwan proposal list")
-    return _render(
-        "aws_peer_swanctl.conf.j2",
-        site=view.site,
-        name=f"aws-peer-tunnel{tunnel}",
-        number=tunnel,
-        local_addr=local_addr,
-        remote_addr=remote_addr,
-        aws_id=t.outside_ip,
-        site_id=view.local_public_ip,
-        ike_proposals=override_ike or ",".join(DEFAULT_IKE_PROPOSALS),
-        esp_proposals=",".join(DEFAULT_ESP_PROPOSALS),
-        ike_rekey=AWS_PHASE1_LIFETIME_SECONDS - AWS_REKEY_MARGIN_TIME_SECONDS,
-        child_rekey=AWS_PHASE2_LIFETIME_SECONDS - AWS_REKEY_MARGIN_TIME_SECONDS,
-        margin=AWS_REKEY_MARGIN_TIME_SECONDS,
-        replay_window=AWS_REPLAY_WINDOW_SIZE,
-        preshared_key=override_psk if override_psk is not None else t.preshared_key,
+@dataclass(frozen=True, kw_only=True)
+class FailoverBudget:
+    """Worst case from an AWS endpoint going silent to the site routing around its tunnel, in seconds."""
+
+    dpd_delay: float  # silence before charon sends the first DPD probe (swanctl dpd_delay)
+    ike_give_up: float  # from that probe to charon declaring the peer dead (charon.retransmit_*)
+    bgp_hold: float | None  # BGP sites: the hold timer, an independent detector of the same loss
+    # charon keeps an SA's last-inbound time in whole seconds (time_monotonic), so a probe can go out up to 1 s
+    # after dpd_delay has really passed.
+    clock_granularity: float = 1.0
+
+    @property
+    def seconds(self) -> float:
+        # The DPD path fires dpd_action (restart): updown takes the tunnel's interface down, and the routes
+        # through it (FRR static nexthops, or the BGP session by fast external failover) go at once. A BGP
+        # site also loses the session when the hold timer runs out, whichever comes first.
+        dpd = self.dpd_delay + self.clock_granularity + self.ike_give_up
+        return dpd if self.bgp_hold is None else min(dpd, self.bgp_hold)
+
+
+def _setting(text: str, key: str, what: str) -> str:
+    values = set(re.findall(rf"^\s*{re.escape(key)}\s*=\s*(\S+)\s*$", text, flags=re.MULTILINE))
+    if len(values) != 1:
+        raise ValueError(f"{what}: expected one value of {key}, found {sorted(values) or 'none'}")
+    return str(values.pop())
+
+
+def failover_budget(charon_conf: str, swanctl_conf: str, frr_conf: str | None) -> FailoverBudget:
+    """The failover budget the rendered strongswan.conf snippet, swanctl.conf and frr.conf give."""
+    timeout = float(_setting(charon_conf, "retransmit_timeout", "strongswan.conf"))
+    base = float(_setting(charon_conf, "retransmit_base", "strongswan.conf"))
+    tries = int(_setting(charon_conf, "retransmit_tries", "strongswan.conf"))
+    dpd = _setting(swanctl_conf, "dpd_delay", "swanctl.conf")
+    if _setting(swanctl_conf, "dpd_action", "swanctl.conf") != "restart":
+        raise ValueError("swanctl.conf: dpd_action must be restart, or a dead tunnel stays down")
+    hold = None
+    if frr_conf and (timers := re.findall(r"^ neighbor 169\.254\.\S+ timers (\d+) (\d+)$", frr_conf, re.MULTILINE)):
+        hold = float(max(int(h) for _, h in timers))
+    return FailoverBudget(
+        dpd_delay=float(dpd.removesuffix("s")), ike_give_up=ike_give_up_seconds(timeout, base, tries), bgp_hold=hold
     )

@@ -133,8 +133,8 @@ def test_template_variable_not_passed(repo: Path) -> None:
 
 
 def test_missing_cookbook_file(repo: Path) -> None:
-    for name in ("swanctl.conf", "frr.conf", "nodeadm.yaml"):
-        (repo / "test/cookbooks/dlinfra_test/files/site" / name).unlink()
+    for path in (repo / "test/cookbooks/dlinfra_test/files/site").iterdir():
+        path.unlink()
     assert "dlinfra_test/files/site/#{name} does not exist" in only(check(repo))
 
 

@@ -362,3 +362,73 @@ def test_fabric_manager_gate_decides_by_instance_type(
     env = {**os.environ, "PATH": f"{stubs}:{os.environ['PATH']}"}
     result = subprocess.run(["sh", str(gate)], env=env, capture_output=True, text=True, check=False)
     assert result.returncode == status, result.stderr
+
+
+# -- the site gateway: what `dlinfra site render` writes is what the cookbook installs ------------------
+GATEWAY = CHEF / "cookbooks" / "dlinfra_gateway"
+
+
+def _ruby_constant(name: str) -> str:
+    match = re.search(rf"^\s+{name} = '([^']+)'\.freeze$", (GATEWAY / "libraries" / "helpers.rb").read_text(), re.M)
+    assert match is not None, name
+    return match.group(1)
+
+
+def test_gateway_installs_the_xfrm_script_where_charons_updown_calls_it() -> None:
+    from dlinfra.render import strongswan
+
+    assert _ruby_constant("XFRM_SCRIPT") == strongswan.XFRM_SCRIPT
+
+
+def test_gateway_attributes_point_at_every_file_site_render_writes() -> None:
+    from dlinfra import sites
+
+    attributes = (GATEWAY / "attributes" / "default.rb").read_text()
+    defaults = dict(re.findall(r"^default\['dlinfra_gateway'\]\['(\w+)'\] = '([^']*)'$", attributes, re.M))
+    for role, name in sites.GATEWAY_FILES.items():
+        assert defaults[f"{role}_source"] == f"{sites.DEFAULT_INSTALL_DIR}/{name}", role
+    assert defaults["tunnel_mode"] == "route"
+    # Every key the rendered node JSON sets is one the cookbook declares (chefcheck checks the reverse).
+    node = json.loads((ROOT / "tests" / "render" / "golden" / "sjc1-site-gateway.json").read_text())
+    declared = set(re.findall(r"^default\['dlinfra_gateway'\]\['(\w+)'\]", attributes, re.M))
+    assert set(node["dlinfra_gateway"]) <= declared
+
+
+def test_gateway_recipes_install_each_rendered_file() -> None:
+    recipes = "".join(p.read_text() for p in (GATEWAY / "recipes").glob("*.rb"))
+    for key in ("swanctl_source", "frr_source", "charon_source", "sysctl_source", "nftables_source", "xfrm_source"):
+        assert f"dlinfra_site_file(node['dlinfra_gateway']['{key}'])" in recipes, key
+    # The interfaces and rules come before strongSwan, so SAs bound to an if_id find their interface.
+    default = (GATEWAY / "recipes" / "default.rb").read_text()
+    assert default.index("dlinfra_gateway::network") < default.index("dlinfra_gateway::strongswan")
+
+
+@pytest.mark.chef
+@pytest.mark.parametrize("route_based", [True, False])
+def test_gateway_boot_unit_creates_interfaces_then_loads_the_rules(
+    route_based: bool, require_tool: Callable[[str], str]
+) -> None:
+    xfrm = _ruby_constant("XFRM_SCRIPT")
+    text = render(
+        require_tool("ruby"),
+        "dlinfra_gateway/templates/dlinfra-gateway-net.service.erb",
+        xfrm_script=xfrm if route_based else None,
+        nftables_file=_ruby_constant("NFTABLES_FILE"),
+    )
+    starts = re.findall(r"^ExecStart=(.*)$", text, re.M)
+    expected = [f"{xfrm} start"] if route_based else []
+    assert starts == [*expected, "/usr/sbin/nft -f /etc/dlinfra/dlinfra-mss.nft"]
+    assert "Before=strongswan.service frr.service" in text and "RemainAfterExit=yes" in text
+    assert "ExecStop" not in text  # a restart must never delete a live tunnel's interface
+
+
+def test_kitchen_fixtures_are_what_site_render_writes() -> None:
+    from dlinfra.render import strongswan
+    from tests.render.test_strongswan import view
+
+    fixtures = CHEF / "test" / "cookbooks" / "dlinfra_test" / "files" / "site"
+    v = view()
+    assert (fixtures / "strongswan-dlinfra.conf").read_text() == strongswan.render_charon(v)
+    assert (fixtures / "sysctl-dlinfra-gateway.conf").read_text() == strongswan.render_sysctl(v)
+    assert (fixtures / "dlinfra-mss.nft").read_text() == strongswan.render_nftables(v)
+    assert (fixtures / "dlinfra-xfrm").read_text() == strongswan.render_xfrm_script(v)

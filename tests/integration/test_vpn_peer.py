@@ -3,8 +3,10 @@
 Two namespaces are joined by a veth carrying TEST-NET-1 addresses (RFC 5737); the site LAN and VPC
 stand-ins are addresses on each namespace's lo and never leave it, and neither namespace has a
 default route. Each daemon runs with a private /run and its own config, sockets and log, and is
-stopped by the PID we started. This kernel has no ESP or VTI, so charon does IPsec in user space
-(kernel-libipsec over /dev/net/tun).
+stopped by the PID we started. This kernel has no ESP, VTI or XFRM interfaces, so charon does IPsec in
+user space (kernel-libipsec over /dev/net/tun), which cannot bind SAs to interfaces: these tests run the
+policy-based rendering (tunnel_mode: policy), and check of the route-based one only that charon loads it.
+The AWS side is tests/integration/aws_side/, written from AWS's documentation.
 """
 
 from __future__ import annotations
@@ -30,12 +32,15 @@ import pytest
 from components import platform_values as pv
 from dlinfra import hybrid_routing
 from dlinfra.render.strongswan import (
+    XFRM_SCRIPT,
     SiteVpnView,
     Tunnel,
-    render_aws_peer_swanctl,
+    failover_budget,
+    render_charon,
     render_frr,
     render_swanctl,
 )
+from tests.integration import aws_side
 
 pytestmark = pytest.mark.vpn_peer
 
@@ -56,12 +61,12 @@ TUNNELS = ("aws-tunnel1", "aws-tunnel2")
 WAIT_SECONDS = 10.0  # bound for any single wait: a daemon, an SA, a log line, a BGP session
 # What an IKEv2 PSK tunnel over libipsec needs, and no more: strongSwan 5.9.8 moved IKE's PRF+ into
 # kdf; kernel-libipsec does ESP, kernel-netlink the routes and addresses.
-CHARON_PLUGINS = "nonce openssl kdf kernel-libipsec kernel-netlink socket-default vici"
+CHARON_PLUGINS = "nonce openssl kdf kernel-libipsec kernel-netlink socket-default vici updown"
 
 T = TypeVar("T")
 
 
-def make_view(routing: str = "static") -> SiteVpnView:
+def make_view(routing: str = "static", tunnel_mode: str = "policy") -> SiteVpnView:
     """The site as the test sees it: every outside address is a namespace address on the veth."""
     tunnels = tuple(
         Tunnel(number=n, outside_ip=AWS_TUNNEL_IPS[n], inside_cidr=cidr, preshared_key=PSKS[n])
@@ -76,12 +81,15 @@ def make_view(routing: str = "static") -> SiteVpnView:
         routing=routing,
         local_asn=65101,
         remote_asn=64512,
+        tunnel_mode=tunnel_mode,
     )
 
 
-def aws_peer(view: SiteVpnView, number: int, **overrides: str) -> str:
-    """The AWS side of one tunnel, listening on that tunnel's namespace address."""
-    return render_aws_peer_swanctl(view, number, local_addr=AWS_TUNNEL_IPS[number], remote_addr=SITE_IP, **overrides)
+def aws_peer(view: SiteVpnView, number: int, *, psk: str | None = None) -> str:
+    """The AWS side of one tunnel (aws_side/swanctl.conf), listening on that tunnel's namespace address."""
+    return aws_side.swanctl_conf(
+        number=number, aws_outside=AWS_TUNNEL_IPS[number], site_outside=SITE_IP, psk=psk or PSKS[number]
+    )
 
 
 # --- environment --------------------------------------------------------------------------------
@@ -218,19 +226,22 @@ def lab() -> Iterator[Lab]:
 # --- daemons ------------------------------------------------------------------------------------
 # Mount a private /run, then become the daemon: ip netns exec, unshare and sh all exec in place, so
 # the PID Popen returns is the daemon's own and its pid files cannot clash with the host's.
-_PRIVATE_RUN = 'mount -t tmpfs -o mode=0755,size=4m dlinfra-test-run /run && exec "$@"'
+_PRIVATE_RUN = 'mount -t tmpfs -o mode=0755,size=4m dlinfra-test-run /run && {prelude}exec "$@"'
 
 
 class Daemon:
     """A process started in a namespace with a private /run; stopped by its own PID, never by name."""
 
-    def __init__(self, ns: str, argv: list[str], output: Path, env: dict[str, str] | None = None) -> None:
+    def __init__(
+        self, ns: str, argv: list[str], output: Path, env: dict[str, str] | None = None, prelude: str = ""
+    ) -> None:
+        """prelude: shell commands run in the daemon's private mount namespace before it starts (ending in &&)."""
         self.name = Path(argv[0]).name
         self.output = output
         launcher = ["ip", "netns", "exec", ns, "unshare", "--mount", "--propagation", "private", "--"]
         with output.open("wb") as out:
             self.process = subprocess.Popen(
-                [*launcher, "sh", "-c", _PRIVATE_RUN, "sh", *argv],
+                [*launcher, "sh", "-c", _PRIVATE_RUN.format(prelude=prelude), "sh", *argv],
                 stdin=subprocess.DEVNULL,
                 stdout=out,
                 stderr=subprocess.STDOUT,
@@ -313,7 +324,8 @@ def _is_up(ike: IkeSa) -> bool:
 class Charon(Daemon):
     """charon with kernel-libipsec and its own strongswan.conf, vici socket and log file."""
 
-    def __init__(self, ns: str, directory: Path) -> None:
+    def __init__(self, ns: str, directory: Path, rendered: str | None = None, prelude: str = "") -> None:
+        """rendered: a strongswan.conf snippet (the site's strongswan-dlinfra.conf), included last so it wins."""
         directory.mkdir(parents=True)
         self.directory = directory
         self.conf = directory / "strongswan.conf"
@@ -348,7 +360,12 @@ swanctl {{
 }}
 """
         )
-        super().__init__(ns, [str(CHARON)], directory / "charon.out", {"STRONGSWAN_CONF": str(self.conf)})
+        if rendered is not None:
+            (directory / "rendered.conf").write_text(rendered)
+            with self.conf.open("a") as conf:
+                conf.write(f"include {directory / 'rendered.conf'}\n")
+        env = {"STRONGSWAN_CONF": str(self.conf)}
+        super().__init__(ns, [str(CHARON)], directory / "charon.out", env, prelude)
         self.wait_ready(self.socket.exists)
 
     def swanctl(self, *args: str) -> str:
@@ -390,12 +407,12 @@ swanctl {{
 
 
 @contextlib.contextmanager
-def charons(lab: Lab, directory: Path) -> Iterator[tuple[Charon, Charon]]:
-    """(site, aws) charons, stopped again whatever happens."""
+def charons(lab: Lab, directory: Path, view: SiteVpnView | None = None) -> Iterator[tuple[Charon, Charon]]:
+    """(site, aws) charons, stopped again whatever happens; the site's runs the view's rendered charon settings."""
     started: list[Charon] = []
     try:
-        started.append(Charon(lab.site_ns, directory / "site"))
-        started.append(Charon(lab.aws_ns, directory / "aws"))
+        started.append(Charon(lab.site_ns, directory / "site", render_charon(view or make_view())))
+        started.append(Charon(lab.aws_ns, directory / "aws", aws_side.strongswan_conf()))
         yield started[0], started[1]
     finally:
         for charon in started:
@@ -477,10 +494,148 @@ def test_traffic_moves_to_the_other_tunnel_when_one_stays_down(lab: Lab, tmp_pat
         assert site.packets_out(f"aws-tunnel{other}") >= before + 3
 
 
+_REPLY = re.compile(r"^\[(?P<ts>\d+\.\d+)\] \d+ bytes from ")
+
+
+def first_reply_after(output: Path, after: float) -> float | None:
+    """Wall-clock time of the first ping reply later than `after`, from `ping -D` output."""
+    for line in output.read_text().splitlines():
+        if (m := _REPLY.match(line)) and float(m["ts"]) > after:
+            return float(m["ts"])
+    return None
+
+
+def test_traffic_fails_over_within_30_seconds_when_an_aws_endpoint_goes_silent(lab: Lab, tmp_path: Path) -> None:
+    """AWS's endpoint maintenance: the endpoint of the carrying tunnel stops answering, without a word."""
+    view = make_view()
+    budget = failover_budget(render_charon(view), render_swanctl(view), render_frr(view))
+    with charons(lab, tmp_path, view) as (site, aws):
+        bring_up(site, aws, view)
+        assert ping(lab.site_ns, SITE_LAN_HOST, VPC_HOST).returncode == 0
+        carrying = 1 if site.packets_out("aws-tunnel1") >= 3 else 2
+        other = 3 - carrying
+        silent = AWS_TUNNEL_IPS[carrying]
+        output = tmp_path / "ping.out"
+        argv = ["ip", "netns", "exec", lab.site_ns, "ping", "-n", "-D", "-O", "-i", "0.2", "-W", "1", "-w", "60",
+                "-I", SITE_LAN_HOST, VPC_HOST]  # fmt: skip
+        with output.open("w") as out:
+            pinger = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env={"PATH": SEARCH_PATH})
+        try:
+            time.sleep(1.0)
+            baseline = site.packets_out(f"aws-tunnel{other}")
+            # The endpoint goes silent: its address leaves the AWS namespace, so nothing answers there. The
+            # other endpoint's address is a secondary of the same /24, which the kernel would delete with it.
+            sysctl = ["ip", "netns", "exec", lab.aws_ns, "sysctl", "-q", "-w"]
+            _run(*sysctl, "net.ipv4.conf.veth-aws.promote_secondaries=1")
+            silent_at = time.time()
+            _run("ip", "-n", lab.aws_ns, "addr", "del", f"{silent}/24", "dev", "veth-aws")
+            deadline = time.monotonic() + 45
+            # The site's side: its packets leave through the other tunnel (the IPsec policies moved to its SA).
+            while site.packets_out(f"aws-tunnel{other}") < baseline + 3:
+                if time.monotonic() > deadline:
+                    pytest.fail(f"the site kept sending into the dead tunnel\n{logs(site, aws)}")
+                time.sleep(0.1)
+            site_moved = time.time() - silent_at
+            # End to end: replies come back too once AWS's side has cleared the dead tunnel (its DPD timeout).
+            # A reply a second after the silence began cannot have crossed the dead tunnel.
+            while (resumed := first_reply_after(output, silent_at + 1.0)) is None:
+                if time.monotonic() > deadline or pinger.poll() is not None:
+                    pytest.fail(f"traffic did not resume\n{output.read_text()[-300:]}\n{logs(site, aws)}")
+                time.sleep(0.1)
+        finally:
+            pinger.terminate()
+            pinger.wait(timeout=5)
+        end_to_end = resumed - silent_at
+        print(f"\nAWS endpoint {silent} silent: the site sends through tunnel {other} after {site_moved:.1f} s "
+              f"(rendered worst case {budget.seconds:.1f} s = dpd_delay {budget.dpd_delay:.0f} s + 1 s clock + "
+              f"IKE give-up {budget.ike_give_up:.1f} s); replies resume after {end_to_end:.1f} s "
+              "(the AWS side's 30 s DPD timeout)")  # fmt: skip
+        # The rendered retransmission schedule is what charon ran (3 retransmissions, not the default 5).
+        assert re.search(rf"<aws-tunnel{carrying}\|\d+> giving up after 3 retransmits", site.log_text()), logs(
+            site, aws
+        )
+        # Polling swanctl for the counters adds a few tenths of a second (more on a loaded machine).
+        assert site_moved <= 30 and site_moved <= budget.seconds + 2 and budget.seconds <= 30
+        assert end_to_end <= 30 + 3  # AWS's DPD timeout, plus the few seconds the lab's polling adds
+        # The endpoint returns: the site, still retrying (dpd_action restart, keyingtries 0), reopens the tunnel.
+        returned_at = time.monotonic()
+        _run("ip", "-n", lab.aws_ns, "addr", "add", f"{silent}/24", "dev", "veth-aws")
+        while site.up(f"aws-tunnel{carrying}") is None:
+            if time.monotonic() - returned_at > budget.ike_give_up + 10:
+                pytest.fail(f"tunnel {carrying} did not come back\n{logs(site, aws)}")
+            time.sleep(0.2)
+        print(f"tunnel {carrying} back {time.monotonic() - returned_at:.1f} s after its endpoint returned")
+        assert ping(lab.site_ns, SITE_LAN_HOST, VPC_HOST).returncode == 0
+
+
+def test_aws_initiated_rekeys_lose_no_packets(lab: Lab, tmp_path: Path) -> None:
+    view = make_view()
+    with charons(lab, tmp_path, view) as (site, aws):
+        bring_up(site, aws, view)
+        output = tmp_path / "ping.out"
+        argv = ["ip", "netns", "exec", lab.site_ns, "ping", "-n", "-D", "-i", "0.1", "-W", "1", "-c", "60",
+                "-I", SITE_LAN_HOST, VPC_HOST]  # fmt: skip
+        with output.open("w") as out:
+            pinger = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env={"PATH": SEARCH_PATH})
+        try:
+            time.sleep(1.0)
+            # AWS rekeys on its own schedule (rekey margin and fuzz); here, both tunnels' IKE and CHILD_SAs at once.
+            for n in (1, 2):
+                aws.swanctl("--rekey", "--child", f"aws-peer-tunnel{n}")
+                aws.swanctl("--rekey", "--ike", f"aws-peer-tunnel{n}")
+            pinger.wait(timeout=30)
+        finally:
+            if pinger.poll() is None:
+                pinger.terminate()
+                pinger.wait(timeout=5)
+        text = output.read_text()
+        assert "60 packets transmitted, 60 received, 0% packet loss" in text, text[-500:]
+        # Each tunnel's IKE_SA was rekeyed in place and its CHILD_SA replaced by a new one, all while the
+        # pings above crossed without loss.
+        log = site.log_text()
+        for n in (1, 2):
+            assert re.search(rf"IKE_SA aws-tunnel{n}\[\d+\] rekeyed", log), log[-3000:]
+            assert len(re.findall(rf"CHILD_SA aws-tunnel{n}\{{\d+\}} established", log)) >= 2, log[-3000:]
+        assert site.all_up(*TUNNELS) is not None
+
+
+def test_route_based_rendering_drives_the_interface_hook_with_each_tunnels_if_id(lab: Lab, tmp_path: Path) -> None:
+    """kernel-libipsec cannot bind SAs to XFRM interfaces, so there are no interfaces here: this shows that charon
+    takes the route-based swanctl.conf unmodified, brings both tunnels up with 0.0.0.0/0 selectors, and runs the
+    rendered updown command with the tunnel's if_id as its SAs come and go (what dlinfra-xfrm relies on)."""
+    view = make_view(tunnel_mode="route")
+    calls = tmp_path / "updown.log"
+    recorder = tmp_path / "recorder.sh"
+    recorder.write_text(f'#!/bin/sh\necho "$1 $PLUTO_VERB $PLUTO_IF_ID_OUT" >> {calls}\n')
+    recorder.chmod(0o755)
+    # The rendered path, in the site charon's own mount namespace only: the host's /usr/local/sbin is untouched.
+    sbin = str(Path(XFRM_SCRIPT).parent)
+    prelude = f"mount -t tmpfs -o mode=0755,size=1m dlinfra-test-sbin {sbin} && cp {recorder} {XFRM_SCRIPT} && "
+    site = aws = None
+    try:
+        site = Charon(lab.site_ns, tmp_path / "site", render_charon(view), prelude)
+        aws = Charon(lab.aws_ns, tmp_path / "aws", aws_side.strongswan_conf())
+        sas = bring_up(site, aws, view)
+        for name in TUNNELS:
+            (child,) = sas[name].children
+            assert child.local_ts == ("0.0.0.0/0",) and child.remote_ts == ("0.0.0.0/0",)
+        _wait_for("updown for both tunnels", lambda: calls.exists() and len(calls.read_text().splitlines()) >= 2)
+        assert sorted(calls.read_text().splitlines()) == ["updown up-client 1", "updown up-client 2"]
+        # AWS closes tunnel 2: its interface goes down. (Its return is the VM harness's to show: without if_id,
+        # kernel-libipsec routes everything into tunnel 1's 0.0.0.0/0 SA, IKE to endpoint 2 included.)
+        aws.swanctl("--terminate", "--ike", "aws-peer-tunnel2", "--timeout", "5")
+        _wait_for("tunnel 2's down event", lambda: len(calls.read_text().splitlines()) >= 3, lambda: logs(site, aws))
+        assert calls.read_text().splitlines()[2] == "updown down-client 2"
+    finally:
+        for charon in (site, aws):
+            if charon is not None:
+                charon.stop()
+
+
 def test_wrong_preshared_key_fails_authentication(lab: Lab, tmp_path: Path) -> None:
     view = make_view()
     with charons(lab, tmp_path) as (site, aws):
-        aws.load(aws_peer(view, 1, override_psk="wrong.psk.tunnel1"), aws_peer(view, 2))
+        aws.load(aws_peer(view, 1, psk="wrong.psk.tunnel1"), aws_peer(view, 2))
         site.load(render_swanctl(view))
         wait_for_log(site, aws, r"<aws-tunnel1\|\d+> received AUTHENTICATION_FAILED notify error")
         # The other tunnel, with the right key, comes up beside the failing one.
@@ -493,7 +648,9 @@ def test_proposal_mismatch_fails_with_no_proposal_chosen(lab: Lab, tmp_path: Pat
     view = make_view()
     with charons(lab, tmp_path) as (site, aws):
         # An AWS side configured outside dlinfra's proposal set: AES-128, SHA-1, DH group 14.
-        aws.load(aws_peer(view, 1, override_ike="aes128-sha1-modp2048"), aws_peer(view, 2))
+        outside = re.sub(r"(?m)^(\s+)proposals = .*$", r"\1proposals = aes128-sha1-modp2048", aws_peer(view, 1))
+        assert "proposals = aes128-sha1-modp2048\n" in outside
+        aws.load(outside, aws_peer(view, 2))
         site.load(render_swanctl(view))
         wait_for_log(site, aws, r"<aws-tunnel1\|\d+> received NO_PROPOSAL_CHOSEN notify error")
         wait_up(site, aws, "aws-tunnel2")

@@ -6,6 +6,7 @@ import dataclasses
 import ipaddress
 import os
 import re
+import subprocess
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -54,16 +55,27 @@ def bgp_view() -> SiteVpnView:
     return view(routing="bgp", pod_cidrs=("10.202.0.0/18",))
 
 
+def policy_view(**overrides: Any) -> SiteVpnView:
+    return view(tunnel_mode="policy", **overrides)
+
+
 # --- golden files -------------------------------------------------------------------------------
 GOLDENS: dict[str, Callable[[], str | None]] = {
     "swanctl_static.conf": lambda: ss.render_swanctl(view()),
     "swanctl_bgp.conf": lambda: ss.render_swanctl(bgp_view()),
+    "swanctl_policy_bgp.conf": lambda: ss.render_swanctl(policy_view(routing="bgp", pod_cidrs=("10.202.0.0/18",))),
     "frr_bgp.conf": lambda: ss.render_frr(bgp_view()),
+    "frr_static.conf": lambda: ss.render_frr(view()),
     "frr_static_hybrid.conf": lambda: ss.render_frr(view(pod_cidrs=("10.202.0.0/18",))),
-    "aws_peer_tunnel1.conf": lambda: ss.render_aws_peer_swanctl(
-        view(), 1, local_addr="192.0.2.1", remote_addr="192.0.2.2"
-    ),
+    "frr_policy_bgp.conf": lambda: ss.render_frr(policy_view(routing="bgp", pod_cidrs=("10.202.0.0/18",))),
+    "charon_route.conf": lambda: ss.render_charon(view()),
+    "charon_policy.conf": lambda: ss.render_charon(policy_view()),
+    "xfrm_route.sh": lambda: ss.render_xfrm_script(view()),
+    "sysctl_route.conf": lambda: ss.render_sysctl(view()),
+    "nft_route.nft": lambda: ss.render_nftables(view()),
+    "nft_policy.nft": lambda: ss.render_nftables(policy_view()),
 }
+PREFIXES = ("swanctl_", "frr_", "charon_", "xfrm_", "sysctl_", "nft_")
 
 
 @pytest.mark.parametrize("name", sorted(GOLDENS))
@@ -79,17 +91,19 @@ def test_rendered_file_matches_golden(name: str) -> None:
 
 def test_no_stale_golden_files() -> None:
     # Other renderers keep their goldens here too; only this module's prefixes are checked.
-    ours = {p.name for p in GOLDEN.iterdir() if p.name.startswith(("swanctl_", "frr_", "aws_peer_"))}
+    ours = {p.name for p in GOLDEN.iterdir() if p.name.startswith(PREFIXES)}
     assert ours == set(GOLDENS)
 
 
-def test_static_routing_renders_no_frr_without_hybrid_pods() -> None:
-    assert ss.render_frr(view()) is None
+def test_a_policy_based_static_site_renders_no_frr_without_hybrid_pods() -> None:
+    assert ss.render_frr(policy_view()) is None
+    assert ss.render_xfrm_script(policy_view()) is None
 
 
-def test_a_static_site_with_hybrid_pods_runs_frr_for_its_nodes_only() -> None:
+@pytest.mark.parametrize("make", [view, policy_view])
+def test_a_static_site_with_hybrid_pods_runs_frr_for_its_nodes(make: Any) -> None:
     # Found by `dlinfra reach`: without it, nothing routes a static site's hybrid pods inside the site.
-    text = ss.render_frr(view(pod_cidrs=("10.202.0.0/18",))) or ""
+    text = ss.render_frr(make(pod_cidrs=("10.202.0.0/18",))) or ""
     assert "bgp listen range 10.200.0.0/20 peer-group HYBRID-NODES" in text
     assert "ip prefix-list DLINFRA-NODES seq 5 permit 10.202.0.0/18 ge 25" in text
     assert "169.254." not in text and "\n  network " not in text and "DLINFRA-AWS" not in text
@@ -103,34 +117,112 @@ def test_rendered_files_say_they_are_generated() -> None:
         assert "DO NOT EDIT" in text.splitlines()[1]
 
 
-def test_static_selectors_are_lan_to_remote_only() -> None:
-    text = ss.render_swanctl(view())
+def test_route_based_tunnels_carry_everything_routed_into_their_interface() -> None:
+    for text in (ss.render_swanctl(view()), ss.render_swanctl(bgp_view())):
+        # AWS's route-based VPN: 0.0.0.0/0 both ways, one CHILD_SA per tunnel, each bound to its own if_id.
+        assert text.count("local_ts = 0.0.0.0/0\n") == 2 and text.count("remote_ts = 0.0.0.0/0\n") == 2
+        assert text.count("children {") == 2
+        for n in (1, 2):
+            assert f"if_id_in = {n}\n                if_id_out = {n}\n" in text
+        assert text.count(f"updown = {ss.XFRM_SCRIPT} updown\n") == 2
+    assert "install_routes = no\n" in ss.render_charon(view())
+
+
+def test_policy_static_selectors_are_lan_to_remote_only() -> None:
+    text = ss.render_swanctl(policy_view())
     assert text.count("local_ts = 10.200.0.0/20\n") == 2
     assert text.count("remote_ts = 10.0.0.0/16,10.1.0.0/16,10.201.0.0/20\n") == 2
     assert not [line for line in text.splitlines() if "_ts =" in line and "169.254." in line]
+    assert "if_id" not in text and "updown" not in text
+    assert "install_routes = yes\n" in ss.render_charon(policy_view())
 
 
-def test_bgp_selectors_add_each_tunnels_inside_pair() -> None:
-    text = ss.render_swanctl(bgp_view())
+def test_policy_bgp_selectors_add_each_tunnels_inside_pair() -> None:
+    text = ss.render_swanctl(policy_view(routing="bgp", pod_cidrs=("10.202.0.0/18",)))
     assert "local_ts = 10.200.0.0/20,10.202.0.0/18,169.254.10.2/32\n" in text
     assert "remote_ts = 10.0.0.0/16,10.1.0.0/16,10.201.0.0/20,169.254.10.1/32\n" in text
     assert "local_ts = 10.200.0.0/20,10.202.0.0/18,169.254.10.6/32\n" in text
     assert "remote_ts = 10.0.0.0/16,10.1.0.0/16,10.201.0.0/20,169.254.10.5/32\n" in text
 
 
-def test_frr_peers_over_inside_addresses() -> None:
+def test_frr_peers_with_aws_directly_over_the_tunnel_interfaces() -> None:
     text = ss.render_frr(bgp_view()) or ""
     assert "router bgp 65101\n" in text
-    assert " neighbor 169.254.10.1 remote-as 64512\n" in text
+    # AWS holds the first host of each inside /30; the site's address sits on the tunnel's interface.
+    for aws, interface in (("169.254.10.1", "xfrm1"), ("169.254.10.5", "xfrm2")):
+        assert f" neighbor {aws} remote-as 64512\n" in text
+        assert f" neighbor {aws} update-source {interface}\n" in text
+        assert f" neighbor {aws} timers 10 30\n" in text
+    # Directly connected: nothing that papers over a missing route.
+    for trick in ("ebgp-multihop", "disable-connected-check", "interface lo", "\n ip address "):
+        assert trick not in text
+    assert "  network 10.200.0.0/20\n" in text and "  network 10.202.0.0/18\n" in text
+    # ECMP over both tunnels, and AWS's routes into the kernel.
+    assert " bgp bestpath as-path multipath-relax\n" in text and "  maximum-paths 2\n" in text
+    assert "route-map DLINFRA-KERNEL permit 5\n match ip address prefix-list DLINFRA-AWS\n" in text
+
+
+def test_frr_static_routes_use_both_tunnel_interfaces_at_equal_cost() -> None:
+    text = ss.render_frr(view()) or ""
+    for cidr in ("10.0.0.0/16", "10.1.0.0/16", "10.201.0.0/20"):
+        assert f"ip route {cidr} xfrm1\nip route {cidr} xfrm2\n" in text
+    assert "router bgp" not in text
+
+
+@pytest.mark.parametrize("make", [view, bgp_view])
+def test_traffic_for_aws_never_leaves_unencrypted_when_both_tunnels_are_down(make: Any) -> None:
+    text = ss.render_frr(make()) or ""
+    for cidr in ("10.0.0.0/16", "10.1.0.0/16", "10.201.0.0/20"):
+        assert f"ip route {cidr} blackhole 250\n" in text
+
+
+def test_policy_frr_peers_over_inside_addresses_on_lo() -> None:
+    text = ss.render_frr(policy_view(routing="bgp")) or ""
     assert " neighbor 169.254.10.1 update-source 169.254.10.2\n" in text
     assert " neighbor 169.254.10.5 update-source 169.254.10.6\n" in text
-    assert "  network 10.200.0.0/20\n" in text and "  network 10.202.0.0/18\n" in text
+    assert "maximum-paths" not in text
 
 
-def test_frr_accepts_a_single_host_route_without_a_range() -> None:
+def test_frr_accepts_exactly_the_environments_networks() -> None:
     text = ss.render_frr(view(routing="bgp", remote_cidrs=("10.0.0.0/16", "10.9.9.9/32"))) or ""
-    assert "permit 10.0.0.0/16 le 32\n" in text
-    assert "permit 10.9.9.9/32\n" in text
+    assert "ip prefix-list DLINFRA-AWS seq 5 permit 10.0.0.0/16\n" in text
+    assert "ip prefix-list DLINFRA-AWS seq 10 permit 10.9.9.9/32\n" in text
+    # No le/ge: a more specific route inside a VPC range (or a default route) is refused.
+    assert not [line for line in text.splitlines() if "DLINFRA-AWS" in line and (" le " in line or " ge " in line)]
+
+
+FRR_VARIANTS = {
+    "route-bgp-hybrid": bgp_view,
+    "route-bgp": lambda: view(routing="bgp"),
+    "route-static": view,
+    "route-static-hybrid": lambda: view(pod_cidrs=("10.202.0.0/18",)),
+    "policy-bgp-hybrid": lambda: policy_view(routing="bgp", pod_cidrs=("10.202.0.0/18",)),
+    "policy-static-hybrid": lambda: policy_view(pod_cidrs=("10.202.0.0/18",)),
+}
+
+
+@pytest.mark.parametrize("variant", sorted(FRR_VARIANTS))
+def test_rendered_frr_conf_passes_frrs_own_checker(
+    variant: str, tmp_path: Path, require_tool: Callable[[str], str]
+) -> None:
+    conf = tmp_path / "frr.conf"
+    conf.write_text(ss.render_frr(FRR_VARIANTS[variant]()) or "")
+    result = subprocess.run(
+        [require_tool("vtysh"), "--dryrun", "--inputfile", str(conf)],
+        capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_frrs_checker_rejects_a_broken_file(tmp_path: Path, require_tool: Callable[[str], str]) -> None:
+    # The check above can fail: FRR 8.4's vtysh --dryrun exits non-zero on an unknown command.
+    conf = tmp_path / "frr.conf"
+    conf.write_text((ss.render_frr(bgp_view()) or "").replace("timers connect 5", "timers connnect 5"))
+    result = subprocess.run(
+        [require_tool("vtysh"), "--dryrun", "--inputfile", str(conf)],
+        capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert result.returncode != 0
 
 
 def test_connection_name_prefixes_every_tunnel() -> None:
@@ -449,53 +541,21 @@ def test_site_rekeys_before_aws_and_expires_within_aws_lifetimes() -> None:
     assert ss.SITE_DPD_DELAY_SECONDS < ss.AWS_DPD_TIMEOUT_SECONDS
 
 
-# --- the AWS test peer --------------------------------------------------------------------------
-def test_peer_uses_the_aws_proposals_and_the_tunnels_key() -> None:
-    text = ss.render_aws_peer_swanctl(view(), 2, local_addr="192.0.2.5", remote_addr="192.0.2.2")
-    assert f"proposals = {','.join(ss.DEFAULT_IKE_PROPOSALS)}\n" in text
-    assert f"esp_proposals = {','.join(ss.DEFAULT_ESP_PROPOSALS)}\n" in text
-    assert f'secret = "{PSK2}"' in text and PSK1 not in text
-    assert "id = 198.51.100.12\n" in text and "local_addrs = 192.0.2.5\n" in text
+RENDERERS = (ss.render_swanctl, ss.render_frr, ss.render_charon, ss.render_sysctl, ss.render_nftables,
+             ss.render_xfrm_script)  # fmt: skip
 
 
-def test_peer_overrides() -> None:
-    text = ss.render_aws_peer_swanctl(
-        view(),
-        1,
-        local_addr="192.0.2.1",
-        remote_addr="192.0.2.2",
-        override_psk="wrong.key",
-        override_ike="aes128-sha1-modp2048",
-    )
-    assert 'secret = "wrong.key"' in text and PSK1 not in text
-    assert "proposals = aes128-sha1-modp2048\n" in text
+@pytest.mark.parametrize("mode", ss.TUNNEL_MODES)
+def test_templates_have_no_undefined_names(mode: str) -> None:
+    # StrictUndefined turns a typo into an error; make sure every template renders for every variant.
+    for v in (view(tunnel_mode=mode), bgp_view(), view(routing="bgp", tunnel_mode=mode)):
+        for render in RENDERERS:
+            assert re.search(r"\{\{|\}\}|\{%", render(v) or "") is None
 
 
-@pytest.mark.parametrize(
-    ("kwargs", "message"),
-    [
-        ({"tunnel": 3}, "tunnel"),
-        ({"local_addr": "192.0.2"}, "local_addr"),
-        ({"remote_addr": "x"}, "remote_addr"),
-        ({"override_psk": "bad key!"}, "override_psk"),
-        ({"override_psk": "0leading.zero"}, "override_psk"),
-        ({"override_ike": "aes256-sha256-ecp256\n}"}, "override_ike"),
-        ({"override_ike": ""}, "override_ike"),
-    ],
-)
-def test_peer_rejects_bad_arguments(kwargs: dict[str, Any], message: str) -> None:
-    args: dict[str, Any] = {"tunnel": 1, "local_addr": "192.0.2.1", "remote_addr": "192.0.2.2"} | kwargs
-    tunnel_number = args.pop("tunnel")
-    with pytest.raises(ValueError, match=message) as err:
-        ss.render_aws_peer_swanctl(view(), tunnel_number, **args)
-    assert "bad key!" not in str(err.value)
-
-
-def test_templates_have_no_undefined_names() -> None:
-    # StrictUndefined turns a typo into an error; make sure every template renders for every routing.
-    for v in (view(), bgp_view()):
-        assert re.search(r"\{\{|\}\}|\{%", ss.render_swanctl(v)) is None
-    assert re.search(r"\{\{|\}\}|\{%", ss.render_frr(bgp_view()) or "") is None
+def test_unknown_tunnel_mode_is_refused() -> None:
+    with pytest.raises(ValueError, match=r"SiteVpnView\.tunnel_mode: must be 'route' or 'policy', got 'vti'"):
+        view(tunnel_mode="vti")
 
 
 def test_frr_peers_with_the_hybrid_nodes_over_ibgp_on_the_site_lan() -> None:
@@ -510,21 +570,135 @@ def test_frr_peers_with_the_hybrid_nodes_over_ibgp_on_the_site_lan() -> None:
     assert "ip prefix-list DLINFRA-SITE seq 10 permit 10.202.0.0/18\n" in text
 
 
-def test_frr_installs_only_node_routes_in_the_kernel() -> None:
-    text = ss.render_frr(bgp_view()) or ""
+def test_policy_frr_installs_only_node_routes_in_the_kernel() -> None:
+    text = ss.render_frr(policy_view(routing="bgp", pod_cidrs=("10.202.0.0/18",))) or ""
     assert "bgp no-rib" not in text
     assert "ip protocol bgp route-map DLINFRA-KERNEL\n" in text
     assert "route-map DLINFRA-KERNEL permit 10\n match ip address prefix-list DLINFRA-NODES\n" in text
+    assert "DLINFRA-KERNEL permit 5" not in text
     assert text.endswith("route-map DLINFRA-KERNEL deny 20\nexit\n")
 
 
-def test_frr_without_pod_cidrs_has_no_node_peers_and_installs_nothing() -> None:
+def test_frr_without_pod_cidrs_has_no_node_peers() -> None:
     text = ss.render_frr(view(routing="bgp")) or ""
     assert "HYBRID-NODES" not in text and "DLINFRA-NODES" not in text
-    assert "route-map DLINFRA-KERNEL permit" not in text
+    assert "route-map DLINFRA-KERNEL permit 10" not in text
     assert "route-map DLINFRA-KERNEL deny 20\n" in text
 
 
 def test_pod_cidr_smaller_than_a_node_block_is_refused() -> None:
     with pytest.raises(ValueError, match=r"pod_cidrs\[0\]: 10.202.0.0/26 is smaller than one node's /25"):
         view(routing="bgp", pod_cidrs=("10.202.0.0/26",))
+
+
+# --- failover timing ----------------------------------------------------------------------------
+def test_strongswans_default_schedule_gives_up_after_165_seconds() -> None:
+    # strongSwan docs ("Retransmission"): with 4 s, 1.8 and 5 tries the retransmissions go out after
+    # 4, 7.2, 13, 23.3 and 42 s, and charon gives up 75.6 s after the last: 165 s in all, the 170 s failover
+    # the issue measured.
+    assert ss.ike_give_up_seconds(4.0, 1.8, 5) == pytest.approx(165.0, abs=0.1)
+
+
+@pytest.mark.parametrize("make", [view, bgp_view, policy_view])
+def test_worst_case_failover_from_the_rendered_files_is_within_30_seconds(make: Any) -> None:
+    v = make()
+    budget = ss.failover_budget(ss.render_charon(v), ss.render_swanctl(v), ss.render_frr(v))
+    # AWS's endpoint falls silent just after its last packet: charon probes dpd_delay (10 s) later, up to 1 s
+    # late (its clock has whole seconds), and gives up on the probe 2 x (1 + 1.4 + 1.4^2 + 1.4^3) = 14.2 s
+    # after that; dpd_action = restart takes the tunnel down (updown: its interface down, so its routes go).
+    # BGP's 30 s hold timer is the backstop.
+    assert budget.dpd_delay == 10.0
+    assert budget.ike_give_up == pytest.approx(14.208)
+    assert budget.bgp_hold == (30.0 if v.routing == "bgp" else None)
+    assert budget.seconds == pytest.approx(25.208)
+    assert budget.seconds <= 30
+
+
+def test_failover_budget_reads_the_files_not_the_constants() -> None:
+    v = view()
+    slow = ss.render_charon(v).replace("retransmit_tries = 3", "retransmit_tries = 5")
+    assert ss.failover_budget(slow, ss.render_swanctl(v), None).seconds > 30
+    with pytest.raises(ValueError, match="dpd_action must be restart"):
+        ss.failover_budget(ss.render_charon(v), ss.render_swanctl(v).replace("= restart", "= clear"), None)
+    with pytest.raises(ValueError, match="expected one value of retransmit_timeout"):
+        ss.failover_budget("charon {\n}\n", ss.render_swanctl(v), None)
+
+
+# --- the XFRM interface script ------------------------------------------------------------------
+def test_xfrm_script_passes_shellcheck(tmp_path: Path, require_tool: Callable[[str], str]) -> None:
+    script = tmp_path / "dlinfra-xfrm"
+    script.write_text(ss.render_xfrm_script(view()) or "")
+    result = subprocess.run([require_tool("shellcheck"), str(script)], capture_output=True, text=True, check=False)
+    assert result.returncode == 0, result.stdout
+
+
+def _run_script(tmp_path: Path, *args: str, env: dict[str, str] | None = None) -> list[str]:
+    """Run the rendered script with fake ip and sysctl that log their arguments; returns the log."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir(exist_ok=True)
+    log = tmp_path / "calls.log"
+    for tool in ("ip", "sysctl"):
+        fake = bin_dir / tool
+        # `ip link show` fails (no interface yet); `ip -o route get` names the uplink.
+        fake.write_text(
+            "#!/bin/bash\n"
+            f'echo "{tool} $*" >> {log}\n'
+            'if [[ "$*" == "link show"* ]]; then exit 1; fi\n'
+            'if [[ "$*" == "-o route get"* ]]; then echo "$4 via 192.0.2.1 dev eth0 src 203.0.113.10"; fi\n'
+        )
+        fake.chmod(0o755)
+    script = tmp_path / "dlinfra-xfrm"
+    script.write_text(ss.render_xfrm_script(view()) or "")
+    script.chmod(0o755)
+    result = subprocess.run(
+        ["/bin/bash", str(script), *args],
+        env={"PATH": f"{bin_dir}:/usr/bin:/bin", **(env or {})},
+        capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    return log.read_text().splitlines() if log.exists() else []
+
+
+def test_xfrm_script_creates_each_tunnels_interface_with_the_customer_inside_address(tmp_path: Path) -> None:
+    calls = _run_script(tmp_path, "start")
+    assert "ip link add xfrm1 type xfrm dev eth0 if_id 1" in calls
+    assert "ip link add xfrm2 type xfrm dev eth0 if_id 2" in calls
+    # The customer side of 169.254.10.0/30 is .2 (AWS holds .1).
+    assert "ip address replace 169.254.10.2/30 dev xfrm1" in calls
+    assert "ip address replace 169.254.10.6/30 dev xfrm2" in calls
+    assert "sysctl -q -w net.ipv4.conf.xfrm1.rp_filter=2" in calls
+    assert f"ip link set dev xfrm1 mtu {ss.TUNNEL_MSS + 40}" in calls
+    # Created, never brought up here: only charon's updown does that, once the SA is installed.
+    assert not [c for c in calls if c.endswith(" up")]
+
+
+@pytest.mark.parametrize(("verb", "state"), [("up-client", "up"), ("down-client", "down")])
+def test_charon_updown_follows_the_sa_on_the_tunnels_interface(tmp_path: Path, verb: str, state: str) -> None:
+    calls = _run_script(tmp_path, "updown", env={"PLUTO_VERB": verb, "PLUTO_IF_ID_OUT": "2"})
+    assert calls == [f"ip link set dev xfrm2 {state}"]
+
+
+def test_updown_ignores_other_connections(tmp_path: Path) -> None:
+    assert _run_script(tmp_path, "updown", env={"PLUTO_VERB": "down-client", "PLUTO_IF_ID_OUT": "9"}) == []
+
+
+# --- the MSS clamping rules -----------------------------------------------------------------------
+def _nft_check(text: str, tmp_path: Path, require_tool: Callable[[str], str]) -> subprocess.CompletedProcess[str]:
+    """nftables' own check (nft -c), in a new user and network namespace: no root, the host's rules untouched."""
+    path = tmp_path / "dlinfra-mss.nft"
+    path.write_text(text)
+    argv = [require_tool("unshare"), "--user", "--map-root-user", "--net", require_tool("nft"), "-c", "-f", str(path)]
+    return subprocess.run(argv, capture_output=True, text=True, timeout=60, check=False)
+
+
+@pytest.mark.parametrize("make", [view, policy_view])
+def test_mss_rules_pass_nftables_check(make: Any, tmp_path: Path, require_tool: Callable[[str], str]) -> None:
+    text = ss.render_nftables(make())
+    assert text.count(f"tcp option maxseg size set {ss.TUNNEL_MSS}") == 2
+    result = _nft_check(text, tmp_path, require_tool)
+    assert result.returncode == 0, result.stderr
+
+
+def test_nftables_check_rejects_a_broken_rule(tmp_path: Path, require_tool: Callable[[str], str]) -> None:
+    broken = ss.render_nftables(view()).replace("maxseg size set", "maxseg size sett")
+    assert _nft_check(broken, tmp_path, require_tool).returncode != 0

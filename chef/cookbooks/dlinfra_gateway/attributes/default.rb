@@ -3,10 +3,16 @@
 
 default['dlinfra_gateway']['swanctl_source'] = '/etc/dlinfra/site/swanctl.conf'
 default['dlinfra_gateway']['frr_source'] = '/etc/dlinfra/site/frr.conf'
-# true: run FRR (BGP with AWS or with the hybrid nodes); nil: only for routing 'bgp'.
+default['dlinfra_gateway']['charon_source'] = '/etc/dlinfra/site/strongswan-dlinfra.conf'
+default['dlinfra_gateway']['sysctl_source'] = '/etc/dlinfra/site/sysctl-dlinfra-gateway.conf'
+default['dlinfra_gateway']['nftables_source'] = '/etc/dlinfra/site/dlinfra-mss.nft'
+default['dlinfra_gateway']['xfrm_source'] = '/etc/dlinfra/site/dlinfra-xfrm'
+# route (XFRM interfaces, the default) or policy, as in fleet.yaml's sites.<site>.tunnel_mode.
+default['dlinfra_gateway']['tunnel_mode'] = 'route'
+# true: run FRR (routes over the tunnels, BGP with AWS or with the hybrid nodes); nil: route-based or BGP sites.
 default['dlinfra_gateway']['frr'] = nil
 
-# bgp or static, as in fleet.yaml's sites.<site>.routing. Static sites need no FRR.
+# bgp or static, as in fleet.yaml's sites.<site>.routing.
 default['dlinfra_gateway']['routing'] = 'bgp'
 
 # charon-systemd: the swanctl/vici daemon; libcharon-extra-plugins for the kernel-libipsec fallback.
@@ -15,18 +21,3 @@ default['dlinfra_gateway']['strongswan_packages'] = %w(
 )
 
 default['dlinfra_gateway']['frr_daemons'] = %w(bgpd bfdd)
-
-# The rendered tunnels are policy-based and FRR installs only the hybrid nodes' pod routes (frr.conf's
-# DLINFRA-KERNEL route-map): charon's own routes (table 220) are the only path to AWS's prefixes and to
-# the BGP peers' inside addresses, so keep them on.
-default['dlinfra_gateway']['charon']['install_routes'] = true
-
-default['dlinfra_gateway']['sysctl'] = {
-  'net.ipv4.ip_forward' => 1,
-  # Loose reverse-path filtering: traffic from AWS arrives on the tunnel, replies may leave elsewhere.
-  'net.ipv4.conf.all.rp_filter' => 2,
-  'net.ipv4.conf.default.rp_filter' => 2,
-  # A gateway must not redirect LAN hosts around the tunnel.
-  'net.ipv4.conf.all.send_redirects' => 0,
-  'net.ipv4.conf.all.accept_redirects' => 0
-}

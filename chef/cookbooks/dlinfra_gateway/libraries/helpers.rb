@@ -2,6 +2,9 @@
 module DlinfraGateway
   module Helpers
     ROUTING_MODES = %w(bgp static).freeze
+    TUNNEL_MODES = %w(route policy).freeze
+    XFRM_SCRIPT = '/usr/local/sbin/dlinfra-xfrm'.freeze
+    NFTABLES_FILE = '/etc/dlinfra/dlinfra-mss.nft'.freeze
     # Daemons FRR's /etc/frr/daemons knows (zebra and staticd always run).
     FRR_DAEMONS = %w(
       bgpd ospfd ospf6d ripd ripngd isisd pimd pim6d ldpd nhrpd eigrpd babeld sharpd pbrd bfdd fabricd
@@ -20,11 +23,19 @@ module DlinfraGateway
       dlinfra_routing == 'bgp'
     end
 
-    # FRR runs where the gateway speaks BGP: with AWS (BGP sites) or with its hybrid nodes (any site with
-    # hybrid pods). The rendered node JSON says which; without it, BGP sites only.
+    def dlinfra_route_based?
+      mode = node['dlinfra_gateway']['tunnel_mode']
+      return mode == 'route' if TUNNEL_MODES.include?(mode)
+
+      raise ArgumentError, "node['dlinfra_gateway']['tunnel_mode'] must be one of #{TUNNEL_MODES.join(', ')}, " \
+                           "got #{mode.inspect}"
+    end
+
+    # FRR runs where the gateway routes over its tunnel interfaces (route-based sites) or speaks BGP: with AWS
+    # (BGP sites) or with its hybrid nodes (any site with hybrid pods). The rendered node JSON says which.
     def dlinfra_frr?
       explicit = node['dlinfra_gateway']['frr']
-      explicit.nil? ? dlinfra_bgp? : explicit == true
+      explicit.nil? ? (dlinfra_route_based? || dlinfra_bgp?) : explicit == true
     end
 
     def dlinfra_frr_daemons

@@ -1,10 +1,5 @@
-# A site gateway: forwarding, strongSwan tunnels to AWS and, on BGP sites, FRR.
+# A site gateway: forwarding, tunnel interfaces and MSS clamping, strongSwan tunnels to AWS and FRR routing.
 
-node['dlinfra_gateway']['sysctl'].each do |key, setting|
-  sysctl key do
-    value setting
-  end
-end
-
+include_recipe 'dlinfra_gateway::network'
 include_recipe 'dlinfra_gateway::strongswan'
 include_recipe 'dlinfra_gateway::frr' if dlinfra_frr?

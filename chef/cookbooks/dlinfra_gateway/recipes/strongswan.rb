@@ -2,9 +2,10 @@
 
 package node['dlinfra_gateway']['strongswan_packages']
 
-template '/etc/strongswan.d/dlinfra.conf' do
-  source 'strongswan-dlinfra.conf.erb'
-  variables(install_routes: node['dlinfra_gateway']['charon']['install_routes'])
+# charon's retransmission timing (failover) and route installation, as rendered for the site.
+file '/etc/strongswan.d/dlinfra.conf' do
+  content lazy { dlinfra_site_file(node['dlinfra_gateway']['charon_source']) }
+  mode '0644'
   notifies :restart, 'service[strongswan]', :delayed
 end
 

@@ -6,7 +6,9 @@ directory '/etc/dlinfra/site' do
   recursive true
 end
 
-%w(swanctl.conf frr.conf nodeadm.yaml).each do |name|
+%w(
+  swanctl.conf frr.conf nodeadm.yaml strongswan-dlinfra.conf sysctl-dlinfra-gateway.conf dlinfra-mss.nft dlinfra-xfrm
+).each do |name|
   cookbook_file "/etc/dlinfra/site/#{name}" do
     source "site/#{name}"
     mode '0600'
