@@ -150,22 +150,14 @@ def _link_packets(text: str, direction: str) -> int:
     return int(lines[header + 1].split()[1])
 
 
-def _esp_states(text: str) -> list[dict[str, str]]:
-    """The ESP states of `ip -s xfrm state`: source, destination, if_id and the bytes they carried."""
-    states = []
+def _esp_states(text: str) -> dict[tuple[str, str], tuple[int, int]]:
+    """(source, destination) -> (if_id, packets carried) of each ESP state in `ip -s xfrm state`."""
+    states = {}
     for block in re.split(r"(?m)^(?=src )", text):
-        if m := re.match(r"src (\S+) dst (\S+)\n\s+proto esp spi (\S+)", block):
+        if m := re.match(r"src (\S+) dst (\S+)\n\s+proto esp ", block):
             if_id = re.search(r"if_id (0x[0-9a-f]+|\d+)", block)
-            current = re.search(r"lifetime current:\n\s+(\d+)\(bytes\), (\d+)\(packets\)", block)
-            states.append(
-                {
-                    "src": m[1],
-                    "dst": m[2],
-                    "if_id": str(int(if_id[1], 0)) if if_id else "",
-                    "bytes": current[1] if current else "0",
-                    "packets": current[2] if current else "0",
-                }
-            )
+            current = re.search(r"lifetime current:\n\s+\d+\(bytes\), (\d+)\(packets\)", block)
+            states[m[1], m[2]] = (int(if_id[1], 0) if if_id else 0, int(current[1]) if current else 0)
     return states
 
 
@@ -182,7 +174,8 @@ def test_ping_crosses_esp_bound_to_xfrm_interfaces(xfrm_guest: GuestVm) -> None:
 
     result = xfrm_guest.run(guest_script(config, out), timeout=WAIT_SECONDS * 3)
     logs = "\n".join(f"--- {p.name} ---\n{p.read_text()[-3000:]}" for p in sorted(out.glob("*.log")))
-    print(f"\nguest uptime per step:\n{(out / 'timing.txt').read_text()}")
+    if (out / "timing.txt").exists():
+        print(f"\nguest uptime per step:\n{(out / 'timing.txt').read_text()}")
     assert result.returncode == 0, f"guest script failed ({result.returncode}):\n{result.stderr}\n{logs}"
 
     def read(name: str) -> str:
@@ -199,9 +192,10 @@ def test_ping_crosses_esp_bound_to_xfrm_interfaces(xfrm_guest: GuestVm) -> None:
         assert child.protocol.startswith("ESP:"), read(f"sas-{side}.txt")
 
         # Both directions' ESP SAs carry the interface's if_id, and the kernel counted the pings
-        # through them: three echo requests out and three replies in, on each side.
+        # through them: three echo requests one way and three replies the other, nothing else (IKE
+        # stays outside the tunnel, the 0.0.0.0/0 selectors notwithstanding).
+        mine, peer = SIDES[side][0], next(veth for other, (veth, _) in SIDES.items() if other != side)
         states = _esp_states(read(f"xfrm-state-{side}.txt"))
-        assert {s["if_id"] for s in states} == {str(IF_ID)}, read(f"xfrm-state-{side}.txt")
-        assert sorted(int(s["packets"]) for s in states) == [3, 3], read(f"xfrm-state-{side}.txt")
+        assert states == {(mine, peer): (IF_ID, 3), (peer, mine): (IF_ID, 3)}, read(f"xfrm-state-{side}.txt")
         link = read(f"link-{side}.txt")
         assert (_link_packets(link, "RX"), _link_packets(link, "TX")) == (3, 3), link
