@@ -34,8 +34,9 @@ SHARE_TAG, ROOT_TAG = "share", "hostroot"
 # What the initramfs loads to mount the host's root; everything else the guest loads itself, with the
 # host's modprobe, from the host's /lib/modules/<version> (the linux-image package installs it there).
 INITRAMFS_MODULES = ("virtio_pci", "9pnet_virtio", "9p")
-# Writable tmpfs over the read-only host root. /var/run is a symlink to /run on Debian.
-TMPFS_DIRS = ("/run", "/tmp", "/var/tmp", "/var/log", "/var/lib", "/root")
+# Writable tmpfs over the read-only host root (/var/run is a symlink to /run on Debian). Not /root or
+# /var/lib: they hold what the host runs (pyenv's Python lives in /root/.pyenv here); HOME is /tmp.
+TMPFS_DIRS = ("/run", "/tmp", "/var/tmp", "/var/log")
 
 
 class VmUnavailableError(Exception):
@@ -130,7 +131,7 @@ exec switch_root /newroot /bin/bash $share/.vm/agent.sh $share
 # with read -t on a FIFO nobody writes: a sleep without a fork, which costs much under TCG.
 AGENT = """\
 share=$1
-export PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin HOME=/root LC_ALL=C
+export PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin HOME=/tmp LC_ALL=C
 mount -t proc proc /proc
 mount -t sysfs sysfs /sys
 mount -t devtmpfs devtmpfs /dev
