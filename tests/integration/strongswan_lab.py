@@ -1,0 +1,99 @@
+"""What the strongSwan tests share, on this machine's kernel or in the XFRM guest: charon's config, a
+private /run for each daemon, and `swanctl --list-sas` parsed."""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from pathlib import Path
+
+# Mount a private /run, then become the daemon: ip netns exec, unshare and sh all exec in place, so
+# the PID a launcher gets is the daemon's own and its pid files cannot clash with the host's.
+PRIVATE_RUN = 'mount -t tmpfs -o mode=0755,size=4m dlinfra-test-run /run && exec "$@"'
+
+
+def charon_conf(plugins: str, socket: Path, log: Path, extra: str = "") -> str:
+    """strongswan.conf for one test charon: only these plugins, its own vici socket and log file.
+
+    extra: more `charon { }` settings, one per line, indented by four spaces.
+    """
+    return f"""\
+charon {{
+    load_modular = no
+    load = {plugins}
+    # A lost IKE packet (charon can drop a reply that races its own SA teardown) then costs the
+    # test one second rather than the default four.
+    retransmit_timeout = 1.0
+{extra}
+    plugins {{
+        vici {{
+            socket = unix://{socket}
+        }}
+    }}
+    filelog {{
+        test {{
+            path = {log}
+            time_format = %T
+            ike_name = yes
+            flush_line = yes
+            default = 1
+        }}
+    }}
+}}
+swanctl {{
+    # Pre-shared keys need no credential plugins; a short list keeps swanctl quiet.
+    load = nonce
+}}"""
+
+
+@dataclasses.dataclass
+class ChildSa:
+    name: str
+    state: str
+    protocol: str
+    local_ts: tuple[str, ...] = ()
+    remote_ts: tuple[str, ...] = ()
+    packets_out: int = 0
+
+
+@dataclasses.dataclass
+class IkeSa:
+    name: str
+    unique_id: int
+    state: str
+    algorithms: str = ""
+    children: list[ChildSa] = dataclasses.field(default_factory=list)
+
+
+_IKE_LINE = re.compile(r"^(?P<name>[\w.-]+): #(?P<id>\d+), (?P<state>[A-Z_]+), IKEv2")
+_CHILD_LINE = re.compile(r"^  (?P<name>[\w.-]+): #\d+, reqid \d+, (?P<state>[A-Z_]+), [\w-]+, (?P<proto>\S+)")
+_ALGORITHMS_LINE = re.compile(r"^  (?P<alg>[A-Z][A-Z0-9_]*-\d+/[A-Z0-9_/-]+)$")
+_COUNTER_LINE = re.compile(r"^    out +\w+, +\d+ bytes, +(?P<packets>\d+) packets")
+_TS_LINE = re.compile(r"^    (?P<side>local|remote) +(?P<ts>.+)$")
+
+
+def parse_sas(text: str) -> list[IkeSa]:
+    """IKE_SAs with their CHILD_SAs, from `swanctl --list-sas` output."""
+    sas: list[IkeSa] = []
+    ike: IkeSa | None = None
+    child: ChildSa | None = None
+    for line in text.splitlines():
+        if m := _IKE_LINE.match(line):
+            ike, child = IkeSa(name=m["name"], unique_id=int(m["id"]), state=m["state"]), None
+            sas.append(ike)
+        elif ike is None:
+            continue
+        elif m := _CHILD_LINE.match(line):
+            child = ChildSa(name=m["name"], state=m["state"], protocol=m["proto"])
+            ike.children.append(child)
+        elif child is None and (m := _ALGORITHMS_LINE.match(line)):
+            ike.algorithms = m["alg"]
+        elif child is not None and (m := _COUNTER_LINE.match(line)):
+            child.packets_out = int(m["packets"])
+        elif child is not None and (m := _TS_LINE.match(line)):
+            setattr(child, f"{m['side']}_ts", tuple(m["ts"].split()))
+    return sas
+
+
+def is_up(ike: IkeSa) -> bool:
+    return ike.state == "ESTABLISHED" and any(c.state == "INSTALLED" for c in ike.children)
