@@ -24,6 +24,7 @@ from ruamel.yaml.error import MarkedYAMLError
 from dlinfra import eks
 from dlinfra.errors import FleetError
 from dlinfra.naming import STANDARD_TAG_KEYS
+from dlinfra.textcache import last_by_text
 
 Name = Annotated[str, Field(pattern=r"^[a-z][a-z0-9-]{0,22}[a-z0-9]$")]
 """Lower-case DNS-label-like name used in logical and physical names (2 to 24 characters)."""
@@ -979,28 +980,19 @@ def version_lifecycle(loaded: LoadedFleet, on: datetime.date) -> list[str]:
     return warnings
 
 
-# The last fleet loaded, by its path and text. A preview of every stack reads the same fleet once per stack program
-# (as each `pulumi preview` would); the models are frozen, so the same file's text gives the same LoadedFleet.
-_last_loaded: tuple[tuple[Path, str], LoadedFleet] | None = None
-
-
 def load_fleet(path: str | Path) -> LoadedFleet:
     """Parse and validate a fleet file; raises FleetError naming the file and key."""
-    global _last_loaded
     path = Path(path)
+    return LoadedFleet(fleet=_fleet_of(path), path=path)
+
+
+@last_by_text
+def _fleet_of(path: Path) -> Fleet:
     try:
-        key = (path.resolve(), path.read_text())
+        path.read_text()
     except OSError as exc:
         raise FleetError(f"cannot read: {exc.strerror}", file=str(path)) from None
-    if _last_loaded is not None and _last_loaded[0] == key:
-        return _last_loaded[1] if _last_loaded[1].path == path else LoadedFleet(fleet=_last_loaded[1].fleet, path=path)
-    loaded = _load_fleet(path)
-    _last_loaded = (key, loaded)
-    return loaded
-
-
-def _load_fleet(path: Path) -> LoadedFleet:
-    return LoadedFleet(fleet=validate_data(parse_yaml(path), path), path=path)
+    return validate_data(parse_yaml(path), path)
 
 
 def validate_data(data: Any, path: Path) -> Fleet:

@@ -19,6 +19,7 @@ from typing import Literal
 
 from dlinfra.errors import DlinfraError, LockError
 from dlinfra.fleet import Fleet, LoadedFleet, is_rfc1918, parse_yaml
+from dlinfra.textcache import last_by_text
 
 Net = ipaddress.IPv4Network
 Kind = Literal["vpc", "subnet", "client_vpn", "service", "site_lan", "hybrid_pods", "tunnel"]
@@ -362,6 +363,12 @@ def load_lock(path: str | Path, *, missing_ok: bool = False) -> Lock:
         if missing_ok:
             return Lock(path=path)
         raise LockError("lock file not found; run `dlinfra cidr --update` to create it", file=str(path))
+    lock = _lock_of(path)
+    return lock if lock.path == path else Lock(allocations=lock.allocations, path=path)
+
+
+@last_by_text
+def _lock_of(path: Path) -> Lock:
     try:
         data = parse_yaml(path)
     except DlinfraError as exc:
