@@ -7,16 +7,26 @@ import dataclasses
 import re
 from pathlib import Path
 
-# Mount a private /run, then become the daemon: ip netns exec, unshare and sh all exec in place, so
-# the PID a launcher gets is the daemon's own and its pid files cannot clash with the host's.
-PRIVATE_RUN = 'mount -t tmpfs -o mode=0755,size=4m dlinfra-test-run /run && exec "$@"'
+
+def private_run(prelude: str = "") -> str:
+    """sh -c text that mounts a private /run, runs prelude (shell ending in `&& `), then becomes "$@".
+
+    ip netns exec, unshare and sh all exec in place, so the PID a launcher gets is the daemon's own and its
+    pid files cannot clash with the host's; the prelude's mounts stay in the daemon's own mount namespace.
+    """
+    return f'mount -t tmpfs -o mode=0755,size=4m dlinfra-test-run /run && {prelude}exec "$@"'
 
 
-def charon_conf(plugins: str, socket: Path, log: Path, extra: str = "") -> str:
+PRIVATE_RUN = private_run()
+
+
+def charon_conf(plugins: str, socket: Path, log: Path, extra: str = "", include: Path | None = None) -> str:
     """strongswan.conf for one test charon: only these plugins, its own vici socket and log file.
 
-    extra: more `charon { }` settings, one per line, indented by four spaces.
+    extra: more `charon { }` settings, one per line, indented by four spaces. include: a strongswan.conf
+    snippet (the site's rendered strongswan-dlinfra.conf) read last, so its settings win.
     """
+    last = f"\ninclude {include}\n" if include is not None else "\n"
     return f"""\
 charon {{
     load_modular = no
@@ -43,7 +53,7 @@ charon {{
 swanctl {{
     # Pre-shared keys need no credential plugins; a short list keeps swanctl quiet.
     load = nonce
-}}"""
+}}{last}"""
 
 
 @dataclasses.dataclass
@@ -97,3 +107,14 @@ def parse_sas(text: str) -> list[IkeSa]:
 
 def is_up(ike: IkeSa) -> bool:
     return ike.state == "ESTABLISHED" and any(c.state == "INSTALLED" for c in ike.children)
+
+
+def esp_states(text: str) -> dict[tuple[str, str], tuple[int, int]]:
+    """(source, destination) -> (if_id, packets carried) of each ESP state in `ip -s xfrm state`."""
+    states = {}
+    for block in re.split(r"(?m)^(?=src )", text):
+        if m := re.match(r"src (\S+) dst (\S+)\n\s+proto esp ", block):
+            if_id = re.search(r"if_id (0x[0-9a-f]+|\d+)", block)
+            current = re.search(r"lifetime current:\n\s+\d+\(bytes\), (\d+)\(packets\)", block)
+            states[m[1], m[2]] = (int(if_id[1], 0) if if_id else 0, int(current[1]) if current else 0)
+    return states

@@ -41,6 +41,7 @@ from dlinfra.render.strongswan import (
     render_swanctl,
 )
 from tests.integration import aws_side
+from tests.integration.strongswan_lab import IkeSa, charon_conf, is_up, parse_sas, private_run
 
 pytestmark = pytest.mark.vpn_peer
 
@@ -224,11 +225,6 @@ def lab() -> Iterator[Lab]:
 
 
 # --- daemons ------------------------------------------------------------------------------------
-# Mount a private /run, then become the daemon: ip netns exec, unshare and sh all exec in place, so
-# the PID Popen returns is the daemon's own and its pid files cannot clash with the host's.
-_PRIVATE_RUN = 'mount -t tmpfs -o mode=0755,size=4m dlinfra-test-run /run && {prelude}exec "$@"'
-
-
 class Daemon:
     """A process started in a namespace with a private /run; stopped by its own PID, never by name."""
 
@@ -241,7 +237,7 @@ class Daemon:
         launcher = ["ip", "netns", "exec", ns, "unshare", "--mount", "--propagation", "private", "--"]
         with output.open("wb") as out:
             self.process = subprocess.Popen(
-                [*launcher, "sh", "-c", _PRIVATE_RUN.format(prelude=prelude), "sh", *argv],
+                [*launcher, "sh", "-c", private_run(prelude), "sh", *argv],
                 stdin=subprocess.DEVNULL,
                 stdout=out,
                 stderr=subprocess.STDOUT,
@@ -268,59 +264,6 @@ class Daemon:
                 self.process.wait(timeout=5)
 
 
-@dataclasses.dataclass
-class ChildSa:
-    name: str
-    state: str
-    protocol: str
-    local_ts: tuple[str, ...] = ()
-    remote_ts: tuple[str, ...] = ()
-    packets_out: int = 0
-
-
-@dataclasses.dataclass
-class IkeSa:
-    name: str
-    unique_id: int
-    state: str
-    algorithms: str = ""
-    children: list[ChildSa] = dataclasses.field(default_factory=list)
-
-
-_IKE_LINE = re.compile(r"^(?P<name>[\w.-]+): #(?P<id>\d+), (?P<state>[A-Z_]+), IKEv2")
-_CHILD_LINE = re.compile(r"^  (?P<name>[\w.-]+): #\d+, reqid \d+, (?P<state>[A-Z_]+), [\w-]+, (?P<proto>\S+)")
-_ALGORITHMS_LINE = re.compile(r"^  (?P<alg>[A-Z][A-Z0-9_]*-\d+/[A-Z0-9_/-]+)$")
-_COUNTER_LINE = re.compile(r"^    out +\w+, +\d+ bytes, +(?P<packets>\d+) packets")
-_TS_LINE = re.compile(r"^    (?P<side>local|remote) +(?P<ts>.+)$")
-
-
-def parse_sas(text: str) -> list[IkeSa]:
-    """IKE_SAs with their CHILD_SAs, from `swanctl --list-sas` output."""
-    sas: list[IkeSa] = []
-    ike: IkeSa | None = None
-    child: ChildSa | None = None
-    for line in text.splitlines():
-        if m := _IKE_LINE.match(line):
-            ike, child = IkeSa(name=m["name"], unique_id=int(m["id"]), state=m["state"]), None
-            sas.append(ike)
-        elif ike is None:
-            continue
-        elif m := _CHILD_LINE.match(line):
-            child = ChildSa(name=m["name"], state=m["state"], protocol=m["proto"])
-            ike.children.append(child)
-        elif child is None and (m := _ALGORITHMS_LINE.match(line)):
-            ike.algorithms = m["alg"]
-        elif child is not None and (m := _COUNTER_LINE.match(line)):
-            child.packets_out = int(m["packets"])
-        elif child is not None and (m := _TS_LINE.match(line)):
-            setattr(child, f"{m['side']}_ts", tuple(m["ts"].split()))
-    return sas
-
-
-def _is_up(ike: IkeSa) -> bool:
-    return ike.state == "ESTABLISHED" and any(c.state == "INSTALLED" for c in ike.children)
-
-
 class Charon(Daemon):
     """charon with kernel-libipsec and its own strongswan.conf, vici socket and log file."""
 
@@ -331,39 +274,11 @@ class Charon(Daemon):
         self.conf = directory / "strongswan.conf"
         self.socket = directory / "charon.vici"
         self.log = directory / "charon.log"
-        self.conf.write_text(
-            f"""\
-charon {{
-    load_modular = no
-    load = {CHARON_PLUGINS}
-    # A lost IKE packet (charon can drop a reply that races its own SA teardown) then costs the
-    # test one second rather than the default four.
-    retransmit_timeout = 1.0
-    plugins {{
-        vici {{
-            socket = unix://{self.socket}
-        }}
-    }}
-    filelog {{
-        test {{
-            path = {self.log}
-            time_format = %T
-            ike_name = yes
-            flush_line = yes
-            default = 1
-        }}
-    }}
-}}
-swanctl {{
-    # Pre-shared keys need no credential plugins; a short list keeps swanctl quiet.
-    load = nonce
-}}
-"""
-        )
+        include = None
         if rendered is not None:
-            (directory / "rendered.conf").write_text(rendered)
-            with self.conf.open("a") as conf:
-                conf.write(f"include {directory / 'rendered.conf'}\n")
+            include = directory / "rendered.conf"
+            include.write_text(rendered)
+        self.conf.write_text(charon_conf(CHARON_PLUGINS, self.socket, self.log, include=include))
         env = {"STRONGSWAN_CONF": str(self.conf)}
         super().__init__(ns, [str(CHARON)], directory / "charon.out", env, prelude)
         self.wait_ready(self.socket.exists)
@@ -391,7 +306,7 @@ swanctl {{
 
     def up(self, name: str) -> IkeSa | None:
         """The tunnel's IKE_SA if it is ESTABLISHED with an INSTALLED CHILD_SA."""
-        return next((ike for ike in self.sas() if ike.name == name and _is_up(ike)), None)
+        return next((ike for ike in self.sas() if ike.name == name and is_up(ike)), None)
 
     def all_up(self, *names: str) -> dict[str, IkeSa] | None:
         found = {name: self.up(name) for name in names}

@@ -9,13 +9,12 @@ enters the tunnel.
 
 from __future__ import annotations
 
-import re
 import shlex
 from pathlib import Path
 
 import pytest
 
-from tests.integration.strongswan_lab import PRIVATE_RUN, charon_conf, is_up, parse_sas
+from tests.integration.strongswan_lab import PRIVATE_RUN, charon_conf, esp_states, is_up, parse_sas
 from tests.integration.xfrm_vm import GuestVm
 
 pytestmark = pytest.mark.vpn_peer
@@ -150,17 +149,6 @@ def _link_packets(text: str, direction: str) -> int:
     return int(lines[header + 1].split()[1])
 
 
-def _esp_states(text: str) -> dict[tuple[str, str], tuple[int, int]]:
-    """(source, destination) -> (if_id, packets carried) of each ESP state in `ip -s xfrm state`."""
-    states = {}
-    for block in re.split(r"(?m)^(?=src )", text):
-        if m := re.match(r"src (\S+) dst (\S+)\n\s+proto esp ", block):
-            if_id = re.search(r"if_id (0x[0-9a-f]+|\d+)", block)
-            current = re.search(r"lifetime current:\n\s+\d+\(bytes\), (\d+)\(packets\)", block)
-            states[m[1], m[2]] = (int(if_id[1], 0) if if_id else 0, int(current[1]) if current else 0)
-    return states
-
-
 def test_ping_crosses_esp_bound_to_xfrm_interfaces(xfrm_guest: GuestVm) -> None:
     work = xfrm_guest.share / "xfrm-smoke"
     config, out = work / "config", work / "out"
@@ -195,7 +183,7 @@ def test_ping_crosses_esp_bound_to_xfrm_interfaces(xfrm_guest: GuestVm) -> None:
         # through them: three echo requests one way and three replies the other, nothing else (IKE
         # stays outside the tunnel, the 0.0.0.0/0 selectors notwithstanding).
         mine, peer = SIDES[side][0], next(veth for other, (veth, _) in SIDES.items() if other != side)
-        states = _esp_states(read(f"xfrm-state-{side}.txt"))
+        states = esp_states(read(f"xfrm-state-{side}.txt"))
         assert states == {(mine, peer): (IF_ID, 3), (peer, mine): (IF_ID, 3)}, read(f"xfrm-state-{side}.txt")
         link = read(f"link-{side}.txt")
         assert (_link_packets(link, "RX"), _link_packets(link, "TX")) == (3, 3), link

@@ -1,0 +1,653 @@
+"""The route-based site gateway, as `dlinfra site render` writes it, against the AWS side, in a kernel with XFRM.
+
+In the XFRM guest (tests/integration/xfrm_vm.py) three namespaces play the site LAN (a host that is also a
+hybrid node, its pod address on lo), the site gateway, and AWS (both tunnel endpoints, the transit gateway's
+BGP, and VPC addresses on lo), the gateway and AWS joined by a veth carrying TEST-NET-1 addresses. The
+gateway runs every rendered file unmodified, each where the gateway cookbook installs it or loaded the way
+the cookbook loads it: swanctl.conf, the strongswan.conf snippet (included last), dlinfra-xfrm at
+/usr/local/sbin (a tmpfs in the site charon's own mount namespace; `start` before charon, as the systemd unit
+does, and charon's updown), the sysctl and nftables files, and frr.conf through vtysh into zebra, staticd and
+bgpd. The AWS side is tests/integration/aws_side/, written from AWS's documentation.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import ipaddress
+import json
+import os
+import re
+import shlex
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any, NoReturn
+
+import pytest
+
+from dlinfra import hybrid_routing
+from dlinfra.render import strongswan
+from tests.integration import aws_side
+from tests.integration.strongswan_lab import charon_conf, esp_states, is_up, parse_sas, private_run
+from tests.integration.xfrm_vm import GuestVm
+
+pytestmark = pytest.mark.vpn_peer
+
+AWS_OUTSIDE = {1: "192.0.2.1", 2: "192.0.2.5"}
+SITE_OUTSIDE = "192.0.2.2"
+INSIDE_CIDRS = {1: "169.254.10.0/30", 2: "169.254.10.4/30"}
+PSKS = {1: "test.psk.tunnel1", 2: "test.psk.tunnel2"}
+LAN, POD_RANGE = "10.128.0.0/20", "10.202.0.0/18"
+VPCS = ("10.0.0.0/16", "10.1.0.0/16")
+VPC_HOST = "10.0.0.10"  # on lo in the AWS namespace
+LAN_HOST = "10.128.0.20"  # the LAN namespace: a site host that is also a hybrid node
+NODE_POD_BLOCK, POD_HOST = "10.202.0.128/25", "10.202.0.130"  # the node's pod block (Cilium), a pod on its lo
+GATEWAY_LAN_IP = str(hybrid_routing.gateway_lan_ip(LAN))
+CHARON_PLUGINS = "nonce openssl kdf kernel-netlink socket-default vici updown"
+FRR_BIN = Path("/usr/lib/frr")
+# Guest paths: unix sockets cannot live on the 9p share, so daemons keep theirs on the guest's tmpfs.
+RUN = Path("/tmp/dlinfra-route")
+FAILOVER_LIMIT = 30.0  # issue 14: traffic moves within 30 s of an AWS endpoint going silent
+
+
+def make_view(routing: str) -> strongswan.SiteVpnView:
+    tunnels = tuple(
+        strongswan.Tunnel(number=n, outside_ip=AWS_OUTSIDE[n], inside_cidr=INSIDE_CIDRS[n], preshared_key=PSKS[n])
+        for n in (1, 2)
+    )
+    return strongswan.SiteVpnView(
+        site="lab1",
+        local_public_ip=SITE_OUTSIDE,
+        lan_cidr=LAN,
+        remote_cidrs=VPCS,
+        tunnels=(tunnels[0], tunnels[1]),
+        routing=routing,
+        local_asn=65101,
+        remote_asn=64512,
+        pod_cidrs=(POD_RANGE,),
+    )
+
+
+def _cannot_run(reason: str) -> NoReturn:
+    # In CI a check that cannot run is a failure, not a skip.
+    if os.environ.get("CI", "").lower() == "true":
+        pytest.fail(f"route-based vpn_peer check cannot run in CI: {reason}", pytrace=False)
+    pytest.skip(reason)
+
+
+# The shell every guest job starts with: strict mode, the lab's paths, and short names for its tools.
+PRELUDE = f"""\
+set -eu
+export LC_ALL=C
+run={RUN}
+sw() {{
+    side=$1; shift
+    STRONGSWAN_CONF=$run/$side/strongswan.conf command swanctl "$@" --uri unix://$run/$side/charon.vici
+}}
+vty() {{ side=$1; shift; vtysh --vty_socket $run/frr-$side "$@"; }}
+now() {{ date +%s.%N; }}
+wait_until() {{
+    limit=$1 what=$2; shift 2; i=0
+    until eval "$*"; do
+        i=$((i + 1))
+        [ $i -lt $((limit * 5)) ] || {{ echo "timed out after ${{limit}}s waiting for $what" >&2; return 1; }}
+        sleep 0.2
+    done
+}}
+# A daemon in a namespace with a private /run; $! is the daemon's own PID (everything execs in place).
+daemon() {{
+    ns=$1 pidfile=$2 out=$3 prelude=$4; shift 4
+    ip netns exec $ns unshare --mount --propagation private -- sh -c "$prelude" sh "$@" >$out 2>&1 </dev/null &
+    echo $! > $pidfile
+}}
+stop_pids() {{
+    for f in "$@"; do [ -e $f ] || continue; kill $(cat $f) 2>/dev/null || :; done
+    for f in "$@"; do
+        [ -e $f ] || continue; i=0
+        while kill -0 $(cat $f) 2>/dev/null && [ $i -lt 50 ]; do i=$((i + 1)); sleep 0.1; done
+        rm -f $f
+    done
+}}
+# Echo requests that entered tunnel interface xfrm$1 (the test's own nft counters, see setup_script).
+echoes() {{
+    ip netns exec site nft list counter inet dlinfra_probe echo$1 | sed -n 's/.*packets \\([0-9]*\\).*/\\1/p'
+}}
+"""
+
+
+@dataclasses.dataclass
+class RouteLab:
+    vm: GuestVm
+    config: Path  # on the share: the rendered files and the AWS side's
+    routing: str = ""  # what FRR runs now: "static", "bgp" or "" (none)
+
+    def sh(self, script: str, what: str, timeout: float = 90.0) -> str:
+        result = self.vm.run(PRELUDE + f"cfg={self.config}\n" + script, timeout=timeout)
+        if result.returncode != 0:
+            pytest.fail(f"{what} failed in the guest ({result.returncode}):\n{result.stdout}{result.stderr}\n"
+                        f"{self.diagnostics()}", pytrace=False)  # fmt: skip
+        return result.stdout
+
+    def diagnostics(self) -> str:
+        result = self.vm.run(
+            f"run={RUN}\nfor f in $run/site/charon.log $run/aws/charon.log $run/frr-site/bgpd.log "
+            '$run/frr-aws/bgpd.log $run/frr-site/zebra.log; do echo "--- $f"; tail -n 40 $f 2>/dev/null; done\n'
+            "ip -n site -d link show; ip -n site route; ip -n aws route; ip -n site xfrm state | grep -c '^src'\n"
+            'for side in site aws; do [ -S $run/frr-$side/bgpd.vty ] || continue; echo "--- $side bgp"\n'
+            "vtysh --vty_socket $run/frr-$side -c 'show bgp summary' -c 'show bgp ipv4 unicast' || :; done",
+            timeout=30,
+        )
+        return result.stdout[-12000:]
+
+    def json(self, script: str, what: str) -> Any:
+        return json.loads(self.sh(script, what))
+
+    def poll(self, what: str, probe: Callable[[], Any], seconds: float = 60.0) -> Any:
+        """probe() until truthy; each probe is a guest job (a few tenths of a second under TCG)."""
+        for _ in range(int(seconds)):
+            if value := probe():
+                return value
+            self.sh("sleep 1", "sleep")
+        pytest.fail(f"timed out after {seconds:.0f}s waiting for {what}\n{self.diagnostics()}", pytrace=False)
+
+    def use(self, routing: str) -> None:
+        """Run the site's frr.conf for this routing (and the AWS side's), replacing what ran before."""
+        if self.routing == routing:
+            return
+        stop = "stop_pids $run/frr-*.pid\nrm -rf $run/frr-site $run/frr-aws\n"
+        stop += "".join(f"ip -n aws route del {p} 2>/dev/null || :\n" for p in (LAN, POD_RANGE))
+        start = self._frr("site", f"frr-{routing}.conf", ("zebra", "staticd", "bgpd"))
+        if routing == "bgp":
+            start = self._frr("aws", "aws/frr.conf", ("zebra", "bgpd")) + start
+        else:
+            # The VPN's static routes on the transit gateway: the site's ranges over both tunnels.
+            start += "".join(
+                f"ip -n aws route replace {p} nexthop dev xfrm1 nexthop dev xfrm2\n" for p in (LAN, POD_RANGE)
+            )
+        self.routing = ""
+        self.sh(stop + start, f"starting FRR ({routing})")
+        self.routing = routing
+
+    @staticmethod
+    def _frr(side: str, conf: str, daemons: tuple[str, ...]) -> str:
+        d = f"$run/frr-{side}"
+        lines = [f"mkdir -p {d} && chown frr:frr {d}"]
+        for name in daemons:
+            argv = f"{FRR_BIN / name} --vty_socket {d} -P 0 -f /dev/null -i {d}/{name}.pid --log file:{d}/{name}.log"
+            lines += [
+                f"daemon {side} $run/frr-{side}-{name}.pid {d}/{name}.out {shlex.quote(private_run())}"
+                f" {argv} -z {d}/zserv.api",
+                f"wait_until 30 '{name} in {side}' '[ -S {d}/{name}.vty ]'",
+            ]
+        lines.append(f"vty {side} --inputfile $cfg/{conf}")
+        return "\n".join(lines) + "\n"
+
+    # --- what the tests look at ----------------------------------------------------------------------
+    def sas(self, side: str) -> str:
+        return self.sh(f"sw {side} --list-sas", f"swanctl --list-sas ({side})")
+
+    def route(self, ns: str, prefix: str) -> dict[str, Any]:
+        routes = self.json(f"ip -n {ns} -j route show exact {prefix}", f"ip route show {prefix}")
+        return routes[0] if routes else {}
+
+    def bgp(self, side: str, command: str) -> Any:
+        return self.json(f"vty {side} -c {shlex.quote(command + ' json')}", command)
+
+    def established(self) -> dict[str, str]:
+        peers = self.bgp("site", "show bgp ipv4 unicast summary").get("peers", {})
+        return {ip: peer["state"] for ip, peer in peers.items() if ip.startswith("169.254.")}
+
+    def esp(self, ns: str) -> dict[tuple[str, str], tuple[int, int]]:
+        return esp_states(self.sh(f"ip -n {ns} -s xfrm state", "ip xfrm state"))
+
+
+def rendered_files(view: strongswan.SiteVpnView) -> dict[str, str]:
+    """Every file `dlinfra site render` writes for the gateway, by its name there (dlinfra.sites.GATEWAY_FILES)."""
+    xfrm, frr = strongswan.render_xfrm_script(view), strongswan.render_frr(view)
+    assert xfrm is not None and frr is not None
+    return {
+        "swanctl.conf": strongswan.render_swanctl(view),
+        "strongswan-dlinfra.conf": strongswan.render_charon(view),
+        "sysctl-dlinfra-gateway.conf": strongswan.render_sysctl(view),
+        "dlinfra-mss.nft": strongswan.render_nftables(view),
+        "dlinfra-xfrm": xfrm,
+        f"frr-{view.routing}.conf": frr,
+    }
+
+
+def setup_script(config: Path) -> str:
+    """Namespaces, the AWS side's interfaces, both charons, and the tunnels up (the site initiates)."""
+    script = strongswan.XFRM_SCRIPT
+    sbin = str(Path(script).parent)
+    # In the site charon's own mount namespace: the rendered script at its rendered path, and its `start`
+    # before charon, as the cookbook's systemd unit runs it.
+    site_prelude = (
+        f"mount -t tmpfs -o mode=0755,size=1m dlinfra-test-sbin {sbin} && cp {config}/dlinfra-xfrm {script} && "
+        f"chmod 0755 {script} && {script} start && "
+    )
+    aws = [f"addr add {AWS_OUTSIDE[n]}/24 dev veth-aws" for n in (1, 2)]
+    for n in (1, 2):
+        aws += [
+            f"link add xfrm{n} type xfrm dev veth-aws if_id {n}",
+            f"addr add {ipaddress.IPv4Network(INSIDE_CIDRS[n])[1]}/30 dev xfrm{n}",
+            f"link set xfrm{n} up",
+        ]
+    aws += [f"addr add {ipaddress.IPv4Network(v)[10]}/32 dev lo" for v in VPCS]
+    batches = {
+        "aws": [*aws, "link set lo up", "link set veth-aws up"],
+        "site": [
+            f"addr add {SITE_OUTSIDE}/24 dev veth-site",
+            f"addr add {GATEWAY_LAN_IP}/{ipaddress.IPv4Network(LAN).prefixlen} dev veth-lan",
+            "link set lo up",
+            "link set veth-site up",
+            "link set veth-lan up",
+            # What the node's Cilium would announce over iBGP (test_vpn_peer proves that session).
+            f"route add {NODE_POD_BLOCK} via {LAN_HOST}",
+        ],
+        "lan": [
+            f"addr add {LAN_HOST}/{ipaddress.IPv4Network(LAN).prefixlen} dev veth-node",
+            f"addr add {POD_HOST}/32 dev lo",
+            "link set lo up",
+            "link set veth-node up",
+            f"route add default via {GATEWAY_LAN_IP}",
+        ],
+    }
+    lines = [
+        "rm -rf $run && mkdir -p $run/site $run/aws",
+        "modprobe -a xfrm_interface xfrm_user esp4 veth nf_tables",
+        "for ns in site aws lan; do ip netns add $ns; done",
+        "ip -n site link add veth-site type veth peer name veth-aws netns aws",
+        "ip -n site link add veth-lan type veth peer name veth-node netns lan",
+    ]
+    for ns, commands in batches.items():
+        lines += [f"ip -n {ns} -batch - <<EOF", *commands, "EOF"]
+    lines += [
+        # The gateway's kernel settings and MSS clamping, loaded as the cookbook loads them.
+        "ip netns exec site sysctl -q -p $cfg/sysctl-dlinfra-gateway.conf",
+        "ip netns exec site nft -f $cfg/dlinfra-mss.nft",
+        # The test's own counters of echo requests entering each tunnel interface (not part of the gateway).
+        "ip netns exec site nft -f - <<EOF",
+        "table inet dlinfra_probe {",
+        "    counter echo1 {}",
+        "    counter echo2 {}",
+        "    chain postrouting {",
+        "        type filter hook postrouting priority 0; policy accept;",
+        '        oifname "xfrm1" icmp type echo-request counter name "echo1"',
+        '        oifname "xfrm2" icmp type echo-request counter name "echo2"',
+        "    }",
+        "}",
+        "EOF",
+        "for side in site aws; do cp $cfg/$side/strongswan.conf $run/$side/; done",
+        "export STRONGSWAN_CONF=$run/aws/strongswan.conf",
+        f"daemon aws $run/charon-aws.pid $run/aws/charon.out {shlex.quote(private_run())} /usr/lib/ipsec/charon",
+        "export STRONGSWAN_CONF=$run/site/strongswan.conf",
+        f"daemon site $run/charon-site.pid $run/site/charon.out {shlex.quote(private_run(site_prelude))}"
+        " /usr/lib/ipsec/charon",
+        "unset STRONGSWAN_CONF",
+        "wait_until 30 charons '[ -S $run/site/charon.vici ] && [ -S $run/aws/charon.vici ]'",
+        "sw aws --load-all --noprompt --file $cfg/aws/swanctl.conf >/dev/null",
+        "sw site --load-all --noprompt --file $cfg/swanctl.conf >/dev/null",
+        "wait_until 60 'both tunnels' '[ $(sw site --list-sas | grep -c INSTALLED) -ge 2 ]'",
+        "wait_until 30 'xfrm1 and xfrm2 up' 'ip -n site -o link show xfrm1 | grep -q ,UP && "
+        "ip -n site -o link show xfrm2 | grep -q ,UP'",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def write_config(config: Path) -> None:
+    views = {routing: make_view(routing) for routing in ("static", "bgp")}
+    static, bgp = (rendered_files(v) for v in views.values())
+    # Only frr.conf depends on the routing; one charon and one set of interfaces serve both.
+    assert {k: v for k, v in static.items() if not k.startswith("frr")} == {
+        k: v for k, v in bgp.items() if not k.startswith("frr")
+    }
+    for name, text in {**static, **bgp}.items():
+        (config / name).write_text(text)
+    (config / "swanctl.conf").chmod(0o600)
+    (config / "dlinfra-xfrm").chmod(0o755)
+    for side in ("site", "aws"):
+        (config / side).mkdir()
+    run = RUN
+    (config / "site" / "strongswan.conf").write_text(
+        charon_conf(
+            CHARON_PLUGINS,
+            run / "site/charon.vici",
+            run / "site/charon.log",
+            include=config / "strongswan-dlinfra.conf",
+        )
+    )
+    aws = config / "aws"
+    (aws / "aws-strongswan.conf").write_text(aws_side.strongswan_conf())
+    (aws / "strongswan.conf").write_text(
+        charon_conf(
+            CHARON_PLUGINS, run / "aws/charon.vici", run / "aws/charon.log", include=aws / "aws-strongswan.conf"
+        )
+    )
+    for n in (1, 2):
+        text = aws_side.swanctl_conf(number=n, aws_outside=AWS_OUTSIDE[n], site_outside=SITE_OUTSIDE, psk=PSKS[n])
+        (aws / f"tunnel{n}.conf").write_text(text)
+    (aws / "swanctl.conf").write_text("".join(f"include {aws}/tunnel{n}.conf\n" for n in (1, 2)))
+    view = views["bgp"]
+    (aws / "frr.conf").write_text(
+        aws_side.frr_conf(
+            aws_asn=view.remote_asn,
+            site_asn=view.local_asn,
+            inside_cidrs=[INSIDE_CIDRS[1], INSIDE_CIDRS[2]],
+            networks=VPCS,
+        )
+    )
+
+
+@pytest.fixture(scope="module")
+def lab(xfrm_guest: GuestVm) -> Iterator[RouteLab]:
+    for daemon in ("zebra", "staticd", "bgpd"):
+        if not os.access(FRR_BIN / daemon, os.X_OK):
+            _cannot_run(f"{FRR_BIN / daemon} not found (apt: frr)")
+    config = xfrm_guest.share / "route-based"
+    config.mkdir()
+    write_config(config)
+    lab = RouteLab(xfrm_guest, config)
+    try:
+        lab.sh(setup_script(config), "bringing up the lab", timeout=120)
+        yield lab
+    finally:
+        xfrm_guest.run(
+            PRELUDE + "stop_pids $run/*.pid\nfor ns in site aws lan; do ip netns delete $ns 2>/dev/null || :; done\n",
+            timeout=60,
+        )
+
+
+def site_inside(n: int) -> str:
+    return str(ipaddress.IPv4Network(INSIDE_CIDRS[n])[2])
+
+
+def aws_inside(n: int) -> str:
+    return str(ipaddress.IPv4Network(INSIDE_CIDRS[n])[1])
+
+
+# --- 1. both tunnels up, each on its own interface -------------------------------------------------------
+def test_both_tunnels_are_up_each_bound_to_its_xfrm_interface(lab: RouteLab) -> None:
+    for side, prefix in (("site", "aws-tunnel"), ("aws", "aws-peer-tunnel")):
+        text = lab.sas(side)
+        sas = {ike.name: ike for ike in parse_sas(text)}
+        assert set(sas) == {f"{prefix}1", f"{prefix}2"}, text
+        for ike in sas.values():
+            assert is_up(ike), text
+            (child,) = ike.children
+            assert (child.local_ts, child.remote_ts) == (("0.0.0.0/0",), ("0.0.0.0/0",)), text
+    # One SA pair per tunnel, both directions bound to the tunnel's if_id.
+    states = lab.esp("site")
+    assert {pair: if_id for pair, (if_id, _) in states.items()} == {
+        **{(SITE_OUTSIDE, AWS_OUTSIDE[n]): n for n in (1, 2)},
+        **{(AWS_OUTSIDE[n], SITE_OUTSIDE): n for n in (1, 2)},
+    }, states
+    # The interfaces dlinfra-xfrm created, brought up by charon's updown through the rendered path.
+    for n in (1, 2):
+        (link,) = lab.json(f"ip -n site -j -d address show dev xfrm{n}", f"ip address show xfrm{n}")
+        assert "UP" in link["flags"] and link["mtu"] == 1422, link
+        assert int(str(link["linkinfo"]["info_data"]["if_id"]), 0) == n, link
+        assert [(a["local"], a["prefixlen"]) for a in link["addr_info"] if a["family"] == "inet"] == [
+            (site_inside(n), 30)
+        ], link
+    rp = lab.sh("ip netns exec site sysctl -n net.ipv4.conf.xfrm1.rp_filter net.ipv4.conf.xfrm2.rp_filter", "sysctl")
+    assert rp.split() == ["2", "2"], rp
+
+
+# --- 2-4. routing over both tunnels, and traffic through the kernel's ESP ----------------------------------
+def wait_for_ecmp(lab: RouteLab) -> None:
+    def ecmp() -> bool:
+        return all(
+            sorted(h.get("dev", "") for h in lab.route("site", vpc).get("nexthops", [])) == ["xfrm1", "xfrm2"]
+            for vpc in VPCS
+        )
+
+    lab.poll("both tunnels as equal-cost nexthops for every VPC", ecmp)
+
+
+def wait_for_bgp(lab: RouteLab) -> None:
+    both = {aws_inside(1): "Established", aws_inside(2): "Established"}
+    lab.poll("BGP established with both AWS inside addresses", lambda: lab.established() == both, 90)
+
+
+def ping_through_esp(lab: RouteLab, ns: str, source: str, destination: str) -> None:
+    before = lab.esp("site")
+    out = lab.sh(
+        f"ip netns exec {ns} ping -n -c 3 -i 0.2 -W 2 -w 8 -I {source} {destination} || :", f"ping {destination}"
+    )
+    assert " 0% packet loss" in out, f"ping {source} -> {destination}:\n{out}\n{lab.diagnostics()}"
+    after = lab.esp("site")
+
+    def carried(direction: str) -> int:
+        pairs = [p for p in after if (p[0] if direction == "out" else p[1]) == SITE_OUTSIDE]
+        return sum(after[p][1] - before.get(p, (0, 0))[1] for p in pairs)
+
+    # Three echo requests one way and three replies the other, through the kernel's ESP SAs.
+    assert carried("out") >= 3 and carried("in") >= 3, (before, after)
+
+
+@pytest.mark.parametrize("routing", ["static", "bgp"])
+def test_both_tunnels_carry_routes_and_traffic(lab: RouteLab, routing: str) -> None:
+    lab.use(routing)
+    if routing == "bgp":
+        wait_for_bgp(lab)
+        view = make_view("bgp")
+        site_ranges = {view.lan_cidr, *view.pod_cidrs}
+
+        def aws_learned() -> dict[str, list[str]]:
+            table = lab.bgp("aws", "show bgp ipv4 unicast").get("routes", {})
+            return {
+                prefix: sorted(p["peerId"] for p in paths if p.get("peerId", "(unspec)") != "(unspec)")
+                for prefix, paths in table.items()
+            }
+
+        both_sites = sorted([site_inside(1), site_inside(2)])
+        learned = lab.poll(
+            "AWS to learn the site's ranges over both tunnels",
+            lambda: (got := aws_learned()) and all(got.get(p) == both_sites for p in site_ranges) and got,
+        )
+        # AWS learned the LAN and the pod range and nothing else, though the site's own BGP table holds more
+        # (the VPC routes it learned from AWS): the export filter, not an empty table, kept them back.
+        assert {p for p, peers in learned.items() if peers} == site_ranges, learned
+        site_table = lab.bgp("site", "show bgp ipv4 unicast").get("routes", {})
+        assert set(VPCS) <= set(site_table), site_table
+        for n in (1, 2):
+            sent = lab.bgp("site", f"show bgp ipv4 unicast neighbors {aws_inside(n)} advertised-routes")
+            assert set(sent.get("advertisedRoutes", {})) == site_ranges, sent
+    wait_for_ecmp(lab)
+    for vpc in VPCS:
+        route = lab.route("site", vpc)
+        hops = sorted((h["dev"], h.get("gateway")) for h in route["nexthops"])
+        if routing == "bgp":
+            assert route["protocol"] == "bgp" and hops == [("xfrm1", aws_inside(1)), ("xfrm2", aws_inside(2))], route
+        else:
+            assert route["protocol"] == "static" and hops == [("xfrm1", None), ("xfrm2", None)], route
+    print(f"\n{routing}: {VPCS[0]} via {lab.sh(f'ip -n site route show {VPCS[0]}', 'ip route').strip()}")
+    # A site LAN host to a VPC address; a VPC address to a hybrid pod behind the gateway.
+    ping_through_esp(lab, "lan", LAN_HOST, VPC_HOST)
+    ping_through_esp(lab, "aws", VPC_HOST, POD_HOST)
+
+
+# --- 5-6. an AWS endpoint goes silent, then returns ----------------------------------------------------------
+def _first_reply_after(after: str, output: str) -> str:
+    """Shell: the `ping -D` timestamp of the first reply later than `after` (a shell word) in `output`."""
+    return (
+        f"awk -v after={after} '/^\\[[0-9.]+\\] [0-9]+ bytes from/ "
+        f'{{ ts = substr($1, 2, length($1) - 2) + 0; if (ts > after + 1) {{ printf "%.3f", ts; exit }} }}\' {output}'
+    )
+
+
+# AWS's route back to the LAN host: the tunnel interface it leaves by, empty when there is none.
+AWS_DEV = f"$(ip -n aws -o route get {LAN_HOST} 2>/dev/null | sed -n 's/.* dev \\([^ ]*\\).*/\\1/p')"
+# Shell: true once at least $2 seconds have passed since time $1.
+LATER = "later() { awk -v t=$1 -v s=$2 -v now=$(now) 'BEGIN { exit !(now - t > s) }'; }\n"
+
+
+def silence_script(silent: int) -> str:
+    """The AWS endpoint of tunnel `silent` stops answering (AWS's endpoint maintenance) while the LAN pings a VPC.
+
+    Records, on the guest's clock: the silence, the site's tunnel interface going down (charon's DPD gave up),
+    the first echo request into the other tunnel, AWS's route back to the LAN leaving the silent tunnel, and the
+    first reply more than a second after the silence (one that cannot have crossed the silent tunnel).
+    """
+    other = 3 - silent
+    ip = AWS_OUTSIDE[silent]
+    return f"""\
+ip netns exec lan ping -n -D -O -i 0.2 -W 1 -w 300 {VPC_HOST} > $run/failover-ping.txt 2>&1 </dev/null &
+echo $! > $run/ping.pid
+sleep 2
+base=$(echoes {other}) aws_before={AWS_DEV}
+# Every packet to or from the endpoint's address is dropped, before IPsec and after it: IKE, ESP and BGP.
+ip netns exec aws nft -f - <<END
+table inet dlinfra_silence {{
+    chain pre {{ type filter hook prerouting priority -300; policy accept; ip daddr {ip} drop; }}
+    chain post {{ type filter hook postrouting priority -300; policy accept; ip saddr {ip} drop; }}
+}}
+END
+# The silence begins when nft returns (loading it takes a while under TCG).
+silent_at=$(now)
+down= moved= aws_moved= resumed=
+[ "$aws_before" = xfrm{silent} ] || aws_moved=none
+end=$(( $(date +%s) + 75 ))
+while [ $(date +%s) -lt $end ]; do
+    # Each time is read just before its own check: one round of checks takes a second or more under TCG.
+    [ -n "$down" ] || {{ t=$(now); ip -n site -o link show xfrm{silent} | grep -q ',UP' || down=$t; }}
+    [ -n "$moved" ] || {{ t=$(now); [ "$(echoes {other})" -lt $((base + 3)) ] || moved=$t; }}
+    [ -n "$aws_moved" ] || {{ t=$(now); [ "{AWS_DEV}" = xfrm{silent} ] || aws_moved=$t; }}
+    [ -n "$resumed" ] || resumed=$({_first_reply_after("$silent_at", "$run/failover-ping.txt")})
+    [ -z "$down" ] || [ -z "$moved" ] || [ -z "$aws_moved" ] || [ -z "$resumed" ] || break
+    sleep 0.2
+done
+echo "aws_before=$aws_before silent_at=$silent_at down=$down moved=$moved aws_moved=$aws_moved resumed=$resumed"
+"""
+
+
+def recovery_script(silent: int) -> str:
+    """The endpoint answers again; records the tunnel's interface up, its BGP session, ECMP, and echo requests
+    into it again (if the flow's hash takes it back there); then stops the ping and prints its summary."""
+    peer = aws_inside(silent)
+    return f"""\
+{LATER}
+base=$(echoes {silent})
+returned_at=$(now)
+ip netns exec aws nft delete table inet dlinfra_silence
+up= bgp= ecmp= back=
+end=$(( $(date +%s) + 90 ))
+while [ $(date +%s) -lt $end ]; do
+    # Each time is read just before its own check: one round of checks takes a second or more under TCG.
+    [ -n "$up" ] || {{ t=$(now); ! ip -n site -o link show xfrm{silent} | grep -q ',UP' || up=$t; }}
+    [ -n "$bgp" ] || [ -z "$up" ] ||
+        {{ t=$(now); ! vty site -c 'show bgp neighbors {peer} json' | grep -q '"bgpState": *"Established"' || bgp=$t; }}
+    [ -n "$ecmp" ] || {{ t=$(now); [ "$(ip -n site route show {VPCS[0]} | grep -c 'dev xfrm')" -lt 2 ] || ecmp=$t; }}
+    [ -n "$back" ] || {{ t=$(now); [ "$(echoes {silent})" -lt $((base + 3)) ] || back=$t; }}
+    [ -z "$up" ] || [ -z "$bgp" ] || [ -z "$ecmp" ] || [ -z "$back" ] || break
+    # The flow's hash may keep it on the other tunnel: then "back" stays empty, which is no failure.
+    [ -z "$ecmp" ] || ! later "$ecmp" 10 || break
+    sleep 0.2
+done
+stop_pids $run/ping.pid
+echo "returned_at=$returned_at up=$up bgp=$bgp ecmp=$ecmp back=$back"
+tail -n 2 $run/failover-ping.txt
+"""
+
+
+def _times(line: str) -> dict[str, float | None]:
+    fields = dict(item.split("=", 1) for item in line.split())
+    return {k: (float(v) if re.fullmatch(r"[0-9.]+", v) else None) for k, v in fields.items()}
+
+
+def _since(times: dict[str, float | None], key: str, start: str) -> float:
+    value, origin = times[key], times[start]
+    assert value is not None and origin is not None, f"{key} was never seen: {times}"
+    return value - origin
+
+
+def test_failover_within_30_seconds_when_an_aws_endpoint_goes_silent_then_recovery(lab: RouteLab) -> None:
+    view = make_view("bgp")
+    budget = strongswan.failover_budget(
+        strongswan.render_charon(view), strongswan.render_swanctl(view), strongswan.render_frr(view)
+    )
+    lab.use("bgp")
+    wait_for_bgp(lab)
+    wait_for_ecmp(lab)
+    # The tunnel carrying the LAN -> VPC flow (ECMP hashes a flow to one nexthop) is the one that goes silent.
+    counts = lab.sh(
+        f"a=$(echoes 1) b=$(echoes 2); ip netns exec lan ping -n -q -c 5 -i 0.2 -W 2 {VPC_HOST} >/dev/null || :;"
+        ' echo "$(( $(echoes 1) - a )) $(( $(echoes 2) - b ))"',
+        "which tunnel carries the flow",
+    ).split()
+    silent = 1 if int(counts[0]) >= 5 else 2
+    other = 3 - silent
+    assert int(counts[silent - 1]) >= 5, counts
+    log_lines = int(lab.sh("wc -l < $run/site/charon.log", "log size"))
+
+    out = lab.sh(silence_script(silent), "silencing an AWS endpoint", timeout=150)
+    t = _times(out.strip().splitlines()[-1])
+    if not (t["down"] and t["moved"] and t["resumed"]):
+        pytest.fail(f"no failover within 75 s:\n{out}\n{lab.diagnostics()}", pytrace=False)
+    down, moved, resumed = (_since(t, k, "silent_at") for k in ("down", "moved", "resumed"))
+    if t["aws_before"] is None and out.startswith(f"aws_before=xfrm{other}"):
+        aws_route = f"AWS's route back to the LAN was on tunnel {other} already"
+    else:
+        aws_route = (
+            f"AWS's route back to the LAN left tunnel {silent} after {_since(t, 'aws_moved', 'silent_at'):.1f} s"
+        )
+    report = (
+        f"AWS endpoint of tunnel {silent} silent: the site's xfrm{silent} down after {down:.1f} s, echo requests "
+        f"through tunnel {other} after {moved:.1f} s (rendered worst case {budget.seconds:.1f} s); {aws_route}; "
+        f"replies (end to end) after {resumed:.1f} s"
+    )
+    print(f"\n{report}")
+    # charon ran the rendered retransmission schedule: 3 retransmissions, not strongSwan's default 5.
+    log = lab.sh(f"tail -n +{log_lines + 1} $run/site/charon.log", "site log")
+    assert re.search(rf"<aws-tunnel{silent}\|\d+> giving up after 3 retransmits", log), log[-3000:]
+    # The site moves within the rendered budget (plus the guest's polling, a few tenths under TCG).
+    assert budget.seconds <= FAILOVER_LIMIT and moved <= budget.seconds + 3 and moved <= FAILOVER_LIMIT, report
+    # End to end also waits for AWS's side to stop sending the replies into the silent tunnel: its 30 s BGP hold
+    # time or DPD timeout, whichever comes first (AWS's own timers, not the site's to shorten).
+    assert resumed <= FAILOVER_LIMIT + 3, report
+
+    out = lab.sh(recovery_script(silent), "the endpoint returning", timeout=150)
+    lines = out.strip().splitlines()
+    r = _times(next(line for line in lines if line.startswith("returned_at=")))
+    if not (r["up"] and r["bgp"] and r["ecmp"]):
+        pytest.fail(f"tunnel {silent} did not come back as it should:\n{out}\n{lab.diagnostics()}", pytrace=False)
+    up, bgp, ecmp = (_since(r, k, "returned_at") for k in ("up", "bgp", "ecmp"))
+    back = f", echo requests through it again after {_since(r, 'back', 'returned_at'):.1f} s" if r["back"] else ""
+    recovery = (
+        f"endpoint back: tunnel {silent} up after {up:.1f} s, its BGP session after {bgp:.1f} s, "
+        f"ECMP over both tunnels after {ecmp:.1f} s{back}; ping: {lines[-2] if len(lines) > 1 else ''}"
+    )
+    print(recovery)
+    # The site retries all along (dpd_action restart, keyingtries 0): a retransmission of its next attempt gets
+    # through within the longest retransmission interval, then BGP's connect-retry timer (5 s) brings the session.
+    assert up <= budget.ike_give_up + 5 and bgp <= up + 15, recovery
+
+
+# --- 7. AWS-initiated rekeys -----------------------------------------------------------------------------
+REKEY_SCRIPT = f"""\
+ip netns exec lan ping -n -i 0.1 -W 2 -c 100 {VPC_HOST} > $run/rekey-ping.txt 2>&1 </dev/null &
+pid=$!
+sleep 1
+# AWS rekeys on its own schedule (rekey margin and fuzz); here both tunnels' CHILD_SAs and IKE_SAs at once.
+for n in 1 2; do
+    sw aws --rekey --child aws-peer-tunnel$n >/dev/null
+    sw aws --rekey --ike aws-peer-tunnel$n >/dev/null
+done
+wait $pid || :
+tail -n 2 $run/rekey-ping.txt
+"""
+
+
+def test_aws_initiated_rekeys_lose_no_packets(lab: RouteLab) -> None:
+    lab.use("bgp")
+    wait_for_bgp(lab)
+    wait_for_ecmp(lab)
+    log_lines = int(lab.sh("wc -l < $run/site/charon.log", "log size"))
+    out = lab.sh(REKEY_SCRIPT, "pinging across AWS-initiated rekeys", timeout=120)
+    log = lab.sh(f"tail -n +{log_lines + 1} $run/site/charon.log", "site log")
+    print(f"\nAWS-initiated IKE and CHILD rekeys of both tunnels during 100 pings: {out.strip().splitlines()[0]}")
+    assert "100 packets transmitted, 100 received, 0% packet loss" in out, out
+    for n in (1, 2):
+        assert re.search(rf"IKE_SA aws-tunnel{n}\[\d+\] rekeyed", log), log[-3000:]
+        assert re.search(rf"CHILD_SA aws-tunnel{n}\{{\d+\}} established", log), log[-3000:]
+    # Rekeying replaces SAs without charon's updown, so the interfaces and the routes through them stay.
+    assert lab.established() == {aws_inside(1): "Established", aws_inside(2): "Established"}
