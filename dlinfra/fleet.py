@@ -988,11 +988,7 @@ def load_fleet(path: str | Path) -> LoadedFleet:
 
 @last_by_text
 def _fleet_of(path: Path) -> Fleet:
-    try:
-        path.read_text()
-    except OSError as exc:
-        raise FleetError(f"cannot read: {exc.strerror}", file=str(path)) from None
-    return validate_data(parse_yaml(path), path)
+    return validate_data(parse_yaml(path), path)  # parse_yaml reports an unreadable file
 
 
 def validate_data(data: Any, path: Path) -> Fleet:

@@ -177,7 +177,7 @@ def add_site(fleet_path: Path, lock_path: Path, new: NewSite) -> SiteChange:
     edited = _insert_site(text, new.name, new.entry())
     data = _parse_edit(edited, fleet_path)
     _check_edit(text, data, fleet_path, added={new.name: new.entry()})
-    fleet = _validate(data, fleet_path)
+    fleet = validate_data(data, fleet_path)
     plan = planner.plan(LoadedFleet(fleet, fleet_path), lock, update=True)
     planner.save_lock(plan.to_lock(lock_path), lock_path)
     _write_atomic(fleet_path, edited, mode=_mode_of(fleet_path))
@@ -203,7 +203,7 @@ def remove_site(fleet_path: Path, lock_path: Path, name: str, *, release: bool) 
     edited = _delete_site(text, name)
     data = _parse_edit(edited, fleet_path)
     _check_edit(text, data, fleet_path, removed=name)
-    fleet = _validate(data, fleet_path)
+    fleet = validate_data(data, fleet_path)
     if release:
         lock = planner.release(lock, owned)
     plan = planner.plan(LoadedFleet(fleet, fleet_path), lock)
@@ -348,11 +348,6 @@ def _check_edit(
             "Please edit sites: by hand and report this",
             file=str(fleet_path),
         )
-
-
-def _validate(data: Any, fleet_path: Path) -> Fleet:
-    """The fleet model of edited data, or the error naming the file, line, key and value, as `validate` gives it."""
-    return validate_data(data, fleet_path)
 
 
 def write_private(path: Path, text: str) -> None:
