@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 import pulumi
-from pulumi.runtime import mocks, rpc
+from pulumi.runtime import mocks
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -50,16 +50,9 @@ class _Echo(mocks.Mocks):
 @functools.cache
 def _sdk_class(token: str) -> tuple[type[pulumi.CustomResource], dict[str, str]] | None:
     """The provider SDK class of a resource type and its keyword arguments by normalised input name, if any."""
-    package, module, _ = token.split(":")
-    sdk = {"aws": "pulumi_aws", "kubernetes": "pulumi_kubernetes", "random": "pulumi_random", "tls": "pulumi_tls"}
-    if package not in sdk:
+    cls = engine.sdk_class(token)
+    if cls is None:
         return None
-    __import__(sdk[package])  # registers its resource modules with the SDK
-    registered = rpc.get_resource_module(package, module, "")
-    if registered is None:
-        return None
-    class_name = registered.mod_info["classes"].get(token)  # type: ignore[attr-defined]
-    cls = getattr(__import__(registered.mod_info["fqn"], fromlist=[class_name]), class_name)  # type: ignore[attr-defined]
     params = inspect.signature(cls._internal_init).parameters
     return cls, {p.replace("_", "").lower(): p for p in params if p not in ("__self__", "resource_name", "opts")}
 

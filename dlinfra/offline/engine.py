@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import hashlib
+import importlib
 import json
 import multiprocessing
 import runpy
@@ -501,29 +502,31 @@ def run_all(
 _SDK_PACKAGES = {"aws": "pulumi_aws", "kubernetes": "pulumi_kubernetes", "random": "pulumi_random", "tls": "pulumi_tls"}
 
 
+def sdk_class(token: str) -> type[Any] | None:
+    """The provider SDK class that declares a resource type (pulumi_aws.ec2.Vpc for aws:ec2/vpc:Vpc), found through
+    the SDK's own resource-module registry; None for a type no installed provider SDK declares."""
+    package, module, _ = token.split(":")
+    if package not in _SDK_PACKAGES:
+        return None
+    importlib.import_module(_SDK_PACKAGES[package])  # registers its resource modules
+    registered = rpc.get_resource_module(package, module, "")
+    if registered is None:
+        return None
+    info = registered.mod_info  # type: ignore[attr-defined]
+    return getattr(importlib.import_module(info["fqn"]), info["classes"][token], None)  # type: ignore[no-any-return]
+
+
 def preload_sdk_modules() -> list[str]:
     """Import the provider SDK modules that declare dlinfra's resource types; returns their names.
 
     The provider SDKs import their modules lazily, on first use, and a module such as pulumi_aws.ec2 takes about a
     second: done before forking, the worker processes share it instead of each importing it again. The modules are
-    found through the SDK's own resource-module registry, from the types in the replacement table.
+    those of the types in the replacement table.
     """
-    import importlib
-
     from dlinfra import replacement
 
-    names = set()
-    for token in replacement.table().rules:
-        package, module, _ = token.split(":")
-        if package not in _SDK_PACKAGES:
-            continue
-        importlib.import_module(_SDK_PACKAGES[package])  # registers its resource modules
-        registered = rpc.get_resource_module(package, module, "")
-        if registered is not None:
-            names.add(registered.mod_info["fqn"])  # type: ignore[attr-defined]
-    for name in sorted(names):
-        dir(importlib.import_module(name))  # touching the lazy module loads it
-    return sorted(names)
+    classes = (sdk_class(token) for token in replacement.table().rules)
+    return sorted({cls.__module__.rpartition(".")[0] for cls in classes if cls is not None})
 
 
 def run_parallel(

@@ -225,3 +225,14 @@ def test_moves_and_renames_recorded_so_the_diff_follows_them(tmp_path: Path) -> 
     assert f"parent={box_urn}" in aliases["box-data"]  # beside the SDK's own type alias (bucketV2)
     assert "name=old-queue,noParent=true" in aliases["queue"]
     assert diff.compare_stack(ROLE.name, before, after) == []
+
+
+def test_sdk_classes_are_found_through_the_sdks_registry() -> None:
+    import pulumi_aws
+    import pulumi_kubernetes
+
+    assert engine.sdk_class("aws:ec2/vpc:Vpc") is pulumi_aws.ec2.Vpc
+    assert engine.sdk_class("kubernetes:core/v1:ConfigMap") is pulumi_kubernetes.core.v1.ConfigMap
+    assert engine.sdk_class("dlinfra:network:Network") is None  # a component: no provider SDK declares it
+    # Every module a worker needs is imported before forking: the ones of every type the programs declare.
+    assert {"pulumi_aws.ec2", "pulumi_aws.eks", "pulumi_kubernetes.helm.v3"} <= set(engine.preload_sdk_modules())
