@@ -47,12 +47,10 @@ def _plans(results: list[engine.StackResult]) -> dict[str, str]:
     return {r.role.name: json.dumps(r.plan("t"), sort_keys=True) for r in results}
 
 
-def test_parallel_run_gives_the_sequential_plans_in_the_same_order(tmp_path: Path) -> None:
-    program = _program(tmp_path)
-    sequential = engine.run_all(tmp_path, ROLES, project="t", config={}, program=program)
-    reported: list[str] = []
-    parallel = engine.run_parallel(
-        tmp_path,
+def _run_parallel(root: Path, program: Path, reported: list[str]) -> list[engine.StackResult]:
+    """The test stacks in two processes; each stack's name goes to `reported` as it is reported."""
+    return engine.run_parallel(
+        root,
         ROLES,
         DEPENDS_ON,
         project="t",
@@ -61,6 +59,13 @@ def test_parallel_run_gives_the_sequential_plans_in_the_same_order(tmp_path: Pat
         program=program,
         on_done=lambda r: reported.append(r.role.name),
     )
+
+
+def test_parallel_run_gives_the_sequential_plans_in_the_same_order(tmp_path: Path) -> None:
+    program = _program(tmp_path)
+    sequential = engine.run_all(tmp_path, ROLES, project="t", config={}, program=program)
+    reported: list[str] = []
+    parallel = _run_parallel(tmp_path, program, reported)
     assert _plans(parallel) == _plans(sequential)
     assert reported == [r.name for r in ROLES]
     vpc_ids = parallel[2].outputs["vpc_ids"]
@@ -70,16 +75,7 @@ def test_parallel_run_gives_the_sequential_plans_in_the_same_order(tmp_path: Pat
 def test_a_failed_stack_stops_its_dependents_and_is_named(tmp_path: Path) -> None:
     reported: list[str] = []
     with pytest.raises(engine.EngineError) as caught:
-        engine.run_parallel(
-            tmp_path,
-            ROLES,
-            DEPENDS_ON,
-            project="t",
-            config={},
-            jobs=2,
-            program=_program(tmp_path, failing="prod-us-east-1"),
-            on_done=lambda r: reported.append(r.role.name),
-        )
+        _run_parallel(tmp_path, _program(tmp_path, failing="prod-us-east-1"), reported)
     message = str(caught.value)
     assert message.startswith("stack prod-us-east-1: ")
     assert "no VPC for you" in message
