@@ -28,7 +28,7 @@ import yaml
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from dlinfra import instances  # noqa: E402
+from dlinfra.model import instances  # noqa: E402
 
 REGIONS = [
     "us-west-2", "us-east-1", "eu-west-1", "us-east-2", "eu-central-1", "ap-northeast-1", "ap-southeast-2",
@@ -84,7 +84,7 @@ def _cpu_seconds() -> float:
 
 def run_case(fleet_path: Path, jobs: int) -> dict[str, Any]:
     """Run in a child process: allocate the plan, then time preview --all; report figures as JSON."""
-    from dlinfra import cli
+    from dlinfra.cli import main as cli
 
     if cli.main(["cidr", "--update", "--fleet", str(fleet_path)]) != 0:
         raise SystemExit("cidr --update failed")
@@ -98,7 +98,7 @@ def run_case(fleet_path: Path, jobs: int) -> dict[str, Any]:
     if code != 0:
         raise SystemExit("preview failed")
     plans = [json.loads(p.read_text()) for p in sorted(plans_dir.glob("*.json"))]
-    from dlinfra.reach import check as reach
+    from dlinfra.checks.reach import check as reach
 
     started = time.perf_counter()
     result = reach.analyse(fleet_path, fleet_path.parent / "cidr-lock.yaml", plans)

@@ -24,8 +24,8 @@ import yaml
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from dlinfra import stackroles  # noqa: E402
-from dlinfra.fleet import load_fleet  # noqa: E402
+from dlinfra.model import stackroles  # noqa: E402
+from dlinfra.model.fleet import load_fleet  # noqa: E402
 from dlinfra.offline import engine  # noqa: E402
 from tests.conftest import REFERENCE_FLEET, REFERENCE_LOCK, TEST_TODAY  # noqa: E402
 from tests.test_order_independence import permuted  # noqa: E402

@@ -20,8 +20,8 @@ import pulumi_aws as aws
 from components import security_groups as sg
 from components.iam import scoped_service_trust
 from components.network import LOG_RETENTION_DAYS
-from dlinfra import stackroles
-from dlinfra.naming import Names
+from dlinfra.model import stackroles
+from dlinfra.model.naming import Names
 
 # A curated CodeBuild image with the AWS CLI (the Kubernetes provider calls `aws eks get-token`), Python and git.
 DEFAULT_IMAGE = "aws/codebuild/amazonlinux-x86_64-standard:5.0"

@@ -20,7 +20,7 @@ import pulumi_tls as tls
 
 from components.iam import service_trust
 from components.network import LOG_RETENTION_DAYS
-from dlinfra.naming import Names
+from dlinfra.model.naming import Names
 
 # Client VPN accepts RSA 1024/2048 server and client keys only; 2048 is the strong choice it allows.
 _RSA_BITS = 2048

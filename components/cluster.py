@@ -18,8 +18,8 @@ import pulumi_aws as aws
 from components import security_groups as sg
 from components.iam import protected_key, service_trust
 from components.platform_values import pod_identity_trust
-from dlinfra import dns, eks
-from dlinfra.naming import Names
+from dlinfra.model import dns, eks
+from dlinfra.model.naming import Names
 
 NODE_PREREQUISITE_ADDONS = ("vpc-cni", "kube-proxy", "eks-pod-identity-agent")
 LOG_TYPES = ("api", "audit", "authenticator", "controllerManager", "scheduler")

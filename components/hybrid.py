@@ -15,7 +15,7 @@ import pulumi
 import pulumi_aws as aws
 
 from components.iam import scoped_service_trust
-from dlinfra.naming import Names
+from dlinfra.model.naming import Names
 
 HYBRID_POLICIES = {
     "ssm": "arn:aws:iam::aws:policy/AmazonSSMManagedInstanceCore",

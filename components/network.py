@@ -11,7 +11,7 @@ import pulumi
 import pulumi_aws as aws
 
 from components.iam import protected_key
-from dlinfra.naming import Names
+from dlinfra.model.naming import Names
 
 TIERS = ("private", "public", "transit")
 # Interface endpoints every node pool needs without a NAT hop: image pulls (ECR), IRSA/Pod Identity (STS),

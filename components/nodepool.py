@@ -15,8 +15,8 @@ import pulumi_aws as aws
 
 from components import security_groups as sg
 from components.iam import service_trust
-from dlinfra import instances
-from dlinfra.naming import Names
+from dlinfra.model import instances
+from dlinfra.model.naming import Names
 
 TEMPLATES = Path(__file__).parent / "templates"
 

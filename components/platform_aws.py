@@ -17,7 +17,7 @@ import pulumi
 import pulumi_aws as aws
 
 from components import platform_values as pv
-from dlinfra.naming import Names
+from dlinfra.model.naming import Names
 
 
 @dataclass(frozen=True, kw_only=True)

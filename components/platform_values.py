@@ -16,8 +16,8 @@ import pulumi
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from dlinfra import dns, hybrid_routing, kueue
 from dlinfra.errors import DlinfraError
+from dlinfra.model import dns, hybrid_routing, kueue
 from dlinfra.render import nodeadm
 
 ADDONS_FILE = "dlinfra/data/addons.yaml"

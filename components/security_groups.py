@@ -17,7 +17,7 @@ from typing import Literal
 import pulumi
 import pulumi_aws as aws
 
-from dlinfra.naming import Names
+from dlinfra.model.naming import Names
 
 Direction = Literal["ingress", "egress"]
 

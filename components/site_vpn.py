@@ -13,7 +13,7 @@ import pulumi_aws as aws
 import pulumi_random as random
 
 from components.network import LOG_RETENTION_DAYS
-from dlinfra.naming import Names
+from dlinfra.model.naming import Names
 from dlinfra.render.strongswan import (
     AWS_DPD_TIMEOUT_ACTION,
     AWS_DPD_TIMEOUT_SECONDS,

@@ -13,7 +13,7 @@ import pulumi_aws as aws
 
 from components import security_groups as sg
 from components.iam import protected_key
-from dlinfra.naming import Names
+from dlinfra.model.naming import Names
 
 BUCKETS = ("datasets", "checkpoints", "results")
 NFS_PORT = 2049

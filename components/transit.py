@@ -9,7 +9,7 @@ from dataclasses import dataclass
 import pulumi
 import pulumi_aws as aws
 
-from dlinfra.naming import Names
+from dlinfra.model.naming import Names
 
 # Amazon-side ASNs AWS accepts for a transit gateway (private 16- and 32-bit ranges).
 _AMAZON_ASN_RANGES = ((64512, 65534), (4200000000, 4294967294))

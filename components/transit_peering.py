@@ -9,7 +9,7 @@ from dataclasses import dataclass
 import pulumi
 import pulumi_aws as aws
 
-from dlinfra.naming import Names, region_code
+from dlinfra.model.naming import Names, region_code
 
 
 @dataclass(frozen=True, kw_only=True)

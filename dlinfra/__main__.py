@@ -2,6 +2,6 @@
 
 import sys
 
-from dlinfra.cli import main
+from dlinfra.cli.main import main
 
 sys.exit(main())

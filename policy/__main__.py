@@ -14,8 +14,8 @@ if str(ROOT) not in sys.path:  # the rules read the address plan through dlinfra
 
 from pulumi_policy import EnforcementLevel, PolicyPack  # noqa: E402
 
-from dlinfra.checks.context import build_context  # noqa: E402
 from policy.dlinfra_policy import pack  # noqa: E402
+from policy.dlinfra_policy.context import build_context  # noqa: E402
 
 # The fleet and lock the stacks read; DLINFRA_FLEET / DLINFRA_LOCK override them like dlinfra:fleet/lock do.
 fleet = ROOT / os.environ.get("DLINFRA_FLEET", "fleet.yaml")

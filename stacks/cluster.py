@@ -9,9 +9,9 @@ import pulumi_aws as aws
 
 from components.cluster import Cluster, ClusterArgs
 from components.hybrid import HybridNodes, HybridNodesArgs
-from dlinfra import instances
-from dlinfra import sites as site_networks
 from dlinfra.errors import DlinfraError
+from dlinfra.model import instances
+from dlinfra.ops import sites as site_networks
 from stacks.program import StackContext
 
 

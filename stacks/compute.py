@@ -6,8 +6,9 @@ import pulumi
 
 from components.cluster import Cluster
 from components.nodepool import NodePool, NodePoolArgs
-from dlinfra import dns, images, sites
 from dlinfra.errors import DlinfraError
+from dlinfra.model import dns, images
+from dlinfra.ops import sites
 from stacks.program import StackContext
 
 DEFAULT_MANIFEST = "images/manifest.example.json"

@@ -7,7 +7,7 @@ import itertools
 import pulumi
 
 from components.transit_peering import PeerSide, TransitPeering, TransitPeeringArgs
-from dlinfra import sites
+from dlinfra.ops import sites
 from stacks.program import StackContext, aws_provider, stack_reference
 
 

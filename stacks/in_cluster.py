@@ -16,7 +16,7 @@ import pulumi_kubernetes as k8s
 from components.cluster import kubeconfig_json
 from components.platform import Platform, platform_args_from_fleet
 from components.platform_values import multikueue_kubeconfig
-from dlinfra.stackroles import K8S_SUFFIX
+from dlinfra.model.stackroles import K8S_SUFFIX
 from stacks.program import StackContext, stack_reference
 
 

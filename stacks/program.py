@@ -8,10 +8,10 @@ from pathlib import Path
 import pulumi
 import pulumi_aws as aws
 
-from dlinfra import eks, kueue, planner, stackroles
 from dlinfra.errors import DlinfraError, StackNameError
-from dlinfra.fleet import Fleet, load_fleet, version_lifecycle
-from dlinfra.naming import Names
+from dlinfra.model import eks, kueue, planner, stackroles
+from dlinfra.model.fleet import Fleet, load_fleet, version_lifecycle
+from dlinfra.model.naming import Names
 
 
 @dataclass(frozen=True)

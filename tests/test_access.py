@@ -10,9 +10,10 @@ from typing import Any
 
 import pytest
 
-from dlinfra import access, cli
 from dlinfra.checks.plans import Plan
-from dlinfra.fleet import Fleet
+from dlinfra.cli import main as cli
+from dlinfra.model.fleet import Fleet
+from dlinfra.review import access
 from tests.conftest import REFERENCE_FLEET, ROOT
 
 PROD_CLUSTERS = {"dlinfra-prod-usw2-eks", "dlinfra-prod-use1-eks", "dlinfra-prod-euw1-eks"}

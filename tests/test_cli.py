@@ -9,7 +9,8 @@ from typing import Any
 
 import pytest
 
-from dlinfra import cli, planner
+from dlinfra.cli import main as cli
+from dlinfra.model import planner
 from tests.conftest import REFERENCE_FLEET, REFERENCE_LOCK, ROOT
 
 

@@ -17,7 +17,9 @@ from typing import Any
 import pytest
 from rich.console import Console
 
-from dlinfra import cli, cli_doctor, planner
+from dlinfra.cli import doctor as cli_doctor
+from dlinfra.cli import main as cli
+from dlinfra.model import planner
 from tests.conftest import REFERENCE_FLEET
 
 

@@ -10,7 +10,9 @@ from typing import Any
 
 import pytest
 
-from dlinfra import cli, cost, stackroles
+from dlinfra.cli import main as cli
+from dlinfra.model import stackroles
+from dlinfra.review import cost
 from tests.components import _reference
 from tests.conftest import REFERENCE_FLEET
 

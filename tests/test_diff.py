@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
-from dlinfra import diff
-from dlinfra.fleet import load_fleet
+from dlinfra.model.fleet import load_fleet
+from dlinfra.review import diff
 from tests.conftest import REFERENCE_FLEET, REFERENCE_LOCK, ROOT
 
 STACK = "prod-us-west-2"
@@ -374,7 +374,7 @@ def test_a_replaced_subnet_drags_what_holds_it_along() -> None:
 
 
 def test_raising_a_pool_max_shows_the_cost_change() -> None:
-    from dlinfra import cost
+    from dlinfra.review import cost
 
     base, _ = _reference_sets()
     raised = copy.deepcopy(dict(base.plans))

@@ -16,8 +16,9 @@ from typing import Any
 import pytest
 import yaml
 
-from dlinfra import cost, diff, stackroles
-from dlinfra.fleet import load_fleet
+from dlinfra.model import stackroles
+from dlinfra.model.fleet import load_fleet
+from dlinfra.review import cost, diff
 from tests.components import _reference as reference
 from tests.conftest import REFERENCE_FLEET, REFERENCE_LOCK, ROOT
 

@@ -10,9 +10,10 @@ from typing import Any
 import pytest
 
 from components import platform_values as pv
-from dlinfra import cli, eks
+from dlinfra.cli import main as cli
 from dlinfra.errors import FleetError
-from dlinfra.fleet import load_fleet, version_lifecycle
+from dlinfra.model import eks
+from dlinfra.model.fleet import load_fleet, version_lifecycle
 
 D = datetime.date
 

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from dlinfra.errors import FleetError
-from dlinfra.fleet import load_fleet
+from dlinfra.model.fleet import load_fleet
 from tests.conftest import REFERENCE_FLEET
 
 
@@ -517,7 +517,7 @@ def test_set_like_lists_load_in_one_order(write_fleet: Callable[..., Path]) -> N
 def test_the_repositorys_own_fleet_validates() -> None:
     # Every other test reads the frozen fixture; this one follows whatever fleet.yaml the lab keeps, so an edit
     # that breaks it fails here, and only here.
-    from dlinfra import planner
+    from dlinfra.model import planner
     from tests.conftest import ROOT
 
     loaded = load_fleet(ROOT / "fleet.yaml")
@@ -529,7 +529,7 @@ def test_the_repositorys_own_fleet_validates() -> None:
 def test_validate_and_cidr_update_refuse_and_write_nothing(
     write_fleet: Callable[..., Path], capsys: pytest.CaptureFixture[str], change: Any, key: str, message: str
 ) -> None:
-    from dlinfra import cli
+    from dlinfra.cli import main as cli
 
     path = write_fleet(change, lock=False)  # no lock: `cidr --update` would write one if it got that far
     before = sorted(p.name for p in path.parent.iterdir())
@@ -545,7 +545,7 @@ def test_validate_and_cidr_update_refuse_and_write_nothing(
 def test_user_text_is_never_terminal_markup(
     write_fleet: Callable[..., Path], capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from dlinfra import cli
+    from dlinfra.cli import main as cli
 
     path = write_fleet(_set("environments.prod.node_pools.cpu.labels", {"[bold]tier[/bold]": "x"}))
     assert cli.main(["validate", "--fleet", str(path)]) == cli.EXIT_BAD_INPUT
@@ -576,7 +576,7 @@ def test_every_label_dlinfra_sets_is_refused_in_the_fleet() -> None:
 
     from components import nodepool
     from components import platform_values as pv
-    from dlinfra.fleet import OWN_LABELS
+    from dlinfra.model.fleet import OWN_LABELS
     from dlinfra.render import nodeadm
 
     literal_keys = set(re.findall(r'"([a-z0-9.-]+\.[a-z]+/[a-z0-9.-]+)"', inspect.getsource(nodepool.node_labels)))

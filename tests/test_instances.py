@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from dlinfra import instances
-from dlinfra.instances import InstanceTableError, InstanceType, UnknownInstanceType
+from dlinfra.model import instances
+from dlinfra.model.instances import InstanceTableError, InstanceType, UnknownInstanceType
 from tests.conftest import ROOT
 
 # (name, vcpus, memory_gib, gpus, gpu_model, gpu_memory_gib, efa_interfaces, network_cards, nvswitch)

@@ -11,9 +11,9 @@ from typing import Any
 import pytest
 import yaml
 
-from dlinfra import kueue
 from dlinfra.errors import DlinfraError
-from dlinfra.fleet import Fleet, load_fleet
+from dlinfra.model import kueue
+from dlinfra.model.fleet import Fleet, load_fleet
 from tests.conftest import REFERENCE_FLEET
 
 

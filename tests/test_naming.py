@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from dlinfra.naming import Names, region_code
+from dlinfra.model.naming import Names, region_code
 
 
 @pytest.mark.parametrize(

@@ -17,8 +17,8 @@ import yaml
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
-from dlinfra import stackroles
-from dlinfra.fleet import load_fleet
+from dlinfra.model import stackroles
+from dlinfra.model.fleet import load_fleet
 from dlinfra.offline import engine
 from tests.components import _reference
 from tests.conftest import REFERENCE_FLEET, REFERENCE_LOCK, ROOT

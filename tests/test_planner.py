@@ -12,9 +12,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from dlinfra import planner
 from dlinfra.errors import DlinfraError, LockError
-from dlinfra.fleet import Fleet, LoadedFleet, load_fleet
+from dlinfra.model import planner
+from dlinfra.model.fleet import Fleet, LoadedFleet, load_fleet
 from tests.conftest import REFERENCE_FLEET, REFERENCE_LOCK
 
 Net = ipaddress.IPv4Network

@@ -20,8 +20,9 @@ from moto.autoscaling.exceptions import AutoscalingClientError, ValidationError
 from moto.autoscaling.responses import AutoScalingResponse
 from moto.core.responses import ActionResult
 
-from dlinfra import cli, pools
-from dlinfra.naming import Names
+from dlinfra.cli import main as cli
+from dlinfra.model.naming import Names
+from dlinfra.ops import pools
 from tests.conftest import REFERENCE_FLEET
 
 REGION = "us-west-2"

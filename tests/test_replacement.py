@@ -12,7 +12,8 @@ from typing import Any
 import pulumi
 import pytest
 
-from dlinfra import diff, replacement
+from dlinfra.model import replacement
+from dlinfra.review import diff
 from tests.components import _reference as reference
 from tests.conftest import ROOT
 

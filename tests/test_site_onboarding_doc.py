@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from dlinfra import sites
+from dlinfra.ops import sites
 from tests.components import _reference as reference
 from tests.conftest import REFERENCE_FLEET, REFERENCE_LOCK, ROOT
 

@@ -16,10 +16,12 @@ from typing import Any
 import pytest
 import yaml
 
-from dlinfra import cli_network, planner, sites, stackroles
+from dlinfra.cli import network as cli_network
 from dlinfra.errors import DlinfraError
-from dlinfra.fleet import load_fleet
+from dlinfra.model import planner, stackroles
+from dlinfra.model.fleet import load_fleet
 from dlinfra.offline import engine
+from dlinfra.ops import sites
 from tests.components import _reference as reference
 from tests.conftest import REFERENCE_FLEET, REFERENCE_LOCK, ROOT
 

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from dlinfra.planner import load_lock
-from dlinfra.textcache import last_by_text
+from dlinfra.model.planner import load_lock
+from dlinfra.model.textcache import last_by_text
 from tests.conftest import REFERENCE_LOCK
 
 

@@ -33,9 +33,9 @@ from moto.autoscaling.responses import AutoScalingResponse
 from moto.core.responses import ActionResult
 from moto.ec2.responses.instances import InstanceResponse
 
-from dlinfra import cli
-from dlinfra import what_happened as wh
+from dlinfra.cli import main as cli
 from dlinfra.errors import DlinfraError
+from dlinfra.ops import what_happened as wh
 
 FIXTURES = Path(__file__).parent / "fixtures" / "what_happened"
 REGION = "us-west-2"

@@ -126,7 +126,8 @@ def refuse_stale(plans: Sequence[Plan], *, root: Path, fleet: Path, lock: Path) 
 
     Plans record their inputs' hashes (dlinfra.provenance); one without a record was made by an older dlinfra.
     """
-    from dlinfra import images, provenance
+    from dlinfra.model import images
+    from dlinfra.offline import provenance
 
     now: dict[Path, provenance.Provenance] = {}
     for plan in plans:

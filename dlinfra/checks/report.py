@@ -40,7 +40,7 @@ def print_summary(run: CheckRun, console: Console) -> None:
             )
         console.print(table)
     if run.reach is not None:
-        from dlinfra.cli_checks import print_reach
+        from dlinfra.cli.checks import print_reach
 
         print_reach({**run.reach, "failures": []}, console)
     shown = [f for f in run.findings if f.level != "skipped"]

@@ -30,9 +30,9 @@ from pulumi.runtime.proto import resource_pb2
 from pulumi.runtime.sync_await import _sync_await
 
 from dlinfra.errors import DlinfraError
+from dlinfra.model.stackroles import StackRole
 from dlinfra.offline import quiescence, schema
 from dlinfra.offline.cloud import FakeCloud
-from dlinfra.stackroles import StackRole
 
 PLAN_SCHEMA = "dlinfra.plan/v1"
 MASK = "[secret]"
@@ -523,7 +523,7 @@ def preload_sdk_modules() -> list[str]:
     second: done before forking, the worker processes share it instead of each importing it again. The modules are
     those of the types in the replacement table.
     """
-    from dlinfra import replacement
+    from dlinfra.model import replacement
 
     classes = (sdk_class(token) for token in replacement.table().rules)
     return sorted({cls.__module__.rpartition(".")[0] for cls in classes if cls is not None})

@@ -20,7 +20,7 @@ from typing import Any, Final
 
 import jinja2
 
-from dlinfra import hybrid_routing
+from dlinfra.model import hybrid_routing
 
 __all__ = [
     "AWS_DPD_TIMEOUT_ACTION",

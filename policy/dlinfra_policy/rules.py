@@ -19,8 +19,8 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, Literal, NamedTuple
 
-from dlinfra.fleet import DRAIN_TAINT_KEYS
-from dlinfra.naming import STANDARD_TAG_KEYS
+from dlinfra.model.fleet import DRAIN_TAINT_KEYS
+from dlinfra.model.naming import STANDARD_TAG_KEYS
 
 Level = Literal["mandatory", "advisory"]
 
@@ -974,7 +974,7 @@ def _eks_lifecycle(resource: Resource, ctx: Context) -> tuple[str, Any] | None:
 
     The Lifecycle is None when the support type is not set: there is no support end to measure against then.
     """
-    from dlinfra import eks  # the support dates are data of the planning core
+    from dlinfra.model import eks  # the support dates are data of the planning core
 
     if resource.type != EKS_CLUSTER:
         return None

@@ -10,8 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from dlinfra.checks import checkov, context, plans, report, runner, skips
+from dlinfra.checks import checkov, plans, report, runner, skips
 from dlinfra.offline import engine
+from policy.dlinfra_policy import context
 from tests.components import _reference as reference
 from tests.conftest import REFERENCE_FLEET, REFERENCE_LOCK, ROOT
 

@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from dlinfra import cli_checks
 from dlinfra.checks import checkov
+from dlinfra.cli import checks as cli_checks
 from dlinfra.errors import DlinfraError
 from tests.conftest import REFERENCE_FLEET, ROOT
 
@@ -142,8 +142,8 @@ def test_plans_of_a_changed_fleet_or_lock_are_refused_naming_the_input(tmp_path:
 
 
 def test_plans_of_changed_code_are_refused(tmp_path: Path) -> None:
-    from dlinfra import provenance
     from dlinfra.checks import plans
+    from dlinfra.offline import provenance
 
     folder = _fresh_plan_dir(tmp_path)
     plan = plans.load_plan(folder / "prod-us-west-2.json")

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from dlinfra import cli
 from dlinfra.checks import checkov
+from dlinfra.cli import main as cli
 from dlinfra.offline import engine
 from tests.components import _reference as reference
 from tests.conftest import REFERENCE_FLEET, ROOT

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from dlinfra.chefcheck import Finding, check
+from dlinfra.checks.chef import Finding, check
 
 CHEF = Path(__file__).resolve().parents[2] / "chef"
 

@@ -15,7 +15,8 @@ from typing import Any
 import pytest
 import yaml
 
-from dlinfra import chefcheck, instances
+from dlinfra.checks import chef as chefcheck
+from dlinfra.model import instances
 from tests.conftest import REFERENCE_FLEET
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -381,7 +382,7 @@ def test_gateway_installs_the_xfrm_script_where_charons_updown_calls_it() -> Non
 
 
 def test_gateway_attributes_point_at_every_file_site_render_writes() -> None:
-    from dlinfra import sites
+    from dlinfra.ops import sites
 
     attributes = (GATEWAY / "attributes" / "default.rb").read_text()
     defaults = dict(re.findall(r"^default\['dlinfra_gateway'\]\['(\w+)'\] = '([^']*)'$", attributes, re.M))

@@ -5,8 +5,8 @@ from __future__ import annotations
 import functools
 from typing import Any
 
-from dlinfra import planner, stackroles
-from dlinfra.fleet import Fleet, load_fleet
+from dlinfra.model import planner, stackroles
+from dlinfra.model.fleet import Fleet, load_fleet
 from dlinfra.offline import engine
 from tests.conftest import REFERENCE_FLEET, REFERENCE_LOCK, ROOT
 
@@ -72,7 +72,7 @@ def plain(value: Any) -> Any:
 @functools.cache
 def provenance() -> dict[str, str]:
     """What `dlinfra preview` records for the fixture fleet, lock and the example images manifest."""
-    from dlinfra import images
-    from dlinfra import provenance as made_from
+    from dlinfra.model import images
+    from dlinfra.offline import provenance as made_from
 
     return made_from.current(ROOT, REFERENCE_FLEET, REFERENCE_LOCK, ROOT / images.EXAMPLE_MANIFEST).to_json()

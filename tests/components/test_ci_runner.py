@@ -7,8 +7,8 @@ import json
 import pytest
 
 from components.ci_runner import CiRunnerArgs
-from dlinfra import stackroles
-from dlinfra.naming import Names
+from dlinfra.model import stackroles
+from dlinfra.model.naming import Names
 from tests.components._reference import REGIONAL, env_region, fleet, named, of_type, runs
 
 PROJECT = "aws:codebuild/project:Project"

@@ -14,9 +14,9 @@ import pytest
 
 from components.client_vpn import ClientVpnArgs
 from components.lambdas import client_vpn_connect as connect
-from dlinfra import sites
-from dlinfra.naming import Names
+from dlinfra.model.naming import Names
 from dlinfra.offline import engine, schema
+from dlinfra.ops import sites
 from tests.components._reference import REGIONAL, by_id, env_region, fleet, named, of_type, plain, plan, runs
 
 
@@ -166,7 +166,7 @@ def test_handler_reads_its_list_from_the_environment(monkeypatch: pytest.MonkeyP
 
 
 def test_removing_a_person_removes_them_from_the_handler(write_fleet: Any) -> None:
-    from dlinfra import stackroles
+    from dlinfra.model import stackroles
     from tests.conftest import ROOT
 
     path = write_fleet(lambda data: data["environments"]["staging"]["client_vpn"].update(users=["alice"]))

@@ -12,10 +12,10 @@ import kubernetes_validate
 import pytest
 
 from components.cluster import ClusterArgs
-from dlinfra import dns, eks, instances, planner, stackroles
 from dlinfra.errors import FleetError
-from dlinfra.fleet import load_fleet
-from dlinfra.naming import Names
+from dlinfra.model import dns, eks, instances, planner, stackroles
+from dlinfra.model.fleet import load_fleet
+from dlinfra.model.naming import Names
 from dlinfra.offline import engine
 from tests.conftest import REFERENCE_FLEET, REFERENCE_LOCK, ROOT
 

@@ -21,8 +21,8 @@ import yaml
 
 from components import nodepool
 from components import platform_values as pv
-from dlinfra import instances
-from dlinfra.naming import Names
+from dlinfra.model import instances
+from dlinfra.model.naming import Names
 from tests.components import _pod_security as pss
 from tests.components import _reference as ref
 from tests.conftest import ROOT

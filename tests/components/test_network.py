@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 
 from components.network import DEFAULT_INTERFACE_ENDPOINTS, NetworkArgs
-from dlinfra import planner
-from dlinfra.naming import Names
+from dlinfra.model import planner
+from dlinfra.model.naming import Names
 from tests.components._reference import REGIONAL, by_id, env_region, fleet, named, of_type, plan, runs
 
 NAT_COUNT = {"prod": 3, "staging": 1}

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from components import nodepool
-from dlinfra import dns, instances, planner, stackroles
-from dlinfra.fleet import load_fleet
+from dlinfra.model import dns, instances, planner, stackroles
+from dlinfra.model.fleet import load_fleet
 from dlinfra.offline import engine
 from tests.conftest import REFERENCE_FLEET, REFERENCE_LOCK, ROOT
 
@@ -195,7 +195,7 @@ def test_pool(pools: dict, stack: str, pool: str) -> None:
 
 
 def _code(region: str) -> str:
-    from dlinfra.naming import region_code
+    from dlinfra.model.naming import region_code
 
     return region_code(region)
 
@@ -227,7 +227,7 @@ def test_user_data_golden() -> None:
 
 
 def _names():  # type: ignore[no-untyped-def]
-    from dlinfra.naming import Names
+    from dlinfra.model.naming import Names
 
     return Names("dlinfra", "prod", "us-west-2")
 

@@ -30,11 +30,12 @@ from components.platform import (
     platform_args_from_fleet,
     team_group,
 )
-from dlinfra import dns, hybrid_routing, kueue, planner, sites, stackroles
 from dlinfra.errors import DlinfraError
-from dlinfra.fleet import Fleet, load_fleet
-from dlinfra.naming import Names
+from dlinfra.model import dns, hybrid_routing, kueue, planner, stackroles
+from dlinfra.model.fleet import Fleet, load_fleet
+from dlinfra.model.naming import Names
 from dlinfra.offline import engine, schema
+from dlinfra.ops import sites
 from dlinfra.render import nodeadm
 from tests.components import _reference as reference
 from tests.conftest import REFERENCE_FLEET, REFERENCE_LOCK, ROOT

@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 
 from components.storage import FsxArgs
-from dlinfra import stackroles
-from dlinfra.fleet import load_fleet
+from dlinfra.model import stackroles
+from dlinfra.model.fleet import load_fleet
 from dlinfra.offline import engine
 from tests.conftest import REFERENCE_FLEET, REFERENCE_LOCK, ROOT
 

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 import yaml
 
-from dlinfra.images import AmiManifest, ManifestError, ami_for, load_manifest, parse_manifest
+from dlinfra.model.images import AmiManifest, ManifestError, ami_for, load_manifest, parse_manifest
 from tests.conftest import REFERENCE_FLEET
 
 ROOT = Path(__file__).resolve().parents[2]

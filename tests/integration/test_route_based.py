@@ -24,7 +24,7 @@ from typing import Any, NoReturn
 
 import pytest
 
-from dlinfra import hybrid_routing
+from dlinfra.model import hybrid_routing
 from dlinfra.render import strongswan
 from tests.integration import aws_side
 from tests.integration.strongswan_lab import charon_conf, esp_states, is_up, parse_sas, private_run

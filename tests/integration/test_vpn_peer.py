@@ -30,7 +30,7 @@ from typing import NoReturn, TypeVar
 import pytest
 
 from components import platform_values as pv
-from dlinfra import hybrid_routing
+from dlinfra.model import hybrid_routing
 from dlinfra.render.strongswan import (
     XFRM_SCRIPT,
     SiteVpnView,

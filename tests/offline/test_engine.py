@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from dlinfra.model.stackroles import StackRole
 from dlinfra.offline import engine
-from dlinfra.stackroles import StackRole
 from tests.conftest import ROOT
 
 ROLE = StackRole("regional", "prod", "us-west-2")
@@ -197,7 +197,7 @@ box = Box("box")
 
 def test_moves_and_renames_recorded_so_the_diff_follows_them(tmp_path: Path) -> None:
     """Alias specs keep their parent (or noParent) next to a name: `dlinfra diff` rebuilds old URNs from them."""
-    from dlinfra import diff
+    from dlinfra.review import diff
 
     def run(resources: str) -> dict:
         (tmp_path / "v").mkdir(exist_ok=True)

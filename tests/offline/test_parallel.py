@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 
-from dlinfra import cli
+from dlinfra.cli import main as cli
+from dlinfra.model.stackroles import StackRole
 from dlinfra.offline import engine
-from dlinfra.stackroles import StackRole
 from tests.conftest import REFERENCE_FLEET, REFERENCE_LOCK
 
 WEST = StackRole("regional", "prod", "us-west-2")

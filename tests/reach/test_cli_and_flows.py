@@ -8,11 +8,12 @@ from typing import Any
 
 import pytest
 
-from dlinfra import cli, diff
 from dlinfra.checks import report, runner
+from dlinfra.checks.reach import check
+from dlinfra.checks.reach.check import summary_json
+from dlinfra.cli import main as cli
 from dlinfra.errors import DlinfraError
-from dlinfra.reach import check
-from dlinfra.reach.check import summary_json
+from dlinfra.review import diff
 from tests.components import _reference as reference
 from tests.conftest import REFERENCE_FLEET, REFERENCE_LOCK
 from tests.reach.test_reference import plans, without
@@ -157,9 +158,9 @@ def test_the_diff_shows_what_a_change_breaks() -> None:
 
 
 def test_access_lists_only_networks_the_model_proves() -> None:
-    from dlinfra import access
     from dlinfra.checks.plans import Plan
-    from dlinfra.reach.principals import model_reach
+    from dlinfra.review import access
+    from dlinfra.review.principals import model_reach
 
     mutated = plans()
     without("prod-us-west-2", "cluster-nodes-from-laptops")(mutated)

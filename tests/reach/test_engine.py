@@ -8,9 +8,9 @@ from typing import Any
 
 import pytest
 
-from dlinfra.reach import topology
-from dlinfra.reach.engine import AtSite, Endpoint, InVpc, OnClientVpn, OnInternet, evaluate
-from dlinfra.reach.topology import SiteSide, Topology
+from dlinfra.checks.reach import topology
+from dlinfra.checks.reach.engine import AtSite, Endpoint, InVpc, OnClientVpn, OnInternet, evaluate
+from dlinfra.checks.reach.topology import SiteSide, Topology
 
 N = ipaddress.IPv4Network
 A = ipaddress.IPv4Address

@@ -13,9 +13,9 @@ from typing import Any
 
 import pytest
 
-from dlinfra import planner
-from dlinfra.fleet import load_fleet
-from dlinfra.reach import check, intents, topology
+from dlinfra.checks.reach import check, intents, topology
+from dlinfra.model import planner
+from dlinfra.model.fleet import load_fleet
 from tests.components import _reference as reference
 from tests.conftest import REFERENCE_FLEET, REFERENCE_LOCK
 

@@ -8,9 +8,10 @@ from typing import Any
 
 import pytest
 
-from dlinfra import diff, planner, stackroles
-from dlinfra.fleet import load_fleet
+from dlinfra.model import planner, stackroles
+from dlinfra.model.fleet import load_fleet
 from dlinfra.offline import engine
+from dlinfra.review import diff
 from tests.components import _reference as reference
 from tests.conftest import REFERENCE_FLEET, REFERENCE_LOCK, ROOT
 

@@ -28,9 +28,9 @@ from typing import Any, Literal
 
 import yaml
 
-from dlinfra import replacement, stackroles
 from dlinfra.errors import DlinfraError
-from dlinfra.fleet import Fleet
+from dlinfra.model import replacement, stackroles
+from dlinfra.model.fleet import Fleet
 from policy.dlinfra_policy.rules import STATEFUL_TYPES
 
 Action = Literal["create", "update", "replace", "delete"]
@@ -995,14 +995,14 @@ def _plan_set(tree: Path, out: Path, fleet: Path, lock: Path, label: str) -> Pla
     }
     reach, reach_error = None, ""
     try:
-        from dlinfra.reach import check as reach_check
+        from dlinfra.checks.reach import check as reach_check
 
         reach = reach_check.summary_json(reach_check.analyse(tree / fleet, tree / lock, list(plans.values())))
     except DlinfraError as exc:
         reach_error = str(exc)
     estimate = None
     try:
-        from dlinfra import cost
+        from dlinfra.review import cost
 
         estimate = cost.estimate(plans.values()).to_json()
     except DlinfraError:

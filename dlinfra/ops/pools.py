@@ -20,9 +20,10 @@ from typing import Any
 
 from rich.console import Console
 
-from dlinfra import sites, stackroles
 from dlinfra.errors import DlinfraError
-from dlinfra.fleet import Fleet, NodePool, load_fleet
+from dlinfra.model import stackroles
+from dlinfra.model.fleet import Fleet, NodePool, load_fleet
+from dlinfra.ops import sites
 
 TERMINATING = "autoscaling:EC2_INSTANCE_TERMINATING"
 # Terminal states of an instance refresh (DescribeInstanceRefreshes); anything else is still moving.

@@ -15,13 +15,23 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from dlinfra import sites as site_plan
+from dlinfra.checks.reach import topology
+from dlinfra.checks.reach.engine import (
+    AtSite,
+    Endpoint,
+    InVpc,
+    OnClientVpn,
+    OnInternet,
+    Protocol,
+    Verdict,
+    evaluate,
+    host,
+)
+from dlinfra.checks.reach.topology import Place, SiteSide, Topology
 from dlinfra.errors import DlinfraError
-from dlinfra.fleet import Fleet, parse_yaml
-from dlinfra.planner import Plan as AddressPlan
-from dlinfra.reach import topology
-from dlinfra.reach.engine import AtSite, Endpoint, InVpc, OnClientVpn, OnInternet, Protocol, Verdict, evaluate, host
-from dlinfra.reach.topology import Place, SiteSide, Topology
+from dlinfra.model.fleet import Fleet, parse_yaml
+from dlinfra.model.planner import Plan as AddressPlan
+from dlinfra.ops import sites as site_plan
 
 Expect = Literal["allow", "deny"]
 SITE_LABEL = "dlinfra.io/site"

@@ -17,9 +17,10 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from dlinfra import access, stackroles
 from dlinfra.errors import DlinfraError
-from dlinfra.fleet import load_fleet
+from dlinfra.model import stackroles
+from dlinfra.model.fleet import load_fleet
+from dlinfra.review import access
 
 Handler = Callable[[argparse.Namespace], int]
 
@@ -71,14 +72,14 @@ def cmd_access(args: argparse.Namespace) -> int:
         )
     stacks = [r.name for r in stackroles.roles(fleet) if args.env is None or r.environment == args.env]
     plans = access.load_plans(args.plans, stacks)
-    from dlinfra.cli_checks import refuse_stale_plans
+    from dlinfra.cli.checks import refuse_stale_plans
 
     stale_note = refuse_stale_plans(args, plans)
     if stale_note:
         Console(stderr=True).print(f"note: {stale_note}", markup=False)
     # Networks as the reachability model proves them hop by hop (docs/reachability.md).
-    from dlinfra.reach import check as reach_check
-    from dlinfra.reach.principals import model_reach
+    from dlinfra.checks.reach import check as reach_check
+    from dlinfra.review.principals import model_reach
 
     lock = args.lock if args.lock is not None else Path(args.fleet).parent / "cidr-lock.yaml"
     _loaded, address_plan, topo = reach_check.model(Path(args.fleet), lock, [p.data for p in plans])

@@ -9,9 +9,9 @@ import functools
 import importlib
 from pathlib import Path
 
-from dlinfra import instances, planner, stackroles
 from dlinfra.errors import DlinfraError
-from dlinfra.fleet import load_fleet
+from dlinfra.model import instances, planner, stackroles
+from dlinfra.model.fleet import load_fleet
 from policy.dlinfra_policy import rules
 
 # Kinds that live inside another block (subnets in their VPC) or outside the RFC 1918 plan (tunnel /30s).

@@ -6,10 +6,10 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from dlinfra import planner
-from dlinfra.fleet import LoadedFleet, load_fleet
-from dlinfra.reach import intents, topology
-from dlinfra.reach.intents import ReachResult
+from dlinfra.checks.reach import intents, topology
+from dlinfra.checks.reach.intents import ReachResult
+from dlinfra.model import planner
+from dlinfra.model.fleet import LoadedFleet, load_fleet
 
 FLOWS_FILE = "flows.yaml"  # beside the fleet file; optional
 

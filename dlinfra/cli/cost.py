@@ -17,8 +17,9 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from dlinfra import access, cost, stackroles
-from dlinfra.fleet import load_fleet
+from dlinfra.model import stackroles
+from dlinfra.model.fleet import load_fleet
+from dlinfra.review import access, cost
 
 Handler = Callable[[argparse.Namespace], int]
 
@@ -51,7 +52,7 @@ def cmd_cost(args: argparse.Namespace) -> int:
     fleet = load_fleet(args.fleet).fleet
     stacks = [r.name for r in stackroles.roles(fleet)]
     plans = access.load_plans(args.plans, stacks)
-    from dlinfra.cli_checks import refuse_stale_plans
+    from dlinfra.cli.checks import refuse_stale_plans
 
     stale_note = refuse_stale_plans(args, plans)
     if stale_note:

@@ -28,7 +28,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from dlinfra.reach.topology import Addr, Attachment, Net, Resource, Route, SgRule, Topology
+from dlinfra.checks.reach.topology import Addr, Attachment, Net, Resource, Route, SgRule, Topology
 
 Protocol = Literal["tcp", "udp", "icmp"]
 EPHEMERAL_PORT = 49152  # a reply's destination port, for stateless ACLs

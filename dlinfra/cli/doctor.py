@@ -20,7 +20,8 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-ROOT = Path(__file__).resolve().parent.parent  # the project: .venv-checkov lives here
+from dlinfra import PROJECT_ROOT as ROOT
+
 # Libraries every dlinfra command needs (requirements.txt); one missing means the install is broken.
 REQUIRED = ("pulumi", "pulumi_aws", "pydantic", "ruamel.yaml", "jinja2", "rich", "boto3")
 TIMEOUT = 5.0  # seconds for any one probe (a `--version` call, the STS request)

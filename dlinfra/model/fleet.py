@@ -21,10 +21,10 @@ from ruamel.yaml import YAML
 from ruamel.yaml.comments import CommentedMap, CommentedSeq
 from ruamel.yaml.error import MarkedYAMLError
 
-from dlinfra import eks
 from dlinfra.errors import FleetError
-from dlinfra.naming import STANDARD_TAG_KEYS
-from dlinfra.textcache import last_by_text
+from dlinfra.model import eks
+from dlinfra.model.naming import STANDARD_TAG_KEYS
+from dlinfra.model.textcache import last_by_text
 
 Name = Annotated[str, Field(pattern=r"^[a-z][a-z0-9-]{0,22}[a-z0-9]$")]
 """Lower-case DNS-label-like name used in logical and physical names (2 to 24 characters)."""
@@ -644,7 +644,7 @@ class Fleet(Strict):
         A pool lists types by preference; where the first is not sold (p5 and g6 are not in eu-west-1), the
         region's launch template takes the first one that is. Validation refuses a pool left with none.
         """
-        from dlinfra import instances
+        from dlinfra.model import instances
 
         pool = self.environments[env].node_pools[pool_name]
         if region in pool.capacity_reservations:  # reserved capacity is there whatever the on-demand lists say
@@ -884,7 +884,7 @@ def _pool_checks(fleet: Fleet, env_name: str, env: Environment) -> Iterator[Flee
 
 def _instance_checks(key: str, pool: NodePool) -> Iterator[FleetError]:
     """Instance types exist, match the pool's kind, and support EFA when the pool asks for it."""
-    from dlinfra import instances  # the table is only read when a fleet has pools
+    from dlinfra.model import instances  # the table is only read when a fleet has pools
 
     for i, name in enumerate(pool.instance_types):
         where = f"{key}.instance_types[{i}]"
@@ -905,7 +905,7 @@ def _instance_checks(key: str, pool: NodePool) -> Iterator[FleetError]:
 
 def _offering_checks(key: str, pool: NodePool, regions: Sequence[str]) -> Iterator[FleetError]:
     """In every region a pool runs in, at least one of its types is sold there."""
-    from dlinfra import instances
+    from dlinfra.model import instances
 
     try:
         specs = [instances.lookup(t) for t in pool.instance_types]
@@ -996,7 +996,7 @@ def validate_data(data: Any, path: Path) -> Fleet:
     naming the file, line, key and value: every command refuses a fleet in the same words."""
     if not isinstance(data, Mapping):
         raise FleetError("the top level must be a mapping (project, regions, environments, ...)", file=str(path))
-    from dlinfra import kueue  # it plans from the models defined here
+    from dlinfra.model import kueue  # it plans from the models defined here
 
     try:
         fleet = Fleet.model_validate(data)

@@ -16,7 +16,7 @@ from datetime import datetime
 from functools import partial
 from typing import Any
 
-from dlinfra import what_happened as wh
+from dlinfra.ops import what_happened as wh
 
 K8S_TIMEOUT = 10  # seconds per Kubernetes request
 EVENT_PAGE = 500  # events per page when scanning for a node's pod events

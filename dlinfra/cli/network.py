@@ -19,12 +19,12 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from dlinfra import planner, sites, stackroles
+from dlinfra import PROJECT_ROOT as ROOT
 from dlinfra.errors import DlinfraError
-from dlinfra.fleet import Fleet, load_fleet
+from dlinfra.model import planner, stackroles
+from dlinfra.model.fleet import Fleet, load_fleet
+from dlinfra.ops import sites
 from dlinfra.render.openvpn import ClientVpnProfile, render_ovpn
-
-ROOT = Path(__file__).resolve().parent.parent  # the project: stacks/ and components/, for --offline runs
 
 out = Console(highlight=False, soft_wrap=True)
 err = Console(stderr=True, highlight=False, soft_wrap=True)

@@ -16,8 +16,8 @@ from typing import Any
 
 from ruamel.yaml import YAML
 
-from dlinfra import eks
 from dlinfra.errors import DlinfraError
+from dlinfra.model import eks
 
 PRICES_FILE = "data/prices.yaml"
 

@@ -16,9 +16,9 @@ from typing import Any
 
 from rich.console import Console
 
-from dlinfra import what_happened as wh
-from dlinfra import what_happened_sources as sources
 from dlinfra.errors import DlinfraError
+from dlinfra.ops import what_happened as wh
+from dlinfra.ops import what_happened_sources as sources
 
 Handler = Callable[[argparse.Namespace], int]
 DEFAULT_SINCE = "7d"  # long enough for a maintenance notice (usually days ahead) and what followed it
@@ -111,7 +111,7 @@ def _from_stack(args: argparse.Namespace) -> tuple[str | None, str | None, tuple
     (termination_queue_url, region, node_pools). Outputs that cannot be read are reported like any source."""
     if not args.stack:
         return args.queue_url, args.region, (), None
-    from dlinfra.pools import stack_outputs
+    from dlinfra.ops.pools import stack_outputs
 
     try:
         outputs, origin = stack_outputs(args.stack, args.outputs)

@@ -18,8 +18,8 @@ from pathlib import Path
 from typing import Literal
 
 from dlinfra.errors import DlinfraError, LockError
-from dlinfra.fleet import Fleet, LoadedFleet, is_rfc1918, parse_yaml
-from dlinfra.textcache import last_by_text
+from dlinfra.model.fleet import Fleet, LoadedFleet, is_rfc1918, parse_yaml
+from dlinfra.model.textcache import last_by_text
 
 Net = ipaddress.IPv4Network
 Kind = Literal["vpc", "subnet", "client_vpn", "service", "site_lan", "hybrid_pods", "tunnel"]

@@ -10,13 +10,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from dlinfra import planner
-from dlinfra import sites as site_plan
-from dlinfra.access import NetworkAccess, Principal, Reach
-from dlinfra.fleet import Fleet
-from dlinfra.reach.engine import Endpoint, OnClientVpn, evaluate
-from dlinfra.reach.intents import place_endpoints, site_endpoint
-from dlinfra.reach.topology import Topology
+from dlinfra.checks.reach.engine import Endpoint, OnClientVpn, evaluate
+from dlinfra.checks.reach.intents import place_endpoints, site_endpoint
+from dlinfra.checks.reach.topology import Topology
+from dlinfra.model import planner
+from dlinfra.model.fleet import Fleet
+from dlinfra.ops import sites as site_plan
+from dlinfra.review.access import NetworkAccess, Principal, Reach
 
 PORT = 443  # the probe: HTTPS, which every named network serves somewhere
 

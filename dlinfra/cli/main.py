@@ -24,24 +24,19 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn
 from rich.table import Table
 from rich.text import Text
 
-from dlinfra import (
-    cli_access,
-    cli_checks,
-    cli_cost,
-    cli_doctor,
-    cli_network,
-    cli_what_happened,
-    eks,
-    kueue,
-    planner,
-    pools,
-    stackroles,
-)
+from dlinfra import PROJECT_ROOT as ROOT
+from dlinfra.cli import access as cli_access
+from dlinfra.cli import checks as cli_checks
+from dlinfra.cli import cost as cli_cost
+from dlinfra.cli import doctor as cli_doctor
+from dlinfra.cli import network as cli_network
+from dlinfra.cli import what_happened as cli_what_happened
 from dlinfra.errors import DlinfraError
-from dlinfra.fleet import LoadedFleet, load_fleet, version_lifecycle
-from dlinfra.sites import SECRET_PLACEHOLDER
+from dlinfra.model import eks, kueue, planner, stackroles
+from dlinfra.model.fleet import LoadedFleet, load_fleet, version_lifecycle
+from dlinfra.ops import pools
+from dlinfra.ops.sites import SECRET_PLACEHOLDER
 
-ROOT = Path(__file__).resolve().parent.parent  # the project: Pulumi.yaml, stacks/, components/
 EXIT_BAD_INPUT = 2
 
 out = Console(highlight=False, soft_wrap=True)
@@ -372,7 +367,8 @@ def cmd_preview(args: argparse.Namespace) -> int:
     config = {"dlinfra:fleet": str(args.fleet.resolve()), "dlinfra:lock": str(lock_path.resolve())}
     if args.images_manifest is not None:
         config["dlinfra:images_manifest"] = str(args.images_manifest.resolve())
-    from dlinfra import images, provenance
+    from dlinfra.model import images
+    from dlinfra.offline import provenance
 
     manifest = args.images_manifest if args.images_manifest is not None else ROOT / images.EXAMPLE_MANIFEST
     made_from = provenance.current(ROOT, args.fleet, lock_path, manifest).to_json()

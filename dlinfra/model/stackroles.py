@@ -13,8 +13,8 @@ from dataclasses import dataclass
 from typing import Literal
 
 from dlinfra.errors import StackNameError
-from dlinfra.fleet import Fleet
-from dlinfra.naming import Names
+from dlinfra.model.fleet import Fleet
+from dlinfra.model.naming import Names
 
 K8S_SUFFIX = "k8s"
 RUNNER_COMPONENT = "ci-runner"  # the in-VPC runner's CodeBuild project: Names.physical(RUNNER_COMPONENT)

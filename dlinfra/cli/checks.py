@@ -16,11 +16,11 @@ from typing import Any
 
 from rich.console import Console
 
-from dlinfra import stackroles
+from dlinfra import PROJECT_ROOT as ROOT
 from dlinfra.errors import DlinfraError
-from dlinfra.fleet import load_fleet
+from dlinfra.model import stackroles
+from dlinfra.model.fleet import load_fleet
 
-ROOT = Path(__file__).resolve().parent.parent  # the project: .venv-checkov, components/, stacks/
 DEFAULT_SKIPS = Path("checkov-skips.yaml")
 
 Handler = Callable[[argparse.Namespace], int]
@@ -109,7 +109,8 @@ def refuse_stale_plans(args: argparse.Namespace, selected: list[Any]) -> str:
 
 def cmd_check(args: argparse.Namespace) -> int:
     """`dlinfra check`: exit 0 clean, 1 on blocking findings (bad input raises DlinfraError)."""
-    from dlinfra.checks import checkov, context, plans, report, runner, skips
+    from dlinfra.checks import checkov, plans, report, runner, skips
+    from policy.dlinfra_policy import context
 
     loaded = load_fleet(args.fleet)
     all_stacks = [r.name for r in stackroles.roles(loaded.fleet)]
@@ -142,7 +143,7 @@ def cmd_check(args: argparse.Namespace) -> int:
             "reachability not checked: it needs every stack's plan (dlinfra check --all, or dlinfra reach)"
         )
     else:
-        from dlinfra.reach import check as reach
+        from dlinfra.checks.reach import check as reach
 
         run.reach = reach.summary_json(reach.analyse(args.fleet, _lock(args), [p.data for p in selected], args.flows))
         run.findings.extend(runner.reach_findings(run.reach))
@@ -160,7 +161,7 @@ def cmd_check(args: argparse.Namespace) -> int:
 
 def cmd_diff(args: argparse.Namespace) -> int:
     """`dlinfra diff`: markdown of what the head revision changes against the base."""
-    from dlinfra import diff
+    from dlinfra.review import diff
 
     if args.fleet.is_absolute() or (args.lock is not None and args.lock.is_absolute()):
         raise DlinfraError("--fleet and --lock must be relative to the repository for diff (each revision has its own)")
@@ -184,7 +185,7 @@ def cmd_diff(args: argparse.Namespace) -> int:
 def cmd_reach(args: argparse.Namespace) -> int:
     """`dlinfra reach`: exit 0 when every intent holds, 1 when one does not (bad input raises DlinfraError)."""
     from dlinfra.checks import plans
-    from dlinfra.reach import check as reach
+    from dlinfra.checks.reach import check as reach
 
     loaded = load_fleet(args.fleet)
     all_stacks = [r.name for r in stackroles.roles(loaded.fleet)]

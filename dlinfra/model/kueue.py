@@ -21,9 +21,9 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Literal
 
-from dlinfra import instances
 from dlinfra.errors import FleetError
-from dlinfra.fleet import Fleet
+from dlinfra.model import instances
+from dlinfra.model.fleet import Fleet
 
 COHORT = "research"  # the one cohort every team's ClusterQueue joins
 GPU_RESOURCE = "nvidia.com/gpu"

@@ -20,9 +20,9 @@ from typing import Any, Final, Literal
 from ruamel.yaml import YAML
 from ruamel.yaml.comments import CommentedMap
 
-from dlinfra import planner
 from dlinfra.errors import DlinfraError
-from dlinfra.fleet import Fleet, LoadedFleet, Site, load_fleet, validate_data
+from dlinfra.model import planner
+from dlinfra.model.fleet import Fleet, LoadedFleet, Site, load_fleet, validate_data
 from dlinfra.render.nodeadm import HybridNodeView, render_node_config
 from dlinfra.render.strongswan import (
     FailoverBudget,
