@@ -1,6 +1,6 @@
 """Find order dependence: run every stack on a fleet and on shuffled copies of it, and print what changed.
 
-Each shuffle reorders every mapping and every list but the ordered ones (tests/test_order_independence.py
+Each shuffle reorders every mapping and every list but the ordered ones (tests/stacks/test_order_independence.py
 ORDERED; README, "Fleet reference"); the lock stays the same, so addresses do not move. Prints one line per
 changed input (stack, resource, path, before -> after) and per URN found in one run only; exits 1 if any.
 Useful on a fleet richer than the test fixture, where more lists have more than one entry.
@@ -28,7 +28,7 @@ from dlinfra.model import stackroles  # noqa: E402
 from dlinfra.model.fleet import load_fleet  # noqa: E402
 from dlinfra.offline import engine  # noqa: E402
 from tests.conftest import REFERENCE_FLEET, REFERENCE_LOCK, TEST_TODAY  # noqa: E402
-from tests.test_order_independence import permuted  # noqa: E402
+from tests.stacks.test_order_independence import permuted  # noqa: E402
 
 
 def inputs(fleet_path: Path, lock: Path) -> dict[str, dict[str, Any]]:

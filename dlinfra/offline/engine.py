@@ -498,7 +498,7 @@ def run_all(
 
 
 # The provider SDK packages of the resource types dlinfra declares (every one is in dlinfra/data/replacements.yaml,
-# which tests/test_replacement.py checks against the code).
+# which tests/model/test_replacement.py checks against the code).
 _SDK_PACKAGES = {"aws": "pulumi_aws", "kubernetes": "pulumi_kubernetes", "random": "pulumi_random", "tls": "pulumi_tls"}
 
 

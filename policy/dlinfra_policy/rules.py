@@ -667,7 +667,7 @@ def team_namespaces_pod_security(resource: Resource, ctx: Context) -> list[str]:
 
     Source: Kubernetes "Pod Security Admission" (the pod-security.kubernetes.io/enforce label; unset means
     privileged) and "Pod Security Standards" (baseline forbids privileged containers, host namespaces, hostPath
-    and added capabilities). Training pods that use EFA need none of those (tests/k8s/efa-training-pod.yaml).
+    and added capabilities). Training pods that use EFA need none of those (tests/fixtures/k8s/efa-training-pod.yaml).
     """
     if resource.type != K8S_NAMESPACE:
         return []

@@ -13,7 +13,7 @@ import pytest
 from dlinfra.checks import checkov, plans, report, runner, skips
 from dlinfra.offline import engine
 from policy.dlinfra_policy import context
-from tests.components import _reference as reference
+from tests import reference
 from tests.conftest import REFERENCE_FLEET, REFERENCE_LOCK, ROOT
 
 pytestmark = pytest.mark.checkov

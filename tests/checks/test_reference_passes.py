@@ -11,7 +11,7 @@ import pytest
 from dlinfra.checks import checkov
 from dlinfra.cli import main as cli
 from dlinfra.offline import engine
-from tests.components import _reference as reference
+from tests import reference
 from tests.conftest import REFERENCE_FLEET, ROOT
 
 

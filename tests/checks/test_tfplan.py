@@ -13,7 +13,7 @@ import pytest
 from dlinfra.checks import tfplan
 from dlinfra.checks.plans import load_plan
 from dlinfra.offline import engine
-from tests.components import _reference as reference
+from tests import reference
 
 HERE = Path(__file__).parent
 FIXTURE = HERE / "fixtures" / "test-us-west-2.json"

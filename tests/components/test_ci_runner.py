@@ -9,7 +9,7 @@ import pytest
 from components.ci_runner import CiRunnerArgs
 from dlinfra.model import stackroles
 from dlinfra.model.naming import Names
-from tests.components._reference import REGIONAL, env_region, fleet, named, of_type, runs
+from tests.reference import REGIONAL, env_region, fleet, named, of_type, runs
 
 PROJECT = "aws:codebuild/project:Project"
 

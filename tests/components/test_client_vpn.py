@@ -17,7 +17,7 @@ from components.lambdas import client_vpn_connect as connect
 from dlinfra.model.naming import Names
 from dlinfra.offline import engine, schema
 from dlinfra.ops import sites
-from tests.components._reference import REGIONAL, by_id, env_region, fleet, named, of_type, plain, plan, runs
+from tests.reference import REGIONAL, by_id, env_region, fleet, named, of_type, plain, plan, runs
 
 
 def _remote(env: str, region: str) -> dict[str, str]:

@@ -37,7 +37,7 @@ if parts.hybrid:
 FLEET = load_fleet(REFERENCE_FLEET).fleet
 PLAN = planner.plan(load_fleet(REFERENCE_FLEET), planner.load_lock(REFERENCE_LOCK))
 REGIONAL = [r.name for r in stackroles.roles(FLEET) if r.kind == "regional"]
-COREDNS_SCHEMA = Path(__file__).parent.parent / "k8s" / "eks-coredns-configuration.schema.json"
+COREDNS_SCHEMA = Path(__file__).parent.parent / "fixtures" / "k8s" / "eks-coredns-configuration.schema.json"
 
 
 @pytest.fixture(scope="module")

@@ -1,6 +1,6 @@
 """A training pod that requests EFA is admitted in a team namespace, and can land on an EFA pool.
 
-The pod (tests/k8s/efa-training-pod.yaml) is checked against the Pod Security level the declared team
+The pod (tests/fixtures/k8s/efa-training-pod.yaml) is checked against the Pod Security level the declared team
 namespaces enforce, with the Pod Security Standards checks of tests/components/_pod_security.py, and against
 the node image's arrangement that lets it go without IPC_LOCK: containerd, and so every container, runs with
 an unlimited memlock limit, under which EFA registers (pins) memory.
@@ -23,11 +23,11 @@ from components import nodepool
 from components import platform_values as pv
 from dlinfra.model import instances
 from dlinfra.model.naming import Names
+from tests import reference as ref
 from tests.components import _pod_security as pss
-from tests.components import _reference as ref
 from tests.conftest import ROOT
 
-POD = Path(__file__).parent.parent / "k8s" / "efa-training-pod.yaml"
+POD = Path(__file__).parent.parent / "fixtures" / "k8s" / "efa-training-pod.yaml"
 STACK = "prod-us-west-2"
 ENFORCE = "pod-security.kubernetes.io/enforce"
 EFA_CHEF = ROOT / "chef" / "cookbooks" / "dlinfra_efa"

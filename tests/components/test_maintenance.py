@@ -20,7 +20,7 @@ from moto.events.models import EventPattern
 
 from components import platform_values as pv
 from dlinfra.model.fleet import DRAIN_TAINT_KEYS
-from tests.components import _reference as reference
+from tests import reference
 
 SAMPLES = json.loads((Path(__file__).parents[1] / "fixtures" / "events" / "termination-handler.json").read_text())
 # NTH pkg/node/node.go, ScheduledMaintenanceTaint

@@ -12,7 +12,7 @@ import pytest
 from components.network import DEFAULT_INTERFACE_ENDPOINTS, NetworkArgs
 from dlinfra.model import planner
 from dlinfra.model.naming import Names
-from tests.components._reference import REGIONAL, by_id, env_region, fleet, named, of_type, plan, runs
+from tests.reference import REGIONAL, by_id, env_region, fleet, named, of_type, plan, runs
 
 NAT_COUNT = {"prod": 3, "staging": 1}
 

@@ -121,7 +121,7 @@ def test_pool(pools: dict, stack: str, pool: str) -> None:
     else:
         assert ingress == []
     # Declared without a cluster here, so only the pool's group; with one, the cluster's node group follows it
-    # (tests/reach: a denial names "pool-<p>-sg, cluster-nodes-sg").
+    # (tests/checks/reach: a denial names "pool-<p>-sg, cluster-nodes-sg").
     groups = lt.inputs.get("vpcSecurityGroupIds") or lt.inputs["networkInterfaces"][0]["securityGroups"]
     assert groups == [group.id]
     # Sizes, drain hook, refresh.

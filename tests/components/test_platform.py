@@ -2,7 +2,7 @@
 
 Until stacks/regional.py declares it, a small program builds it from the fleet with fake node pool outputs.
 Every Kubernetes object we write (not the Helm charts) is validated strictly against the cluster's version:
-core kinds with kubernetes-validate, Kueue kinds with tests/k8s/kueue.x-k8s.io-v1beta2.json.
+core kinds with kubernetes-validate, Kueue kinds with tests/fixtures/k8s/kueue.x-k8s.io-v1beta2.json.
 """
 
 from __future__ import annotations
@@ -37,12 +37,12 @@ from dlinfra.model.naming import Names
 from dlinfra.offline import engine, schema
 from dlinfra.ops import sites
 from dlinfra.render import nodeadm
-from tests.components import _reference as reference
+from tests import reference
 from tests.conftest import REFERENCE_FLEET, REFERENCE_LOCK, ROOT
 
 CONFIG = {"dlinfra:fleet": str(REFERENCE_FLEET), "dlinfra:lock": str(REFERENCE_LOCK)}
-KUEUE_SCHEMA = Path(__file__).parent.parent / "k8s" / "kueue.x-k8s.io-v1beta2.json"
-CILIUM_SCHEMA = Path(__file__).parent.parent / "k8s" / "cilium.io.json"
+KUEUE_SCHEMA = Path(__file__).parent.parent / "fixtures" / "k8s" / "kueue.x-k8s.io-v1beta2.json"
+CILIUM_SCHEMA = Path(__file__).parent.parent / "fixtures" / "k8s" / "cilium.io.json"
 RELEASE = "kubernetes:helm.sh/v3:Release"
 FS_ID, AP_ID = "fs-0123456789abcdef0", "fsap-0123456789abcdef0"
 ACCOUNT = "123456789012"

@@ -14,7 +14,7 @@ from dlinfra.model.naming import Names
 from dlinfra.offline import engine, schema
 from dlinfra.ops import sites
 from dlinfra.render import strongswan as ss
-from tests.components._reference import by_id, fleet, named, of_type, plain, plan, runs
+from tests.reference import by_id, fleet, named, of_type, plain, plan, runs
 
 # AWS: 8-64 characters of letters, digits, '.' and '_', not starting with '0'.
 AWS_PSK = re.compile(r"[A-Za-z1-9._][A-Za-z0-9._]{7,63}")

@@ -11,7 +11,7 @@ from components.transit import TransitHubArgs
 from components.transit_peering import PeerSide, TransitPeeringArgs
 from dlinfra.model.naming import Names
 from dlinfra.ops import sites
-from tests.components._reference import REGIONAL, by_id, env_region, fleet, named, of_type, plain, plan, runs
+from tests.reference import REGIONAL, by_id, env_region, fleet, named, of_type, plain, plan, runs
 
 
 @pytest.mark.parametrize("stack", REGIONAL)

@@ -12,7 +12,7 @@ from dlinfra.model import planner, stackroles
 from dlinfra.model.fleet import load_fleet
 from dlinfra.offline import engine
 from dlinfra.review import diff
-from tests.components import _reference as reference
+from tests import reference
 from tests.conftest import REFERENCE_FLEET, REFERENCE_LOCK, ROOT
 
 CONFIG = {"dlinfra:fleet": str(REFERENCE_FLEET), "dlinfra:lock": str(REFERENCE_LOCK)}

@@ -22,7 +22,7 @@ from dlinfra.model import planner, stackroles
 from dlinfra.model.fleet import load_fleet
 from dlinfra.offline import engine
 from dlinfra.ops import sites
-from tests.components import _reference as reference
+from tests import reference
 from tests.conftest import REFERENCE_FLEET, REFERENCE_LOCK, ROOT
 
 
@@ -496,7 +496,7 @@ def test_node_json_golden(usw2_outputs: dict[str, Any], site: str, tmp_path: Pat
     home = sites.stack_of(fleet, site)
     outputs = usw2_outputs if home == "prod-us-west-2" else reference.runs()[home].outputs
     rendered = sites.render_site(fleet, site, outputs, tmp_path, source="offline")
-    golden_dir = Path(__file__).parent / "render" / "golden"
+    golden_dir = Path(__file__).parent.parent / "render" / "golden"
     for role in ("node", "gpu-node"):
         text = rendered.files[role].read_text()
         golden = golden_dir / f"{site}-{rendered.files[role].name}"

@@ -13,7 +13,7 @@ import pytest
 from dlinfra.cli import main as cli
 from dlinfra.model import stackroles
 from dlinfra.review import cost
-from tests.components import _reference
+from tests import reference as _reference
 from tests.conftest import REFERENCE_FLEET
 
 ON = datetime.date(2026, 11, 22)  # the suite's pinned date: Kubernetes 1.33 is past standard support

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from dlinfra.ops import sites
-from tests.components import _reference as reference
+from tests import reference
 from tests.conftest import REFERENCE_FLEET, REFERENCE_LOCK, ROOT
 
 GUIDE = ROOT / sites.ONBOARDING_GUIDE

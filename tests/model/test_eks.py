@@ -77,7 +77,7 @@ def test_a_version_near_its_end_warns(
 
 
 def test_clusters_declare_the_fleets_upgrade_policy() -> None:
-    from tests.components._reference import runs
+    from tests.reference import runs
 
     for name, result in runs().items():
         for cluster in (r for r in result.resources if r.type == "aws:eks/cluster:Cluster"):

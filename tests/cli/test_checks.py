@@ -15,7 +15,7 @@ from dlinfra.cli import checks as cli_checks
 from dlinfra.errors import DlinfraError
 from tests.conftest import REFERENCE_FLEET, ROOT
 
-FIXTURE = Path(__file__).parent / "fixtures" / "test-us-west-2.json"
+FIXTURE = Path(__file__).parent.parent / "checks" / "fixtures" / "test-us-west-2.json"
 
 
 def _cli(*argv: str) -> int:
@@ -110,7 +110,7 @@ def test_a_scan_that_checked_nothing_fails_loudly(output: Any) -> None:
 # --- stale plans ------------------------------------------------------------------------------------------
 def _fresh_plan_dir(tmp_path: Path) -> Path:
     from dlinfra.offline import engine
-    from tests.components import _reference as reference
+    from tests import reference
 
     folder = tmp_path / "plans"
     engine.write_plan(reference.runs()["prod-us-west-2"], "dlinfra", folder, reference.provenance())

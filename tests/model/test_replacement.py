@@ -14,7 +14,7 @@ import pytest
 
 from dlinfra.model import replacement
 from dlinfra.review import diff
-from tests.components import _reference as reference
+from tests import reference
 from tests.conftest import ROOT
 
 SDKS = {"aws": "pulumi_aws", "k8s": "pulumi_kubernetes", "tls": "pulumi_tls", "random": "pulumi_random"}

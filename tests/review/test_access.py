@@ -23,7 +23,7 @@ PROD_CLUSTERS = {"dlinfra-prod-usw2-eks", "dlinfra-prod-use1-eks", "dlinfra-prod
 def plan_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Plans of every reference stack, from the one shared offline run (no preview per test)."""
     from dlinfra.offline import engine
-    from tests.components import _reference as reference
+    from tests import reference
 
     out = tmp_path_factory.mktemp("access") / "plans"
     for result in reference.runs().values():
@@ -33,7 +33,7 @@ def plan_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="session")
 def fleet() -> Fleet:
-    from tests.components import _reference as reference
+    from tests import reference
 
     return reference.fleet()
 

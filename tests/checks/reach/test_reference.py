@@ -16,7 +16,7 @@ import pytest
 from dlinfra.checks.reach import check, intents, topology
 from dlinfra.model import planner
 from dlinfra.model.fleet import load_fleet
-from tests.components import _reference as reference
+from tests import reference
 from tests.conftest import REFERENCE_FLEET, REFERENCE_LOCK
 
 Plans = list[dict[str, Any]]

@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 from dlinfra.model import stackroles
 from dlinfra.model.fleet import load_fleet
 from dlinfra.offline import engine
-from tests.components import _reference
+from tests import reference as _reference
 from tests.conftest import REFERENCE_FLEET, REFERENCE_LOCK, ROOT
 
 # Fleet lists whose order is meaning, so a permutation keeps them: instance_types is preference (the first

@@ -37,7 +37,7 @@ from dlinfra.cli import main as cli
 from dlinfra.errors import DlinfraError
 from dlinfra.ops import what_happened as wh
 
-FIXTURES = Path(__file__).parent / "fixtures" / "what_happened"
+FIXTURES = Path(__file__).parent.parent / "fixtures" / "what_happened"
 REGION = "us-west-2"
 GROUP = "dlinfra-prod-us-west-2-pool-train-a100"
 OLD, NEW = "i-0f1e2d3c4b5a69788", "i-0a1b2c3d4e5f60718"  # stand-ins in the fixtures for moto's ids

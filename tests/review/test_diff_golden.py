@@ -19,10 +19,10 @@ import yaml
 from dlinfra.model import stackroles
 from dlinfra.model.fleet import load_fleet
 from dlinfra.review import cost, diff
-from tests.components import _reference as reference
+from tests import reference
 from tests.conftest import REFERENCE_FLEET, REFERENCE_LOCK, ROOT
 
-GOLDEN = Path(__file__).parent / "golden" / "diff"
+GOLDEN = Path(__file__).parent / "golden"
 STACK = "prod-us-west-2"
 Plans = dict[str, dict[str, Any]]
 
@@ -163,9 +163,9 @@ def test_golden_report(name: str) -> None:
     if os.environ.get("UPDATE_GOLDEN") == "1":
         GOLDEN.mkdir(parents=True, exist_ok=True)
         path.write_text(text)
-    assert path.exists(), f"{path} is missing: run UPDATE_GOLDEN=1 pytest tests/test_diff_golden.py"
+    assert path.exists(), f"{path} is missing: run UPDATE_GOLDEN=1 pytest tests/review/test_diff_golden.py"
     assert text == path.read_text(), (
-        f"{name} changed: review, then run UPDATE_GOLDEN=1 pytest tests/test_diff_golden.py"
+        f"{name} changed: review, then run UPDATE_GOLDEN=1 pytest tests/review/test_diff_golden.py"
     )
 
 

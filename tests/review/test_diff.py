@@ -342,7 +342,7 @@ def test_diff_of_two_revisions(tmp_path: Path) -> None:
 
 # --- cascades -------------------------------------------------------------------------------------------------
 def _reference_sets() -> tuple[diff.PlanSet, diff.PlanSet]:
-    from tests.components import _reference as reference
+    from tests import reference
 
     plans = {name: r.plan("dlinfra") for name, r in reference.runs().items()}
     head = copy.deepcopy(plans)
@@ -455,8 +455,8 @@ def test_changed_stacks_are_listed_in_apply_order() -> None:
 def test_creates_and_deletes_are_named_by_pool_team_and_site() -> None:
     import yaml
 
-    from tests.components import _reference as reference
-    from tests.test_diff_golden import _pool_team_site_run  # one offline run of that fleet, shared
+    from tests import reference
+    from tests.review.test_diff_golden import _pool_team_site_run  # one offline run of that fleet, shared
 
     head, text = _pool_team_site_run()
     base = {name: r.plan("dlinfra") for name, r in reference.runs().items()}

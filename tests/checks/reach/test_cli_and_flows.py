@@ -14,9 +14,9 @@ from dlinfra.checks.reach.check import summary_json
 from dlinfra.cli import main as cli
 from dlinfra.errors import DlinfraError
 from dlinfra.review import diff
-from tests.components import _reference as reference
+from tests import reference
+from tests.checks.reach.test_reference import plans, without
 from tests.conftest import REFERENCE_FLEET, REFERENCE_LOCK
-from tests.reach.test_reference import plans, without
 
 
 @pytest.fixture(scope="module")
