@@ -20,10 +20,9 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 from components import platform_values as pv
-from dlinfra.model import dns, hybrid_routing, instances, kueue, planner
+from dlinfra.model import dns, hybrid_routing, instances, kueue, planner, sites
 from dlinfra.model.fleet import RESERVED_NAMESPACES, Fleet
 from dlinfra.model.naming import Names
-from dlinfra.ops import sites
 
 EFS_STORAGE_CLASS = "efs"  # dynamically provisioned EFS access points (home and scratch directories)
 DATASETS_CLAIM = "datasets"  # the read-only PVC of the shared datasets in every team namespace

@@ -11,7 +11,7 @@ from components.cluster import Cluster, ClusterArgs
 from components.hybrid import HybridNodes, HybridNodesArgs
 from dlinfra.errors import DlinfraError
 from dlinfra.model import instances
-from dlinfra.ops import sites as site_networks
+from dlinfra.model import sites as site_networks
 from stacks.program import StackContext
 
 

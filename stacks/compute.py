@@ -7,8 +7,7 @@ import pulumi
 from components.cluster import Cluster
 from components.nodepool import NodePool, NodePoolArgs
 from dlinfra.errors import DlinfraError
-from dlinfra.model import dns, images
-from dlinfra.ops import sites
+from dlinfra.model import dns, images, sites
 from stacks.program import StackContext
 
 DEFAULT_MANIFEST = "images/manifest.example.json"

@@ -7,7 +7,7 @@ import itertools
 import pulumi
 
 from components.transit_peering import PeerSide, TransitPeering, TransitPeeringArgs
-from dlinfra.ops import sites
+from dlinfra.model import sites
 from stacks.program import StackContext, aws_provider, stack_reference
 
 

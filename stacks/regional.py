@@ -10,8 +10,7 @@ from components.network import Network, NetworkArgs
 from components.platform_aws import PlatformAws, PlatformAwsArgs, PoolGroup
 from components.site_vpn import SiteVpn, SiteVpnArgs
 from components.transit import TransitHub, TransitHubArgs
-from dlinfra.model import dns, planner
-from dlinfra.ops import sites
+from dlinfra.model import dns, planner, sites
 from stacks.cluster import declare_cluster
 from stacks.compute import declare_pools
 from stacks.program import StackContext, aws_provider

@@ -35,7 +35,7 @@ from dlinfra.errors import DlinfraError
 from dlinfra.model import eks, kueue, planner, stackroles
 from dlinfra.model.fleet import LoadedFleet, load_fleet, version_lifecycle
 from dlinfra.ops import pools
-from dlinfra.ops.sites import SECRET_PLACEHOLDER
+from dlinfra.ops.stack_outputs import SECRET_PLACEHOLDER
 
 EXIT_BAD_INPUT = 2
 

@@ -20,10 +20,11 @@ from rich.table import Table
 from rich.text import Text
 
 from dlinfra import PROJECT_ROOT as ROOT
+from dlinfra import files
 from dlinfra.errors import DlinfraError
 from dlinfra.model import planner, stackroles
 from dlinfra.model.fleet import Fleet, load_fleet
-from dlinfra.ops import sites
+from dlinfra.ops import onboarding, site_files, stack_outputs
 from dlinfra.render.openvpn import ClientVpnProfile, render_ovpn
 
 out = Console(highlight=False, soft_wrap=True)
@@ -81,8 +82,8 @@ def register(subparsers: Any, common: argparse.ArgumentParser) -> dict[str, Hand
     render.add_argument("--out", type=Path, help="output folder (default: build/sites/<name>)")
     render.add_argument(
         "--install-dir",
-        default=sites.DEFAULT_INSTALL_DIR,
-        help=f"where the files go on the gateway, for the node JSON (default: {sites.DEFAULT_INSTALL_DIR})",
+        default=site_files.DEFAULT_INSTALL_DIR,
+        help=f"where the files go on the gateway, for the node JSON (default: {site_files.DEFAULT_INSTALL_DIR})",
     )
 
     vpn = subparsers.add_parser("vpn", help="laptop VPN (AWS Client VPN)")
@@ -146,7 +147,7 @@ def _site_add(args: argparse.Namespace) -> int:
         _check_network(args.lan, f"sites.{args.name}.lan", fleet_path)
     if args.pod_cidr is not None:
         _check_network(args.pod_cidr, f"sites.{args.name}.pod_cidr", fleet_path)
-    new = sites.NewSite(
+    new = onboarding.NewSite(
         name=args.name,
         region=args.region,
         public_ip=args.public_ip,
@@ -160,13 +161,13 @@ def _site_add(args: argparse.Namespace) -> int:
         nfs=tuple(args.nfs),
         pod_cidr=args.pod_cidr,
     )
-    change = sites.add_site(fleet_path, _lock_path(args), new)
+    change = onboarding.add_site(fleet_path, _lock_path(args), new)
     out.print(f"added site {new.name} to {fleet_path} (home stack {change.home_stack})", markup=False)
     for key, net in change.allocations.items():
         out.print(f"  {key:<24} {net}", markup=False)
     out.print(f"wrote {_lock_path(args)}", markup=False)
     out.print("\nNext steps:")
-    for i, step in enumerate(sites.next_steps_after_add(change.fleet, new.name, fleet_path), start=1):
+    for i, step in enumerate(onboarding.next_steps_after_add(change.fleet, new.name, fleet_path), start=1):
         out.print(f"  {i}. {step}", markup=False)
     return 0
 
@@ -224,7 +225,7 @@ def _check_network(text: str, key: str, fleet_path: Path) -> None:
 
 
 def _site_remove(args: argparse.Namespace) -> int:
-    change = sites.remove_site(Path(args.fleet), _lock_path(args), args.name, release=args.release)
+    change = onboarding.remove_site(Path(args.fleet), _lock_path(args), args.name, release=args.release)
     out.print(f"removed site {args.name} from {args.fleet}", markup=False)
     if change.released:
         out.print(f"released {len(change.allocations)} allocation(s) in {_lock_path(args)}:", markup=False)
@@ -255,7 +256,7 @@ def _site_render(args: argparse.Namespace) -> int:
     spec = fleet.sites[args.name]
     outputs, source = _outputs(args, fleet, spec.environment, spec.region)
     out_dir = args.out or Path("build/sites") / args.name
-    rendered = sites.render_site(fleet, args.name, outputs, out_dir, source=source, install_dir=args.install_dir)
+    rendered = site_files.render_site(fleet, args.name, outputs, out_dir, source=source, install_dir=args.install_dir)
     for role, path in rendered.files.items():
         note = " (mode 0600: holds the pre-shared keys)" if role == "swanctl" else ""
         out.print(f"wrote {path}{note}", markup=False)
@@ -267,10 +268,10 @@ def _site_render(args: argparse.Namespace) -> int:
         markup=False,
     )
     out.print(
-        f"\nNext steps ({sites.ONBOARDING_GUIDE}): copy {out_dir}/ to the machines and, in that directory, run",
+        f"\nNext steps ({site_files.ONBOARDING_GUIDE}): copy {out_dir}/ to the machines and, in that directory, run",
         markup=False,
     )
-    for step in sites.install_steps(rendered.files, install_dir=args.install_dir):
+    for step in site_files.install_steps(rendered.files, install_dir=args.install_dir):
         out.print(f"  {step.where}:", markup=False)
         for command in step.commands:
             out.print(f"    {command}", markup=False)
@@ -280,7 +281,7 @@ def _site_render(args: argparse.Namespace) -> int:
 def _outputs(args: argparse.Namespace, fleet: Fleet, env: str, region: str) -> tuple[Mapping[str, Any], str]:
     """The regional stack's outputs: from the JSON file, or from an offline run of the stack."""
     if args.outputs is not None:
-        return sites.load_outputs(args.outputs), str(args.outputs)
+        return stack_outputs.load_outputs(args.outputs), str(args.outputs)
     role = stackroles.parse(fleet, f"{env}-{region}", fleet_file=str(args.fleet))
     planner.plan(load_fleet(args.fleet), planner.load_lock(_lock_path(args)))  # fail early, with file and key
     from dlinfra.offline import engine  # imports pulumi: only when an offline run is asked for
@@ -325,14 +326,14 @@ def _vpn_profile(args: argparse.Namespace) -> int:
             key=f"environments.{env}.client_vpn.saml",
         )
     outputs, source = _outputs(args, fleet, env, region)
-    sites.check_stack(outputs, env, region, source=source)
+    stack_outputs.check_stack(outputs, env, region, source=source)
     values = {
-        field: sites.require_output(outputs, f"client_vpn_{field}", source=source, stack=stack)
+        field: stack_outputs.require_output(outputs, f"client_vpn_{field}", source=source, stack=stack)
         for field in ("dns_name", "server_name", "ca_cert_pem")
     }
     cert = key = None
     if vpn.users:
-        people = sites.require_output(outputs, "client_vpn_users", source=source, stack=stack)
+        people = stack_outputs.require_output(outputs, "client_vpn_users", source=source, stack=stack)
         person = people.get(args.user) if isinstance(people, dict) else None
         if not isinstance(person, dict):
             raise DlinfraError(f"client_vpn_users has no {args.user!r}: apply the stack first", file=source)
@@ -349,7 +350,7 @@ def _vpn_profile(args: argparse.Namespace) -> int:
     except ValueError as exc:
         raise DlinfraError(str(exc), file=source) from None
     path = args.out or Path("build/vpn") / (f"{stack}-{args.user}.ovpn" if args.user else f"{stack}.ovpn")
-    sites.write_private(path, render_ovpn(profile))
+    files.write_private(path, render_ovpn(profile))
     what = (
         "federated sign-in, no key" if profile.federated else f"holds {args.user}'s private key: give it to them only"
     )

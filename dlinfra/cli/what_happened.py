@@ -111,10 +111,10 @@ def _from_stack(args: argparse.Namespace) -> tuple[str | None, str | None, tuple
     (termination_queue_url, region, node_pools). Outputs that cannot be read are reported like any source."""
     if not args.stack:
         return args.queue_url, args.region, (), None
-    from dlinfra.ops.pools import stack_outputs
+    from dlinfra.ops.stack_outputs import read_outputs
 
     try:
-        outputs, origin = stack_outputs(args.stack, args.outputs)
+        outputs, origin = read_outputs(args.stack, args.outputs)
     except DlinfraError as exc:
         problem = wh.Unread("termination queue", f"no queue URL from stack {args.stack}: {exc}")
         return None, args.region, (), problem

@@ -10,14 +10,13 @@ from __future__ import annotations
 import bisect
 import ipaddress
 import math
-import os
-import tempfile
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
 from dlinfra.errors import DlinfraError, LockError
+from dlinfra.files import mode_of, write_atomic
 from dlinfra.model.fleet import Fleet, LoadedFleet, is_rfc1918, parse_yaml
 from dlinfra.model.textcache import last_by_text
 
@@ -409,14 +408,7 @@ def render_lock(lock: Lock) -> str:
 def save_lock(lock: Lock, path: str | Path) -> None:
     """Write the lock atomically, so an interrupted write never leaves half a plan."""
     path = Path(path)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w") as fh:
-            fh.write(render_lock(lock))
-        os.replace(tmp, path)
-    except BaseException:
-        os.unlink(tmp)
-        raise
+    write_atomic(path, render_lock(lock), mode=mode_of(path))
 
 
 def rows(plan_: Plan) -> Iterator[dict[str, str]]:

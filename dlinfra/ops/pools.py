@@ -10,8 +10,6 @@ the pool's termination lifecycle hook, which the node termination handler answer
 from __future__ import annotations
 
 import argparse
-import json
-import subprocess
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -23,7 +21,7 @@ from rich.console import Console
 from dlinfra.errors import DlinfraError
 from dlinfra.model import stackroles
 from dlinfra.model.fleet import Fleet, NodePool, load_fleet
-from dlinfra.ops import sites
+from dlinfra.ops import stack_outputs
 
 TERMINATING = "autoscaling:EC2_INSTANCE_TERMINATING"
 # Terminal states of an instance refresh (DescribeInstanceRefreshes); anything else is still moving.
@@ -182,9 +180,9 @@ def resolve_target(args: argparse.Namespace) -> Target:
     if args.group:
         return Target(stack=args.stack, region=region, group=args.group, pool=None, spec=None)
     spec = _pool_spec(fleet, env, region, args.pool, str(loaded.path))
-    outputs, source = stack_outputs(args.stack, args.outputs)
-    sites.check_stack(outputs, env, region, source=source)
-    groups = sites.require_output(outputs, "node_pools", source=source, stack=args.stack)
+    outputs, source = stack_outputs.read_outputs(args.stack, args.outputs)
+    stack_outputs.check_stack(outputs, env, region, source=source)
+    groups = stack_outputs.require_output(outputs, "node_pools", source=source, stack=args.stack)
     if not isinstance(groups, Mapping) or not isinstance(groups.get(args.pool), str):
         raise DlinfraError(
             f"node_pools has no group for pool {args.pool!r}: run `pulumi up --stack {args.stack}` first",
@@ -203,28 +201,6 @@ def _pool_spec(fleet: Fleet, env: str, region: str, pool: str, fleet_file: str) 
             key=f"environments.{env}.node_pools.{pool}",
         )
     return pools[pool]
-
-
-def stack_outputs(stack: str, path: Path | None) -> tuple[Mapping[str, Any], str]:
-    """A stack's outputs, and where they came from: the JSON file given, else `pulumi stack output`."""
-    if path is not None:
-        return sites.load_outputs(path), str(path)
-    command = ["pulumi", "stack", "output", "--json", "--stack", stack]
-    try:
-        done = subprocess.run(command, capture_output=True, text=True, check=False)
-    except FileNotFoundError:
-        raise DlinfraError(
-            f"the pulumi CLI is not installed: pass --outputs FILE (the JSON of `{' '.join(command)}`) or --group NAME"
-        ) from None
-    if done.returncode != 0:
-        raise DlinfraError(f"`{' '.join(command)}` failed: {done.stderr.strip() or done.stdout.strip()}")
-    try:
-        data = json.loads(done.stdout)
-    except json.JSONDecodeError as exc:
-        raise DlinfraError(f"`{' '.join(command)}` printed no JSON ({exc.msg})") from None
-    if not isinstance(data, dict):
-        raise DlinfraError(f"`{' '.join(command)}` printed no JSON object")
-    return data, f"pulumi stack output --stack {stack}"
 
 
 # --- AWS ---------------------------------------------------------------------------------------------------

@@ -382,12 +382,12 @@ def test_gateway_installs_the_xfrm_script_where_charons_updown_calls_it() -> Non
 
 
 def test_gateway_attributes_point_at_every_file_site_render_writes() -> None:
-    from dlinfra.ops import sites
+    from dlinfra.ops import site_files
 
     attributes = (GATEWAY / "attributes" / "default.rb").read_text()
     defaults = dict(re.findall(r"^default\['dlinfra_gateway'\]\['(\w+)'\] = '([^']*)'$", attributes, re.M))
-    for role, name in sites.GATEWAY_FILES.items():
-        assert defaults[f"{role}_source"] == f"{sites.DEFAULT_INSTALL_DIR}/{name}", role
+    for role, name in site_files.GATEWAY_FILES.items():
+        assert defaults[f"{role}_source"] == f"{site_files.DEFAULT_INSTALL_DIR}/{name}", role
     assert defaults["tunnel_mode"] == "route"
     # Every key the rendered node JSON sets is one the cookbook declares (chefcheck checks the reverse).
     node = json.loads((ROOT / "tests" / "render" / "golden" / "sjc1-site-gateway.json").read_text())

@@ -14,9 +14,9 @@ import pytest
 
 from components.client_vpn import ClientVpnArgs
 from components.lambdas import client_vpn_connect as connect
+from dlinfra.model import sites
 from dlinfra.model.naming import Names
 from dlinfra.offline import engine, schema
-from dlinfra.ops import sites
 from tests.reference import REGIONAL, by_id, env_region, fleet, named, of_type, plain, plan, runs
 
 

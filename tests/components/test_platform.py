@@ -31,11 +31,10 @@ from components.platform import (
     team_group,
 )
 from dlinfra.errors import DlinfraError
-from dlinfra.model import dns, hybrid_routing, kueue, planner, stackroles
+from dlinfra.model import dns, hybrid_routing, kueue, planner, sites, stackroles
 from dlinfra.model.fleet import Fleet, load_fleet
 from dlinfra.model.naming import Names
 from dlinfra.offline import engine, schema
-from dlinfra.ops import sites
 from dlinfra.render import nodeadm
 from tests import reference
 from tests.conftest import REFERENCE_FLEET, REFERENCE_LOCK, ROOT

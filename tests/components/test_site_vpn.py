@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 
 from components.site_vpn import PSK_LENGTH, SiteVpnArgs
+from dlinfra.model import sites
 from dlinfra.model.naming import Names
 from dlinfra.offline import engine, schema
-from dlinfra.ops import sites
 from dlinfra.render import strongswan as ss
 from tests.reference import by_id, fleet, named, of_type, plain, plan, runs
 

@@ -9,8 +9,8 @@ import pytest
 
 from components.transit import TransitHubArgs
 from components.transit_peering import PeerSide, TransitPeeringArgs
+from dlinfra.model import sites
 from dlinfra.model.naming import Names
-from dlinfra.ops import sites
 from tests.reference import REGIONAL, by_id, env_region, fleet, named, of_type, plain, plan, runs
 
 

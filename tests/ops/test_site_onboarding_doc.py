@@ -11,11 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from dlinfra.ops import sites
+from dlinfra.ops import site_files
 from tests import reference
 from tests.conftest import REFERENCE_FLEET, REFERENCE_LOCK, ROOT
 
-GUIDE = ROOT / sites.ONBOARDING_GUIDE
+GUIDE = ROOT / site_files.ONBOARDING_GUIDE
 
 
 def _guide() -> str:
@@ -42,13 +42,13 @@ GATEWAY_ROUTE = ("swanctl", "frr", "charon", "sysctl", "nftables", "xfrm", "node
 def test_every_install_step_is_in_the_guide(roles: tuple[str, ...], tmp_path: Path) -> None:
     names = {
         "swanctl": "swanctl.conf",
-        **sites.GATEWAY_FILES,
+        **site_files.GATEWAY_FILES,
         "node": "site-gateway.json",
         "nodeadm": "nodeadm.yaml",
         "gpu-node": "site-gpu-node.json",
     }
     files = {role: tmp_path / names[role] for role in roles}
-    steps = sites.install_steps(files)
+    steps = site_files.install_steps(files)
     commands = [c for step in steps for c in step.commands]
     assert _missing(commands) == []
     # The variants differ where they should: no vtysh without FRR, no interfaces without route-based tunnels,
@@ -76,13 +76,13 @@ def test_site_render_prints_only_what_the_guide_shows(tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stderr
     lines = proc.stdout.splitlines()
     start = next(i for i, line in enumerate(lines) if line.startswith("Next steps"))
-    assert sites.ONBOARDING_GUIDE in lines[start]
+    assert site_files.ONBOARDING_GUIDE in lines[start]
     commands = [line.strip() for line in lines[start + 1 :] if line.startswith("    ")]
     assert len(commands) >= 9  # gateway, GPU machines and the cluster check
     assert _missing(commands) == []
     written = sorted(p.name for p in out_dir.iterdir())
     assert written == sorted(
-        ["swanctl.conf", *sites.GATEWAY_FILES.values(), "site-gateway.json", "nodeadm.yaml", "site-gpu-node.json"]
+        ["swanctl.conf", *site_files.GATEWAY_FILES.values(), "site-gateway.json", "nodeadm.yaml", "site-gpu-node.json"]
     )
     text = _guide()
     assert [name for name in written if f"`{name}`" not in text] == []
@@ -95,4 +95,4 @@ def test_the_guide_names_the_versions_the_cookbooks_and_images_use() -> None:
     assert f"sudo bash /tmp/install-cinc.sh -v {version}" in text
     assert f"chef_version: {version}" in (ROOT / "chef" / "kitchen.yml").read_text()
     assert "- name: ubuntu-24.04" in (ROOT / "chef" / "kitchen.yml").read_text() and "Ubuntu 24.04 LTS" in text
-    assert f"`{sites.CHEF_REPO_DIR}`" in text
+    assert f"`{site_files.CHEF_REPO_DIR}`" in text

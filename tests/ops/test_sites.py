@@ -18,10 +18,10 @@ import yaml
 
 from dlinfra.cli import network as cli_network
 from dlinfra.errors import DlinfraError
-from dlinfra.model import planner, stackroles
+from dlinfra.model import planner, sites, stackroles
 from dlinfra.model.fleet import load_fleet
 from dlinfra.offline import engine
-from dlinfra.ops import sites
+from dlinfra.ops import site_files
 from tests import reference
 from tests.conftest import REFERENCE_FLEET, REFERENCE_LOCK, ROOT
 
@@ -495,7 +495,7 @@ def test_node_json_golden(usw2_outputs: dict[str, Any], site: str, tmp_path: Pat
     fleet = load_fleet(REFERENCE_FLEET).fleet
     home = sites.stack_of(fleet, site)
     outputs = usw2_outputs if home == "prod-us-west-2" else reference.runs()[home].outputs
-    rendered = sites.render_site(fleet, site, outputs, tmp_path, source="offline")
+    rendered = site_files.render_site(fleet, site, outputs, tmp_path, source="offline")
     golden_dir = Path(__file__).parent.parent / "render" / "golden"
     for role in ("node", "gpu-node"):
         text = rendered.files[role].read_text()
@@ -511,7 +511,7 @@ def test_a_policy_based_site_gets_its_selectors_and_no_xfrm_interfaces(
     fleet = load_fleet(REFERENCE_FLEET).fleet
     policy = fleet.sites["sjc1"].model_copy(update={"tunnel_mode": "policy"})
     fleet = fleet.model_copy(update={"sites": {**fleet.sites, "sjc1": policy}})
-    rendered = sites.render_site(fleet, "sjc1", usw2_outputs, tmp_path, source="offline")
+    rendered = site_files.render_site(fleet, "sjc1", usw2_outputs, tmp_path, source="offline")
     assert "xfrm" not in rendered.files
     swanctl = rendered.files["swanctl"].read_text()
     assert "if_id" not in swanctl and "0.0.0.0/0" not in swanctl

@@ -29,9 +29,9 @@ from dlinfra.checks.reach.engine import (
 )
 from dlinfra.checks.reach.topology import Place, SiteSide, Topology
 from dlinfra.errors import DlinfraError
+from dlinfra.model import sites as site_plan
 from dlinfra.model.fleet import Fleet, parse_yaml
 from dlinfra.model.planner import Plan as AddressPlan
-from dlinfra.ops import sites as site_plan
 
 Expect = Literal["allow", "deny"]
 SITE_LABEL = "dlinfra.io/site"
@@ -449,7 +449,7 @@ def _environment_intents(fleet: Fleet, topo: Topology, env: str) -> Iterator[Int
                     (site_endpoint(other, "lan"), site_endpoint(other, "pods")),
                     "tcp",
                     (22,),
-                    "dlinfra design: each site's tunnels carry only its own networks (sites.site_remote_cidrs)",
+                    "dlinfra design: each site's tunnels carry only its own networks (site_plan.site_remote_cidrs)",
                 )
     for region, laptop in laptop_endpoints(topo, fleet, env):
         stack = f"{env}-{region}"
