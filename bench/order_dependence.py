@@ -25,7 +25,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from dlinfra.model import stackroles  # noqa: E402
-from dlinfra.model.fleet import load_fleet  # noqa: E402
+from dlinfra.model.fleet.load import load_fleet  # noqa: E402
 from dlinfra.offline import engine  # noqa: E402
 from tests.conftest import REFERENCE_FLEET, REFERENCE_LOCK, TEST_TODAY  # noqa: E402
 from tests.stacks.test_order_independence import permuted  # noqa: E402

@@ -21,7 +21,7 @@ import pulumi_kubernetes as k8s
 
 from components import platform_values as pv
 from dlinfra.model import dns, hybrid_routing, instances, kueue, planner, sites
-from dlinfra.model.fleet import RESERVED_NAMESPACES, Fleet
+from dlinfra.model.fleet.schema import RESERVED_NAMESPACES, Fleet
 from dlinfra.model.naming import Names
 
 EFS_STORAGE_CLASS = "efs"  # dynamically provisioned EFS access points (home and scratch directories)

@@ -10,7 +10,8 @@ import pulumi_aws as aws
 
 from dlinfra.errors import DlinfraError, StackNameError
 from dlinfra.model import eks, kueue, planner, stackroles
-from dlinfra.model.fleet import Fleet, load_fleet, version_lifecycle
+from dlinfra.model.fleet.load import load_fleet, version_lifecycle
+from dlinfra.model.fleet.schema import Fleet
 from dlinfra.model.naming import Names
 
 

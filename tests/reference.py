@@ -6,7 +6,8 @@ import functools
 from typing import Any
 
 from dlinfra.model import planner, stackroles
-from dlinfra.model.fleet import Fleet, load_fleet
+from dlinfra.model.fleet.load import load_fleet
+from dlinfra.model.fleet.schema import Fleet
 from dlinfra.offline import engine
 from tests.conftest import REFERENCE_FLEET, REFERENCE_LOCK, ROOT
 

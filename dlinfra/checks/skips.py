@@ -11,7 +11,7 @@ from typing import Annotated
 from pydantic import BaseModel, ConfigDict, StringConstraints, ValidationError
 
 from dlinfra.errors import DlinfraError
-from dlinfra.model.fleet import parse_yaml
+from dlinfra.model.fleet.load import parse_yaml
 
 SKIPS_VERSION = 1
 FRAMEWORKS = ("terraform_plan", "kubernetes")

@@ -19,7 +19,7 @@ from rich.text import Text
 
 from dlinfra.errors import DlinfraError
 from dlinfra.model import stackroles
-from dlinfra.model.fleet import load_fleet
+from dlinfra.model.fleet.load import load_fleet
 from dlinfra.review import access
 
 Handler = Callable[[argparse.Namespace], int]

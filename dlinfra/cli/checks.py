@@ -19,7 +19,7 @@ from rich.console import Console
 from dlinfra import PROJECT_ROOT as ROOT
 from dlinfra.errors import DlinfraError
 from dlinfra.model import stackroles
-from dlinfra.model.fleet import load_fleet
+from dlinfra.model.fleet.load import load_fleet
 
 DEFAULT_SKIPS = Path("checkov-skips.yaml")
 

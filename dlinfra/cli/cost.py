@@ -18,7 +18,7 @@ from rich.table import Table
 from rich.text import Text
 
 from dlinfra.model import stackroles
-from dlinfra.model.fleet import load_fleet
+from dlinfra.model.fleet.load import load_fleet
 from dlinfra.review import access, cost
 
 Handler = Callable[[argparse.Namespace], int]

@@ -33,7 +33,7 @@ from dlinfra.cli import network as cli_network
 from dlinfra.cli import what_happened as cli_what_happened
 from dlinfra.errors import DlinfraError
 from dlinfra.model import eks, kueue, planner, stackroles
-from dlinfra.model.fleet import LoadedFleet, load_fleet, version_lifecycle
+from dlinfra.model.fleet.load import LoadedFleet, load_fleet, version_lifecycle
 from dlinfra.ops import pools
 from dlinfra.ops.stack_outputs import SECRET_PLACEHOLDER
 

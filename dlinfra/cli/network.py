@@ -23,7 +23,8 @@ from dlinfra import PROJECT_ROOT as ROOT
 from dlinfra import files
 from dlinfra.errors import DlinfraError
 from dlinfra.model import planner, stackroles
-from dlinfra.model.fleet import Fleet, load_fleet
+from dlinfra.model.fleet.load import load_fleet
+from dlinfra.model.fleet.schema import Fleet
 from dlinfra.ops import onboarding, site_files, stack_outputs
 from dlinfra.render.openvpn import ClientVpnProfile, render_ovpn
 

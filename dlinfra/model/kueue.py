@@ -23,7 +23,7 @@ from typing import Literal
 
 from dlinfra.errors import FleetError
 from dlinfra.model import instances
-from dlinfra.model.fleet import Fleet
+from dlinfra.model.fleet.schema import Fleet
 
 COHORT = "research"  # the one cohort every team's ClusterQueue joins
 GPU_RESOURCE = "nvidia.com/gpu"

@@ -17,7 +17,8 @@ from typing import Literal
 
 from dlinfra.errors import DlinfraError, LockError
 from dlinfra.files import mode_of, write_atomic
-from dlinfra.model.fleet import Fleet, LoadedFleet, is_rfc1918, parse_yaml
+from dlinfra.model.fleet.load import LoadedFleet, parse_yaml
+from dlinfra.model.fleet.schema import Fleet, is_rfc1918
 from dlinfra.model.textcache import last_by_text
 
 Net = ipaddress.IPv4Network

@@ -7,7 +7,7 @@ import ipaddress
 from dataclasses import dataclass
 
 from dlinfra.model import planner
-from dlinfra.model.fleet import Fleet
+from dlinfra.model.fleet.schema import Fleet
 
 Net = ipaddress.IPv4Network
 

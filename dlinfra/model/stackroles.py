@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from dlinfra.errors import StackNameError
-from dlinfra.model.fleet import Fleet
+from dlinfra.model.fleet.schema import Fleet
 from dlinfra.model.naming import Names
 
 K8S_SUFFIX = "k8s"

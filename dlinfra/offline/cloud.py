@@ -17,7 +17,7 @@ from typing import Any
 
 from pulumi import _types
 
-from dlinfra.model.fleet import known_regions
+from dlinfra.model.regions import known_regions
 from dlinfra.offline import schema
 
 ACCOUNT_ID = "123456789012"  # AWS's documentation account

@@ -18,7 +18,8 @@ from ruamel.yaml.comments import CommentedMap
 from dlinfra.errors import DlinfraError
 from dlinfra.files import mode_of, write_atomic
 from dlinfra.model import planner
-from dlinfra.model.fleet import Fleet, LoadedFleet, load_fleet, validate_data
+from dlinfra.model.fleet.load import LoadedFleet, load_fleet, validate_data
+from dlinfra.model.fleet.schema import Fleet
 from dlinfra.model.sites import Net, stack_of
 
 Routing = Literal["static", "bgp"]

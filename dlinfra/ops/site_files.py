@@ -11,7 +11,7 @@ from typing import Any, Final
 
 from dlinfra.errors import DlinfraError
 from dlinfra.files import write_atomic, write_private
-from dlinfra.model.fleet import Fleet, Site
+from dlinfra.model.fleet.schema import Fleet, Site
 from dlinfra.model.sites import stack_of
 from dlinfra.ops.stack_outputs import SECRET_PLACEHOLDER, as_int, check_stack, require_output
 from dlinfra.render.nodeadm import HybridNodeView, render_node_config

@@ -18,7 +18,7 @@ from typing import Any, Literal, get_args
 
 from dlinfra.checks.plans import Plan, load_plan
 from dlinfra.errors import DlinfraError
-from dlinfra.model.fleet import Fleet
+from dlinfra.model.fleet.schema import Fleet
 
 SCHEMA = "dlinfra.access/v1"
 

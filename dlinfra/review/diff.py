@@ -30,7 +30,7 @@ import yaml
 
 from dlinfra.errors import DlinfraError
 from dlinfra.model import replacement, stackroles
-from dlinfra.model.fleet import Fleet
+from dlinfra.model.fleet.schema import Fleet
 from policy.dlinfra_policy.rules import STATEFUL_TYPES
 
 Action = Literal["create", "update", "replace", "delete"]

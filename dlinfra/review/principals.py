@@ -15,7 +15,7 @@ from dlinfra.checks.reach.intents import place_endpoints, site_endpoint
 from dlinfra.checks.reach.topology import Topology
 from dlinfra.model import planner
 from dlinfra.model import sites as site_plan
-from dlinfra.model.fleet import Fleet
+from dlinfra.model.fleet.schema import Fleet
 from dlinfra.review.access import NetworkAccess, Principal, Reach
 
 PORT = 443  # the probe: HTTPS, which every named network serves somewhere

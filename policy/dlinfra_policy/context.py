@@ -11,7 +11,7 @@ from pathlib import Path
 
 from dlinfra.errors import DlinfraError
 from dlinfra.model import instances, planner, stackroles
-from dlinfra.model.fleet import load_fleet
+from dlinfra.model.fleet.load import load_fleet
 from policy.dlinfra_policy import rules
 
 # Kinds that live inside another block (subnets in their VPC) or outside the RFC 1918 plan (tunnel /30s).

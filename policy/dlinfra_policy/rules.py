@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, Literal, NamedTuple
 
-from dlinfra.model.fleet import DRAIN_TAINT_KEYS
+from dlinfra.model.fleet.labels import DRAIN_TAINT_KEYS
 from dlinfra.model.naming import STANDARD_TAG_KEYS
 
 Level = Literal["mandatory", "advisory"]

@@ -14,7 +14,7 @@ import pytest
 from components.cluster import ClusterArgs
 from dlinfra.errors import FleetError
 from dlinfra.model import dns, eks, instances, planner, stackroles
-from dlinfra.model.fleet import load_fleet
+from dlinfra.model.fleet.load import load_fleet
 from dlinfra.model.naming import Names
 from dlinfra.offline import engine
 from tests.conftest import REFERENCE_FLEET, REFERENCE_LOCK, ROOT

@@ -19,7 +19,7 @@ import pytest
 from moto.events.models import EventPattern
 
 from components import platform_values as pv
-from dlinfra.model.fleet import DRAIN_TAINT_KEYS
+from dlinfra.model.fleet.labels import DRAIN_TAINT_KEYS
 from tests import reference
 
 SAMPLES = json.loads((Path(__file__).parents[1] / "fixtures" / "events" / "termination-handler.json").read_text())

@@ -11,7 +11,7 @@ import pytest
 
 from components import nodepool
 from dlinfra.model import dns, instances, planner, stackroles
-from dlinfra.model.fleet import load_fleet
+from dlinfra.model.fleet.load import load_fleet
 from dlinfra.offline import engine
 from tests.conftest import REFERENCE_FLEET, REFERENCE_LOCK, ROOT
 

@@ -32,7 +32,8 @@ from components.platform import (
 )
 from dlinfra.errors import DlinfraError
 from dlinfra.model import dns, hybrid_routing, kueue, planner, sites, stackroles
-from dlinfra.model.fleet import Fleet, load_fleet
+from dlinfra.model.fleet.load import load_fleet
+from dlinfra.model.fleet.schema import Fleet
 from dlinfra.model.naming import Names
 from dlinfra.offline import engine, schema
 from dlinfra.render import nodeadm

@@ -10,7 +10,7 @@ import pytest
 
 from components.storage import FsxArgs
 from dlinfra.model import stackroles
-from dlinfra.model.fleet import load_fleet
+from dlinfra.model.fleet.load import load_fleet
 from dlinfra.offline import engine
 from tests.conftest import REFERENCE_FLEET, REFERENCE_LOCK, ROOT
 

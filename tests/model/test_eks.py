@@ -13,7 +13,7 @@ from components import platform_values as pv
 from dlinfra.cli import main as cli
 from dlinfra.errors import FleetError
 from dlinfra.model import eks
-from dlinfra.model.fleet import load_fleet, version_lifecycle
+from dlinfra.model.fleet.load import load_fleet, version_lifecycle
 
 D = datetime.date
 

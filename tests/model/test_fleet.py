@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from dlinfra.errors import FleetError
-from dlinfra.model.fleet import load_fleet
+from dlinfra.model.fleet.load import load_fleet
 from tests.conftest import REFERENCE_FLEET
 
 
@@ -576,7 +576,7 @@ def test_every_label_dlinfra_sets_is_refused_in_the_fleet() -> None:
 
     from components import nodepool
     from components import platform_values as pv
-    from dlinfra.model.fleet import OWN_LABELS
+    from dlinfra.model.fleet.labels import OWN_LABELS
     from dlinfra.render import nodeadm
 
     literal_keys = set(re.findall(r'"([a-z0-9.-]+\.[a-z]+/[a-z0-9.-]+)"', inspect.getsource(nodepool.node_labels)))

@@ -13,7 +13,8 @@ import yaml
 
 from dlinfra.errors import DlinfraError
 from dlinfra.model import kueue
-from dlinfra.model.fleet import Fleet, load_fleet
+from dlinfra.model.fleet.load import load_fleet
+from dlinfra.model.fleet.schema import Fleet
 from tests.conftest import REFERENCE_FLEET
 
 

@@ -14,7 +14,8 @@ from hypothesis import strategies as st
 
 from dlinfra.errors import DlinfraError, LockError
 from dlinfra.model import planner
-from dlinfra.model.fleet import Fleet, LoadedFleet, load_fleet
+from dlinfra.model.fleet.load import LoadedFleet, load_fleet
+from dlinfra.model.fleet.schema import Fleet
 from tests.conftest import REFERENCE_FLEET, REFERENCE_LOCK
 
 Net = ipaddress.IPv4Network

@@ -19,7 +19,7 @@ import yaml
 from dlinfra.cli import network as cli_network
 from dlinfra.errors import DlinfraError
 from dlinfra.model import planner, sites, stackroles
-from dlinfra.model.fleet import load_fleet
+from dlinfra.model.fleet.load import load_fleet
 from dlinfra.offline import engine
 from dlinfra.ops import site_files
 from tests import reference

@@ -12,7 +12,7 @@ import pytest
 
 from dlinfra.checks.plans import Plan
 from dlinfra.cli import main as cli
-from dlinfra.model.fleet import Fleet
+from dlinfra.model.fleet.schema import Fleet
 from dlinfra.review import access
 from tests.conftest import REFERENCE_FLEET, ROOT
 

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from dlinfra.model.fleet import load_fleet
+from dlinfra.model.fleet.load import load_fleet
 from dlinfra.review import diff
 from tests.conftest import REFERENCE_FLEET, REFERENCE_LOCK, ROOT
 

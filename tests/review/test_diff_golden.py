@@ -17,7 +17,7 @@ import pytest
 import yaml
 
 from dlinfra.model import stackroles
-from dlinfra.model.fleet import load_fleet
+from dlinfra.model.fleet.load import load_fleet
 from dlinfra.review import cost, diff
 from tests import reference
 from tests.conftest import REFERENCE_FLEET, REFERENCE_LOCK, ROOT

@@ -18,7 +18,7 @@ from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
 from dlinfra.model import stackroles
-from dlinfra.model.fleet import load_fleet
+from dlinfra.model.fleet.load import load_fleet
 from dlinfra.offline import engine
 from tests import reference as _reference
 from tests.conftest import REFERENCE_FLEET, REFERENCE_LOCK, ROOT

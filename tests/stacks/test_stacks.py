@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from dlinfra.model import planner, stackroles
-from dlinfra.model.fleet import load_fleet
+from dlinfra.model.fleet.load import load_fleet
 from dlinfra.offline import engine
 from dlinfra.review import diff
 from tests import reference

@@ -9,7 +9,7 @@ from typing import Any
 from dlinfra.checks.reach import intents, topology
 from dlinfra.checks.reach.intents import ReachResult
 from dlinfra.model import planner
-from dlinfra.model.fleet import LoadedFleet, load_fleet
+from dlinfra.model.fleet.load import LoadedFleet, load_fleet
 
 FLOWS_FILE = "flows.yaml"  # beside the fleet file; optional
 

@@ -30,7 +30,8 @@ from dlinfra.checks.reach.engine import (
 from dlinfra.checks.reach.topology import Place, SiteSide, Topology
 from dlinfra.errors import DlinfraError
 from dlinfra.model import sites as site_plan
-from dlinfra.model.fleet import Fleet, parse_yaml
+from dlinfra.model.fleet.load import parse_yaml
+from dlinfra.model.fleet.schema import Fleet
 from dlinfra.model.planner import Plan as AddressPlan
 
 Expect = Literal["allow", "deny"]

@@ -15,7 +15,7 @@ import pytest
 
 from dlinfra.checks.reach import check, intents, topology
 from dlinfra.model import planner
-from dlinfra.model.fleet import load_fleet
+from dlinfra.model.fleet.load import load_fleet
 from tests import reference
 from tests.conftest import REFERENCE_FLEET, REFERENCE_LOCK
 

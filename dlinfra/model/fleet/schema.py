@@ -1,30 +1,25 @@
-"""The fleet file: what exists (regions, environments, sites, node pools, teams), parsed into frozen models.
-
-Pure planning code: no pulumi import. Every check that needs only the fleet itself lives here; address
-overlaps need the lock too and live in `dlinfra.planner`.
-"""
+"""The fleet's models: regions, environments, node pools, sites and teams as frozen pydantic models, each field
+checked on its own, and the derived views every later layer reads (pools in a region, a pool's zones, ...)."""
 
 from __future__ import annotations
 
 import datetime
-import functools
 import ipaddress
 import re
-from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass
-from importlib import resources
-from pathlib import Path
+from collections.abc import Iterator, Mapping
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
-from ruamel.yaml import YAML
-from ruamel.yaml.comments import CommentedMap, CommentedSeq
-from ruamel.yaml.error import MarkedYAMLError
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from dlinfra.errors import FleetError
-from dlinfra.model import eks
+from dlinfra.model.fleet.labels import (
+    DRAIN_TAINT_KEYS,
+    DRAIN_TAINT_PREFIX,
+    label_key_problem,
+    label_value_problem,
+    own_label_problem,
+)
 from dlinfra.model.naming import STANDARD_TAG_KEYS
-from dlinfra.model.textcache import last_by_text
+from dlinfra.model.regions import known_regions
 
 Name = Annotated[str, Field(pattern=r"^[a-z][a-z0-9-]{0,22}[a-z0-9]$")]
 """Lower-case DNS-label-like name used in logical and physical names (2 to 24 characters)."""
@@ -36,104 +31,15 @@ _RESERVED_ASN_RANGES = ((0, 0), (23456, 23456), (64496, 64511), (65535, 65551), 
 _AMAZON_ASN_RANGES = ((64512, 65534), (4200000000, 4294967294))
 # Customer gateway BGP ASN range AWS accepts.
 _CGW_ASN_MAX = 2147483647
-# Hybrid nodes take one pod block each (Cilium's maskSize; dlinfra.hybrid_routing.NODE_POD_PREFIX says why /25).
-_NODE_POD_PREFIX = 25
 # SSM hybrid activation: at most 1000 machines register with one activation (AWS, CreateActivation RegistrationLimit).
 _ACTIVATION_LIMIT = 1000
 # Namespaces the cluster and its add-ons own; a team namespace there would share them.
 RESERVED_NAMESPACES = frozenset({"default", "kube-system", "kube-public", "kube-node-lease", "kueue-system"})
 
-# Kubernetes object names and label syntax ("Object Names and IDs", "Labels and Selectors"): a qualified name is an
-# optional DNS subdomain prefix (<= 253) and '/', then a name (<= 63) of alphanumerics, '-', '_', '.', starting and
-# ending alphanumeric; a label value is such a name or empty. Taint keys and values follow the same rules.
-_K8S_NAME = re.compile(r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?")
-_DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
-# The kubelet refuses to start with labels of its own namespaces other than these (kubelet --node-labels).
-_KUBELET_PREFIXES = ("kubelet.kubernetes.io", "node.kubernetes.io")
-
-
-def label_key_problem(key: str) -> str | None:
-    """Why a string is not a Kubernetes label or taint key a node may register with, or None."""
-    prefix, slash, name = key.rpartition("/")
-    if slash and not (len(prefix) <= 253 and _DNS_SUBDOMAIN.fullmatch(prefix)):
-        return f"{key!r}: the prefix before '/' must be a lower-case DNS subdomain of at most 253 characters"
-    if not _K8S_NAME.fullmatch(name):
-        return (
-            f"{key!r}: the name (after any '/') must be 1-63 letters, digits, '-', '_' or '.', starting and ending "
-            "with a letter or digit"
-        )
-    own = prefix in ("kubernetes.io", "k8s.io") or prefix.endswith((".kubernetes.io", ".k8s.io"))
-    if own and not prefix.endswith(_KUBELET_PREFIXES):
-        return f"{key!r}: the kubelet only registers labels of kubernetes.io under {' or '.join(_KUBELET_PREFIXES)}"
-    return None
-
-
-# Node labels dlinfra sets itself from the fleet's structure: Kueue flavors and the autoscaler select pools by
-# them, the NVIDIA device plugin and the cluster-autoscaler's GPU handling read the GPU ones, and the EFA device
-# plugin's selector reads the last. A fleet label with one of these keys would silently change what they select.
-# Other keys under dlinfra.io/ are the lab's own (the reference fleet labels training pools dlinfra.io/workload).
-OWN_LABELS = frozenset(
-    {
-        "dlinfra.io/pool",
-        "dlinfra.io/capacity",
-        "dlinfra.io/team",
-        "dlinfra.io/site",
-        "nvidia.com/gpu.product",
-        "k8s.amazonaws.com/accelerator",
-        "vpc.amazonaws.com/efa.present",
-    }
-)
-
-
-def own_label_problem(key: str) -> str | None:
-    """Why a fleet node label may not use this key because dlinfra sets it, or None."""
-    if key in OWN_LABELS:
-        return (
-            f"{key!r} is set by dlinfra from the pool's name, capacity, team, site, GPU and EFA settings; choose "
-            f"another key (dlinfra's own: {', '.join(sorted(OWN_LABELS))})"
-        )
-    return None
-
-
-def label_value_problem(value: str) -> str | None:
-    """Why a string is not a Kubernetes label or taint value, or None."""
-    if value and not _K8S_NAME.fullmatch(value):
-        return (
-            f"{value!r} is not a Kubernetes label value: at most 63 letters, digits, '-', '_' or '.', starting and "
-            "ending with a letter or digit (or empty)"
-        )
-    return None
-
 
 def is_rfc1918(net: ipaddress.IPv4Network) -> bool:
     """True when the whole network lies inside one RFC 1918 private range."""
     return any(net.subnet_of(r) for r in PRIVATE_RANGES)
-
-
-@dataclass(frozen=True)
-class RegionInfo:
-    """What AWS offers in one region: AZ names (in order) with zone ids, and reserved customer ASNs."""
-
-    name: str
-    azs: tuple[str, ...]
-    zone_ids: Mapping[str, str]
-    reserved_asns: frozenset[int]
-
-
-@functools.cache
-def known_regions() -> Mapping[str, RegionInfo]:
-    """AWS regions dlinfra knows, from dlinfra/data/regions.yaml."""
-    text = resources.files("dlinfra").joinpath("data/regions.yaml").read_text()
-    raw = YAML(typ="safe").load(text)
-    return {
-        name: RegionInfo(
-            name=name,
-            azs=tuple(spec["azs"]),
-            zone_ids=dict(spec["azs"]),
-            reserved_asns=frozenset(spec.get("reserved_asns", ())),
-        )
-        for name, spec in raw.items()
-    }
 
 
 class Strict(BaseModel):
@@ -172,21 +78,6 @@ class RegionSpec(Strict):
         if v < 2:
             raise ValueError(f"{v}: every region runs an EKS cluster, and EKS needs subnets in at least two AZs")
         return v
-
-
-# Taints that keep new work off a node about to go: the node termination handler's (it puts them on a node when
-# it learns of maintenance, a spot interruption, a rebalance or an ASG termination) and the cordon's. Work that
-# tolerates one of them still lands on such a node. Source: aws-node-termination-handler v1.25.6 (the version
-# addons.yaml pins), pkg/node/node.go, the *Taint constants; Kubernetes "Taints and Tolerations" (cordoned nodes
-# carry node.kubernetes.io/unschedulable:NoSchedule).
-DRAIN_TAINT_PREFIX = "aws-node-termination-handler/"
-DRAIN_TAINT_KEYS = (
-    f"{DRAIN_TAINT_PREFIX}scheduled-maintenance",
-    f"{DRAIN_TAINT_PREFIX}spot-itn",
-    f"{DRAIN_TAINT_PREFIX}asg-lifecycle-termination",
-    f"{DRAIN_TAINT_PREFIX}rebalance-recommendation",
-    "node.kubernetes.io/unschedulable",
-)
 
 
 class Taint(Strict):
@@ -607,12 +498,6 @@ class Fleet(Strict):
                 raise ValueError(f"tag {key!r}: keys are 1-128 characters, not starting aws:, values <= 256")
         return v
 
-    @model_validator(mode="after")
-    def _consistent(self) -> Fleet:
-        for problem in _cross_checks(self):
-            raise problem
-        return self
-
     # Derived views used by every later layer.
     @property
     def primary_region(self) -> str:
@@ -682,369 +567,3 @@ class Fleet(Strict):
     def multikueue_workers(self, env: str) -> tuple[str, ...]:
         """Regions of an environment some team overflows to: their clusters are MultiKueue workers."""
         return tuple(sorted({r for team in self.teams for r in self.overflow_regions(env, team)}))
-
-
-def _cross_checks(fleet: Fleet) -> Iterator[FleetError]:
-    """Checks that span several entries; each yields an error naming the key."""
-    known = known_regions()
-    for name, spec in fleet.regions.items():
-        if name not in known:
-            yield FleetError(f"unknown region {name!r}; known: {', '.join(sorted(known))}", key=f"regions.{name}")
-            return
-        if spec.azs > len(known[name].azs):
-            yield FleetError(
-                f"{spec.azs} AZs asked for, but {name} has {len(known[name].azs)} ({', '.join(known[name].azs)})",
-                key=f"regions.{name}.azs",
-            )
-    primaries = [n for n, s in fleet.regions.items() if s.primary]
-    if len(primaries) != 1:
-        yield FleetError(f"exactly one region must be primary, found {primaries or 'none'}", key="regions")
-    for env_name, env in fleet.environments.items():
-        version_problem = eks.version_problem(env.kubernetes.version)
-        if version_problem:
-            yield FleetError(version_problem, key=f"environments.{env_name}.kubernetes.version")
-        saml = env.client_vpn.saml if env.client_vpn else None
-        if saml is not None and saml.admin_group is None and not any(t.vpn_group for t in fleet.teams.values()):
-            yield FleetError(
-                "federated sign-in authorizes by group, but no team has a vpn_group and there is no admin_group: "
-                "nobody could reach anything",
-                key=f"environments.{env_name}.client_vpn.saml",
-            )
-        if env.kubernetes.upgrade_policy is None:
-            yield FleetError(
-                "required: say `standard` (EKS upgrades the cluster when standard support ends) or `extended` "
-                "(12 more months of paid support)",
-                key=f"environments.{env_name}.kubernetes.upgrade_policy",
-            )
-        for region in env.regions:
-            if region not in fleet.regions:
-                yield FleetError(
-                    f"region {region!r} is not in the fleet's regions ({', '.join(fleet.regions)})",
-                    key=f"environments.{env_name}.regions.{region}",
-                )
-        if env.ci is not None:
-            for field in ("apply_role_arn", "preview_role_arn"):
-                arn = getattr(env.ci, field)
-                if arn in env.kubernetes.admin_role_arns:
-                    yield FleetError(
-                        f"{arn} is also in kubernetes.admin_role_arns: EKS gives a principal one access entry; use "
-                        "a role of its own for CI",
-                        key=f"environments.{env_name}.ci.{field}",
-                    )
-        yield from _pool_checks(fleet, env_name, env)
-    yield from _site_checks(fleet)
-    for site_name, site in fleet.sites.items():
-        key = f"sites.{site_name}"
-        if site.environment not in fleet.environments:
-            yield FleetError(f"unknown environment {site.environment!r}", key=f"{key}.environment")
-        elif site.region not in fleet.environments[site.environment].regions:
-            yield FleetError(
-                f"home region {site.region!r} is not a region of environment {site.environment!r} "
-                f"({', '.join(fleet.environments[site.environment].regions)})",
-                key=f"{key}.region",
-            )
-        else:
-            if site.asn in known[site.region].reserved_asns:
-                yield FleetError(f"ASN {site.asn} is reserved by AWS in {site.region}", key=f"{key}.asn")
-            tgw_asn = fleet.environments[site.environment].regions[site.region].transit_asn
-            if site.asn == tgw_asn:
-                yield FleetError(
-                    f"ASN {site.asn} is the home transit gateway's own ASN; pick another for the site",
-                    key=f"{key}.asn",
-                )
-        for field in ("lan", "pod_cidr"):
-            net = getattr(site, field)
-            if net is not None and not is_rfc1918(net):
-                yield FleetError(f"{net} is not inside an RFC 1918 range", key=f"{key}.{field}")
-    for env_name, env in fleet.environments.items():
-        for region, env_region in env.regions.items():
-            for field in ("vpc_cidr", "client_vpn_cidr"):
-                net = getattr(env_region, field)
-                if net is not None and not is_rfc1918(net):
-                    yield FleetError(
-                        f"{net} is not inside an RFC 1918 range",
-                        key=f"environments.{env_name}.regions.{region}.{field}",
-                    )
-            if env_region.vpc_cidr is not None and not 16 <= env_region.vpc_cidr.prefixlen <= 28:
-                yield FleetError(
-                    f"{env_region.vpc_cidr} is a /{env_region.vpc_cidr.prefixlen}; AWS VPCs are /16 to /28",
-                    key=f"environments.{env_name}.regions.{region}.vpc_cidr",
-                )
-            cvpn = env_region.client_vpn_cidr
-            if cvpn is not None and not 12 <= cvpn.prefixlen <= 22:
-                yield FleetError(
-                    f"{cvpn} is a /{cvpn.prefixlen}; Client VPN needs /12 to /22",
-                    key=f"environments.{env_name}.regions.{region}.client_vpn_cidr",
-                )
-    for team, team_spec in fleet.teams.items():
-        if team.endswith("-overflow"):
-            yield FleetError(
-                "team names may not end in -overflow: a team's overflow ClusterQueue is named <team>-overflow",
-                key=f"teams.{team}",
-            )
-        for region in team_spec.overflow:
-            key = f"teams.{team}.overflow"
-            if region not in fleet.regions:
-                yield FleetError(f"{region!r} is not a region of the fleet ({', '.join(fleet.regions)})", key=key)
-            elif region == fleet.primary_region:
-                yield FleetError(
-                    f"{region} is the primary region, whose cluster dispatches overflowing jobs (the MultiKueue "
-                    "manager); list the regions jobs may overflow to",
-                    key=key,
-                )
-    namespaces: dict[str, str] = {}
-    for team in fleet.teams:
-        ns = fleet.team_namespace(team)
-        if ns in RESERVED_NAMESPACES:
-            yield FleetError(f"namespace {ns!r} belongs to the cluster; choose another", key=f"teams.{team}.namespace")
-        if ns in namespaces:
-            yield FleetError(f"namespace {ns!r} is also team {namespaces[ns]!r}'s", key=f"teams.{team}.namespace")
-        namespaces[ns] = team
-
-
-def _site_checks(fleet: Fleet) -> Iterator[FleetError]:
-    """What `site add` refuses, refused in the file too: shared gateways, ASNs that clash, pod ranges too small."""
-    gateways: dict[str, str] = {}
-    asns: dict[tuple[str, int], str] = {}
-    for name, site in fleet.sites.items():
-        key = f"sites.{name}"
-        other = gateways.setdefault(str(site.public_ip), name)
-        if other != name:
-            yield FleetError(
-                f"{site.public_ip} is already the gateway of site {other!r}; each site needs its own customer gateway "
-                "address",
-                key=f"{key}.public_ip",
-            )
-        # Sites of one environment meet through its transit gateways: BGP drops routes whose AS path holds the
-        # receiver's own ASN, so two sites in one ASN would never learn each other's networks.
-        other = asns.setdefault((site.environment, site.asn), name)
-        if other != name:
-            yield FleetError(
-                f"ASN {site.asn} is already used by site {other!r} in environment {site.environment!r}; give each "
-                "site its own",
-                key=f"{key}.asn",
-            )
-        env = fleet.environments.get(site.environment)
-        for region, env_region in (env.regions if env else {}).items():
-            if site.asn == env_region.transit_asn and region != site.region:  # the home one is reported below
-                yield FleetError(
-                    f"ASN {site.asn} is the transit gateway ASN of {site.environment}/{region}; pick another",
-                    key=f"{key}.asn",
-                )
-        prefix = site.pod_cidr.prefixlen if site.pod_cidr is not None else fleet.address_space.hybrid_pod_prefix
-        where = f"{key}.pod_cidr" if site.pod_cidr is not None else "address_space.hybrid_pod_prefix"
-        if prefix > _NODE_POD_PREFIX:
-            yield FleetError(
-                f"a /{prefix} pod range is smaller than one hybrid node's /{_NODE_POD_PREFIX} pod block", key=where
-            )
-        elif site.gpu_nodes > (blocks := 2 ** (_NODE_POD_PREFIX - prefix)):
-            yield FleetError(
-                f"a /{prefix} pod range holds {blocks} nodes' /{_NODE_POD_PREFIX} pod blocks, but site {name} has "
-                f"gpu_nodes: {site.gpu_nodes}",
-                key=where,
-            )
-
-
-def _pool_checks(fleet: Fleet, env_name: str, env: Environment) -> Iterator[FleetError]:
-    for pool_name, pool in env.node_pools.items():
-        key = f"environments.{env_name}.node_pools.{pool_name}"
-        for region in pool.regions or ():
-            if region not in env.regions:
-                yield FleetError(f"region {region!r} is not a region of environment {env_name!r}", key=f"{key}.regions")
-                return
-        yield from _instance_checks(key, pool)
-        used = pool.regions or tuple(env.regions)
-        yield from _offering_checks(key, pool, [r for r in used if r not in pool.capacity_reservations])
-        for region, zones in pool.zones.items():
-            if region not in used:
-                yield FleetError(f"pool does not run in {region!r}", key=f"{key}.zones.{region}")
-                return
-            bad = [z for z in zones if z not in fleet.azs(region)]
-            if bad:
-                yield FleetError(
-                    f"{', '.join(bad)} not among the AZs the fleet uses in {region} ({', '.join(fleet.azs(region))})",
-                    key=f"{key}.zones.{region}",
-                )
-            if pool.efa and len(zones) != 1:
-                yield FleetError(
-                    f"an EFA pool lives in one AZ (one cluster placement group); got {len(zones)}: {', '.join(zones)}",
-                    key=f"{key}.zones.{region}",
-                )
-        for region, cr in pool.capacity_reservations.items():
-            if region not in used:
-                yield FleetError(f"pool does not run in {region!r}", key=f"{key}.capacity_reservations.{region}")
-                return
-            zones = fleet.pool_zones(env_name, region, pool_name)
-            if cr.az not in zones:
-                yield FleetError(
-                    f"reservation {cr.id} is in {cr.az} but the pool runs in {', '.join(zones)}",
-                    key=f"{key}.capacity_reservations.{region}.az",
-                )
-
-
-def _instance_checks(key: str, pool: NodePool) -> Iterator[FleetError]:
-    """Instance types exist, match the pool's kind, and support EFA when the pool asks for it."""
-    from dlinfra.model import instances  # the table is only read when a fleet has pools
-
-    for i, name in enumerate(pool.instance_types):
-        where = f"{key}.instance_types[{i}]"
-        try:
-            spec = instances.lookup(name)
-        except instances.UnknownInstanceType as exc:
-            yield FleetError(str(exc), key=where)
-            continue
-        if pool.kind == "gpu" and spec.gpus == 0:
-            yield FleetError(f"{name} has no GPU; a GPU pool takes GPU instance types only", key=where)
-        if pool.kind == "cpu" and spec.gpus > 0:
-            yield FleetError(f"{name} is a GPU type ({spec.gpus} x {spec.gpu_model}); use a GPU pool", key=where)
-        if pool.efa and not spec.efa_supported:
-            yield FleetError(f"{name} does not support EFA; drop efa or pick an EFA-capable type", key=where)
-    if pool.efa and len(pool.instance_types) > 1:
-        yield FleetError("an EFA pool uses one instance type (one EFA layout)", key=f"{key}.instance_types")
-
-
-def _offering_checks(key: str, pool: NodePool, regions: Sequence[str]) -> Iterator[FleetError]:
-    """In every region a pool runs in, at least one of its types is sold there."""
-    from dlinfra.model import instances
-
-    try:
-        specs = [instances.lookup(t) for t in pool.instance_types]
-    except instances.UnknownInstanceType:
-        return  # reported by _instance_checks
-    for region in sorted(regions):
-        if not any(s.offered_in is None or region in s.offered_in for s in specs):
-            types = ", ".join(pool.instance_types)
-            yield FleetError(
-                f"none of {types} is sold in {region} (offered_in, {instances.TABLE_PATH}): add a type sold there "
-                "or leave the region out of the pool's regions",
-                key=f"{key}.instance_types",
-            )
-
-
-@dataclass(frozen=True)
-class LoadedFleet:
-    """A parsed fleet with where it came from, so later errors can name the file."""
-
-    fleet: Fleet
-    path: Path
-
-
-def _yaml_line(data: Any, loc: Sequence[int | str]) -> int | None:
-    """1-based line of the deepest key of `loc` that the round-trip YAML tree knows."""
-    line = None
-    node = data
-    for part in loc:
-        if isinstance(node, CommentedMap) and part in node:
-            line = node.lc.key(part)[0] + 1
-            node = node[part]
-        elif isinstance(node, CommentedSeq) and isinstance(part, int) and part < len(node):
-            line = node.lc.item(part)[0] + 1
-            node = node[part]
-        else:
-            break
-    return line
-
-
-def parse_yaml(path: Path) -> Any:
-    """Round-trip YAML load that rejects duplicate keys and reports parse errors with a line."""
-    yaml = YAML(typ="rt")
-    try:
-        text = path.read_text()
-    except OSError as exc:
-        raise FleetError(f"cannot read: {exc.strerror}", file=str(path)) from None
-    try:
-        return yaml.load(text)
-    except MarkedYAMLError as exc:
-        mark = exc.problem_mark or exc.context_mark
-        where = f"line {mark.line + 1}, column {mark.column + 1}" if mark else "somewhere"
-        problem = (exc.problem or exc.context or "malformed YAML").strip()
-        if "duplicate key" in str(exc):
-            problem = f"duplicate key: {str(exc).split('found duplicate key', 1)[-1].split(chr(10))[0].strip()}"
-        raise FleetError(f"malformed YAML at {where}: {problem}", file=str(path)) from None
-
-
-def version_lifecycle(loaded: LoadedFleet, on: datetime.date) -> list[str]:
-    """Warnings for cluster versions near the end of their support; FleetError for one past it.
-
-    Time-dependent, so not part of the model: the CLI and the stack program call it with today's date.
-    """
-    warnings = []
-    for env_name, env in loaded.fleet.environments.items():
-        assert env.kubernetes.upgrade_policy is not None  # the model requires it
-        state = eks.lifecycle(env.kubernetes.version, env.kubernetes.upgrade_policy, on)
-        key = f"environments.{env_name}.kubernetes.version"
-        if state.level == "error":
-            raise FleetError(state.message, file=str(loaded.path), key=key)
-        if state.level == "warning":
-            warnings.append(f"{loaded.path}: {key}: {state.message}")
-    return warnings
-
-
-def load_fleet(path: str | Path) -> LoadedFleet:
-    """Parse and validate a fleet file; raises FleetError naming the file and key."""
-    path = Path(path)
-    return LoadedFleet(fleet=_fleet_of(path), path=path)
-
-
-@last_by_text
-def _fleet_of(path: Path) -> Fleet:
-    return validate_data(parse_yaml(path), path)  # parse_yaml reports an unreadable file
-
-
-def validate_data(data: Any, path: Path) -> Fleet:
-    """The fleet model of parsed fleet data (as read, or as a command is about to write it), or the FleetError
-    naming the file, line, key and value: every command refuses a fleet in the same words."""
-    if not isinstance(data, Mapping):
-        raise FleetError("the top level must be a mapping (project, regions, environments, ...)", file=str(path))
-    from dlinfra.model import kueue  # it plans from the models defined here
-
-    try:
-        fleet = Fleet.model_validate(data)
-        kueue.check_fleet(fleet, source=str(path))  # quotas span environments: every command refuses them first
-    except ValidationError as exc:
-        raise _fleet_error(path, data, exc) from None
-    except FleetError as exc:
-        line = _yaml_line(data, (exc.key or "").split(".")) if exc.key else None
-        raise FleetError(exc.detail, file=f"{path}:{line}" if line else str(path), key=exc.key) from None
-    return fleet
-
-
-_ECHO_LIMIT = 60  # characters of a bad value repeated in an error
-
-
-def _echo(value: Any, message: str) -> str:
-    """` (got <value>)` for a scalar the message does not already show, truncated; else nothing."""
-    if isinstance(value, Mapping | list | tuple) or str(value) in message:
-        return ""
-    shown = repr(value)
-    return f" (got {shown[: _ECHO_LIMIT - 3]}...)" if len(shown) > _ECHO_LIMIT else f" (got {shown})"
-
-
-def _fleet_error(path: Path, data: Any, exc: ValidationError) -> FleetError:
-    messages = []
-    first_key = None
-    bad_names: set[str] = set()
-    for err in exc.errors():
-        loc = [p for p in err["loc"] if not (isinstance(p, str) and p.startswith(("function-", "constrained")))]
-        key = ".".join(str(p) for p in loc) or "(top level)"
-        msg = err["msg"]
-        if any(key.startswith(f"{k}.") for k in bad_names):
-            continue  # the entry's name is already reported; its body errors would only add noise
-        if err["type"] == "extra_forbidden":
-            msg = "unknown key (check the spelling; see README 'Fleet file reference')"
-        elif err["type"] == "value_error":
-            msg = msg.removeprefix("Value error, ")
-        if loc and loc[-1] == "[key]":
-            loc = loc[:-1]
-            key = ".".join(str(p) for p in loc)
-            msg = "not a valid name: names are 2-24 lower-case letters, digits and '-', starting with a letter"
-        if msg.startswith("not a valid name"):
-            bad_names.add(key)
-        elif err["type"] not in ("missing", "extra_forbidden"):
-            msg += _echo(err.get("input"), msg)
-        line = _yaml_line(data, loc)
-        messages.append(f"{path}:{line}: {key}: {msg}" if line else f"{path}: {key}: {msg}")
-        first_key = first_key or key
-    error = FleetError("\n".join(messages))
-    error.file, error.key = str(path), first_key
-    return error

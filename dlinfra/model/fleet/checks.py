@@ -1,0 +1,257 @@
+"""Checks of a fleet that span several entries (regions, environments, pools, sites, teams): each problem is a
+FleetError naming the key. Address overlaps need the lock too and live in dlinfra.model.planner."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+
+from dlinfra.errors import FleetError
+from dlinfra.model import eks
+from dlinfra.model.fleet.schema import RESERVED_NAMESPACES, Environment, Fleet, NodePool, is_rfc1918
+from dlinfra.model.regions import known_regions
+
+# Hybrid nodes take one pod block each (Cilium's maskSize; dlinfra.hybrid_routing.NODE_POD_PREFIX says why /25).
+_NODE_POD_PREFIX = 25
+
+
+def _cross_checks(fleet: Fleet) -> Iterator[FleetError]:
+    """Checks that span several entries; each yields an error naming the key."""
+    known = known_regions()
+    for name, spec in fleet.regions.items():
+        if name not in known:
+            yield FleetError(f"unknown region {name!r}; known: {', '.join(sorted(known))}", key=f"regions.{name}")
+            return
+        if spec.azs > len(known[name].azs):
+            yield FleetError(
+                f"{spec.azs} AZs asked for, but {name} has {len(known[name].azs)} ({', '.join(known[name].azs)})",
+                key=f"regions.{name}.azs",
+            )
+    primaries = [n for n, s in fleet.regions.items() if s.primary]
+    if len(primaries) != 1:
+        yield FleetError(f"exactly one region must be primary, found {primaries or 'none'}", key="regions")
+    for env_name, env in fleet.environments.items():
+        version_problem = eks.version_problem(env.kubernetes.version)
+        if version_problem:
+            yield FleetError(version_problem, key=f"environments.{env_name}.kubernetes.version")
+        saml = env.client_vpn.saml if env.client_vpn else None
+        if saml is not None and saml.admin_group is None and not any(t.vpn_group for t in fleet.teams.values()):
+            yield FleetError(
+                "federated sign-in authorizes by group, but no team has a vpn_group and there is no admin_group: "
+                "nobody could reach anything",
+                key=f"environments.{env_name}.client_vpn.saml",
+            )
+        if env.kubernetes.upgrade_policy is None:
+            yield FleetError(
+                "required: say `standard` (EKS upgrades the cluster when standard support ends) or `extended` "
+                "(12 more months of paid support)",
+                key=f"environments.{env_name}.kubernetes.upgrade_policy",
+            )
+        for region in env.regions:
+            if region not in fleet.regions:
+                yield FleetError(
+                    f"region {region!r} is not in the fleet's regions ({', '.join(fleet.regions)})",
+                    key=f"environments.{env_name}.regions.{region}",
+                )
+        if env.ci is not None:
+            for field in ("apply_role_arn", "preview_role_arn"):
+                arn = getattr(env.ci, field)
+                if arn in env.kubernetes.admin_role_arns:
+                    yield FleetError(
+                        f"{arn} is also in kubernetes.admin_role_arns: EKS gives a principal one access entry; use "
+                        "a role of its own for CI",
+                        key=f"environments.{env_name}.ci.{field}",
+                    )
+        yield from _pool_checks(fleet, env_name, env)
+    yield from _site_checks(fleet)
+    for site_name, site in fleet.sites.items():
+        key = f"sites.{site_name}"
+        if site.environment not in fleet.environments:
+            yield FleetError(f"unknown environment {site.environment!r}", key=f"{key}.environment")
+        elif site.region not in fleet.environments[site.environment].regions:
+            yield FleetError(
+                f"home region {site.region!r} is not a region of environment {site.environment!r} "
+                f"({', '.join(fleet.environments[site.environment].regions)})",
+                key=f"{key}.region",
+            )
+        else:
+            if site.asn in known[site.region].reserved_asns:
+                yield FleetError(f"ASN {site.asn} is reserved by AWS in {site.region}", key=f"{key}.asn")
+            tgw_asn = fleet.environments[site.environment].regions[site.region].transit_asn
+            if site.asn == tgw_asn:
+                yield FleetError(
+                    f"ASN {site.asn} is the home transit gateway's own ASN; pick another for the site",
+                    key=f"{key}.asn",
+                )
+        for field in ("lan", "pod_cidr"):
+            net = getattr(site, field)
+            if net is not None and not is_rfc1918(net):
+                yield FleetError(f"{net} is not inside an RFC 1918 range", key=f"{key}.{field}")
+    for env_name, env in fleet.environments.items():
+        for region, env_region in env.regions.items():
+            for field in ("vpc_cidr", "client_vpn_cidr"):
+                net = getattr(env_region, field)
+                if net is not None and not is_rfc1918(net):
+                    yield FleetError(
+                        f"{net} is not inside an RFC 1918 range",
+                        key=f"environments.{env_name}.regions.{region}.{field}",
+                    )
+            if env_region.vpc_cidr is not None and not 16 <= env_region.vpc_cidr.prefixlen <= 28:
+                yield FleetError(
+                    f"{env_region.vpc_cidr} is a /{env_region.vpc_cidr.prefixlen}; AWS VPCs are /16 to /28",
+                    key=f"environments.{env_name}.regions.{region}.vpc_cidr",
+                )
+            cvpn = env_region.client_vpn_cidr
+            if cvpn is not None and not 12 <= cvpn.prefixlen <= 22:
+                yield FleetError(
+                    f"{cvpn} is a /{cvpn.prefixlen}; Client VPN needs /12 to /22",
+                    key=f"environments.{env_name}.regions.{region}.client_vpn_cidr",
+                )
+    for team, team_spec in fleet.teams.items():
+        if team.endswith("-overflow"):
+            yield FleetError(
+                "team names may not end in -overflow: a team's overflow ClusterQueue is named <team>-overflow",
+                key=f"teams.{team}",
+            )
+        for region in team_spec.overflow:
+            key = f"teams.{team}.overflow"
+            if region not in fleet.regions:
+                yield FleetError(f"{region!r} is not a region of the fleet ({', '.join(fleet.regions)})", key=key)
+            elif region == fleet.primary_region:
+                yield FleetError(
+                    f"{region} is the primary region, whose cluster dispatches overflowing jobs (the MultiKueue "
+                    "manager); list the regions jobs may overflow to",
+                    key=key,
+                )
+    namespaces: dict[str, str] = {}
+    for team in fleet.teams:
+        ns = fleet.team_namespace(team)
+        if ns in RESERVED_NAMESPACES:
+            yield FleetError(f"namespace {ns!r} belongs to the cluster; choose another", key=f"teams.{team}.namespace")
+        if ns in namespaces:
+            yield FleetError(f"namespace {ns!r} is also team {namespaces[ns]!r}'s", key=f"teams.{team}.namespace")
+        namespaces[ns] = team
+
+
+def _site_checks(fleet: Fleet) -> Iterator[FleetError]:
+    """What `site add` refuses, refused in the file too: shared gateways, ASNs that clash, pod ranges too small."""
+    gateways: dict[str, str] = {}
+    asns: dict[tuple[str, int], str] = {}
+    for name, site in fleet.sites.items():
+        key = f"sites.{name}"
+        other = gateways.setdefault(str(site.public_ip), name)
+        if other != name:
+            yield FleetError(
+                f"{site.public_ip} is already the gateway of site {other!r}; each site needs its own customer gateway "
+                "address",
+                key=f"{key}.public_ip",
+            )
+        # Sites of one environment meet through its transit gateways: BGP drops routes whose AS path holds the
+        # receiver's own ASN, so two sites in one ASN would never learn each other's networks.
+        other = asns.setdefault((site.environment, site.asn), name)
+        if other != name:
+            yield FleetError(
+                f"ASN {site.asn} is already used by site {other!r} in environment {site.environment!r}; give each "
+                "site its own",
+                key=f"{key}.asn",
+            )
+        env = fleet.environments.get(site.environment)
+        for region, env_region in (env.regions if env else {}).items():
+            if site.asn == env_region.transit_asn and region != site.region:  # the home one is reported below
+                yield FleetError(
+                    f"ASN {site.asn} is the transit gateway ASN of {site.environment}/{region}; pick another",
+                    key=f"{key}.asn",
+                )
+        prefix = site.pod_cidr.prefixlen if site.pod_cidr is not None else fleet.address_space.hybrid_pod_prefix
+        where = f"{key}.pod_cidr" if site.pod_cidr is not None else "address_space.hybrid_pod_prefix"
+        if prefix > _NODE_POD_PREFIX:
+            yield FleetError(
+                f"a /{prefix} pod range is smaller than one hybrid node's /{_NODE_POD_PREFIX} pod block", key=where
+            )
+        elif site.gpu_nodes > (blocks := 2 ** (_NODE_POD_PREFIX - prefix)):
+            yield FleetError(
+                f"a /{prefix} pod range holds {blocks} nodes' /{_NODE_POD_PREFIX} pod blocks, but site {name} has "
+                f"gpu_nodes: {site.gpu_nodes}",
+                key=where,
+            )
+
+
+def _pool_checks(fleet: Fleet, env_name: str, env: Environment) -> Iterator[FleetError]:
+    for pool_name, pool in env.node_pools.items():
+        key = f"environments.{env_name}.node_pools.{pool_name}"
+        for region in pool.regions or ():
+            if region not in env.regions:
+                yield FleetError(f"region {region!r} is not a region of environment {env_name!r}", key=f"{key}.regions")
+                return
+        yield from _instance_checks(key, pool)
+        used = pool.regions or tuple(env.regions)
+        yield from _offering_checks(key, pool, [r for r in used if r not in pool.capacity_reservations])
+        for region, zones in pool.zones.items():
+            if region not in used:
+                yield FleetError(f"pool does not run in {region!r}", key=f"{key}.zones.{region}")
+                return
+            bad = [z for z in zones if z not in fleet.azs(region)]
+            if bad:
+                yield FleetError(
+                    f"{', '.join(bad)} not among the AZs the fleet uses in {region} ({', '.join(fleet.azs(region))})",
+                    key=f"{key}.zones.{region}",
+                )
+            if pool.efa and len(zones) != 1:
+                yield FleetError(
+                    f"an EFA pool lives in one AZ (one cluster placement group); got {len(zones)}: {', '.join(zones)}",
+                    key=f"{key}.zones.{region}",
+                )
+        for region, cr in pool.capacity_reservations.items():
+            if region not in used:
+                yield FleetError(f"pool does not run in {region!r}", key=f"{key}.capacity_reservations.{region}")
+                return
+            zones = fleet.pool_zones(env_name, region, pool_name)
+            if cr.az not in zones:
+                yield FleetError(
+                    f"reservation {cr.id} is in {cr.az} but the pool runs in {', '.join(zones)}",
+                    key=f"{key}.capacity_reservations.{region}.az",
+                )
+
+
+def _instance_checks(key: str, pool: NodePool) -> Iterator[FleetError]:
+    """Instance types exist, match the pool's kind, and support EFA when the pool asks for it."""
+    from dlinfra.model import instances  # the table is only read when a fleet has pools
+
+    for i, name in enumerate(pool.instance_types):
+        where = f"{key}.instance_types[{i}]"
+        try:
+            spec = instances.lookup(name)
+        except instances.UnknownInstanceType as exc:
+            yield FleetError(str(exc), key=where)
+            continue
+        if pool.kind == "gpu" and spec.gpus == 0:
+            yield FleetError(f"{name} has no GPU; a GPU pool takes GPU instance types only", key=where)
+        if pool.kind == "cpu" and spec.gpus > 0:
+            yield FleetError(f"{name} is a GPU type ({spec.gpus} x {spec.gpu_model}); use a GPU pool", key=where)
+        if pool.efa and not spec.efa_supported:
+            yield FleetError(f"{name} does not support EFA; drop efa or pick an EFA-capable type", key=where)
+    if pool.efa and len(pool.instance_types) > 1:
+        yield FleetError("an EFA pool uses one instance type (one EFA layout)", key=f"{key}.instance_types")
+
+
+def _offering_checks(key: str, pool: NodePool, regions: Sequence[str]) -> Iterator[FleetError]:
+    """In every region a pool runs in, at least one of its types is sold there."""
+    from dlinfra.model import instances
+
+    try:
+        specs = [instances.lookup(t) for t in pool.instance_types]
+    except instances.UnknownInstanceType:
+        return  # reported by _instance_checks
+    for region in sorted(regions):
+        if not any(s.offered_in is None or region in s.offered_in for s in specs):
+            types = ", ".join(pool.instance_types)
+            yield FleetError(
+                f"none of {types} is sold in {region} (offered_in, {instances.TABLE_PATH}): add a type sold there "
+                "or leave the region out of the pool's regions",
+                key=f"{key}.instance_types",
+            )
+
+
+def check(fleet: Fleet) -> None:
+    """Raise the first problem that spans several entries, as a FleetError naming the key."""
+    for problem in _cross_checks(fleet):
+        raise problem
