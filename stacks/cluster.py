@@ -12,7 +12,7 @@ from components.hybrid import HybridNodes, HybridNodesArgs
 from dlinfra.errors import DlinfraError
 from dlinfra.model import instances
 from dlinfra.model import sites as site_networks
-from stacks.program import StackContext
+from stacks.context import StackContext
 
 
 @dataclass(frozen=True)

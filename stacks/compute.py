@@ -8,7 +8,7 @@ from components.cluster import Cluster
 from components.nodepool import NodePool, NodePoolArgs
 from dlinfra.errors import DlinfraError
 from dlinfra.model import dns, images, sites
-from stacks.program import StackContext
+from stacks.context import StackContext
 
 DEFAULT_MANIFEST = "images/manifest.example.json"
 

@@ -8,7 +8,7 @@ import pulumi
 
 from components.transit_peering import PeerSide, TransitPeering, TransitPeeringArgs
 from dlinfra.model import sites
-from stacks.program import StackContext, aws_provider, stack_reference
+from stacks.context import StackContext, aws_provider, stack_reference
 
 
 def declare(ctx: StackContext) -> None:

@@ -17,7 +17,7 @@ from components.cluster import kubeconfig_json
 from components.platform import Platform, platform_args_from_fleet
 from components.platform_values import multikueue_kubeconfig
 from dlinfra.model.stackroles import K8S_SUFFIX
-from stacks.program import StackContext, stack_reference
+from stacks.context import StackContext, stack_reference
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,7 @@ from components.transit import TransitHub, TransitHubArgs
 from dlinfra.model import dns, planner, sites
 from stacks.cluster import declare_cluster
 from stacks.compute import declare_pools
-from stacks.program import StackContext, aws_provider
+from stacks.context import StackContext, aws_provider
 from stacks.storage import declare_storage
 
 

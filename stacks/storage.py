@@ -6,7 +6,7 @@ import pulumi
 import pulumi_aws as aws
 
 from components.storage import FsxArgs, Storage, StorageArgs
-from stacks.program import StackContext
+from stacks.context import StackContext
 
 
 def declare_storage(

@@ -40,8 +40,6 @@ def print_summary(run: CheckRun, console: Console) -> None:
             )
         console.print(table)
     if run.reach is not None:
-        from dlinfra.cli.checks import print_reach
-
         print_reach({**run.reach, "failures": []}, console)
     shown = [f for f in run.findings if f.level != "skipped"]
     if shown:
@@ -169,3 +167,31 @@ def _sarif_result(f: Finding, index: int) -> dict[str, Any]:
     if f.level == "skipped":
         result["suppressions"] = [{"kind": "external", "justification": f.reason}]
     return result
+
+
+def print_reach(summary: dict[str, object], console: Console, *, verbose: bool = False) -> None:
+    """The per-family table, then each failing flow with the hop where it stopped."""
+    table = Table(title="Reachability over the plans (dlinfra reach)")
+    for column in ("family", "intents", "flows", "failed intents"):
+        table.add_column(column, justify="left" if column == "family" else "right")
+    families = summary["families"]
+    assert isinstance(families, dict)
+    for family, row in families.items():
+        table.add_row(family, str(row["intents"]), str(row["flows"]), str(row["failed_intents"]))
+    console.print(table)
+    failures = summary["failures"]
+    assert isinstance(failures, list)
+    for f in failures:
+        console.print(
+            f"FAIL {f['intent']}: {f['source']} -> {f['destination']} {f['protocol']}/{f['port']}", markup=False
+        )
+        console.print(f"     {f['reason']}", markup=False)
+        if verbose:
+            for hop in f["hops"]:
+                console.print(f"       . {hop}", markup=False)
+    proved = int(str(summary["flows"])) - len(failures)
+    console.print(
+        f"{summary['intents']} intents, {summary['flows']} flows: {proved} proved, {len(failures)} failed "
+        f"({summary['seconds']} s)",
+        markup=False,
+    )

@@ -184,7 +184,7 @@ def cmd_diff(args: argparse.Namespace) -> int:
 
 def cmd_reach(args: argparse.Namespace) -> int:
     """`dlinfra reach`: exit 0 when every intent holds, 1 when one does not (bad input raises DlinfraError)."""
-    from dlinfra.checks import plans
+    from dlinfra.checks import plans, report
     from dlinfra.checks.reach import check as reach
 
     loaded = load_fleet(args.fleet)
@@ -197,35 +197,5 @@ def cmd_reach(args: argparse.Namespace) -> int:
     if args.json:
         sys.stdout.write(json.dumps(summary, indent=2) + "\n")
     else:
-        print_reach(summary, Console(highlight=False, soft_wrap=True), verbose=args.verbose)
+        report.print_reach(summary, Console(highlight=False, soft_wrap=True), verbose=args.verbose)
     return 1 if summary["failed_flows"] else 0
-
-
-def print_reach(summary: dict[str, object], console: Console, *, verbose: bool = False) -> None:
-    """The per-family table, then each failing flow with the hop where it stopped."""
-    from rich.table import Table
-
-    table = Table(title="Reachability over the plans (dlinfra reach)")
-    for column in ("family", "intents", "flows", "failed intents"):
-        table.add_column(column, justify="left" if column == "family" else "right")
-    families = summary["families"]
-    assert isinstance(families, dict)
-    for family, row in families.items():
-        table.add_row(family, str(row["intents"]), str(row["flows"]), str(row["failed_intents"]))
-    console.print(table)
-    failures = summary["failures"]
-    assert isinstance(failures, list)
-    for f in failures:
-        console.print(
-            f"FAIL {f['intent']}: {f['source']} -> {f['destination']} {f['protocol']}/{f['port']}", markup=False
-        )
-        console.print(f"     {f['reason']}", markup=False)
-        if verbose:
-            for hop in f["hops"]:
-                console.print(f"       . {hop}", markup=False)
-    proved = int(str(summary["flows"])) - len(failures)
-    console.print(
-        f"{summary['intents']} intents, {summary['flows']} flows: {proved} proved, {len(failures)} failed "
-        f"({summary['seconds']} s)",
-        markup=False,
-    )

@@ -23,7 +23,7 @@ CONFIG = {"dlinfra:fleet": str(REFERENCE_FLEET), "dlinfra:lock": str(REFERENCE_L
 PROGRAM = """
 from pathlib import Path
 import pulumi
-from stacks.program import aws_provider, load_context
+from stacks.context import aws_provider, load_context
 from stacks.compute import declare_pools
 from stacks.cluster import declare_cluster
 ctx = load_context(Path({root!r}))
@@ -327,7 +327,7 @@ def test_the_stack_never_picks_an_upgrade_policy() -> None:
     """A fleet built without validation (model_construct, model_copy) and no policy is refused, not defaulted."""
     from dlinfra.errors import DlinfraError
     from stacks.cluster import declare_cluster
-    from stacks.program import StackContext
+    from stacks.context import StackContext
 
     staging = FLEET.environments["staging"]
     unset = staging.model_copy(update={"kubernetes": staging.kubernetes.model_copy(update={"upgrade_policy": None})})

@@ -23,7 +23,7 @@ CA = "k8s.io/cluster-autoscaler"
 
 PROGRAM = """
 from pathlib import Path
-from stacks.program import aws_provider, load_context
+from stacks.context import aws_provider, load_context
 from stacks.compute import declare_pools
 ctx = load_context(Path({root!r}))
 subnets = {{az: "subnet-" + az for az in ctx.fleet.azs(ctx.role.region)}}

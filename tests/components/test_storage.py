@@ -17,7 +17,7 @@ from tests.conftest import REFERENCE_FLEET, REFERENCE_LOCK, ROOT
 CONFIG = {"dlinfra:fleet": str(REFERENCE_FLEET), "dlinfra:lock": str(REFERENCE_LOCK)}
 PROGRAM = """
 from pathlib import Path
-from stacks.program import aws_provider, load_context
+from stacks.context import aws_provider, load_context
 from stacks.storage import declare_storage
 ctx = load_context(Path({root!r}))
 subnets = {{az: "subnet-" + az for az in ctx.fleet.azs(ctx.role.region)}}
