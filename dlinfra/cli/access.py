@@ -9,7 +9,6 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -17,12 +16,11 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from dlinfra.cli.common import Handler
 from dlinfra.errors import DlinfraError
 from dlinfra.model import stackroles
 from dlinfra.model.fleet.load import load_fleet
 from dlinfra.review import access
-
-Handler = Callable[[argparse.Namespace], int]
 
 # Table titles for each kind of principal, in report order.
 _TITLES = {

@@ -10,20 +10,18 @@ import argparse
 import contextlib
 import json
 import sys
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from rich.console import Console
 
 from dlinfra import PROJECT_ROOT as ROOT
+from dlinfra.cli.common import Handler, lock_file
 from dlinfra.errors import DlinfraError
 from dlinfra.model import stackroles
 from dlinfra.model.fleet.load import load_fleet
 
 DEFAULT_SKIPS = Path("checkov-skips.yaml")
-
-Handler = Callable[[argparse.Namespace], int]
 
 
 def register(
@@ -89,17 +87,12 @@ def register(
     return {"check": cmd_check, "diff": cmd_diff, "reach": cmd_reach}
 
 
-def _lock(args: argparse.Namespace) -> Path:
-    lock: Path = args.lock if args.lock is not None else args.fleet.parent / "cidr-lock.yaml"
-    return lock
-
-
 def refuse_stale_plans(args: argparse.Namespace, selected: list[Any]) -> str:
     """PlanError when a plan's inputs changed since it was made; with --allow-stale, a note saying so instead."""
     from dlinfra.checks import plans
 
     try:
-        plans.refuse_stale(selected, root=ROOT, fleet=args.fleet, lock=_lock(args))
+        plans.refuse_stale(selected, root=ROOT, fleet=args.fleet, lock=lock_file(args))
     except plans.PlanError as exc:
         if not args.allow_stale:
             raise
@@ -122,7 +115,7 @@ def cmd_check(args: argparse.Namespace) -> int:
     options = runner.CheckOptions(
         root=ROOT,
         plans=selected,
-        context=context.build_context(args.fleet, _lock(args)),
+        context=context.build_context(args.fleet, lock_file(args)),
         skips=skips.load_skips(args.skips or DEFAULT_SKIPS, missing_ok=args.skips is None),
         manifests=args.manifests if args.manifests is not None else args.plans.parent / "manifests",
         export_dir=args.plans.parent / "checkov",
@@ -145,7 +138,9 @@ def cmd_check(args: argparse.Namespace) -> int:
     else:
         from dlinfra.checks.reach import check as reach
 
-        run.reach = reach.summary_json(reach.analyse(args.fleet, _lock(args), [p.data for p in selected], args.flows))
+        run.reach = reach.summary_json(
+            reach.analyse(args.fleet, lock_file(args), [p.data for p in selected], args.flows)
+        )
         run.findings.extend(runner.reach_findings(run.reach))
     if ignored:
         run.notes.append(f"ignored plans of stacks the fleet no longer has: {', '.join(ignored)}")
@@ -166,7 +161,7 @@ def cmd_diff(args: argparse.Namespace) -> int:
     if args.fleet.is_absolute() or (args.lock is not None and args.lock.is_absolute()):
         raise DlinfraError("--fleet and --lock must be relative to the repository for diff (each revision has its own)")
     result = diff.diff_revisions(
-        repo=Path.cwd(), base=args.base, head=args.head, fleet=args.fleet, lock=_lock(args), python=sys.executable
+        repo=Path.cwd(), base=args.base, head=args.head, fleet=args.fleet, lock=lock_file(args), python=sys.executable
     )
     if args.touched:
         fleet = load_fleet(args.fleet).fleet  # the head revision's (the working tree is the head in CI)
@@ -193,7 +188,7 @@ def cmd_reach(args: argparse.Namespace) -> int:
     stale_note = refuse_stale_plans(args, selected)
     if stale_note:
         Console(stderr=True).print(f"note: {stale_note}", markup=False)
-    summary = reach.summary_json(reach.analyse(args.fleet, _lock(args), [p.data for p in selected], args.flows))
+    summary = reach.summary_json(reach.analyse(args.fleet, lock_file(args), [p.data for p in selected], args.flows))
     if args.json:
         sys.stdout.write(json.dumps(summary, indent=2) + "\n")
     else:

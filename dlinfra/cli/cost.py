@@ -9,7 +9,6 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -17,11 +16,10 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from dlinfra.cli.common import Handler
 from dlinfra.model import stackroles
 from dlinfra.model.fleet.load import load_fleet
 from dlinfra.review import access, cost
-
-Handler = Callable[[argparse.Namespace], int]
 
 
 def register(subparsers: Any, common: argparse.ArgumentParser) -> dict[str, Handler]:

@@ -10,7 +10,6 @@ import argparse
 import importlib.util
 import shutil
 import subprocess
-from collections.abc import Callable
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
@@ -21,13 +20,13 @@ from rich.table import Table
 from rich.text import Text
 
 from dlinfra import PROJECT_ROOT as ROOT
+from dlinfra.cli.common import Handler
 
 # Libraries every dlinfra command needs (requirements.txt); one missing means the install is broken.
 REQUIRED = ("pulumi", "pulumi_aws", "pydantic", "ruamel.yaml", "jinja2", "rich", "boto3")
 TIMEOUT = 5.0  # seconds for any one probe (a `--version` call, the STS request)
 
 Status = Literal["ok", "missing", "broken"]
-Handler = Callable[[argparse.Namespace], int]
 
 out = Console(highlight=False, soft_wrap=True)
 

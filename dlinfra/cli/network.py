@@ -21,6 +21,7 @@ from rich.text import Text
 
 from dlinfra import PROJECT_ROOT as ROOT
 from dlinfra import files
+from dlinfra.cli.common import Handler, lock_file
 from dlinfra.errors import DlinfraError
 from dlinfra.model import planner, stackroles
 from dlinfra.model.fleet.load import load_fleet
@@ -30,8 +31,6 @@ from dlinfra.render.openvpn import ClientVpnProfile, render_ovpn
 
 out = Console(highlight=False, soft_wrap=True)
 err = Console(stderr=True, highlight=False, soft_wrap=True)
-
-Handler = Callable[[argparse.Namespace], int]
 
 
 def register(subparsers: Any, common: argparse.ArgumentParser) -> dict[str, Handler]:
@@ -131,10 +130,6 @@ def _nfs_mount(text: str) -> tuple[str, str, str]:
     return parts[0], parts[1], parts[2]
 
 
-def _lock_path(args: argparse.Namespace) -> Path:
-    return Path(args.lock) if args.lock is not None else Path(args.fleet).parent / "cidr-lock.yaml"
-
-
 # --- site ------------------------------------------------------------------------------------------------
 def cmd_site(args: argparse.Namespace) -> int:
     handler = {"list": _site_list, "add": _site_add, "remove": _site_remove, "render": _site_render}[args.site_command]
@@ -162,11 +157,11 @@ def _site_add(args: argparse.Namespace) -> int:
         nfs=tuple(args.nfs),
         pod_cidr=args.pod_cidr,
     )
-    change = onboarding.add_site(fleet_path, _lock_path(args), new)
+    change = onboarding.add_site(fleet_path, lock_file(args), new)
     out.print(f"added site {new.name} to {fleet_path} (home stack {change.home_stack})", markup=False)
     for key, net in change.allocations.items():
         out.print(f"  {key:<24} {net}", markup=False)
-    out.print(f"wrote {_lock_path(args)}", markup=False)
+    out.print(f"wrote {lock_file(args)}", markup=False)
     out.print("\nNext steps:")
     for i, step in enumerate(onboarding.next_steps_after_add(change.fleet, new.name, fleet_path), start=1):
         out.print(f"  {i}. {step}", markup=False)
@@ -226,13 +221,13 @@ def _check_network(text: str, key: str, fleet_path: Path) -> None:
 
 
 def _site_remove(args: argparse.Namespace) -> int:
-    change = onboarding.remove_site(Path(args.fleet), _lock_path(args), args.name, release=args.release)
+    change = onboarding.remove_site(Path(args.fleet), lock_file(args), args.name, release=args.release)
     out.print(f"removed site {args.name} from {args.fleet}", markup=False)
     if change.released:
-        out.print(f"released {len(change.allocations)} allocation(s) in {_lock_path(args)}:", markup=False)
+        out.print(f"released {len(change.allocations)} allocation(s) in {lock_file(args)}:", markup=False)
     else:
         out.print(
-            f"kept {len(change.allocations)} allocation(s) reserved in {_lock_path(args)} "
+            f"kept {len(change.allocations)} allocation(s) reserved in {lock_file(args)} "
             "(orphans: never reused until `dlinfra cidr --release KEY`):"
         )
     for key, net in change.allocations.items():
@@ -284,12 +279,12 @@ def _outputs(args: argparse.Namespace, fleet: Fleet, env: str, region: str) -> t
     if args.outputs is not None:
         return stack_outputs.load_outputs(args.outputs), str(args.outputs)
     role = stackroles.parse(fleet, f"{env}-{region}", fleet_file=str(args.fleet))
-    planner.plan(load_fleet(args.fleet), planner.load_lock(_lock_path(args)))  # fail early, with file and key
+    planner.plan(load_fleet(args.fleet), planner.load_lock(lock_file(args)))  # fail early, with file and key
     from dlinfra.offline import engine  # imports pulumi: only when an offline run is asked for
 
     config = {
         "dlinfra:fleet": str(Path(args.fleet).resolve()),
-        "dlinfra:lock": str(_lock_path(args).resolve()),
+        "dlinfra:lock": str(lock_file(args).resolve()),
     }
     result = engine.run_stack(ROOT, role, project=fleet.project, config=config, stack_exports={})
     err.print(f"offline outputs of {role.name} (fake cloud: addresses and keys are not real)")

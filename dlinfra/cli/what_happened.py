@@ -9,18 +9,17 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from rich.console import Console
 
+from dlinfra.cli.common import Handler
 from dlinfra.errors import DlinfraError
 from dlinfra.ops import what_happened as wh
 from dlinfra.ops import what_happened_sources as sources
 
-Handler = Callable[[argparse.Namespace], int]
 DEFAULT_SINCE = "7d"  # long enough for a maintenance notice (usually days ahead) and what followed it
 
 

@@ -9,9 +9,8 @@ the pool's termination lifecycle hook, which the node termination handler answer
 
 from __future__ import annotations
 
-import argparse
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -32,8 +31,6 @@ DEFAULT_CHECKPOINT_DELAY = 3600  # seconds; AWS's default, and time to run an NC
 
 out = Console(highlight=False, soft_wrap=True)
 err = Console(stderr=True, highlight=False, soft_wrap=True)
-
-Handler = Callable[[argparse.Namespace], int]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -83,114 +80,34 @@ class Target:
     spec: NodePool | None
 
 
-def register(subparsers: Any, common: argparse.ArgumentParser) -> dict[str, Handler]:
-    """Add `pool roll` to the CLI; returns command name -> handler."""
-    pool = subparsers.add_parser("pool", help="operate node pools (roll them onto a new AMI or user data)")
-    pool_sub = pool.add_subparsers(dest="pool_command", required=True, metavar="{roll}")
-    roll = pool_sub.add_parser(
-        "roll",
-        parents=[common],
-        help="replace a pool's running nodes with its current launch template version, draining each first",
-    )
-    roll.add_argument("--stack", required=True, help="regional stack <env>-<region> the pool belongs to")
-    which = roll.add_mutually_exclusive_group(required=True)
-    which.add_argument("--pool", help="pool name from the fleet; its group comes from the stack outputs")
-    which.add_argument("--group", help="Auto Scaling group name, instead of --pool")
-    roll.add_argument(
-        "--outputs",
-        type=Path,
-        metavar="FILE",
-        help="JSON of `pulumi stack output --json --stack <stack>` (default: run that command)",
-    )
-    roll.add_argument("--min-healthy", type=int, default=90, help="percent kept in service (default: 90)")
-    roll.add_argument(
-        "--checkpoints",
-        type=_percentages,
-        default=DEFAULT_CHECKPOINTS,
-        help="pause after these percentages, last one 100 (default: 20,100); 'none' for no pause",
-    )
-    roll.add_argument(
-        "--checkpoint-delay",
-        type=int,
-        default=DEFAULT_CHECKPOINT_DELAY,
-        help=f"seconds paused at each checkpoint (default: {DEFAULT_CHECKPOINT_DELAY})",
-    )
-    roll.add_argument("--dry-run", action="store_true", help="show which nodes would drain; start nothing")
-    roll.add_argument("--status", action="store_true", help="show the group's instance refreshes; start nothing")
-    roll.add_argument("--refresh-id", help="with --status: only this refresh")
-    roll.add_argument(
-        "--wait", action="store_true", help="follow the refresh until it ends (exit 1 unless it succeeds)"
-    )
-    roll.add_argument("--interval", type=float, default=30.0, help="seconds between polls with --wait (default: 30)")
-    return {"pool": cmd_pool}
-
-
-def _percentages(text: str) -> tuple[int, ...]:
-    if text.strip().lower() == "none":
-        return ()
-    try:
-        return tuple(int(p) for p in text.split(","))
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"--checkpoints: {text!r} is not a comma-separated list of integers") from None
-
-
-def cmd_pool(args: argparse.Namespace) -> int:
-    return {"roll": cmd_roll}[args.pool_command](args)
-
-
-def cmd_roll(args: argparse.Namespace) -> int:
-    options = RollOptions(
-        min_healthy=args.min_healthy, checkpoints=args.checkpoints, checkpoint_delay=args.checkpoint_delay
-    )
-    target = resolve_target(args)
-    client = _client(target.region)
-    if args.status:
-        return show_status(client, target, args.refresh_id, wait=args.wait, interval=args.interval)
-    group = describe_group(client, target)
-    check_drains(client, target)
-    outdated = outdated_instances(group)
-    _print_plan(target, group, outdated, options)
-    if outdated == []:
-        out.print("Every node already runs the group's launch template version: nothing to roll.")
-        return 0
-    if args.dry_run:
-        out.print("Dry run: no refresh started.")
-        return 0
-    refresh_id = start_refresh(client, target, options)
-    out.print(f"Started instance refresh {refresh_id} on {target.group}.", markup=False)
-    out.print(
-        f"Watch it: python -m dlinfra pool roll --stack {target.stack} --group {target.group} --status --wait",
-        markup=False,
-    )
-    if args.wait:
-        return 0 if follow(client, target, refresh_id, args.interval) == "Successful" else 1
-    return 0
-
-
 # --- finding the group ------------------------------------------------------------------------------------
 
 
-def resolve_target(args: argparse.Namespace) -> Target:
+def resolve_target(
+    fleet_path: Path, stack: str, *, pool: str | None, group: str | None, outputs_file: Path | None
+) -> Target:
     """The group to roll: --group as given, or --pool looked up in the fleet and the stack's outputs."""
-    loaded = load_fleet(args.fleet)
+    loaded = load_fleet(fleet_path)
     fleet = loaded.fleet
-    role = stackroles.parse(fleet, args.stack, fleet_file=str(loaded.path))
+    role = stackroles.parse(fleet, stack, fleet_file=str(loaded.path))
     if role.kind != "regional" or role.region is None:
-        raise DlinfraError(f"{args.stack} is not a regional stack: pools live in <env>-<region> stacks")
+        raise DlinfraError(f"{stack} is not a regional stack: pools live in <env>-<region> stacks")
     env, region = role.environment, role.region
-    if args.group:
-        return Target(stack=args.stack, region=region, group=args.group, pool=None, spec=None)
-    spec = _pool_spec(fleet, env, region, args.pool, str(loaded.path))
-    outputs, source = stack_outputs.read_outputs(args.stack, args.outputs)
+    if group:
+        return Target(stack=stack, region=region, group=group, pool=None, spec=None)
+    if pool is None:
+        raise DlinfraError("name the pool (--pool) or its Auto Scaling group (--group)")
+    spec = _pool_spec(fleet, env, region, pool, str(loaded.path))
+    outputs, source = stack_outputs.read_outputs(stack, outputs_file)
     stack_outputs.check_stack(outputs, env, region, source=source)
-    groups = stack_outputs.require_output(outputs, "node_pools", source=source, stack=args.stack)
-    if not isinstance(groups, Mapping) or not isinstance(groups.get(args.pool), str):
+    groups = stack_outputs.require_output(outputs, "node_pools", source=source, stack=stack)
+    if not isinstance(groups, Mapping) or not isinstance(groups.get(pool), str):
         raise DlinfraError(
-            f"node_pools has no group for pool {args.pool!r}: run `pulumi up --stack {args.stack}` first",
+            f"node_pools has no group for pool {pool!r}: run `pulumi up --stack {stack}` first",
             file=source,
-            key=f"node_pools.{args.pool}",
+            key=f"node_pools.{pool}",
         )
-    return Target(stack=args.stack, region=region, group=groups[args.pool], pool=args.pool, spec=spec)
+    return Target(stack=stack, region=region, group=groups[pool], pool=pool, spec=spec)
 
 
 def _pool_spec(fleet: Fleet, env: str, region: str, pool: str, fleet_file: str) -> NodePool:
@@ -207,7 +124,7 @@ def _pool_spec(fleet: Fleet, env: str, region: str, pool: str, fleet_file: str) 
 # --- AWS ---------------------------------------------------------------------------------------------------
 
 
-def _client(region: str) -> Any:
+def client_for(region: str) -> Any:
     import boto3  # only when AWS is called: the rest of the CLI works without credentials
 
     return boto3.client("autoscaling", region_name=region)
@@ -248,7 +165,7 @@ def check_drains(client: Any, target: Target) -> None:
         )
 
 
-def _group_version(group: Mapping[str, Any]) -> str | None:
+def group_version(group: Mapping[str, Any]) -> str | None:
     spec = group.get("LaunchTemplate") or (group.get("MixedInstancesPolicy") or {}).get("LaunchTemplate", {}).get(
         "LaunchTemplateSpecification"
     )
@@ -258,7 +175,7 @@ def _group_version(group: Mapping[str, Any]) -> str | None:
 
 def outdated_instances(group: Mapping[str, Any]) -> list[dict[str, Any]] | None:
     """Instances not on the group's launch template version; None when that cannot be told ($Latest, $Default)."""
-    version = _group_version(group)
+    version = group_version(group)
     if version is None or version.startswith("$"):
         return None
     return [
@@ -337,42 +254,3 @@ def _describe(refresh: Mapping[str, Any]) -> str:
     if refresh.get("StatusReason"):
         parts.append(str(refresh["StatusReason"]))
     return ", ".join(parts)
-
-
-# --- what the operator sees before anything drains ---------------------------------------------------------
-
-
-def _print_plan(
-    target: Target, group: Mapping[str, Any], outdated: Sequence[Mapping[str, Any]] | None, options: RollOptions
-) -> None:
-    name = f"pool {target.pool} ({target.group})" if target.pool else target.group
-    instances = group.get("Instances", [])
-    out.print(f"Rolling {name} in {target.region}: {len(instances)} node(s), desired {group.get('DesiredCapacity')}")
-    version = _group_version(group)
-    if outdated is None:
-        out.print(f"The group uses launch template version {version}: every node may be replaced.", markup=False)
-    else:
-        out.print(f"{len(outdated)} node(s) are not on launch template version {version} and will drain:")
-        for instance in outdated:
-            lt_version = (instance.get("LaunchTemplate") or {}).get("Version", "?")
-            out.print(
-                f"  {instance.get('InstanceId')}  {instance.get('AvailabilityZone')}  version {lt_version}",
-                markup=False,
-            )
-    pauses = (
-        f"pauses of {options.checkpoint_delay}s after {', '.join(f'{p}%' for p in options.checkpoints)} replaced"
-        if options.checkpoints
-        else "no pauses"
-    )
-    out.print(
-        f"At least {options.min_healthy}% stays in service; {pauses}. Each node is cordoned and drained "
-        "(termination lifecycle hook) before it goes; running jobs get their termination grace period to checkpoint.",
-        markup=False,
-    )
-    if target.spec is not None and target.spec.capacity_reservations.get(target.region) is not None:
-        out.print(
-            "This pool runs in a capacity reservation or capacity block: each node terminates before its "
-            "replacement launches into the capacity it freed, and a capacity block ends at its end time whatever "
-            "the roll does.",
-            markup=False,
-        )

@@ -17,7 +17,9 @@ from typing import Any
 import pytest
 from rich.console import Console
 
+from dlinfra.cli import common
 from dlinfra.cli import doctor as cli_doctor
+from dlinfra.cli import fleet as cli_fleet
 from dlinfra.cli import main as cli
 from dlinfra.model import planner
 from tests.conftest import REFERENCE_FLEET
@@ -117,24 +119,24 @@ def test_every_command_and_option_has_help_and_every_command_an_example() -> Non
 def test_markers_are_coloured_only_on_a_terminal(monkeypatch: pytest.MonkeyPatch) -> None:
     def render(**kwargs: Any) -> str:
         buffer = io.StringIO()
-        Console(file=buffer, **kwargs).print(cli._marker("create"), cli._marker("replace"))
+        Console(file=buffer, **kwargs).print(common.marker("create"), common.marker("replace"))
         return buffer.getvalue()
 
     assert "\x1b[32m+" in render(force_terminal=True)
     assert render(force_terminal=False) == "+ +-\n"
     monkeypatch.setenv("NO_COLOR", "1")
     assert "\x1b[" not in render(force_terminal=True)
-    assert {m for m, _ in cli.MARKERS.values()} == {"+", "~", "-", "+-"}
+    assert {m for m, _ in common.MARKERS.values()} == {"+", "~", "-", "+-"}
 
 
 def test_progress_only_on_a_terminal(monkeypatch: pytest.MonkeyPatch) -> None:
     buffer = io.StringIO()
-    monkeypatch.setattr(cli, "err", Console(file=buffer, force_terminal=False))
-    with cli._progress("previewing", 3) as advance:
+    monkeypatch.setattr(common, "err", Console(file=buffer, force_terminal=False))
+    with common.progress("previewing", 3) as advance:
         advance("a")
     assert buffer.getvalue() == ""
-    monkeypatch.setattr(cli, "err", Console(file=buffer, force_terminal=True, width=100))
-    with cli._progress("previewing", 3) as advance:
+    monkeypatch.setattr(common, "err", Console(file=buffer, force_terminal=True, width=100))
+    with common.progress("previewing", 3) as advance:
         advance("prod-us-west-2")
     assert "1/3" in buffer.getvalue()
 
@@ -159,7 +161,7 @@ def test_cidr_table_in_a_pipe_fits_80_columns(
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("COLUMNS", "80")
-    monkeypatch.setattr(cli, "out", Console(highlight=False, soft_wrap=True))
+    monkeypatch.setattr(cli_fleet, "out", Console(highlight=False, soft_wrap=True))
     code, out, _ = run(capsys, "cidr", "--fleet", str(REFERENCE_FLEET))
     lines = out.splitlines()
     assert code == 0 and lines[0].split() == ["name", "cidr", "state"]
@@ -169,7 +171,7 @@ def test_cidr_table_in_a_pipe_fits_80_columns(
 
 def test_cidr_table_on_an_80_column_terminal(monkeypatch: pytest.MonkeyPatch) -> None:
     buffer = io.StringIO()
-    monkeypatch.setattr(cli, "out", Console(file=buffer, force_terminal=True, width=80, color_system=None))
+    monkeypatch.setattr(cli_fleet, "out", Console(file=buffer, force_terminal=True, width=80, color_system=None))
     assert cli.main(["cidr", "--fleet", str(REFERENCE_FLEET)]) == 0
     text = buffer.getvalue()
     assert max(len(line.rstrip()) for line in text.splitlines()) <= 80 and "…" not in text

@@ -1,0 +1,185 @@
+"""`dlinfra validate`, `cidr` and `stacks`: the fleet, its address plan and its stacks."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+from rich import box
+from rich.table import Table
+from rich.text import Text
+
+from dlinfra.cli.common import Handler, err, load_checked, lock_file, out
+from dlinfra.errors import DlinfraError
+from dlinfra.model import planner, stackroles
+from dlinfra.model.fleet.load import LoadedFleet, load_fleet
+
+
+def register_validate_and_cidr(sub: Any, common: argparse.ArgumentParser) -> dict[str, Handler]:
+    """Add `validate` and `cidr`; returns command name -> handler."""
+    sub.add_parser("validate", parents=[common], help="check the fleet and the lock")
+    cidr = sub.add_parser("cidr", parents=[common], help="show or update the address plan")
+    cidr.add_argument("--json", action="store_true", help="print a JSON list of {name, kind, cidr, ...}")
+    cidr.add_argument(
+        "--update", action="store_true", help="allocate what the lock lacks, write the lock and print what changed"
+    )
+    cidr.add_argument(
+        "--release",
+        nargs="+",
+        metavar="KEY",
+        default=[],
+        help="free allocations (explicit, never automatic); a key whose fleet CIDR changed takes the new one",
+    )
+    cidr.add_argument(
+        "--force", action="store_true", help="with --release: free a key the fleet still uses (renumbers it)"
+    )
+    return {"validate": cmd_validate, "cidr": cmd_cidr}
+
+
+def register_stacks(sub: Any, common: argparse.ArgumentParser) -> dict[str, Handler]:
+    """Add `stacks`; returns command name -> handler."""
+    stacks = sub.add_parser(
+        "stacks",
+        parents=[common],
+        help="list the fleet's stacks in apply order, with where each is applied",
+        description="Regional stacks, then in-cluster stacks (applied from the region's in-VPC runner), then "
+        "global stacks.",
+    )
+    stacks.add_argument("--json", action="store_true", help="print {regional, k8s, global} lists of rows")
+    stacks.add_argument("--only", default="", help="one stack name (empty: every stack)")
+    return {"stacks": cmd_stacks}
+
+
+def cmd_validate(args: argparse.Namespace) -> int:
+    loaded = load_checked(args)
+    lock = planner.load_lock(lock_file(args))
+    plan = planner.plan(loaded, lock)
+    fleet = loaded.fleet
+    stacks = stackroles.roles(fleet)
+    pools = sum(len(e.node_pools) for e in fleet.environments.values())
+    out.print(
+        f"{args.fleet}: ok - {len(fleet.regions)} regions, {len(fleet.environments)} environments, "
+        f"{len(stacks)} stacks, {len(fleet.sites)} sites, {pools} node pools, {len(fleet.teams)} teams"
+    )
+    out.print(f"{lock_file(args)}: ok - {len(plan.allocations)} allocations, {len(plan.orphans)} orphaned")
+    for key, net in plan.orphans.items():
+        err.print(
+            f"warning: {lock_file(args)}: {key}: {net} is no longer in the fleet; it stays reserved until "
+            f"`dlinfra cidr --release {key}`",
+            markup=False,
+        )
+    return 0
+
+
+def cmd_stacks(args: argparse.Namespace) -> int:
+    loaded = load_checked(args)
+    fleet = loaded.fleet
+    only = args.only.strip()
+    selected = [stackroles.parse(fleet, only, fleet_file=str(loaded.path))] if only else stackroles.roles(fleet)
+    grouped = stackroles.rows(fleet, selected)
+    if args.json:
+        sys.stdout.write(json.dumps(grouped, sort_keys=True) + "\n")
+        return 0
+    table = Table(title="Stacks in apply order")
+    for column in ("stack", "kind", "applied from"):
+        table.add_column(column)
+    for kind in ("regional", "k8s", "global"):
+        for row in grouped[kind]:
+            table.add_row(row["stack"], kind, row["runs_on"])
+    out.print(table)
+    return 0
+
+
+def cmd_cidr(args: argparse.Namespace) -> int:
+    loaded = load_fleet(args.fleet)
+    lock_path = lock_file(args)
+    before = planner.load_lock(lock_path, missing_ok=args.update or bool(args.release))
+    lock = before
+    update = args.update
+    if args.release:
+        _check_release(loaded, before, args.release, args.force)
+        lock = planner.release(before, args.release)
+        # What the release dropped (a VPC takes its subnets) is allocated again at once, from the fleet's
+        # explicit CIDR where it has one: releasing a changed entry is one step, not release then --update.
+        missing = {r.key for r in planner.requests(loaded.fleet)} - set(lock.allocations)
+        update = update or missing <= set(before.allocations) - set(lock.allocations)
+    plan = planner.plan(loaded, lock, update=update)
+    new_lock = plan.to_lock(lock_path)
+    old, new = dict(before.allocations), dict(new_lock.allocations)
+    if old != new:
+        if not (args.update or args.release):
+            raise AssertionError("plan changed the lock without --update")  # plan() never allocates then
+        planner.save_lock(new_lock, lock_path)
+    if args.json:
+        out.print_json(json.dumps(list(planner.rows(plan))))
+    elif args.update or args.release:
+        _print_lock_changes(old, new)
+    else:
+        _print_plan_table(plan)
+    if old != new:
+        err.print(f"wrote {lock_path} ({len(new)} allocations); commit it with the fleet file", markup=False)
+    return 0
+
+
+def _print_lock_changes(old: dict[str, Any], new: dict[str, Any]) -> None:
+    """What --update or --release changed, one line a key; the whole table is `dlinfra cidr`."""
+    changes = [("-", key, old[key], "released") for key in old if key not in new or new[key] != old[key]]
+    changes += [("+", key, new[key], "allocated") for key in new if key not in old or new[key] != old[key]]
+    if not changes:
+        out.print("the lock already covers the fleet: nothing changed")
+        return
+    styles = {"+": "green", "-": "red"}
+    for marker, key, net, what in sorted(changes, key=lambda c: (c[1], c[0])):
+        line = Text(f"{marker} ", style=styles[marker])
+        line.append(f"{key:<28} {net!s:<18} {what}")
+        out.print(line)
+    added = sum(1 for c in changes if c[0] == "+")
+    out.print(f"{added} allocated, {len(changes) - added} released; `dlinfra cidr` shows the whole plan")
+
+
+def _check_release(loaded: LoadedFleet, lock: planner.Lock, keys: Sequence[str], force: bool) -> None:
+    """Refuse unknown keys, and freeing an allocated key the fleet still needs unless forced (it would be
+    renumbered). A key with an explicit CIDR in the fleet is released and takes that CIDR."""
+    for key in keys:
+        if key not in lock.allocations:
+            raise DlinfraError(
+                f"{key}: no such allocation in the lock; `dlinfra cidr` lists the keys", file=str(_lock_of(lock))
+            )
+    if force:
+        return
+    wanted = {r.key: r for r in planner.requests(loaded.fleet)}
+    for key in keys:
+        req = wanted.get(key)
+        if req is not None and req.explicit is None:
+            raise DlinfraError(
+                f"{key} is still used by {req.source}; releasing it renumbers it. Remove it from the fleet and "
+                f"run `dlinfra cidr --release {key}`, or renumber it now with "
+                f"`dlinfra cidr --release {key} --force`",
+                file=str(loaded.path),
+                key=req.source,
+            )
+
+
+def _lock_of(lock: planner.Lock) -> str:
+    return str(lock.path) if lock.path else "cidr lock"
+
+
+def _print_plan_table(plan: planner.Plan) -> None:
+    """The plan as a table that fits 80 columns (the key's prefix says its kind; wider terminals show it too),
+    boxed on a terminal and plain aligned columns in a pipe, for grep and awk."""
+    rows = list(planner.rows(plan))
+    columns = ["name", "kind", "cidr", "state"] if out.width >= 100 else ["name", "cidr", "state"]
+    if not out.is_terminal:
+        widths = {c: max(len(c), *(len(r[c]) for r in rows)) for c in columns}
+        for row in [dict(zip(columns, columns, strict=True)), *rows]:
+            sys.stdout.write("  ".join(row[c].ljust(widths[c]) for c in columns).rstrip() + "\n")
+        return
+    table = Table(title="Address plan", box=box.SIMPLE_HEAD, pad_edge=False)
+    for column in columns:
+        table.add_column(column, overflow="fold")
+    for row in rows:
+        table.add_row(*(Text(row[c]) for c in columns))
+    out.print(table)

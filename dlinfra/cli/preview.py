@@ -1,0 +1,177 @@
+"""`dlinfra preview`: run stacks under the offline engine, write their plans, and show them as pulumi would."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from rich.text import Text
+
+from dlinfra import PROJECT_ROOT as ROOT
+from dlinfra.cli.common import Handler, load_checked, lock_file, marker, out, progress
+from dlinfra.model import planner, stackroles
+from dlinfra.ops.stack_outputs import SECRET_PLACEHOLDER
+
+
+def register(sub: Any, common: argparse.ArgumentParser) -> dict[str, Handler]:
+    """Add `preview`; returns command name -> handler."""
+    preview = sub.add_parser("preview", parents=[common], help="offline preview: run stacks under the mock engine")
+    which = preview.add_mutually_exclusive_group(required=True)
+    which.add_argument("--stack", action="append", help="stack to preview (repeatable); its dependencies run first")
+    which.add_argument("--all", action="store_true", help="every stack of the fleet, in dependency order")
+    preview.add_argument(
+        "--out",
+        type=Path,
+        default=Path("build/plans"),
+        help="plan export folder (default: build/plans); Kubernetes manifests go to its sibling manifests/",
+    )
+    preview.add_argument("--summary", action="store_true", help="one line per stack and a total, no resource tree")
+    preview.add_argument(
+        "--json",
+        action="store_true",
+        help="print one JSON summary of every stack instead (schema: docs/plan-export.md)",
+    )
+    preview.add_argument(
+        "--images-manifest", type=Path, help="Packer manifest of node AMIs (default: images/manifest.example.json)"
+    )
+    preview.add_argument(
+        "--jobs",
+        type=_jobs,
+        default=os.cpu_count() or 1,
+        metavar="N",
+        help="stacks previewed at once, in separate processes, each when the stacks it reads are done "
+        "(default: the number of CPUs; 1 runs them one after another in this process). Example: --jobs 4",
+    )
+    return {"preview": cmd_preview}
+
+
+def _jobs(text: str) -> int:
+    """--jobs: a whole number of processes, at least 1."""
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"--jobs takes a whole number of processes, 1 or more; got {text!r}")
+    return int(text)
+
+
+def cmd_preview(args: argparse.Namespace) -> int:
+    loaded = load_checked(args)
+    lock_path = lock_file(args)
+    planner.plan(loaded, planner.load_lock(lock_path))  # fail here, once, before any stack runs
+    fleet = loaded.fleet
+    all_roles = stackroles.roles(fleet)
+    if args.all:
+        selected = all_roles
+    else:
+        wanted = [stackroles.parse(fleet, s, fleet_file=str(loaded.path)) for s in args.stack]
+        needed = {d for w in wanted for d in stackroles.dependencies(fleet, w)} | set(wanted)
+        selected = [r for r in all_roles if r in needed]
+    from dlinfra.offline import engine  # imports pulumi: only when a preview is asked for
+
+    config = {"dlinfra:fleet": str(args.fleet.resolve()), "dlinfra:lock": str(lock_path.resolve())}
+    if args.images_manifest is not None:
+        config["dlinfra:images_manifest"] = str(args.images_manifest.resolve())
+    from dlinfra.model import images
+    from dlinfra.offline import provenance
+
+    manifest = args.images_manifest if args.images_manifest is not None else ROOT / images.EXAMPLE_MANIFEST
+    made_from = provenance.current(ROOT, args.fleet, lock_path, manifest).to_json()
+    started = time.perf_counter()
+    total = 0
+
+    summaries: list[dict[str, Any]] = []
+
+    def report(result: engine.StackResult) -> None:
+        nonlocal total
+        path = engine.write_plan(result, fleet.project, args.out, made_from)
+        engine.write_manifests(result, args.out.parent / "manifests")
+        total += len(result.resources)
+        if args.json:
+            plan = result.plan(fleet.project)
+            summaries.append(
+                {
+                    "stack": plan["stack"],
+                    "role": plan["role"],
+                    "plan": str(path),
+                    "resources": plan["summary"],
+                    "outputs": plan["outputs"],
+                    "seconds": round(result.seconds, 2),
+                }
+            )
+        else:
+            _print_stack(result, fleet.project, path, summary=args.summary)
+
+    with progress("previewing", len(selected)) as advance:
+
+        def done(result: engine.StackResult) -> None:
+            report(result)
+            advance(result.role.name)
+
+        if args.jobs > 1 and len(selected) > 1:
+            depends_on = {role: stackroles.dependencies(fleet, role) for role in selected}
+            engine.run_parallel(
+                ROOT, selected, depends_on, project=fleet.project, config=config, jobs=args.jobs, on_done=done
+            )
+        else:
+            engine.run_all(ROOT, selected, project=fleet.project, config=config, on_done=done)
+    if args.json:
+        # Outputs come masked from the plan export: secrets read "[secret]".
+        document = {"schema": "dlinfra.preview/v1", "provenance": made_from, "stacks": summaries}
+        sys.stdout.write(json.dumps(document, indent=2, sort_keys=True) + "\n")
+        return 0
+    out.print(
+        Text.assemble(
+            "\n",
+            (f"{len(selected)} stack(s): ", "bold"),
+            marker("create"),
+            (f" {total + len(selected)} to create", "bold"),
+            f"; offline preview in {time.perf_counter() - started:.1f}s; plans in {args.out}/",
+        )
+    )
+    return 0
+
+
+def _print_stack(result: Any, project: str, path: Path, *, summary: bool) -> None:
+    """One stack the way `pulumi preview` shows it: a tree with + markers, outputs (secrets masked) and one
+    resource count line; with summary, that count line alone."""
+    count = len(result.resources) + 1  # and the pulumi:pulumi:Stack itself, as pulumi counts it
+    line = Text.assemble((f"{result.role.name:<28}", "bold"), " ", marker("create"), f" {count} to create")
+    if summary:
+        out.print(line)
+        return
+    out.print(Text.assemble("\n", ("Previewing ", "bold"), (result.role.name, "bold"), " (offline, fake cloud)"))
+    children: dict[str | None, list[Any]] = {}
+    for r in sorted(result.resources, key=lambda r: r.urn):
+        children.setdefault(r.parent, []).append(r)
+    stack_urn = next((p for p in children if p and p.endswith(f"::{project}-{result.role.name}")), None)
+    out.print(Text.assemble(" ", marker("create"), f"   pulumi:pulumi:Stack  {project}-{result.role.name}  create"))
+
+    def walk(parent: str | None, indent: str) -> None:
+        kids = children.get(parent, [])
+        for i, r in enumerate(kids):
+            last = i == len(kids) - 1
+            branch = f"{indent}{'└─ ' if last else '├─ '}"
+            out.print(Text.assemble(" ", marker("create"), f"   {branch}{r.type}  {r.name}  create"))
+            walk(r.urn, indent + ("   " if last else "│  "))
+
+    walk(stack_urn, "")
+    outputs = result.masked_outputs()
+    if outputs:
+        out.print("Outputs:")
+        for name, value in outputs.items():
+            shown = value if isinstance(value, str) else json.dumps(value, sort_keys=True)
+            if "\n" in shown:  # a PEM or a script: its first line says what it is
+                shown = shown.splitlines()[0] + " …"
+            if len(shown) > OUTPUT_WIDTH:
+                shown = shown[: OUTPUT_WIDTH - 1] + "…"
+            style = "dim" if value == SECRET_PLACEHOLDER else ""
+            out.print(Text.assemble(f"    {name}: ", (shown, style)))
+    out.print(
+        Text.assemble("Resources:\n    ", marker("create"), f" {count} to create ({result.seconds:.2f}s) -> {path}")
+    )
+
+
+OUTPUT_WIDTH = 100  # characters of one output value shown; the plan export holds all of it
