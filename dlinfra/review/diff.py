@@ -31,7 +31,7 @@ import yaml
 from dlinfra.errors import DlinfraError
 from dlinfra.model import replacement, stackroles
 from dlinfra.model.fleet import Fleet
-from policy.dlinfra_policy.rules import STATEFUL_TYPES
+from policy.dlinfra_policy.rules.state import STATEFUL_TYPES
 
 Action = Literal["create", "update", "replace", "delete"]
 COMMENT_MARKER = "<!-- dlinfra-diff -->"  # lets the workflow update its own comment instead of adding more
