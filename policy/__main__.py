@@ -1,7 +1,7 @@
 """The CrossGuard policy pack: `pulumi preview --policy-pack policy`. The only place that builds PolicyPack.
 
 Constructing PolicyPack starts the analyzer's gRPC server and never returns, so nothing imports this file;
-the rules live in dlinfra_policy/rules.py and are tested offline.
+the rules live in dlinfra_policy/rules/ and are tested offline.
 """
 
 import os

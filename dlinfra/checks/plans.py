@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from dlinfra.errors import DlinfraError
-from policy.dlinfra_policy import rules
+from policy.dlinfra_policy.rules.core import Resource
 
 PLAN_SCHEMA = "dlinfra.plan/v1"
 _RESOURCE_KEYS: dict[str, type] = {
@@ -46,12 +46,12 @@ class Plan:
         region = self.data["role"].get("region")
         return str(region) if region else None
 
-    def rule_resources(self) -> list[rules.Resource]:
+    def rule_resources(self) -> list[Resource]:
         """The custom resources as the policy rules see them."""
         # A resource names its provider as "<provider urn>::<provider id>".
         providers = {f"{r['urn']}::{r['id']}": r for r in self.resources if r["type"].startswith("pulumi:providers:")}
         return [
-            rules.Resource(
+            Resource(
                 urn=r["urn"],
                 type=r["type"],
                 name=r["name"],

@@ -13,7 +13,9 @@ from typing import Any, Literal
 
 from dlinfra.checks import checkov, skips, tfplan
 from dlinfra.checks.plans import Plan
-from policy.dlinfra_policy import rules
+from policy.dlinfra_policy.rules.catalog import RULES
+from policy.dlinfra_policy.rules.core import Context, Resource, ResourceRule, StackRule
+from policy.dlinfra_policy.rules.network import vpcs_disjoint
 
 Tool = Literal["crossguard", "checkov", "reach"]
 MANIFEST_SUFFIXES = (".yaml", ".yml", ".json")
@@ -59,7 +61,7 @@ class CheckRun:
     """Everything `dlinfra check` found."""
 
     stacks: list[str]
-    rules: Sequence[rules.ResourceRule | rules.StackRule]
+    rules: Sequence[ResourceRule | StackRule]
     findings: list[Finding] = field(default_factory=list)
     checkov: list[FrameworkSummary] = field(default_factory=list)
     checked: dict[str, int] = field(default_factory=dict)  # stack -> checkov results on its export
@@ -104,25 +106,25 @@ class CheckOptions:
 
     root: Path  # the project (for checkov's venv and source locations)
     plans: Sequence[Plan]
-    context: rules.Context
+    context: Context
     skips: Sequence[skips.Skip]
     manifests: Path  # rendered Kubernetes manifests (may be absent)
     export_dir: Path  # where the Terraform-plan exports are written for checkov
     checkov: Path | None  # checkov executable; None runs the CrossGuard rules only
 
 
-def _label(resource: rules.Resource) -> str:
+def _label(resource: Resource) -> str:
     return f"{resource.type} {resource.name}"
 
 
-def run_rules(plans: Sequence[Plan], ctx: rules.Context, sources: SourceIndex) -> list[Finding]:
+def run_rules(plans: Sequence[Plan], ctx: Context, sources: SourceIndex) -> list[Finding]:
     """Every rule over every plan; and, across plans, that no two stacks' VPCs overlap."""
     out: list[Finding] = []
     for plan in plans:
         resources = plan.rule_resources()
         by_urn = {r.urn: r for r in resources}
-        for rule in rules.RULES:
-            if isinstance(rule, rules.ResourceRule):
+        for rule in RULES:
+            if isinstance(rule, ResourceRule):
                 hits = [(r.urn, msg) for r in resources for msg in rule.check(r, ctx)]
             else:
                 hits = list(rule.check(resources, ctx))
@@ -143,7 +145,7 @@ def run_rules(plans: Sequence[Plan], ctx: rules.Context, sources: SourceIndex) -
                 )
     # Each stack's run compared its VPCs with the plan and with each other; this compares stacks' VPCs.
     everything = [r for plan in plans for r in plan.rule_resources()]
-    for urn, message in rules.vpcs_disjoint(everything, across_stacks_only=True):
+    for urn, message in vpcs_disjoint(everything, across_stacks_only=True):
         resource = next(r for r in everything if r.urn == urn)
         out.append(
             Finding(
@@ -170,7 +172,7 @@ def _manifest_files(folder: Path) -> list[Path]:
 def run_checks(options: CheckOptions) -> CheckRun:
     """The CrossGuard rules, then checkov on the Terraform-plan exports and on rendered manifests."""
     sources = SourceIndex(options.root)
-    run = CheckRun(stacks=[p.stack for p in options.plans], rules=rules.RULES)
+    run = CheckRun(stacks=[p.stack for p in options.plans], rules=RULES)
     run.findings += run_rules(options.plans, options.context, sources)
     if options.checkov is None:
         run.notes.append("checkov not run (--no-checkov): only the CrossGuard rules were checked")

@@ -30,8 +30,13 @@ import yaml
 
 from dlinfra.errors import DlinfraError
 from dlinfra.model import replacement, stackroles
+<<<<<<< HEAD
 from dlinfra.model.fleet.schema import Fleet
 from policy.dlinfra_policy.rules import STATEFUL_TYPES
+=======
+from dlinfra.model.fleet import Fleet
+from policy.dlinfra_policy.rules.state import STATEFUL_TYPES
+>>>>>>> helper-rules
 
 Action = Literal["create", "update", "replace", "delete"]
 COMMENT_MARKER = "<!-- dlinfra-diff -->"  # lets the workflow update its own comment instead of adding more

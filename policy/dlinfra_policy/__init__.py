@@ -1,1 +1,1 @@
-"""dlinfra's CrossGuard rules: plain functions in `rules`, wrapped as Pulumi policies in `pack`."""
+"""dlinfra's CrossGuard rules: plain functions by area in `rules`, wrapped as Pulumi policies in `pack`."""

@@ -12,13 +12,13 @@ from pathlib import Path
 from dlinfra.errors import DlinfraError
 from dlinfra.model import instances, planner, stackroles
 from dlinfra.model.fleet.load import load_fleet
-from policy.dlinfra_policy import rules
+from policy.dlinfra_policy.rules.core import AddressPlan, Context
 
 # Kinds that live inside another block (subnets in their VPC) or outside the RFC 1918 plan (tunnel /30s).
 _NESTED_KINDS = ("subnet", "tunnel")
 
 
-def address_plan(fleet_path: Path, lock_path: Path) -> rules.AddressPlan:
+def address_plan(fleet_path: Path, lock_path: Path) -> AddressPlan:
     """The committed address plan of a fleet, as the VPC rule reads it; DlinfraError when fleet or lock is bad."""
     loaded = load_fleet(fleet_path)
     plan = planner.plan(loaded, planner.load_lock(lock_path))
@@ -30,7 +30,7 @@ def address_plan(fleet_path: Path, lock_path: Path) -> rules.AddressPlan:
     blocks = {a.key: a.cidr for a in plan.allocations.values() if a.kind not in _NESTED_KINDS}
     # Orphans stay reserved until released, so a VPC must not overlap them either.
     blocks |= {k: n for k, n in plan.orphans.items() if planner.kind_of(k) not in _NESTED_KINDS}
-    return rules.AddressPlan(vpcs=vpcs, vpc_keys=keys, blocks=blocks, source=str(lock_path))
+    return AddressPlan(vpcs=vpcs, vpc_keys=keys, blocks=blocks, source=str(lock_path))
 
 
 @functools.cache
@@ -53,12 +53,12 @@ def gpu_count(instance_type: str) -> int | None:
         return None
 
 
-def build_context(fleet_path: Path, lock_path: Path, *, strict: bool = True) -> rules.Context:
+def build_context(fleet_path: Path, lock_path: Path, *, strict: bool = True) -> Context:
     """The rules' context; with strict=False a bad fleet or lock becomes a violation instead of an error."""
     try:
         plan = address_plan(fleet_path, lock_path)
     except DlinfraError as exc:
         if strict:
             raise
-        return rules.Context(taggable=sdk_taggable, gpu_count=gpu_count, address_plan_error=str(exc))
-    return rules.Context(taggable=sdk_taggable, gpu_count=gpu_count, address_plan=plan)
+        return Context(taggable=sdk_taggable, gpu_count=gpu_count, address_plan_error=str(exc))
+    return Context(taggable=sdk_taggable, gpu_count=gpu_count, address_plan=plan)

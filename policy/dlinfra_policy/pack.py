@@ -13,15 +13,16 @@ from pulumi_policy import (
     StackValidationPolicy,
 )
 
-from . import rules
+from .rules.catalog import RULES
+from .rules.core import Context, Resource, ResourceRule, StackRule
 
 PACK_NAME = "dlinfra"
 
 
-def resource_from_args(args: ResourceValidationArgs) -> rules.Resource:
+def resource_from_args(args: ResourceValidationArgs) -> Resource:
     """The rules' view of a resource under validation (its dependencies are not known to resource policies)."""
     provider = args.provider
-    return rules.Resource(
+    return Resource(
         urn=args.urn,
         type=args.resource_type,
         name=args.name,
@@ -32,9 +33,9 @@ def resource_from_args(args: ResourceValidationArgs) -> rules.Resource:
     )
 
 
-def resource_from_stack(resource: PolicyResource) -> rules.Resource:
+def resource_from_stack(resource: PolicyResource) -> Resource:
     """The rules' view of one resource of a stack under validation."""
-    return rules.Resource(
+    return Resource(
         urn=resource.urn,
         type=resource.resource_type,
         name=resource.name,
@@ -46,7 +47,7 @@ def resource_from_stack(resource: PolicyResource) -> rules.Resource:
     )
 
 
-def _resource_policy(rule: rules.ResourceRule, ctx: rules.Context) -> ResourceValidationPolicy:
+def _resource_policy(rule: ResourceRule, ctx: Context) -> ResourceValidationPolicy:
     def validate(args: ResourceValidationArgs, report: ReportViolation) -> None:
         for message in rule.check(resource_from_args(args), ctx):
             report(message, None)
@@ -59,7 +60,7 @@ def _resource_policy(rule: rules.ResourceRule, ctx: rules.Context) -> ResourceVa
     )
 
 
-def _stack_policy(rule: rules.StackRule, ctx: rules.Context) -> StackValidationPolicy:
+def _stack_policy(rule: StackRule, ctx: Context) -> StackValidationPolicy:
     def validate(args: StackValidationArgs, report: ReportViolation) -> None:
         for urn, message in rule.check([resource_from_stack(r) for r in args.resources], ctx):
             report(message, urn)
@@ -72,11 +73,11 @@ def _stack_policy(rule: rules.StackRule, ctx: rules.Context) -> StackValidationP
     )
 
 
-def policies(ctx: rules.Context) -> list[Policy]:
-    """One CrossGuard policy per rule in rules.RULES, with the rule's enforcement level."""
+def policies(ctx: Context) -> list[Policy]:
+    """One CrossGuard policy per rule in RULES (rules.catalog), with the rule's enforcement level."""
     out: list[Policy] = []
-    for rule in rules.RULES:
-        if isinstance(rule, rules.ResourceRule):
+    for rule in RULES:
+        if isinstance(rule, ResourceRule):
             out.append(_resource_policy(rule, ctx))
         else:
             out.append(_stack_policy(rule, ctx))

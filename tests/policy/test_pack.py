@@ -16,13 +16,17 @@ from google.protobuf import json_format
 from pulumi.runtime import proto
 from pulumi_policy import EnforcementLevel, policy
 
-from policy.dlinfra_policy import pack, rules
+from policy.dlinfra_policy import pack
+from policy.dlinfra_policy.rules.catalog import RULES
+from policy.dlinfra_policy.rules.compute import GPU_TEMPLATE_TAG
+from policy.dlinfra_policy.rules.core import AddressPlan, Context
+from policy.dlinfra_policy.rules.storage import S3_BLOCK_FLAGS
 from tests.conftest import ROOT
 
-CTX = rules.Context(
+CTX = Context(
     taggable=lambda t: True,
     gpu_count=lambda t: None,
-    address_plan=rules.AddressPlan(
+    address_plan=AddressPlan(
         vpcs={"prod-us-west-2": ipaddress.IPv4Network("10.2.0.0/16")},
         vpc_keys={"prod-us-west-2": "vpc/prod/us-west-2"},
         blocks={"vpc/prod/us-west-2": ipaddress.IPv4Network("10.2.0.0/16")},
@@ -70,7 +74,7 @@ def _violations(response: Any) -> list[tuple[str, str, str]]:
 
 def test_one_policy_per_rule_with_its_level() -> None:
     policies = pack.policies(CTX)
-    assert [p.name for p in policies] == [r.name for r in rules.RULES]
+    assert [p.name for p in policies] == [r.name for r in RULES]
     levels = {p.name: p.enforcement_level for p in policies}
     assert levels["ebs-encrypted"] == EnforcementLevel.MANDATORY
     assert levels["vpc-flow-logs"] == EnforcementLevel.ADVISORY
@@ -127,7 +131,7 @@ def test_values_unknown_in_preview_that_rules_do_not_need(analyzer: Any) -> None
         proto.AnalyzerResource,
         "aws:autoscaling/group:Group",
         "gpu",
-        {"launchTemplate": {"id": UNKNOWN_STRING}, "tags": [{"key": rules.GPU_TEMPLATE_TAG, "value": "8"}]},
+        {"launchTemplate": {"id": UNKNOWN_STRING}, "tags": [{"key": GPU_TEMPLATE_TAG, "value": "8"}]},
     )
     group.dependencies.append(template.urn)
     response = analyzer.AnalyzeStack(proto.AnalyzeStackRequest(resources=[template, group]), None)
@@ -141,7 +145,7 @@ def test_stack_policy_sees_dependencies_and_reports_the_resource(analyzer: Any) 
         proto.AnalyzerResource,
         "aws:s3/bucketPublicAccessBlock:BucketPublicAccessBlock",
         "data-pab",
-        dict.fromkeys(rules.S3_BLOCK_FLAGS, True),
+        dict.fromkeys(S3_BLOCK_FLAGS, True),
     )
     block.dependencies.append(bucket.urn)
     vpc = _request(proto.AnalyzerResource, "aws:ec2/vpc:Vpc", "vpc", {"cidrBlock": "10.9.0.0/16"})
@@ -175,7 +179,7 @@ def test_main_builds_the_pack_from_the_reference_fleet(monkeypatch: pytest.Monke
     monkeypatch.setattr(pulumi_policy, "PolicyPack", lambda **kwargs: built.append(kwargs))
     runpy.run_path(str(ROOT / "policy" / "__main__.py"), run_name="__main__")
     assert len(built) == 1 and built[0]["name"] == "dlinfra"
-    assert [p.name for p in built[0]["policies"]] == [r.name for r in rules.RULES]
+    assert [p.name for p in built[0]["policies"]] == [r.name for r in RULES]
     # The pack read the committed address plan: the planned VPC passes, another block does not.
     analyzer = policy._PolicyAnalyzerServicer(
         "dlinfra", "0.1.0", built[0]["policies"], EnforcementLevel.MANDATORY, *([None] * 7)

@@ -1,0 +1,140 @@
+"""Every rule with its name, level and description, in the order the pack and `dlinfra check` run and report them."""
+
+from __future__ import annotations
+
+from . import cluster, compute, conventions, iam, network, platform, state, storage, vpn
+from .core import ResourceRule, StackRule
+
+# `dlinfra check` lists findings in this order and the pack builds its policies in it: append, never reorder.
+RULES: tuple[ResourceRule | StackRule, ...] = (
+    StackRule(
+        "multikueue-wired",
+        "MultiKueue checks, configs and clusters are wired as Kueue requires",
+        "mandatory",
+        platform.multikueue_wired,
+    ),
+    ResourceRule(
+        "ebs-encrypted",
+        "EBS volumes and launch template block devices are encrypted",
+        "mandatory",
+        storage.ebs_encrypted,
+    ),
+    ResourceRule("efs-encrypted", "EFS file systems are encrypted at rest", "mandatory", storage.efs_encrypted),
+    StackRule(
+        "s3-encrypted", "S3 buckets have a server-side encryption configuration", "mandatory", storage.s3_encrypted
+    ),
+    ResourceRule(
+        "fsx-encrypted", "FSx file systems use a customer-managed KMS key", "mandatory", storage.fsx_encrypted
+    ),
+    ResourceRule(
+        "eks-secrets-encrypted",
+        "EKS clusters encrypt Kubernetes secrets with KMS",
+        "mandatory",
+        cluster.eks_secrets_encrypted,
+    ),
+    StackRule("s3-no-public-access", "S3 buckets block all public access", "mandatory", storage.s3_no_public_access),
+    ResourceRule(
+        "imdsv2-required", "Launch templates and instances require IMDSv2", "mandatory", compute.imdsv2_required
+    ),
+    ResourceRule(
+        "no-world-ingress",
+        "No security-group ingress from anywhere outside the allowlist",
+        "mandatory",
+        network.no_world_ingress,
+    ),
+    StackRule(
+        "vpc-cidr-planned",
+        "VPC CIDRs are the planned, disjoint blocks of the address plan",
+        "mandatory",
+        network.vpc_cidrs_planned,
+    ),
+    ResourceRule(
+        "stateful-protected", "Stateful resources are protected against deletion", "mandatory", state.stateful_protected
+    ),
+    ResourceRule(
+        "protect-only-stateful", "Only resources that hold data are protected", "mandatory", state.protect_only_stateful
+    ),
+    ResourceRule(
+        "required-tags", "Taggable AWS resources carry dlinfra's standard tags", "mandatory", conventions.required_tags
+    ),
+    StackRule(
+        "gpu-pool-scale-from-zero",
+        "GPU pools carry cluster-autoscaler scale-from-zero tags",
+        "mandatory",
+        compute.gpu_pools_scale_from_zero,
+    ),
+    ResourceRule(
+        "vpn-strong-crypto", "Site VPN tunnels are IKEv2 only with strong proposals", "mandatory", vpn.vpn_strong_crypto
+    ),
+    StackRule("vpc-flow-logs", "Every VPC has a flow log", "advisory", network.vpc_flow_logs),
+    ResourceRule(
+        "client-vpn-connection-logs", "Client VPN endpoints log connections", "advisory", vpn.client_vpn_connection_logs
+    ),
+    ResourceRule("sg-no-inline-rules", "Security groups have no inline rules", "mandatory", network.sg_no_inline_rules),
+    ResourceRule(
+        "nodes-cluster-owned-tag",
+        "Node groups tag instances kubernetes.io/cluster/<name>=owned",
+        "mandatory",
+        compute.nodes_cluster_owned,
+    ),
+    ResourceRule(
+        "service-trust-scoped",
+        "Roles SSM or CodeBuild assume are scoped to this account and source",
+        "mandatory",
+        iam.service_trust_scoped,
+    ),
+    StackRule(
+        "s3-access-logs-delivered",
+        "Buckets that receive access logs admit the S3 logging service and use SSE-S3",
+        "mandatory",
+        storage.s3_access_logs_delivered,
+    ),
+    ResourceRule(
+        "eks-version-supported",
+        "EKS clusters name their upgrade policy and run a version it still supports",
+        "mandatory",
+        cluster.eks_version_supported,
+    ),
+    ResourceRule(
+        "eks-version-support-ending",
+        "EKS cluster versions are not about to leave the support their upgrade policy pays for",
+        "advisory",
+        cluster.eks_version_support_ending,
+    ),
+    StackRule(
+        "server-cert-domain-san",
+        "Server certificates name a domain in their subject alternative names",
+        "mandatory",
+        vpn.server_certificates_name_a_domain,
+    ),
+    ResourceRule(
+        "client-vpn-revocable",
+        "Client VPN certificate sign-in can refuse a removed person",
+        "mandatory",
+        vpn.client_vpn_revocable,
+    ),
+    ResourceRule(
+        "explicit-provider",
+        "AWS and Kubernetes resources use an explicit provider, in the regional stack's own region",
+        "mandatory",
+        conventions.explicit_provider,
+    ),
+    StackRule(
+        "gpu-pools-no-auto-refresh",
+        "GPU pools never replace running nodes by themselves (instance refresh, lifetime, AZ rebalance)",
+        "mandatory",
+        compute.gpu_pools_no_auto_refresh,
+    ),
+    ResourceRule(
+        "team-namespaces-pod-security",
+        "Team namespaces enforce the baseline or restricted Pod Security Standard",
+        "mandatory",
+        platform.team_namespaces_pod_security,
+    ),
+    ResourceRule(
+        "drain-taints-not-tolerated",
+        "Kueue flavors and workloads do not tolerate the maintenance, interruption or cordon taints",
+        "mandatory",
+        platform.drain_taints_not_tolerated,
+    ),
+)

@@ -1,0 +1,149 @@
+"""Rules for nodes: launch templates and instances (IMDSv2), and the Auto Scaling groups of node pools."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from .core import Context, Resource, Violation, as_int, as_list, as_object, as_objects, is_true, tags_of
+
+LAUNCH_TEMPLATE = "aws:ec2/launchTemplate:LaunchTemplate"
+INSTANCE = "aws:ec2/instance:Instance"
+AUTOSCALING_GROUP = "aws:autoscaling/group:Group"
+
+AUTOSCALER = "k8s.io/cluster-autoscaler"
+GPU_TEMPLATE_TAG = f"{AUTOSCALER}/node-template/resources/nvidia.com/gpu"
+
+
+def imdsv2_required(resource: Resource, ctx: Context) -> list[str]:
+    """Launch templates and instances require IMDSv2 session tokens (or turn the metadata service off)."""
+    if resource.type not in (LAUNCH_TEMPLATE, INSTANCE):
+        return []
+    options = as_object(resource.inputs.get("metadataOptions"))
+    if options.get("httpEndpoint") == "disabled":
+        return []
+    tokens = options.get("httpTokens")
+    if tokens == "required":
+        return []
+    state = "unset, so IMDSv1 stays on" if tokens is None else f"{tokens!r}"
+    return [f'metadataOptions.httpTokens is {state}: set httpTokens="required" (IMDSv2 only)']
+
+
+def _group_instance_types(group: Resource, templates: Sequence[Resource]) -> list[str]:
+    """Instance types an Auto Scaling group may launch: its overrides, else its launch template's type."""
+    policy = as_object(group.inputs.get("mixedInstancesPolicy"))
+    spec = as_object(policy.get("launchTemplate"))
+    types = [str(o["instanceType"]) for o in as_objects(spec.get("overrides")) if o.get("instanceType")]
+    if types:
+        return types
+    # By dependency first: during a real preview a new template's id is unknown, and reading it would raise.
+    used = [t for t in templates if t.urn in group.dependencies]
+    if not used:
+        ids = {
+            as_object(group.inputs.get("launchTemplate")).get("id"),
+            as_object(spec.get("launchTemplateSpecification")).get("launchTemplateId"),
+        } - {None, ""}
+        used = [t for t in templates if t.id and t.id in ids]
+    return [str(t.inputs["instanceType"]) for t in used if t.inputs.get("instanceType")]
+
+
+def gpu_pools_scale_from_zero(resources: Sequence[Resource], ctx: Context) -> list[Violation]:
+    """GPU Auto Scaling groups carry cluster-autoscaler's discovery tags and a correct GPU node template."""
+    templates = [r for r in resources if r.type == LAUNCH_TEMPLATE]
+    out: list[Violation] = []
+    for group in (r for r in resources if r.type == AUTOSCALING_GROUP):
+        tags = tags_of(group)
+        types = _group_instance_types(group, templates)
+        counts = {t: ctx.gpu_count(t) for t in types}
+        if GPU_TEMPLATE_TAG not in tags and not any(counts.values()):
+            continue  # not a GPU pool
+        problems: list[str] = []
+        if tags.get(f"{AUTOSCALER}/enabled") != "true":
+            problems.append(f'tag {AUTOSCALER}/enabled="true" is missing: the autoscaler will not discover the pool')
+        if not any(k.startswith(f"{AUTOSCALER}/") and v == "owned" for k, v in tags.items()):
+            problems.append(f'no {AUTOSCALER}/<cluster>="owned" tag: the autoscaler will not discover the pool')
+        declared = as_int(tags.get(GPU_TEMPLATE_TAG))
+        known = {c for c in counts.values() if c}
+        if declared is None or declared <= 0:
+            problems.append(
+                f"tag {GPU_TEMPLATE_TAG} must give the GPUs per node: without it the autoscaler cannot "
+                "scale the pool up from zero for GPU pods"
+            )
+        elif len(known) > 1:
+            problems.append(f"instance types with different GPU counts ({counts}) cannot share one node template")
+        elif known and declared not in known:
+            problems.append(f"tag {GPU_TEMPLATE_TAG}={declared} but {', '.join(types)} has {known.pop()} GPUs")
+        out += [Violation(group.urn, p) for p in problems]
+    return out
+
+
+def _is_gpu_group(group: Resource, templates: Sequence[Resource], ctx: Context) -> bool:
+    """True when the group launches GPU instance types, or declares GPUs in its scale-from-zero template."""
+    if GPU_TEMPLATE_TAG in tags_of(group):
+        return True
+    return any(ctx.gpu_count(t) for t in _group_instance_types(group, templates))
+
+
+def gpu_pools_no_auto_refresh(resources: Sequence[Resource], ctx: Context) -> list[Violation]:
+    """GPU Auto Scaling groups never replace running instances by themselves (that drains training jobs).
+
+    Sources: pulumi-aws autoscaling.Group `instance_refresh` ("A refresh is started when any of ...
+    launch_template, mixed_instances_policy change", so a new AMI or user data starts one); AWS EC2 Auto
+    Scaling user guide, "Replace Auto Scaling instances based on maximum instance lifetime" and "Suspend and
+    resume Amazon EC2 Auto Scaling processes" (AZRebalance terminates instances to even out AZs). GPU pools
+    are rolled on purpose with `dlinfra pool roll`.
+    """
+    templates = [r for r in resources if r.type == LAUNCH_TEMPLATE]
+    out: list[Violation] = []
+    for group in (r for r in resources if r.type == AUTOSCALING_GROUP):
+        if not _is_gpu_group(group, templates, ctx):
+            continue
+        inputs = group.inputs
+        if as_object(inputs.get("instanceRefresh")):
+            out.append(
+                Violation(
+                    group.urn,
+                    "instanceRefresh is set: every new launch template version (AMI, user data) would terminate "
+                    "running GPU nodes; remove it and roll the pool with `dlinfra pool roll`",
+                )
+            )
+        lifetime = as_int(inputs.get("maxInstanceLifetime"))
+        if lifetime:
+            out.append(
+                Violation(
+                    group.urn,
+                    f"maxInstanceLifetime={lifetime}s replaces GPU nodes when they reach that age, jobs or not: "
+                    "leave it unset",
+                )
+            )
+        if "AZRebalance" not in [str(p) for p in as_list(inputs.get("suspendedProcesses"))]:
+            out.append(
+                Violation(
+                    group.urn,
+                    "AZRebalance is not suspended: Auto Scaling terminates GPU nodes to even out AZs; add it to "
+                    "suspendedProcesses",
+                )
+            )
+    return out
+
+
+def nodes_cluster_owned(resource: Resource, ctx: Context) -> list[str]:
+    """Node groups tag their instances `kubernetes.io/cluster/<cluster>=owned`, propagated at launch.
+
+    Self-managed nodes without it are not recognised as the cluster's by the AWS cloud provider and the load
+    balancer controller. Source: Amazon EKS user guide, "Create self-managed Amazon Linux nodes" (the
+    CloudFormation template's ASG tag); cluster-autoscaler AWS docs (auto-discovery tags).
+    """
+    if resource.type != AUTOSCALING_GROUP:
+        return []
+    tags = {str(t.get("key")): t for t in as_objects(resource.inputs.get("tags"))}
+    clusters = [
+        key.removeprefix(f"{AUTOSCALER}/")
+        for key, tag in tags.items()
+        if key.startswith(f"{AUTOSCALER}/") and key != f"{AUTOSCALER}/enabled" and tag.get("value") == "owned"
+    ]
+    out = []
+    for cluster in clusters:
+        tag = tags.get(f"kubernetes.io/cluster/{cluster}")
+        if tag is None or tag.get("value") != "owned" or not is_true(tag.get("propagateAtLaunch")):
+            out.append(f"nodes of cluster {cluster} lack kubernetes.io/cluster/{cluster}=owned propagated at launch")
+    return out

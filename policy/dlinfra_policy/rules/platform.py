@@ -1,0 +1,157 @@
+"""Rules for Kubernetes objects of the platform: team namespaces, Kueue wiring, tolerations of drain taints."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from dlinfra.model.fleet.labels import DRAIN_TAINT_KEYS
+
+from .core import Context, Resource, Violation, as_list, as_object, as_objects
+
+K8S_NAMESPACE = "kubernetes:core/v1:Namespace"
+RESOURCE_FLAVOR = "kubernetes:kueue.x-k8s.io/v1beta2:ResourceFlavor"
+# Where each workload kind keeps its pods' tolerations. DaemonSets are left out on purpose: they run on every node
+# and drains skip them (their controller tolerates the cordon itself).
+POD_SPEC_PATHS: Mapping[str, tuple[str, ...]] = {
+    "kubernetes:core/v1:Pod": ("spec",),
+    "kubernetes:apps/v1:Deployment": ("spec", "template", "spec"),
+    "kubernetes:apps/v1:StatefulSet": ("spec", "template", "spec"),
+    "kubernetes:apps/v1:ReplicaSet": ("spec", "template", "spec"),
+    "kubernetes:batch/v1:Job": ("spec", "template", "spec"),
+    "kubernetes:batch/v1:CronJob": ("spec", "jobTemplate", "spec", "template", "spec"),
+}
+TEAM_LABEL = "dlinfra.io/team"  # components/platform_values.TEAM_LABEL: a team's namespace
+PSA_ENFORCE = "pod-security.kubernetes.io/enforce"
+KUEUE_CUSTOM = "kubernetes:kueue.x-k8s.io/v1beta2:"  # Kueue kinds as typed resources: <this><Kind>
+MULTIKUEUE_CONTROLLER = "kueue.x-k8s.io/multikueue"  # components/platform_values.MULTIKUEUE_CONTROLLER
+
+
+def team_namespaces_pod_security(resource: Resource, ctx: Context) -> list[str]:
+    """Team namespaces enforce the baseline or restricted Pod Security Standard, never privileged.
+
+    Source: Kubernetes "Pod Security Admission" (the pod-security.kubernetes.io/enforce label; unset means
+    privileged) and "Pod Security Standards" (baseline forbids privileged containers, host namespaces, hostPath
+    and added capabilities). Training pods that use EFA need none of those (tests/fixtures/k8s/efa-training-pod.yaml).
+    """
+    if resource.type != K8S_NAMESPACE:
+        return []
+    labels = as_object(as_object(resource.inputs.get("metadata")).get("labels"))
+    if TEAM_LABEL not in [str(k) for k in labels]:
+        return []
+    level = labels.get(PSA_ENFORCE)
+    if level in ("baseline", "restricted"):
+        return []
+    state = "unset, which admits privileged pods" if level is None else f"{level!r}"
+    return [f'{PSA_ENFORCE} is {state}: team namespaces enforce "baseline" (or "restricted")']
+
+
+def _kueue_named(resources: Sequence[Resource], kind: str) -> dict[str, Resource]:
+    return {
+        str(as_object(r.inputs.get("metadata")).get("name")): r for r in resources if r.type == f"{KUEUE_CUSTOM}{kind}"
+    }
+
+
+def multikueue_wired(resources: Sequence[Resource], ctx: Context) -> list[Violation]:
+    """MultiKueue objects are wired so Kueue activates them.
+
+    - A ClusterQueue may not limit a MultiKueue AdmissionCheck to some flavors: Kueue marks such a queue inactive
+      ("Cannot specify MultiKueue AdmissionCheck per flavor", kueue v0.19 pkg/cache/scheduler/clusterqueue.go).
+    - A MultiKueue AdmissionCheck names a MultiKueueConfig of the stack, whose clusters are MultiKueueClusters of
+      the stack (Kueue docs, "Setup a MultiKueue environment": otherwise the check stays inactive).
+    - A worker's kubeconfig comes from a Secret: `locationType: Path` needs an alpha feature gate and a file
+      mounted into the controller (same guide, "Enable locationType=Path").
+    """
+    checks = _kueue_named(resources, "AdmissionCheck")
+    configs = _kueue_named(resources, "MultiKueueConfig")
+    clusters = _kueue_named(resources, "MultiKueueCluster")
+    multikueue = {
+        n for n, r in checks.items() if as_object(r.inputs.get("spec")).get("controllerName") == MULTIKUEUE_CONTROLLER
+    }
+    out = []
+    for name, queue in _kueue_named(resources, "ClusterQueue").items():
+        strategy = as_object(as_object(queue.inputs.get("spec")).get("admissionChecksStrategy"))
+        for rule in as_objects(strategy.get("admissionChecks")):
+            if str(rule.get("name")) in multikueue and as_list(rule.get("onFlavors")):
+                out.append(
+                    Violation(
+                        queue.urn,
+                        f"ClusterQueue {name}: MultiKueue check {rule.get('name')} is limited to "
+                        "some flavors; Kueue deactivates the queue (it must apply to every flavor)",
+                    )
+                )
+    for name in sorted(multikueue):
+        params = as_object(as_object(checks[name].inputs.get("spec")).get("parameters"))
+        config = configs.get(str(params.get("name")))
+        if params.get("kind") != "MultiKueueConfig" or config is None:
+            out.append(
+                Violation(checks[name].urn, f"AdmissionCheck {name}: no MultiKueueConfig {params.get('name')!r}")
+            )
+            continue
+        missing = [
+            str(c) for c in as_list(as_object(config.inputs.get("spec")).get("clusters")) if str(c) not in clusters
+        ]
+        if missing:
+            out.append(
+                Violation(
+                    config.urn, f"MultiKueueConfig {params.get('name')}: no MultiKueueCluster {', '.join(missing)}"
+                )
+            )
+    for name, cluster in clusters.items():
+        source = as_object(as_object(as_object(cluster.inputs.get("spec")).get("clusterSource")).get("kubeConfig"))
+        if source.get("locationType", "Secret") != "Secret":
+            out.append(
+                Violation(
+                    cluster.urn, f"MultiKueueCluster {name}: kubeconfig from {source.get('locationType')}, not a Secret"
+                )
+            )
+    return out
+
+
+def tolerates(toleration: Mapping[str, Any], key: str, effect: str = "NoSchedule") -> bool:
+    """Does this toleration let a pod onto a node with taint `key` (any value) and `effect`?
+
+    Source: Kubernetes "Taints and Tolerations": an empty key with operator Exists matches every taint, an empty
+    effect every effect; operator Equal (the default) also needs the value, which the handler's taints vary.
+    """
+    if toleration.get("effect") not in (None, "", effect):
+        return False
+    if toleration.get("key") in (None, ""):
+        return toleration.get("operator") == "Exists"
+    return bool(toleration.get("key") == key)
+
+
+def _drain_taints_tolerated(tolerations: Any) -> list[str]:
+    return sorted({key for t in as_objects(tolerations) for key in DRAIN_TAINT_KEYS if tolerates(t, key)})
+
+
+def drain_taints_not_tolerated(resource: Resource, ctx: Context) -> list[str]:
+    """Work never tolerates the taints that keep it off a node about to go (maintenance, interruption, cordon).
+
+    Sources: aws-node-termination-handler v1.25.6 pkg/node/node.go (the taints it puts before draining);
+    Kueue v1beta2 ResourceFlavor: `tolerations` "will be added to the pods admitted" in the flavor, and
+    workloads "must have tolerations for these nodeTaints" to be admitted to it (apis/kueue/v1beta2).
+    """
+    if resource.type == RESOURCE_FLAVOR:
+        spec = as_object(resource.inputs.get("spec"))
+        out = [
+            f"spec.tolerations tolerate {key}: Kueue adds them to every admitted pod, which would then start on "
+            "nodes about to go into maintenance or be drained"
+            for key in _drain_taints_tolerated(spec.get("tolerations"))
+        ]
+        out += [
+            f"spec.nodeTaints lists {t.get('key')}: every job admitted to this flavor would have to tolerate it"
+            for t in as_objects(spec.get("nodeTaints"))
+            if t.get("key") in DRAIN_TAINT_KEYS
+        ]
+        return out
+    path = POD_SPEC_PATHS.get(resource.type)
+    if path is None:
+        return []
+    pod_spec: Mapping[str, Any] = resource.inputs
+    for part in path:
+        pod_spec = as_object(pod_spec.get(part))
+    return [
+        f"the pod template tolerates {key}: its pods would start on nodes about to go into maintenance or be drained"
+        for key in _drain_taints_tolerated(pod_spec.get("tolerations"))
+    ]

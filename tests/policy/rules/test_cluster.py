@@ -1,0 +1,62 @@
+"""The cluster rules: EKS secrets encryption and Kubernetes version support."""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+
+import pytest
+
+from policy.dlinfra_policy.rules.cluster import EKS_CLUSTER
+from policy.dlinfra_policy.rules.core import Resource
+from tests.policy.rules._resources import CTX, messages, res
+
+# rule -> (resources that pass, resources that fail).
+CASES: dict[str, tuple[list[Resource], list[Resource]]] = {
+    "eks-secrets-encrypted": (
+        [res(EKS_CLUSTER)(encryptionConfig={"resources": ["secrets"], "provider": {"keyArn": "arn:k"}})],
+        [res(EKS_CLUSTER)(name="c")],
+    ),
+    "eks-version-supported": (
+        [res(EKS_CLUSTER)(version="1.33", upgradePolicy={"supportType": "EXTENDED"})],
+        [
+            res(EKS_CLUSTER)(version="1.33", upgradePolicy={"supportType": "STANDARD"}),  # ended 2026-07-29
+            res(EKS_CLUSTER)(version="1.33"),
+        ],
+    ),
+    "eks-version-support-ending": (
+        [
+            res(EKS_CLUSTER)(version="1.33", upgradePolicy={"supportType": "EXTENDED"}),  # to 2027-07-29
+            res(EKS_CLUSTER)(version="1.33", upgradePolicy={"supportType": "STANDARD"}),  # past: mandatory's
+        ],
+        [res(EKS_CLUSTER)(version="1.34", upgradePolicy={"supportType": "STANDARD"})],  # ends 2026-12-02
+    ),
+}
+
+
+@pytest.mark.parametrize("rule_name", sorted(CASES))
+def test_rule_passes_good_resources(rule_name: str) -> None:
+    assert messages(rule_name, CASES[rule_name][0]) == []
+
+
+@pytest.mark.parametrize("rule_name", sorted(CASES))
+def test_rule_flags_bad_resources(rule_name: str) -> None:
+    assert messages(rule_name, CASES[rule_name][1]), f"{rule_name} let a bad resource through"
+
+
+@pytest.mark.parametrize(
+    ("today", "advisory", "mandatory"),
+    [
+        (datetime.date(2026, 9, 2), [], []),  # 91 days before standard support ends
+        (datetime.date(2026, 9, 3), ["(90 days)"], []),
+        (datetime.date(2026, 12, 2), ["(0 days)"], []),  # the last day of standard support
+        (datetime.date(2026, 12, 3), [], ["left standard support on 2026-12-02"]),
+    ],
+)
+def test_eks_version_warns_then_refuses(today: datetime.date, advisory: list[str], mandatory: list[str]) -> None:
+    """The advisory warns through the last day of support; from the next day the mandatory rule refuses."""
+    cluster = res(EKS_CLUSTER)(version="1.34", upgradePolicy={"supportType": "STANDARD"})
+    ctx = dataclasses.replace(CTX, today=today)
+    for rule, expected in (("eks-version-support-ending", advisory), ("eks-version-supported", mandatory)):
+        found = messages(rule, [cluster], ctx)
+        assert len(found) == len(expected) and all(e in m for e, m in zip(expected, found, strict=True)), (rule, found)

@@ -1,0 +1,109 @@
+"""The compute rules: IMDSv2, GPU pools' scale-from-zero tags and no automatic refresh, cluster-owned nodes."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from policy.dlinfra_policy.rules.compute import (
+    AUTOSCALER,
+    GPU_TEMPLATE_TAG,
+    INSTANCE,
+    gpu_pools_no_auto_refresh,
+    gpu_pools_scale_from_zero,
+    imdsv2_required,
+)
+from policy.dlinfra_policy.rules.core import Resource
+from tests.policy.rules._resources import ASG, CTX, LT, messages, res
+
+GPU_TAG = GPU_TEMPLATE_TAG
+CA = AUTOSCALER
+
+GPU_TAGS = [
+    {"key": f"{CA}/enabled", "value": "true", "propagateAtLaunch": False},
+    {"key": f"{CA}/dlinfra-prod-usw2", "value": "owned", "propagateAtLaunch": False},
+    {"key": GPU_TAG, "value": "8", "propagateAtLaunch": False},
+]
+LT_GPU = res(LT, "gpu-lt", id="lt-1")(instanceType="p5.48xlarge")
+OWNED = "kubernetes.io/cluster/dlinfra-prod-usw2"
+REFRESH = {"strategy": "Rolling", "preferences": {"minHealthyPercentage": 90.0, "skipMatching": True}}
+CPU_MIX = {"launchTemplate": {"overrides": [{"instanceType": "m7i.4xlarge"}]}}
+
+
+# rule -> (resources that pass, resources that fail).
+CASES: dict[str, tuple[list[Resource], list[Resource]]] = {
+    "imdsv2-required": (
+        [res(LT)(metadataOptions={"httpTokens": "required", "httpPutResponseHopLimit": 1.0})],
+        [res(LT)(metadataOptions={"httpTokens": "optional"})],
+    ),
+    "gpu-pool-scale-from-zero": (
+        [LT_GPU, res(ASG, dependencies=[LT_GPU.urn])(minSize=0.0, launchTemplate={"id": "lt-1"}, tags=GPU_TAGS)],
+        [LT_GPU, res(ASG, dependencies=[LT_GPU.urn])(minSize=0.0, launchTemplate={"id": "lt-1"}, tags=GPU_TAGS[:2])],
+    ),
+    "gpu-pools-no-auto-refresh": (
+        [
+            LT_GPU,
+            res(ASG, dependencies=[LT_GPU.urn])(launchTemplate={"id": "lt-1"}, suspendedProcesses=["AZRebalance"]),
+            res(ASG, "cpu")(mixedInstancesPolicy=CPU_MIX, instanceRefresh=REFRESH),
+        ],
+        [
+            LT_GPU,
+            res(ASG, dependencies=[LT_GPU.urn])(
+                launchTemplate={"id": "lt-1"}, suspendedProcesses=["AZRebalance"], instanceRefresh=REFRESH
+            ),
+        ],
+    ),
+    "nodes-cluster-owned-tag": (
+        [res(ASG)(tags=[*GPU_TAGS, {"key": OWNED, "value": "owned", "propagateAtLaunch": True}])],
+        [
+            res(ASG)(tags=GPU_TAGS),
+            res(ASG)(tags=[*GPU_TAGS, {"key": OWNED, "value": "owned", "propagateAtLaunch": False}]),
+        ],
+    ),
+}
+
+
+@pytest.mark.parametrize("rule_name", sorted(CASES))
+def test_rule_passes_good_resources(rule_name: str) -> None:
+    assert messages(rule_name, CASES[rule_name][0]) == []
+
+
+@pytest.mark.parametrize("rule_name", sorted(CASES))
+def test_rule_flags_bad_resources(rule_name: str) -> None:
+    assert messages(rule_name, CASES[rule_name][1]), f"{rule_name} let a bad resource through"
+
+
+def test_imdsv2_disabled_endpoint_is_fine_and_unset_is_not() -> None:
+    assert imdsv2_required(res(LT)(metadataOptions={"httpEndpoint": "disabled"}), CTX) == []
+    assert "unset" in imdsv2_required(res(INSTANCE)(ami="ami-1"), CTX)[0]
+
+
+def test_gpu_pool_detected_by_instance_type_and_count_checked() -> None:
+    overrides = {"launchTemplate": {"overrides": [{"instanceType": "g6.xlarge"}]}}
+    wrong = [*GPU_TAGS[:2], {"key": GPU_TAG, "value": "8"}]
+    found = gpu_pools_scale_from_zero([res(ASG)(mixedInstancesPolicy=overrides, tags=wrong)], CTX)
+    assert [v.message for v in found] == [f"tag {GPU_TAG}=8 but g6.xlarge has 1 GPUs"]
+    undiscoverable = gpu_pools_scale_from_zero([res(ASG)(mixedInstancesPolicy=overrides, tags=[])], CTX)
+    assert len(undiscoverable) == 3
+    cpu = {"launchTemplate": {"overrides": [{"instanceType": "m7i.4xlarge"}]}}
+    assert gpu_pools_scale_from_zero([res(ASG)(mixedInstancesPolicy=cpu, tags=[])], CTX) == []
+
+
+@pytest.mark.parametrize(
+    ("inputs", "expected"),
+    [
+        ({"suspendedProcesses": ["AZRebalance"]}, []),
+        ({"suspendedProcesses": ["AZRebalance"], "maxInstanceLifetime": 604800.0}, ["maxInstanceLifetime=604800s"]),
+        ({}, ["AZRebalance is not suspended"]),
+        ({"suspendedProcesses": ["AZRebalance"], "instanceRefresh": REFRESH}, ["instanceRefresh is set"]),
+    ],
+)
+def test_gpu_pools_no_auto_refresh_details(inputs: dict[str, Any], expected: list[str]) -> None:
+    # Found as a GPU pool by its scale-from-zero tag alone (a template not in the stack, e.g. during preview).
+    group = res(ASG)(launchTemplate={"id": "lt-elsewhere"}, tags=GPU_TAGS, **inputs)
+    found = [v.message for v in gpu_pools_no_auto_refresh([group], CTX)]
+    assert len(found) == len(expected) and all(e in m for e, m in zip(expected, found, strict=True))
+    # CPU pools may refresh automatically.
+    cpu = res(ASG)(mixedInstancesPolicy=CPU_MIX, instanceRefresh=REFRESH, maxInstanceLifetime=604800.0)
+    assert gpu_pools_no_auto_refresh([cpu], CTX) == []

@@ -1,0 +1,46 @@
+"""The IAM rule: roles a service may assume for any account are scoped to ours."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from policy.dlinfra_policy.rules.core import Resource
+from tests.policy.rules._resources import messages, res
+
+
+def _trust(service: str, *, scoped: bool) -> dict[str, Any]:
+    statement: dict[str, Any] = {"Effect": "Allow", "Principal": {"Service": service}, "Action": "sts:AssumeRole"}
+    if scoped:
+        statement["Condition"] = {
+            "StringEquals": {"aws:SourceAccount": "111122223333"},
+            "ArnEquals": {"aws:SourceArn": "arn:aws:ssm:us-west-2:111122223333:*"},
+        }
+    return {"Version": "2012-10-17", "Statement": [statement]}
+
+
+# rule -> (resources that pass, resources that fail).
+CASES: dict[str, tuple[list[Resource], list[Resource]]] = {
+    "service-trust-scoped": (
+        [
+            res("aws:iam/role:Role")(assumeRolePolicy=json.dumps(_trust("ssm.amazonaws.com", scoped=True))),
+            res("aws:iam/role:Role")(assumeRolePolicy=json.dumps(_trust("ec2.amazonaws.com", scoped=False))),
+        ],
+        [
+            res("aws:iam/role:Role")(assumeRolePolicy=json.dumps(_trust("ssm.amazonaws.com", scoped=False))),
+            res("aws:iam/role:Role")(assumeRolePolicy=json.dumps(_trust("codebuild.amazonaws.com", scoped=False))),
+        ],
+    ),
+}
+
+
+@pytest.mark.parametrize("rule_name", sorted(CASES))
+def test_rule_passes_good_resources(rule_name: str) -> None:
+    assert messages(rule_name, CASES[rule_name][0]) == []
+
+
+@pytest.mark.parametrize("rule_name", sorted(CASES))
+def test_rule_flags_bad_resources(rule_name: str) -> None:
+    assert messages(rule_name, CASES[rule_name][1]), f"{rule_name} let a bad resource through"

@@ -1,0 +1,172 @@
+"""The platform rules: team namespaces' Pod Security, MultiKueue wiring, no toleration of drain taints."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from dlinfra.model.fleet.labels import DRAIN_TAINT_KEYS
+from policy.dlinfra_policy.rules.core import Resource
+from policy.dlinfra_policy.rules.platform import (
+    K8S_NAMESPACE,
+    KUEUE_CUSTOM,
+    MULTIKUEUE_CONTROLLER,
+    PSA_ENFORCE,
+    RESOURCE_FLAVOR,
+    TEAM_LABEL,
+    drain_taints_not_tolerated,
+    multikueue_wired,
+    team_namespaces_pod_security,
+    tolerates,
+)
+from tests.policy.rules._resources import CTX, messages, res
+
+MAINTENANCE = "aws-node-termination-handler/scheduled-maintenance"
+GPU_TAINT = {"key": "nvidia.com/gpu", "value": "true", "effect": "NoSchedule"}
+JOB = "kubernetes:batch/v1:Job"
+TEAM_NS = {TEAM_LABEL: "a", "pod-security.kubernetes.io/warn": "restricted"}
+
+
+# rule -> (resources that pass, resources that fail).
+CASES: dict[str, tuple[list[Resource], list[Resource]]] = {
+    "team-namespaces-pod-security": (
+        [
+            res(K8S_NAMESPACE)(metadata={"name": "team-a", "labels": TEAM_NS | {PSA_ENFORCE: "baseline"}}),
+            res(K8S_NAMESPACE)(metadata={"name": "kube-system"}),
+        ],
+        [res(K8S_NAMESPACE)(metadata={"name": "team-a", "labels": TEAM_NS | {PSA_ENFORCE: "privileged"}})],
+    ),
+    "drain-taints-not-tolerated": (
+        [
+            res(RESOURCE_FLAVOR)(spec={"nodeLabels": {"dlinfra.io/pool": "train"}, "nodeTaints": [GPU_TAINT]}),
+            res(RESOURCE_FLAVOR)(spec={"tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists"}]}),
+            res(JOB)(spec={"template": {"spec": {"tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists"}]}}}),
+            # DaemonSets belong on every node, and drains leave them alone.
+            res("kubernetes:apps/v1:DaemonSet")(spec={"template": {"spec": {"tolerations": [{"operator": "Exists"}]}}}),
+        ],
+        [
+            res(RESOURCE_FLAVOR)(spec={"tolerations": [{"operator": "Exists"}]}),
+            res(RESOURCE_FLAVOR)(spec={"nodeTaints": [{"key": MAINTENANCE, "effect": "NoSchedule"}]}),
+            res(JOB)(spec={"template": {"spec": {"tolerations": [{"key": MAINTENANCE, "operator": "Exists"}]}}}),
+            res("kubernetes:batch/v1:CronJob")(
+                spec={"jobTemplate": {"spec": {"template": {"spec": {"tolerations": [{"operator": "Exists"}]}}}}}
+            ),
+        ],
+    ),
+    "multikueue-wired": (
+        [
+            res(f"{KUEUE_CUSTOM}AdmissionCheck", "c")(
+                metadata={"name": "c"},
+                spec={
+                    "controllerName": MULTIKUEUE_CONTROLLER,
+                    "parameters": {"kind": "MultiKueueConfig", "name": "c"},
+                },
+            ),
+            res(f"{KUEUE_CUSTOM}MultiKueueConfig", "k")(metadata={"name": "c"}, spec={"clusters": ["w"]}),
+            res(f"{KUEUE_CUSTOM}MultiKueueCluster", "w")(
+                metadata={"name": "w"},
+                spec={"clusterSource": {"kubeConfig": {"location": "s", "locationType": "Secret"}}},
+            ),
+        ],
+        [
+            res(f"{KUEUE_CUSTOM}AdmissionCheck", "c")(
+                metadata={"name": "c"},
+                spec={
+                    "controllerName": MULTIKUEUE_CONTROLLER,
+                    "parameters": {"kind": "MultiKueueConfig", "name": "c"},
+                },
+            ),
+        ],
+    ),
+}
+
+
+@pytest.mark.parametrize("rule_name", sorted(CASES))
+def test_rule_passes_good_resources(rule_name: str) -> None:
+    assert messages(rule_name, CASES[rule_name][0]) == []
+
+
+@pytest.mark.parametrize("rule_name", sorted(CASES))
+def test_rule_flags_bad_resources(rule_name: str) -> None:
+    assert messages(rule_name, CASES[rule_name][1]), f"{rule_name} let a bad resource through"
+
+
+def test_team_namespace_without_an_enforced_level_is_flagged() -> None:
+    unset = res(K8S_NAMESPACE)(metadata={"name": "team-a", "labels": TEAM_NS})
+    (message,) = team_namespaces_pod_security(unset, CTX)
+    assert "unset, which admits privileged pods" in message
+    restricted = res(K8S_NAMESPACE)(metadata={"labels": TEAM_NS | {PSA_ENFORCE: "restricted"}})
+    assert team_namespaces_pod_security(restricted, CTX) == []
+
+
+def _kueue(kind: str, name: str, spec: dict[str, Any]) -> Resource:
+    return res(f"{KUEUE_CUSTOM}{kind}", name)(metadata={"name": name}, spec=spec)
+
+
+def test_multikueue_wiring_is_checked() -> None:
+    from components import platform_values as pv
+
+    check = _kueue("AdmissionCheck", "overflow-a", pv.overflow_admission_check_spec("a"))
+    config = _kueue("MultiKueueConfig", "overflow-a", pv.multikueue_config_spec(["us-east-1"]))
+    cluster = _kueue("MultiKueueCluster", "us-east-1", pv.multikueue_cluster_spec("us-east-1"))
+    queue_spec = pv.overflow_cluster_queue_spec("a", "team-a", 8)
+    queue = _kueue("ClusterQueue", "a-overflow", queue_spec)
+    assert multikueue_wired([check, config, cluster, queue], CTX) == []
+    per_flavor = _kueue(
+        "ClusterQueue",
+        "a-overflow",
+        queue_spec | {"admissionChecksStrategy": {"admissionChecks": [{"name": "overflow-a", "onFlavors": ["x"]}]}},
+    )
+    (found,) = multikueue_wired([check, config, cluster, per_flavor], CTX)
+    assert "limited to some flavors" in found.message
+    (orphan,) = multikueue_wired([check, config, queue], CTX)
+    assert orphan.message == "MultiKueueConfig overflow-a: no MultiKueueCluster us-east-1"
+    path = _kueue(
+        "MultiKueueCluster", "us-east-1", {"clusterSource": {"kubeConfig": {"location": "/x", "locationType": "Path"}}}
+    )
+    (by_path,) = multikueue_wired([check, config, path, queue], CTX)
+    assert "not a Secret" in by_path.message
+    assert MULTIKUEUE_CONTROLLER == pv.MULTIKUEUE_CONTROLLER
+
+
+@pytest.mark.parametrize(
+    ("toleration", "tolerated"),
+    [
+        ({"operator": "Exists"}, True),  # an empty key with Exists tolerates every taint
+        ({"operator": "Exists", "effect": "NoSchedule"}, True),
+        ({"operator": "Exists", "effect": "NoExecute"}, False),  # the handler's taints are NoSchedule
+        ({"key": MAINTENANCE, "operator": "Exists"}, True),
+        ({"key": MAINTENANCE, "operator": "Equal", "value": "x"}, True),  # the value is the event id: any may match
+        ({"key": "aws-node-termination-handler/spot-itn", "operator": "Exists"}, False),
+        ({"key": "nvidia.com/gpu", "operator": "Exists"}, False),
+        ({"key": "", "operator": "Equal"}, False),
+    ],
+)
+def test_toleration_matching_follows_kubernetes(toleration: dict[str, Any], tolerated: bool) -> None:
+    assert tolerates(toleration, MAINTENANCE) is tolerated
+
+
+def test_a_blanket_toleration_is_reported_for_every_drain_taint() -> None:
+    flavor = res(RESOURCE_FLAVOR)(spec={"tolerations": [{"operator": "Exists"}]})
+    found = drain_taints_not_tolerated(flavor, CTX)
+    assert len(found) == len(DRAIN_TAINT_KEYS)
+    assert any(MAINTENANCE in m and "every admitted pod" in m for m in found)
+    assert any("node.kubernetes.io/unschedulable" in m for m in found)  # the cordon itself
+
+
+def test_drain_taint_keys_are_the_handlers() -> None:
+    """The pinned handler's taint keys, copied from aws-node-termination-handler v1.25.6 pkg/node/node.go."""
+    assert set(DRAIN_TAINT_KEYS) == {
+        "aws-node-termination-handler/spot-itn",
+        "aws-node-termination-handler/scheduled-maintenance",
+        "aws-node-termination-handler/asg-lifecycle-termination",
+        "aws-node-termination-handler/rebalance-recommendation",
+        "node.kubernetes.io/unschedulable",
+    }
+
+
+def test_policy_team_label_is_the_platforms() -> None:
+    from components import platform_values
+
+    assert TEAM_LABEL == platform_values.TEAM_LABEL

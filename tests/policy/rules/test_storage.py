@@ -1,0 +1,119 @@
+"""The storage rules: encryption at rest of EBS, EFS, FSx and S3; S3 public access and access-log delivery."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from policy.dlinfra_policy.rules.compute import INSTANCE
+from policy.dlinfra_policy.rules.core import Resource
+from policy.dlinfra_policy.rules.storage import (
+    FSX_LUSTRE,
+    S3_ACCOUNT_PUBLIC_ACCESS_BLOCK,
+    S3_BLOCK_FLAGS,
+    S3_POLICY,
+    S3_PUBLIC_ACCESS_BLOCK,
+    ebs_encrypted,
+    s3_encrypted,
+    s3_no_public_access,
+)
+from tests.policy.rules._resources import CTX, LT, messages, res
+
+BUCKET = res("aws:s3/bucket:Bucket", "data", id="dlinfra-data")(bucket="dlinfra-data")
+SSE = "aws:s3/bucketServerSideEncryptionConfiguration:BucketServerSideEncryptionConfiguration"
+KMS_RULE = [{"applyServerSideEncryptionByDefault": {"sseAlgorithm": "aws:kms"}}]
+PAB_ALL = dict.fromkeys(S3_BLOCK_FLAGS, True)
+ENCRYPTED_ROOT = [{"deviceName": "/dev/xvda", "ebs": {"encrypted": "true", "volumeType": "gp3"}}]
+
+LOG_BUCKET = res("aws:s3/bucket:Bucket", "logs", id="dlinfra-logs")(bucket="dlinfra-logs")
+TLS_ONLY = {"Statement": [{"Effect": "Deny", "Principal": "*", "Action": "s3:*"}]}
+LOG_POLICY = {
+    "Statement": [
+        *TLS_ONLY["Statement"],
+        {
+            "Effect": "Allow",
+            "Principal": {"Service": "logging.s3.amazonaws.com"},
+            "Action": "s3:PutObject",
+            "Condition": {"StringEquals": {"aws:SourceAccount": "111122223333"}},
+        },
+    ]
+}
+
+
+# rule -> (resources that pass, resources that fail).
+CASES: dict[str, tuple[list[Resource], list[Resource]]] = {
+    "ebs-encrypted": (
+        [res(LT)(blockDeviceMappings=ENCRYPTED_ROOT), res("aws:ebs/volume:Volume")(encrypted=True)],
+        [res(LT)(blockDeviceMappings=[{"deviceName": "/dev/xvda", "ebs": {"encrypted": "false"}}])],
+    ),
+    "efs-encrypted": (
+        [res("aws:efs/fileSystem:FileSystem")(encrypted=True)],
+        [res("aws:efs/fileSystem:FileSystem")(encrypted=False)],
+    ),
+    "s3-encrypted": (
+        [BUCKET, res(SSE, dependencies=[BUCKET.urn])(bucket="dlinfra-data", rules=KMS_RULE)],
+        [BUCKET],
+    ),
+    "fsx-encrypted": (
+        [res(FSX_LUSTRE)(deploymentType="PERSISTENT_2", kmsKeyId="arn:aws:kms:k"), res(FSX_LUSTRE)()],
+        [res(FSX_LUSTRE)(deploymentType="PERSISTENT_2")],
+    ),
+    "s3-no-public-access": (
+        [BUCKET, res(S3_PUBLIC_ACCESS_BLOCK, dependencies=[BUCKET.urn])(bucket="dlinfra-data", **PAB_ALL)],
+        [BUCKET, res(S3_PUBLIC_ACCESS_BLOCK)(bucket="dlinfra-data", **PAB_ALL | {"blockPublicPolicy": False})],
+    ),
+    "s3-access-logs-delivered": (
+        [
+            LOG_BUCKET,
+            BUCKET,
+            res("aws:s3/bucketLogging:BucketLogging")(bucket="dlinfra-data", targetBucket="dlinfra-logs"),
+            res(S3_POLICY, dependencies=[LOG_BUCKET.urn])(bucket="dlinfra-logs", policy=json.dumps(LOG_POLICY)),
+            res(SSE, dependencies=[LOG_BUCKET.urn])(
+                bucket="dlinfra-logs", rules=[{"applyServerSideEncryptionByDefault": {"sseAlgorithm": "AES256"}}]
+            ),
+        ],
+        [
+            LOG_BUCKET,
+            res("aws:s3/bucketLogging:BucketLogging")(bucket="dlinfra-data", targetBucket="dlinfra-logs"),
+            res(S3_POLICY, dependencies=[LOG_BUCKET.urn])(bucket="dlinfra-logs", policy=json.dumps(TLS_ONLY)),
+            res(SSE, dependencies=[LOG_BUCKET.urn])(bucket="dlinfra-logs", rules=KMS_RULE),
+        ],
+    ),
+}
+
+
+@pytest.mark.parametrize("rule_name", sorted(CASES))
+def test_rule_passes_good_resources(rule_name: str) -> None:
+    assert messages(rule_name, CASES[rule_name][0]) == []
+
+
+@pytest.mark.parametrize("rule_name", sorted(CASES))
+def test_rule_flags_bad_resources(rule_name: str) -> None:
+    assert messages(rule_name, CASES[rule_name][1]), f"{rule_name} let a bad resource through"
+
+
+def test_ebs_launch_template_without_block_devices_is_flagged() -> None:
+    assert "no EBS block device" in ebs_encrypted(res(LT)(imageId="ami-1"), CTX)[0]
+
+
+def test_ebs_instance_root_volume() -> None:
+    bad = res(INSTANCE)(rootBlockDevice={"encrypted": False}, ebsBlockDevices=[{"encrypted": True}])
+    assert ebs_encrypted(bad, CTX) == ["rootBlockDevice is not encrypted: set rootBlockDevice.encrypted=true"]
+
+
+def test_s3_bucket_matched_by_name_without_dependency() -> None:
+    sse = res(SSE)(bucket="dlinfra-data", rules=KMS_RULE)
+    assert s3_encrypted([BUCKET, sse], CTX) == []
+
+
+def test_s3_weak_algorithm() -> None:
+    sse = res(SSE)(bucket="dlinfra-data", rules=[{"applyServerSideEncryptionByDefault": {"sseAlgorithm": "none"}}])
+    assert "sseAlgorithm 'none'" in s3_encrypted([BUCKET, sse], CTX)[0].message
+
+
+def test_s3_public_acl_and_account_block() -> None:
+    account = res(S3_ACCOUNT_PUBLIC_ACCESS_BLOCK)(**PAB_ALL)
+    public = res("aws:s3/bucket:Bucket", "web")(bucket="web", acl="public-read")
+    found = s3_no_public_access([account, public], CTX)
+    assert [v.message for v in found] == ["S3 bucket has the public ACL 'public-read'"]
