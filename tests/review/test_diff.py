@@ -11,8 +11,12 @@ from typing import Any
 
 import pytest
 
+from dlinfra.errors import DlinfraError
 from dlinfra.model.fleet import load_fleet
-from dlinfra.review import diff
+from dlinfra.review.diff import render, revisions
+from dlinfra.review.diff.changes import Change, Diff
+from dlinfra.review.diff.compare import compare, compare_stack, entity_summary, touched
+from dlinfra.review.diff.plans import PlanSet, topology
 from tests.conftest import REFERENCE_FLEET, REFERENCE_LOCK, ROOT
 
 STACK = "prod-us-west-2"
@@ -53,11 +57,11 @@ BASE_RESOURCES = [
     resource("aws:iam/role:Role", "old-role", inputs={"name": "r"}),
     resource("aws:ec2/eip:Eip", "nat-eip", "dlinfra:network:Nat", inputs={"domain": "vpc"}),
 ]
-BASE = diff.PlanSet(
+BASE = PlanSet(
     label="main (abc)",
     plans={STACK: plan(STACK, *BASE_RESOURCES), "prod-old-1": plan("prod-old-1", resource(VPC, "vpc"))},
     lock={"vpc/prod/us-west-2": "10.2.0.0/16", "site-lan/sjc1": "10.200.0.0/20"},
-    topology=diff.topology(
+    topology=topology(
         {
             "regions": {"us-west-2": {"primary": True}, "us-east-1": {}},
             "environments": {"prod": {"regions": {"us-west-2": {}, "us-east-1": {}}}},
@@ -67,7 +71,7 @@ BASE = diff.PlanSet(
 )
 
 
-def _head() -> diff.PlanSet:
+def _head() -> PlanSet:
     changed = copy.deepcopy(BASE_RESOURCES)
     changed[0]["inputs"]["cidrBlock"] = "10.9.0.0/16"  # VPC renumbered: replace
     changed[2]["inputs"]["mapPublicIpOnLaunch"] = True  # update
@@ -81,11 +85,11 @@ def _head() -> diff.PlanSet:
     changed[4] = renamed
     moved = resource("aws:ec2/eip:Eip", "nat-eip", "dlinfra:network:Network", inputs={"domain": "vpc"})
     created = resource("aws:ec2/flowLog:FlowLog", "flow-log", inputs={"trafficType": "ALL"})
-    return diff.PlanSet(
+    return PlanSet(
         label="working tree",
         plans={STACK: plan(STACK, *changed, moved, created), "prod-new-1": plan("prod-new-1", resource(VPC, "vpc"))},
         lock={"vpc/prod/us-west-2": "10.9.0.0/16", "site-lan/ams1": "10.4.0.0/20"},
-        topology=diff.topology(
+        topology=topology(
             {
                 "regions": {"us-west-2": {"primary": True}, "us-east-1": {}, "eu-west-1": {}},
                 "environments": {"prod": {"regions": {"us-west-2": {}, "us-east-1": {}, "eu-west-1": {}}}},
@@ -96,21 +100,21 @@ def _head() -> diff.PlanSet:
 
 
 @pytest.fixture(scope="module")
-def result() -> diff.Diff:
-    return diff.compare(BASE, _head())
+def result() -> Diff:
+    return compare(BASE, _head())
 
 
 @pytest.fixture(scope="module")
-def markdown(result: diff.Diff) -> str:
-    return diff.render_markdown(result)
+def markdown(result: Diff) -> str:
+    return render.render_markdown(result)
 
 
-def _change(result: diff.Diff, name: str, stack: str = STACK) -> diff.Change:
+def _change(result: Diff, name: str, stack: str = STACK) -> Change:
     (found,) = [c for c in result.changes if c.name == name and c.stack == stack]
     return found
 
 
-def test_creates_updates_replacements_deletes(result: diff.Diff) -> None:
+def test_creates_updates_replacements_deletes(result: Diff) -> None:
     assert _change(result, "flow-log").action == "create"
     public = _change(result, "public-a")
     assert public.action == "update" and public.inputs == ("mapPublicIpOnLaunch", "tags.owner")
@@ -120,20 +124,20 @@ def test_creates_updates_replacements_deletes(result: diff.Diff) -> None:
     assert scratch.action == "delete" and scratch.stateful and "protected" in scratch.note
 
 
-def test_unchanged_resources_do_not_appear(result: diff.Diff) -> None:
+def test_unchanged_resources_do_not_appear(result: Diff) -> None:
     assert not [c for c in result.changes if c.name in ("private-a", "home")]
 
 
-def test_alias_is_a_rename_not_a_replacement(result: diff.Diff) -> None:
+def test_alias_is_a_rename_not_a_replacement(result: Diff) -> None:
     assert not [c for c in result.changes if c.name in ("old-role", "new-role")]
 
 
-def test_urn_change_without_alias_is_a_replacement(result: diff.Diff) -> None:
+def test_urn_change_without_alias_is_a_replacement(result: Diff) -> None:
     eip = _change(result, "nat-eip")
     assert eip.action == "replace" and eip.inputs == ("(urn)",) and "add aliases" in eip.note
 
 
-def test_whole_stacks_added_and_removed(result: diff.Diff) -> None:
+def test_whole_stacks_added_and_removed(result: Diff) -> None:
     assert result.stacks_added == ("prod-new-1",) and result.stacks_removed == ("prod-old-1",)
     assert _change(result, "vpc", "prod-old-1").action == "delete"
     assert _change(result, "vpc", "prod-new-1").action == "create"
@@ -142,28 +146,28 @@ def test_whole_stacks_added_and_removed(result: diff.Diff) -> None:
 def test_replace_on_changes_option_forces_replacement() -> None:
     before = resource("aws:ec2/launchTemplate:LaunchTemplate", "lt", inputs={"userData": "a"})
     after = {**before, "inputs": {"userData": "b"}, "replace_on_changes": ["userData"]}
-    (change,) = diff.compare_stack(STACK, plan(STACK, before), plan(STACK, after))
+    (change,) = compare_stack(STACK, plan(STACK, before), plan(STACK, after))
     assert change.action == "replace" and change.inputs == ("userData",)
 
 
 def test_dropping_protection_from_stateful_data_is_called_out() -> None:
     before = resource(EFS, "home", "dlinfra:storage:Storage", protect=True, inputs={"encrypted": True})
     after = {**before, "protect": False}
-    (change,) = diff.compare_stack(STACK, plan(STACK, before), plan(STACK, after))
+    (change,) = compare_stack(STACK, plan(STACK, before), plan(STACK, after))
     assert change.action == "update" and change.inputs == ("(protect: true → false)",)
-    result = diff.compare(
-        diff.PlanSet(label="a", plans={STACK: plan(STACK, before)}),
-        diff.PlanSet(label="b", plans={STACK: plan(STACK, after)}),
+    result = compare(
+        PlanSet(label="a", plans={STACK: plan(STACK, before)}),
+        PlanSet(label="b", plans={STACK: plan(STACK, after)}),
     )
     assert result.unprotected == [change]
-    head = diff.render_markdown(result).split("| stack |")[0]
+    head = render.render_markdown(result).split("| stack |")[0]
     assert "Stateful resources lose their protection" in head and "`home` in `prod-us-west-2`" in head
 
 
 def test_engine_floats_equal_integers() -> None:
     before = resource("aws:autoscaling/group:Group", "asg", inputs={"maxSize": 4.0})
     after = {**before, "inputs": {"maxSize": 4}}
-    assert diff.compare_stack(STACK, plan(STACK, before), plan(STACK, after)) == []
+    assert compare_stack(STACK, plan(STACK, before), plan(STACK, after)) == []
 
 
 def _node(urn: str, type_: str, parent: str | None, *, custom: bool = True, aliases: tuple[str, ...] = ()) -> dict:
@@ -201,10 +205,10 @@ def test_moving_children_to_a_new_parent_with_an_alias_changes_nothing(pulumi_ur
     entry["aliases"] = [f"parent={cluster['urn']}"]  # as the engine records Alias(parent=cluster)
     policy = _node(urn(entry["urn"], ASSOCIATION, "cluster-team-a-policy"), ASSOCIATION, entry["urn"])
     base = plan(STACK, component, cluster, old_entry, old_policy)
-    assert diff.compare_stack(STACK, base, plan(STACK, component, cluster, entry, policy)) == []
+    assert compare_stack(STACK, base, plan(STACK, component, cluster, entry, policy)) == []
     # Without the alias the move is a delete and a create under the same name: reported as a replacement.
     entry["aliases"] = []
-    changes = diff.compare_stack(STACK, base, plan(STACK, component, cluster, entry, policy))
+    changes = compare_stack(STACK, base, plan(STACK, component, cluster, entry, policy))
     assert ("replace", "cluster-team-a") in {(c.action, c.name) for c in changes}
 
 
@@ -215,13 +219,13 @@ def test_a_renamed_parent_carries_its_childrens_names() -> None:
     network = "dlinfra:network:Network"
     component = _node(f"{PREFIX}{network}::network", network, None, custom=False, aliases=("name=net",))
     vpc = _node(f"{PREFIX}dlinfra:network:Network$aws:ec2/vpc:Vpc::network-vpc", VPC, component["urn"])
-    changes = diff.compare_stack(STACK, plan(STACK, old_component, old_vpc), plan(STACK, component, vpc))
+    changes = compare_stack(STACK, plan(STACK, old_component, old_vpc), plan(STACK, component, vpc))
     assert changes == []
 
 
 def test_stateful_loss_and_renumbering_are_at_the_top(markdown: str) -> None:
     head = markdown.split("| stack |")[0]
-    assert diff.COMMENT_MARKER in head and "> [!CAUTION]" in head
+    assert render.COMMENT_MARKER in head and "> [!CAUTION]" in head
     assert "**DELETE** `aws:s3/bucket:Bucket` `scratch` in `prod-us-west-2`" in head
     assert "S3 bucket: datasets, checkpoints and results" in head
     assert "`vpc/prod/us-west-2`: 10.2.0.0/16 → 10.9.0.0/16" in head
@@ -254,28 +258,28 @@ def test_mermaid_diagram_marks_what_changes(markdown: str) -> None:
     assert "  class s_prod_eu_west_1,r_eu_west_1,site_ams1 added\n" in block
 
 
-def test_touched_stacks(result: diff.Diff) -> None:
-    assert [t["stack"] for t in diff.touched(result)] == ["prod-new-1", STACK]
-    config_only = diff.compare(
-        diff.PlanSet("a", {STACK: plan(STACK)}, configs={STACK: "config: {}"}),
-        diff.PlanSet("b", {STACK: plan(STACK)}, configs={STACK: "config: {aws:region: x}"}),
+def test_touched_stacks(result: Diff) -> None:
+    assert [t["stack"] for t in touched(result)] == ["prod-new-1", STACK]
+    config_only = compare(
+        PlanSet("a", {STACK: plan(STACK)}, configs={STACK: "config: {}"}),
+        PlanSet("b", {STACK: plan(STACK)}, configs={STACK: "config: {aws:region: x}"}),
     )
-    assert [t["stack"] for t in diff.touched(config_only)] == [STACK]
-    assert "Stack config changed: `prod-us-west-2`" in diff.render_markdown(config_only)
+    assert [t["stack"] for t in touched(config_only)] == [STACK]
+    assert "Stack config changed: `prod-us-west-2`" in render.render_markdown(config_only)
 
 
 def test_no_changes() -> None:
-    text = diff.render_markdown(diff.compare(BASE, BASE))
+    text = render.render_markdown(compare(BASE, BASE))
     assert "No changes" in text and "[!CAUTION]" not in text and "No allocation added" in text
 
 
 def test_huge_diffs_are_truncated_for_github() -> None:
     many = [resource(SUBNET, f"s{i:05d}", inputs={"cidrBlock": f"10.{i // 256}.{i % 256}.0/24"}) for i in range(3000)]
     updated = [{**r, "inputs": {**r["inputs"], "tags": {"n": "1"}}} for r in many]
-    text = diff.render_markdown(
-        diff.compare(diff.PlanSet("a", {STACK: plan(STACK, *many)}), diff.PlanSet("b", {STACK: plan(STACK, *updated)}))
+    text = render.render_markdown(
+        compare(PlanSet("a", {STACK: plan(STACK, *many)}), PlanSet("b", {STACK: plan(STACK, *updated)}))
     )
-    assert len(text) <= diff.MAX_MARKDOWN + 200 and "more |" in text
+    assert len(text) <= render.MAX_MARKDOWN + 200 and "more |" in text
 
 
 # --- real revisions ---------------------------------------------------------------------------------------
@@ -311,16 +315,16 @@ def test_diff_of_two_revisions(tmp_path: Path) -> None:
     fleet = repo / "fleet.yaml"
     fleet.write_text(fleet.read_text().replace("owner: infra@lab.example.org", "owner: platform@lab.example.org"))
     kwargs: dict[str, Any] = {"fleet": Path("fleet.yaml"), "lock": Path("cidr-lock.yaml"), "python": sys.executable}
-    result = diff.diff_revisions(repo=repo, base="main", head=None, **kwargs)
-    working = diff.render_markdown(result)
-    assert [t["stack"] for t in diff.touched(result)] == [
+    result = revisions.diff_revisions(repo=repo, base="main", head=None, **kwargs)
+    working = render.render_markdown(result)
+    assert [t["stack"] for t in touched(result)] == [
         "prod-eu-west-1",
         "prod-global",
         "prod-us-east-1",
         "prod-us-west-2",
         "staging-us-west-2",
     ]
-    assert diff.touched(result)[0] == {
+    assert touched(result)[0] == {
         "stack": "prod-eu-west-1",
         "kind": "regional",
         "environment": "prod",
@@ -329,31 +333,31 @@ def test_diff_of_two_revisions(tmp_path: Path) -> None:
     # With the head fleet: where each stack runs, and whether a pull request may preview it for real
     # (environments.<env>.ci.pull_request_preview: staging yes, prod no).
     head = load_fleet(fleet).fleet
-    annotated = {row["stack"]: row for row in diff.touched(result, head)}
+    annotated = {row["stack"]: row for row in touched(result, head)}
     assert annotated["staging-us-west-2"]["preview"] == "real"
     assert {annotated[s]["preview"] for s in annotated if s.startswith("prod-")} == {"offline"}
     assert {row["runs_on"] for row in annotated.values()} == {"github-hosted"}
     assert "`main (" in working and "→ `working tree`" in working
     assert "`tags.owner`" in working and "[!CAUTION]" not in working
     assert "| `prod-us-west-2` | 0 |" in working and "No allocation added" in working
-    with pytest.raises(diff.DlinfraError, match="unknown revision 'nope'"):
-        diff.diff_revisions(repo=repo, base="nope", head="HEAD", **kwargs)
+    with pytest.raises(DlinfraError, match="unknown revision 'nope'"):
+        revisions.diff_revisions(repo=repo, base="nope", head="HEAD", **kwargs)
 
 
 # --- cascades -------------------------------------------------------------------------------------------------
-def _reference_sets() -> tuple[diff.PlanSet, diff.PlanSet]:
+def _reference_sets() -> tuple[PlanSet, PlanSet]:
     from tests import reference
 
     plans = {name: r.plan("dlinfra") for name, r in reference.runs().items()}
     head = copy.deepcopy(plans)
     (subnet,) = [r for r in head[STACK]["resources"] if r["name"] == "network-private-us-west-2a"]
     subnet["inputs"]["cidrBlock"] = "10.2.0.0/19"  # a renumbered node subnet
-    return diff.PlanSet(label="base", plans=plans), diff.PlanSet(label="head", plans=head)
+    return PlanSet(label="base", plans=plans), PlanSet(label="head", plans=head)
 
 
 def test_a_replaced_subnet_drags_what_holds_it_along() -> None:
     # Offline ids follow URNs, so without the cascade nothing that holds the subnet would change.
-    result = diff.compare(*_reference_sets())
+    result = compare(*_reference_sets())
     by_name = {(c.stack, c.name): c for c in result.changes}
     assert by_name[(STACK, "network-private-us-west-2a")].action == "replace"
     # Held through a replacement-forcing input: replaced too, and said why.
@@ -381,10 +385,10 @@ def test_raising_a_pool_max_shows_the_cost_change() -> None:
     (group,) = [r for r in raised[STACK]["resources"] if r["name"] == "pool-interactive-asg"]
     group["inputs"]["maxSize"] = 24.0  # was 12
     before, after = cost.estimate(base.plans.values()).to_json(), cost.estimate(raised.values()).to_json()
-    result = diff.compare(
-        diff.PlanSet(label="base", plans=base.plans, cost=before), diff.PlanSet(label="head", plans=raised, cost=after)
+    result = compare(
+        PlanSet(label="base", plans=base.plans, cost=before), PlanSet(label="head", plans=raised, cost=after)
     )
-    text = diff.render_markdown(result)
+    text = render.render_markdown(result)
     assert "### Cost (USD per month)" in text
     section = text.split("### Cost (USD per month)", 1)[1]
     (row,) = [line for line in section.splitlines() if line.startswith(f"| `{STACK}` |")]
@@ -415,13 +419,13 @@ def test_what_blocks_or_hurts_comes_first_with_old_and_new_values() -> None:
         resource(SUBNET, "private-a", inputs={"cidrBlock": "10.2.0.0/18", "tags": {**TAGS, "owner": "ml"}}),
         resource(rule, "sg", inputs={"securityGroupIds": ["sg-b", "sg-c"], "description": "x"}),
     ]
-    result = diff.compare(
-        diff.PlanSet(label="main", plans={STACK: plan(STACK, *base_resources)}),
-        diff.PlanSet(label="pr", plans={STACK: plan(STACK, *head_resources)}),
+    result = compare(
+        PlanSet(label="main", plans={STACK: plan(STACK, *base_resources)}),
+        PlanSet(label="pr", plans={STACK: plan(STACK, *head_resources)}),
     )
     assert [c.name for c in result.blocking] == ["datasets"]
     assert [c.name for c in result.capacity_reductions] == ["pool-cpu-asg"]
-    text = diff.render_markdown(result)
+    text = render.render_markdown(result)
     blocking, reduction, summary = (
         text.index("This apply stops here"),
         text.index("Node capacity goes down"),
@@ -445,10 +449,10 @@ def test_changed_stacks_are_listed_in_apply_order() -> None:
             **plan(stack, resource(VPC, "vpc", inputs={"cidrBlock": "10.2.0.0/16", "x": 1})),
             "role": {"kind": kind},
         }
-    result = diff.compare(diff.PlanSet(label="a", plans=base), diff.PlanSet(label="b", plans=head))
+    result = compare(PlanSet(label="a", plans=base), PlanSet(label="b", plans=head))
     assert result.apply_order == [regional, k8s, world]
     order = "`prod-us-west-2` → `prod-us-west-2-k8s` → `prod-global`"
-    assert f"**Apply in this order** (each stack reads the ones before it): {order}" in diff.render_markdown(result)
+    assert f"**Apply in this order** (each stack reads the ones before it): {order}" in render.render_markdown(result)
 
 
 # --- changes named by fleet entity ---------------------------------------------------------------------------
@@ -460,21 +464,21 @@ def test_creates_and_deletes_are_named_by_pool_team_and_site() -> None:
 
     head, text = _pool_team_site_run()
     base = {name: r.plan("dlinfra") for name, r in reference.runs().items()}
-    result = diff.compare(
-        diff.PlanSet(label="base", plans=base, topology=diff.topology(yaml.safe_load(REFERENCE_FLEET.read_text()))),
-        diff.PlanSet(label="head", plans=head, topology=diff.topology(yaml.safe_load(text))),
+    result = compare(
+        PlanSet(label="base", plans=base, topology=topology(yaml.safe_load(REFERENCE_FLEET.read_text()))),
+        PlanSet(label="head", plans=head, topology=topology(yaml.safe_load(text))),
     )
-    named = diff.entity_summary(result)
+    named = entity_summary(result)
     assert named[0] == "- site ams1 (prod, 3 regions)"  # what goes away first
     assert "+ pool infer-l4 (prod, 2 regions)" in named
     assert any(n.startswith("+ team audio (prod") for n in named)
-    assert "**What this changes:** `- site ams1 (prod, 3 regions)`" in diff.render_markdown(result)
+    assert "**What this changes:** `- site ams1 (prod, 3 regions)`" in render.render_markdown(result)
 
 
-def test_diff_json_carries_blocking_changes_values_and_order(result: diff.Diff) -> None:
+def test_diff_json_carries_blocking_changes_values_and_order(result: Diff) -> None:
     import json
 
-    document = json.loads(json.dumps(diff.to_json(result)))  # JSON-ready as it is
+    document = json.loads(json.dumps(render.to_json(result)))  # JSON-ready as it is
     assert document["schema"] == "dlinfra.diff/v1"
     assert {c["name"] for c in document["blocking"]} == {c.name for c in result.blocking}
     assert document["apply_order"] == result.apply_order
