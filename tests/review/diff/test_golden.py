@@ -166,9 +166,9 @@ def test_golden_report(name: str) -> None:
     if os.environ.get("UPDATE_GOLDEN") == "1":
         GOLDEN.mkdir(parents=True, exist_ok=True)
         path.write_text(text)
-    assert path.exists(), f"{path} is missing: run UPDATE_GOLDEN=1 pytest tests/review/test_diff_golden.py"
+    assert path.exists(), f"{path} is missing: run UPDATE_GOLDEN=1 pytest tests/review/diff/test_golden.py"
     assert text == path.read_text(), (
-        f"{name} changed: review, then run UPDATE_GOLDEN=1 pytest tests/review/test_diff_golden.py"
+        f"{name} changed: review, then run UPDATE_GOLDEN=1 pytest tests/review/diff/test_golden.py"
     )
 
 
