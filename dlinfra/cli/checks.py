@@ -156,18 +156,18 @@ def cmd_check(args: argparse.Namespace) -> int:
 
 def cmd_diff(args: argparse.Namespace) -> int:
     """`dlinfra diff`: markdown of what the head revision changes against the base."""
-    from dlinfra.review import diff
+    from dlinfra.review.diff import compare, render, revisions
 
     if args.fleet.is_absolute() or (args.lock is not None and args.lock.is_absolute()):
         raise DlinfraError("--fleet and --lock must be relative to the repository for diff (each revision has its own)")
-    result = diff.diff_revisions(
+    result = revisions.diff_revisions(
         repo=Path.cwd(), base=args.base, head=args.head, fleet=args.fleet, lock=lock_file(args), python=sys.executable
     )
     if args.touched:
         fleet = load_fleet(args.fleet).fleet  # the head revision's (the working tree is the head in CI)
-        sys.stdout.write(json.dumps(diff.touched(result, fleet)) + "\n")
+        sys.stdout.write(json.dumps(compare.touched(result, fleet)) + "\n")
         return 0
-    markdown = json.dumps(diff.to_json(result), indent=2) + "\n" if args.json else diff.render_markdown(result)
+    markdown = json.dumps(render.to_json(result), indent=2) + "\n" if args.json else render.render_markdown(result)
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(markdown, encoding="utf-8")

@@ -13,7 +13,10 @@ import pulumi
 import pytest
 
 from dlinfra.model import replacement
-from dlinfra.review import diff
+from dlinfra.review.diff import render
+from dlinfra.review.diff.changes import Change, Diff
+from dlinfra.review.diff.compare import compare
+from dlinfra.review.diff.plans import PlanSet
 from tests import reference
 from tests.conftest import ROOT
 
@@ -95,9 +98,9 @@ def test_every_path_names_a_real_input_and_says_where_it_was_read() -> None:
 
 def test_a_type_without_data_is_an_error_naming_it_and_the_file() -> None:
     unknown = {"urn": f"{PREFIX}aws:foo/bar:Bar::x", "type": "aws:foo/bar:Bar", "name": "x", "custom": True}
-    plans = diff.PlanSet("main", {STACK: {"resources": [unknown]}})
+    plans = PlanSet("main", {STACK: {"resources": [unknown]}})
     with pytest.raises(replacement.ReplacementError) as err:
-        diff.compare(plans, plans)
+        compare(plans, plans)
     assert "aws:foo/bar:Bar" in str(err.value) and "dlinfra/data/replacements.yaml" in str(err.value)
 
 
@@ -123,10 +126,8 @@ def _resource(type_: str, name: str, inputs: dict[str, Any], **extra: Any) -> di
     }
 
 
-def _changes(before: list[dict[str, Any]], after: list[dict[str, Any]]) -> dict[str, diff.Change]:
-    result = diff.compare(
-        diff.PlanSet("main", {STACK: {"resources": before}}), diff.PlanSet("pr", {STACK: {"resources": after}})
-    )
+def _changes(before: list[dict[str, Any]], after: list[dict[str, Any]]) -> dict[str, Change]:
+    result = compare(PlanSet("main", {STACK: {"resources": before}}), PlanSet("pr", {STACK: {"resources": after}}))
     return {c.name: c for c in result.changes}
 
 
@@ -157,10 +158,8 @@ def test_a_path_inside_an_object_decides_between_update_and_replace() -> None:
     assert _changes([_cluster()], [moved])["eks"].action == "update"
 
 
-def _one(before: dict[str, Any], after: dict[str, Any]) -> tuple[diff.Diff, diff.Change]:
-    result = diff.compare(
-        diff.PlanSet("main", {STACK: {"resources": [before]}}), diff.PlanSet("pr", {STACK: {"resources": [after]}})
-    )
+def _one(before: dict[str, Any], after: dict[str, Any]) -> tuple[Diff, Change]:
+    result = compare(PlanSet("main", {STACK: {"resources": [before]}}), PlanSet("pr", {STACK: {"resources": [after]}}))
     (change,) = result.changes
     return result, change
 
@@ -204,9 +203,9 @@ def test_a_condition_the_diff_cannot_decide_is_an_update_that_may_replace() -> N
         _resource(subnet, "s", {**common, "ipv6CidrBlock": "2600:1f14:0:1::/64"}),
     )
     assert change.action == "update" and change.conditional[0].startswith("ipv6CidrBlock: when it changes")
-    markdown = diff.render_markdown(result)
+    markdown = render.render_markdown(result)
     assert markdown.index("replace the resource if the condition holds") < markdown.index("| stack | create |")
-    assert diff.to_json(result)["changes"][0]["may_replace"] == list(change.conditional)
+    assert render.to_json(result)["changes"][0]["may_replace"] == list(change.conditional)
 
 
 def test_conditions_compare_versions_and_transitions() -> None:

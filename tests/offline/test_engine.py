@@ -197,7 +197,7 @@ box = Box("box")
 
 def test_moves_and_renames_recorded_so_the_diff_follows_them(tmp_path: Path) -> None:
     """Alias specs keep their parent (or noParent) next to a name: `dlinfra diff` rebuilds old URNs from them."""
-    from dlinfra.review import diff
+    from dlinfra.review.diff.compare import compare_stack
 
     def run(resources: str) -> dict:
         (tmp_path / "v").mkdir(exist_ok=True)
@@ -224,7 +224,7 @@ def test_moves_and_renames_recorded_so_the_diff_follows_them(tmp_path: Path) -> 
     box_urn = next(r["urn"] for r in before["resources"] if r["name"] == "box")
     assert f"parent={box_urn}" in aliases["box-data"]  # beside the SDK's own type alias (bucketV2)
     assert "name=old-queue,noParent=true" in aliases["queue"]
-    assert diff.compare_stack(ROLE.name, before, after) == []
+    assert compare_stack(ROLE.name, before, after) == []
 
 
 def test_sdk_classes_are_found_through_the_sdks_registry() -> None:

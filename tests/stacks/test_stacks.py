@@ -11,7 +11,7 @@ import pytest
 from dlinfra.model import planner, stackroles
 from dlinfra.model.fleet.load import load_fleet
 from dlinfra.offline import engine
-from dlinfra.review import diff
+from dlinfra.review.diff.compare import compare_stack
 from tests import reference
 from tests.conftest import REFERENCE_FLEET, REFERENCE_LOCK, ROOT
 
@@ -317,7 +317,7 @@ def test_removing_a_team_an_admin_and_a_sites_machines_deletes_nothing_protected
     assert [r.name for r in deleted if r.protect] == []
     # As `dlinfra diff` reports it: deletions that `pulumi up` can carry out (none refused as protected), and no
     # replacement (the entries that stay keep their URNs).
-    changes = diff.compare_stack(role.name, before.plan("dlinfra"), after.plan("dlinfra"))
+    changes = compare_stack(role.name, before.plan("dlinfra"), after.plan("dlinfra"))
     deletes = [c for c in changes if c.action == "delete"]
     assert {c.type for c in deletes} >= {"aws:eks/accessEntry:AccessEntry", "aws:ssm/activation:Activation"}
     assert [c.name for c in deletes if c.note] == []

@@ -13,7 +13,9 @@ from dlinfra.checks.reach import check
 from dlinfra.checks.reach.check import summary_json
 from dlinfra.cli import main as cli
 from dlinfra.errors import DlinfraError
-from dlinfra.review import diff
+from dlinfra.review.diff import render
+from dlinfra.review.diff.changes import Diff
+from dlinfra.review.diff.plans import Topology
 from tests import reference
 from tests.checks.reach.test_reference import plans, without
 from tests.conftest import REFERENCE_FLEET, REFERENCE_LOCK
@@ -138,19 +140,19 @@ def test_the_diff_shows_what_a_change_breaks() -> None:
     mutated = plans()
     without("prod-us-west-2", "cluster-nodes-from-laptops")(mutated)
     head = summary_json(check.analyse(REFERENCE_FLEET, REFERENCE_LOCK, mutated))
-    result = diff.Diff(
+    result = Diff(
         base="main",
         head="pr",
         changes=(),
         stacks_added=(),
         stacks_removed=(),
         lock=(),
-        base_topology=diff.Topology(),
-        head_topology=diff.Topology(),
+        base_topology=Topology(),
+        head_topology=Topology(),
         base_reach=base,
         head_reach=head,
     )
-    text = diff.render_markdown(result)
+    text = render.render_markdown(result)
     assert "### Reachability" in text
     assert "| laptop | " in text and "| 0 → " in text
     assert "**This change breaks:**" in text

@@ -18,7 +18,10 @@ import yaml
 
 from dlinfra.model import stackroles
 from dlinfra.model.fleet.load import load_fleet
-from dlinfra.review import cost, diff
+from dlinfra.review import cost
+from dlinfra.review.diff import render
+from dlinfra.review.diff.compare import compare
+from dlinfra.review.diff.plans import PlanSet, topology
 from tests import reference
 from tests.conftest import REFERENCE_FLEET, REFERENCE_LOCK, ROOT
 
@@ -108,23 +111,23 @@ def _named(plans: Plans, stack: str, name: str) -> dict[str, Any]:
 
 def _report(head: Plans, head_fleet: dict[str, Any] | None = None, head_lock: dict[str, str] | None = None) -> str:
     base_fleet = _fleet_data()
-    result = diff.compare(
-        diff.PlanSet(
+    result = compare(
+        PlanSet(
             label="main",
             plans=_base(),
             lock=_lock()["allocations"],
-            topology=diff.topology(base_fleet),
+            topology=topology(base_fleet),
             cost=cost.estimate(_base().values()).to_json(),
         ),
-        diff.PlanSet(
+        PlanSet(
             label="pull request",
             plans=head,
             lock=head_lock if head_lock is not None else _lock()["allocations"],
-            topology=diff.topology(head_fleet or base_fleet),
+            topology=topology(head_fleet or base_fleet),
             cost=cost.estimate(head.values()).to_json(),
         ),
     )
-    return diff.render_markdown(result)
+    return render.render_markdown(result)
 
 
 def renumber_vpc() -> str:
@@ -163,9 +166,9 @@ def test_golden_report(name: str) -> None:
     if os.environ.get("UPDATE_GOLDEN") == "1":
         GOLDEN.mkdir(parents=True, exist_ok=True)
         path.write_text(text)
-    assert path.exists(), f"{path} is missing: run UPDATE_GOLDEN=1 pytest tests/review/test_diff_golden.py"
+    assert path.exists(), f"{path} is missing: run UPDATE_GOLDEN=1 pytest tests/review/diff/test_golden.py"
     assert text == path.read_text(), (
-        f"{name} changed: review, then run UPDATE_GOLDEN=1 pytest tests/review/test_diff_golden.py"
+        f"{name} changed: review, then run UPDATE_GOLDEN=1 pytest tests/review/diff/test_golden.py"
     )
 
 
