@@ -13,9 +13,9 @@ from dataclasses import dataclass
 import pulumi
 import pulumi_kubernetes as k8s
 
+from components.charts.multikueue import multikueue_kubeconfig
 from components.cluster import kubeconfig_json
 from components.platform import Platform, platform_args_from_fleet
-from components.platform_values import multikueue_kubeconfig
 from dlinfra.model.stackroles import K8S_SUFFIX
 from stacks.program import StackContext, stack_reference
 

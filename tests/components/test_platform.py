@@ -20,9 +20,10 @@ import pytest
 import yaml
 
 from components import nodepool
-from components import platform_values as pv
+from components.charts import autoscaler, cilium, efa, multikueue, nodes, pinned
+from components.charts.kueue import KUEUE_API, KUEUE_FRAMEWORKS
+from components.charts.nodes import SITE_GPU_TAINT
 from components.platform import (
-    SITE_GPU_TAINT,
     PlatformArgs,
     PoolView,
     SiteView,
@@ -67,7 +68,7 @@ class Stack:
     def kueue(self, kind: str) -> dict[str, dict[str, Any]]:
         return {
             r.inputs["metadata"]["name"] + "/" + r.inputs["metadata"].get("namespace", ""): r.inputs
-            for r in self.of_type(f"kubernetes:{pv.KUEUE_API}:{kind}")
+            for r in self.of_type(f"kubernetes:{KUEUE_API}:{kind}")
         }
 
     def queues(self) -> dict[str, dict[str, Any]]:
@@ -114,7 +115,7 @@ def _asg(stack: Stack, pool: str) -> str:
 @pytest.mark.parametrize("stack_name", _regional())
 def test_every_addon_is_a_pinned_release(stacks: dict[str, Stack], fleet: Fleet, stack_name: str) -> None:
     stack = stacks[stack_name]
-    expected = set(pv.ADDONS)
+    expected = set(pinned.ADDONS)
     if not fleet.sites_of(stack.role.environment, stack.role.region):
         expected.remove("cilium")  # hybrid nodes need a CNI only where sites join
     if not any(p.efa for p in fleet.pools_in(stack.role.environment, stack.role.region).values()):
@@ -122,7 +123,7 @@ def test_every_addon_is_a_pinned_release(stacks: dict[str, Stack], fleet: Fleet,
     releases = {r.inputs["name"]: r for r in stack.of_type(RELEASE)}
     assert set(releases) == expected
     for addon, record in releases.items():
-        spec = pv.load_addons()[addon]
+        spec = pinned.load_addons()[addon]
         inputs = record.inputs
         assert re.fullmatch(r"v?\d+\.\d+\.\d+", inputs["version"]) and inputs["version"] == spec.version
         assert inputs["chart"] == spec.chart and inputs["namespace"] == spec.namespace
@@ -134,7 +135,7 @@ def test_every_addon_is_a_pinned_release(stacks: dict[str, Stack], fleet: Fleet,
 
 
 def test_addons_file_pins_exact_versions_from_https_or_oci() -> None:
-    for addon, spec in pv.load_addons().items():
+    for addon, spec in pinned.load_addons().items():
         assert spec.chart.startswith("oci://") or (spec.repository or "").startswith("https://"), addon
         assert spec.verified
 
@@ -178,7 +179,7 @@ def test_efa_device_plugin_runs_on_efa_pools(stacks: dict[str, Stack], fleet: Fl
         assert selector in nodepool.node_labels(args).items()
         assert f"k8s.io/cluster-autoscaler/node-template/label/{selector[0]}" in nodepool.autoscaler_tags(args)
         # ... which also promise the EFA resource the plugin advertises.
-        assert f"k8s.io/cluster-autoscaler/node-template/resources/{pv.EFA_RESOURCE}" in nodepool.autoscaler_tags(args)
+        assert f"k8s.io/cluster-autoscaler/node-template/resources/{efa.EFA_RESOURCE}" in nodepool.autoscaler_tags(args)
         for taint in pool.taints:
             assert {"key": taint.key, "operator": "Exists", "effect": taint.effect} in values["tolerations"]
     assert {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"} in values["tolerations"]
@@ -195,11 +196,11 @@ def test_efa_device_plugin_runs_on_efa_pools(stacks: dict[str, Stack], fleet: Fl
 def test_efa_image_registry_for_every_known_region() -> None:
     regions = yaml.safe_load((ROOT / "dlinfra" / "data" / "regions.yaml").read_text())
     for region in regions:
-        assert pv.image_registry("aws-efa-k8s-device-plugin", region).endswith(f".dkr.ecr.{region}.amazonaws.com")
+        assert pinned.image_registry("aws-efa-k8s-device-plugin", region).endswith(f".dkr.ecr.{region}.amazonaws.com")
     with pytest.raises(DlinfraError, match=r"aws-efa-k8s-device-plugin\.image_registries: no image registry pinned"):
-        pv.image_registry("aws-efa-k8s-device-plugin", "mars-north-1")
+        pinned.image_registry("aws-efa-k8s-device-plugin", "mars-north-1")
     with pytest.raises(ValueError, match="instance_types"):
-        pv.efa_device_plugin_values("us-west-2", [])
+        efa.efa_device_plugin_values("us-west-2", [])
 
 
 # NodeLocal DNSCache ------------------------------------------------------------------------------------
@@ -242,7 +243,7 @@ def test_node_local_dns_on_every_node(stacks: dict[str, Stack], fleet: Fleet, st
     taints = [t for p in fleet.pools_in(env, region).values() for t in ((x.key, x.value, x.effect) for x in p.taints)]
     taints += [
         SITE_GPU_TAINT,
-        (pv.GPU_TAINT_KEY, "true", "NoSchedule"),
+        (nodes.GPU_TAINT_KEY, "true", "NoSchedule"),
         ("node.kubernetes.io/unreachable", "", "NoExecute"),
     ]
     for key, value, effect in taints:
@@ -518,7 +519,7 @@ def test_multikueue_overflow(stacks: dict[str, Stack], fleet: Fleet) -> None:
     assert plan.manager == "us-west-2" and plan.workers == ("eu-west-1", "us-east-1")
     manager = stacks["prod-us-west-2"]
     clusters = {k.rstrip("/"): v["spec"] for k, v in manager.kueue("MultiKueueCluster").items()}
-    assert clusters == {r: pv.multikueue_cluster_spec(r) for r in ("eu-west-1", "us-east-1")}
+    assert clusters == {r: multikueue.multikueue_cluster_spec(r) for r in ("eu-west-1", "us-east-1")}
     secrets = {r.inputs["metadata"]["name"]: r for r in manager.of_type("kubernetes:core/v1:Secret")}
     for region in plan.workers:
         kubeconfig = yaml.safe_load(
@@ -555,22 +556,22 @@ def test_multikueue_overflow(stacks: dict[str, Stack], fleet: Fleet) -> None:
         bindings = {
             r.inputs["metadata"]["namespace"]: r.inputs
             for r in worker.of_type("kubernetes:rbac.authorization.k8s.io/v1:RoleBinding")
-            if r.inputs["metadata"]["name"] == pv.MULTIKUEUE_WRITE_ROLE
+            if r.inputs["metadata"]["name"] == multikueue.MULTIKUEUE_WRITE_ROLE
         }
         assert set(bindings) == {f"team-{t}" for t in teams}  # writes only where its teams' jobs land
         roles = {
             r.inputs["metadata"]["name"]: r.inputs["rules"]
             for r in worker.of_type("kubernetes:rbac.authorization.k8s.io/v1:ClusterRole")
         }
-        writes = {v for rule in roles[pv.MULTIKUEUE_WRITE_ROLE] for v in rule["verbs"]}
-        reads = {v for rule in roles[pv.MULTIKUEUE_READ_ROLE] for v in rule["verbs"]}
+        writes = {v for rule in roles[multikueue.MULTIKUEUE_WRITE_ROLE] for v in rule["verbs"]}
+        reads = {v for rule in roles[multikueue.MULTIKUEUE_READ_ROLE] for v in rule["verbs"]}
         assert reads == {"get", "list", "watch"} and "*" not in writes
-        assert {g for rule in roles[pv.MULTIKUEUE_WRITE_ROLE] for g in rule["apiGroups"]} <= {
-            f.rsplit("/", 1)[0] for f in pv.KUEUE_FRAMEWORKS
+        assert {g for rule in roles[multikueue.MULTIKUEUE_WRITE_ROLE] for g in rule["apiGroups"]} <= {
+            f.rsplit("/", 1)[0] for f in KUEUE_FRAMEWORKS
         } | {"kueue.x-k8s.io"}
         assert not any(
             "secrets" in rule["resources"] or "pods" in rule["resources"]
-            for rule in roles[pv.MULTIKUEUE_WRITE_ROLE] + roles[pv.MULTIKUEUE_READ_ROLE]
+            for rule in roles[multikueue.MULTIKUEUE_WRITE_ROLE] + roles[multikueue.MULTIKUEUE_READ_ROLE]
         )
     staging = stacks["staging-us-west-2"]
     assert not staging.kueue("MultiKueueCluster") and not staging.kueue("AdmissionCheck")
@@ -585,7 +586,7 @@ def _nominal(queue_or_cohort: Mapping[str, Any]) -> dict[str, int]:
 def test_kueue_objects_wait_for_the_kueue_chart(stacks: dict[str, Stack]) -> None:
     stack = stacks["prod-us-west-2"]
     release = stack.by_name["platform-kueue"].urn
-    for record in stack.of_type(f"kubernetes:{pv.KUEUE_API}:ResourceFlavor"):
+    for record in stack.of_type(f"kubernetes:{KUEUE_API}:ResourceFlavor"):
         assert release in record.dependencies
     config = yaml.safe_load(stack.release("kueue")["values"]["managerConfig"]["controllerManagerConfigYaml"])
     assert config["resources"] == {"quotaCheckStrategy": "IgnoreUndeclared"}
@@ -626,7 +627,7 @@ def test_cilium_only_on_hybrid_nodes_with_multi_pool_ipam(stacks: dict[str, Stac
         env, region = stack.role.environment, stack.role.region
         if not fleet.sites_of(env, region):
             assert "platform-cilium" not in stack.by_name, name
-            assert not stack.of_type(f"kubernetes:{pv.CILIUM_POOL_API}:CiliumPodIPPool"), name
+            assert not stack.of_type(f"kubernetes:{cilium.CILIUM_POOL_API}:CiliumPodIPPool"), name
             continue
         values = stack.release("cilium")["values"]
         terms = values["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][
@@ -644,11 +645,11 @@ def test_cilium_only_on_hybrid_nodes_with_multi_pool_ipam(stacks: dict[str, Stac
         # Services stay with kube-proxy, so NodeLocal DNSCache's iptables interception holds on hybrid nodes; with
         # the replacement on it would need a CiliumLocalRedirectPolicy instead.
         assert values["kubeProxyReplacement"] == "false"
-        assert not stack.of_type(f"kubernetes:{pv.CILIUM_API}:CiliumLocalRedirectPolicy")
+        assert not stack.of_type(f"kubernetes:{cilium.CILIUM_API}:CiliumLocalRedirectPolicy")
 
 
 def _cilium(stack: Stack, kind: str) -> dict[str, dict[str, Any]]:
-    api = pv.CILIUM_POOL_API if kind == "CiliumPodIPPool" else pv.CILIUM_API
+    api = cilium.CILIUM_POOL_API if kind == "CiliumPodIPPool" else cilium.CILIUM_API
     return {r.inputs["metadata"]["name"]: r.inputs for r in stack.of_type(f"kubernetes:{api}:{kind}")}
 
 
@@ -669,7 +670,7 @@ def test_one_pod_pool_per_site_equal_to_the_clusters_remote_pod_networks(
     for site in homed:
         pool = pools[f"site-{site}"]
         assert pool["spec"]["ipv4"]["maskSize"] == 25
-        assert pool["metadata"]["labels"][pv.SITE_LABEL] == site
+        assert pool["metadata"]["labels"][nodes.SITE_LABEL] == site
 
 
 @pytest.mark.parametrize("stack_name", _regional())
@@ -687,7 +688,7 @@ def test_each_sites_nodes_take_pods_only_from_their_pool_and_peer_with_their_gat
         name = f"site-{site}"
         node_config = configs[name]
         # Cilium reads node configs from its own namespace; the selector is the label nodeadm registers with.
-        assert node_config["metadata"]["namespace"] == pv.load_addons()["cilium"].namespace
+        assert node_config["metadata"]["namespace"] == pinned.load_addons()["cilium"].namespace
         assert node_config["spec"]["nodeSelector"] == {"matchLabels": {nodeadm.SITE_LABEL: site}}
         assert node_config["spec"]["defaults"] == {
             "ipam-default-ip-pool": name,
@@ -704,10 +705,10 @@ def test_each_sites_nodes_take_pods_only_from_their_pool_and_peer_with_their_gat
         assert peer["peerAddress"] == str(lan[1])
         assert peer["peerConfigRef"] == {"name": name}
         (family,) = peers[name]["spec"]["families"]
-        assert family["advertisements"] == {"matchLabels": {pv.SITE_LABEL: site}}
-        assert adverts[name]["metadata"]["labels"][pv.SITE_LABEL] == site
+        assert family["advertisements"] == {"matchLabels": {nodes.SITE_LABEL: site}}
+        assert adverts[name]["metadata"]["labels"][nodes.SITE_LABEL] == site
         (advert,) = adverts[name]["spec"]["advertisements"]
-        assert advert == {"advertisementType": "CiliumPodIPPool", "selector": {"matchLabels": {pv.SITE_LABEL: site}}}
+        assert advert == {"advertisementType": "CiliumPodIPPool", "selector": {"matchLabels": {nodes.SITE_LABEL: site}}}
         assert peers[name]["spec"]["timers"]["holdTimeSeconds"] == hybrid_routing.BGP_HOLD_SECONDS
         assert peers[name]["spec"]["gracefulRestart"]["enabled"] is True
     assert len(set(selectors)) == len(selectors)
@@ -716,13 +717,13 @@ def test_each_sites_nodes_take_pods_only_from_their_pool_and_peer_with_their_gat
 def test_two_sites_in_one_region_get_disjoint_pools_and_distinct_selectors() -> None:
     """The reference fleet homes one site per region; the specs for two sites of one region, side by side."""
     cidrs = {"sjc1": "10.202.0.0/18", "sjc2": "10.202.64.0/18"}
-    pools = {s: pv.cilium_pool_spec(c)["ipv4"]["cidrs"] for s, c in cidrs.items()}
+    pools = {s: cilium.cilium_pool_spec(c)["ipv4"]["cidrs"] for s, c in cidrs.items()}
     assert pools == {s: [c] for s, c in cidrs.items()}
-    configs = {s: pv.cilium_node_config_spec(s) for s in cidrs}
+    configs = {s: cilium.cilium_node_config_spec(s) for s in cidrs}
     assert configs["sjc1"]["nodeSelector"] != configs["sjc2"]["nodeSelector"]
     assert configs["sjc1"]["defaults"]["ipam-default-ip-pool"] == "site-sjc1"
     assert configs["sjc2"]["defaults"]["ipam-multi-pool-pre-allocation"] == "site-sjc2=8"
-    adverts = {s: pv.cilium_bgp_advertisement_spec(s)["advertisements"][0]["selector"] for s in cidrs}
+    adverts = {s: cilium.cilium_bgp_advertisement_spec(s)["advertisements"][0]["selector"] for s in cidrs}
     assert adverts["sjc1"] != adverts["sjc2"]
 
 
@@ -768,7 +769,7 @@ def test_every_manifest_validates_strictly(stacks: dict[str, Stack], fleet: Flee
     manifests = _manifests(stack)
     assert len(manifests) > 20
     for manifest in manifests:
-        if manifest["apiVersion"] == pv.KUEUE_API:
+        if manifest["apiVersion"] == KUEUE_API:
             kueue_validator.validate(manifest)
             _kueue_cel_rules(manifest)
         elif manifest["apiVersion"].startswith("cilium.io/"):
@@ -799,13 +800,13 @@ def _kueue_cel_rules(manifest: Mapping[str, Any]) -> None:
 @pytest.mark.parametrize(
     ("manifest", "message"),
     [
-        ({"kind": "ClusterQueue", "apiVersion": pv.KUEUE_API, "metadata": {"name": "a"}, "spec": {"cohort": "x"}},
+        ({"kind": "ClusterQueue", "apiVersion": KUEUE_API, "metadata": {"name": "a"}, "spec": {"cohort": "x"}},
          "'cohort' was unexpected"),
-        ({"kind": "LocalQueue", "apiVersion": pv.KUEUE_API, "metadata": {"name": "a"}, "spec": {"clusterQueue": "a"}},
+        ({"kind": "LocalQueue", "apiVersion": KUEUE_API, "metadata": {"name": "a"}, "spec": {"clusterQueue": "a"}},
          "'namespace' is a required property"),
         ({"kind": "ResourceFlavor", "apiVersion": "kueue.x-k8s.io/v1beta1", "metadata": {"name": "a"}},
          "'kueue.x-k8s.io/v1beta2' was expected"),
-        ({"kind": "ClusterQueue", "apiVersion": pv.KUEUE_API, "metadata": {"name": "a"}, "spec": {"resourceGroups": [
+        ({"kind": "ClusterQueue", "apiVersion": KUEUE_API, "metadata": {"name": "a"}, "spec": {"resourceGroups": [
             {"coveredResources": ["nvidia.com/gpu"], "flavors": [{"name": "f", "resources": [
                 {"name": "nvidia.com/gpu", "nominalQuota": "eight"}]}]}]}},
          "is not valid under any of the given schemas"),
@@ -820,13 +821,13 @@ def test_kueue_schema_catches_mistakes(manifest: dict[str, Any], message: str) -
 @pytest.mark.parametrize(
     ("manifest", "message"),
     [
-        ({"kind": "CiliumPodIPPool", "apiVersion": pv.CILIUM_API, "metadata": {"name": "a"},
+        ({"kind": "CiliumPodIPPool", "apiVersion": cilium.CILIUM_API, "metadata": {"name": "a"},
           "spec": {"ipv4": {"cidrs": ["10.0.0.0/16"], "maskSize": 25}}}, "'cilium.io/v2alpha1' was expected"),
-        ({"kind": "CiliumNodeConfig", "apiVersion": pv.CILIUM_API, "metadata": {"name": "a"},
+        ({"kind": "CiliumNodeConfig", "apiVersion": cilium.CILIUM_API, "metadata": {"name": "a"},
           "spec": {"nodeSelector": {}, "defaults": {}}}, "'namespace' is a required property"),
-        ({"kind": "CiliumBGPAdvertisement", "apiVersion": pv.CILIUM_API, "metadata": {"name": "a"},
+        ({"kind": "CiliumBGPAdvertisement", "apiVersion": cilium.CILIUM_API, "metadata": {"name": "a"},
           "spec": {"advertisements": [{"advertisementType": "PodCidr"}]}}, "is not one of"),
-        ({"kind": "CiliumBGPPeerConfig", "apiVersion": pv.CILIUM_API, "metadata": {"name": "a"},
+        ({"kind": "CiliumBGPPeerConfig", "apiVersion": cilium.CILIUM_API, "metadata": {"name": "a"},
           "spec": {"timers": {"holdTime": 9}}}, "'holdTime' was unexpected"),
     ],
 )  # fmt: skip
@@ -935,7 +936,7 @@ def test_args_from_fleet_need_every_pool(fleet: Fleet) -> None:
 
 
 def test_render_priorities_is_anchored_and_ordered() -> None:
-    text = pv.render_priorities({"spot": ["b.x"], "reserved": ["a"], "on-demand": []})
+    text = autoscaler.render_priorities({"spot": ["b.x"], "reserved": ["a"], "on-demand": []})
     assert text == "30:\n- ^a$\n10:\n- ^b\\.x$\n"
     with pytest.raises(ValueError, match="unknown capacity class"):
-        pv.render_priorities({"owned": ["a"]})
+        autoscaler.render_priorities({"owned": ["a"]})
