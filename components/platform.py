@@ -14,7 +14,7 @@ import ipaddress
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Literal, Protocol
+from typing import Literal
 
 import pulumi
 import pulumi_kubernetes as k8s
@@ -30,11 +30,10 @@ from components.charts import (
     termination_handler,
 )
 from components.charts import kueue as kueue_chart
-from components.charts.nodes import SITE_GPU_TAINT, SITE_LABEL, Taint
-from dlinfra.model import dns, hybrid_routing, instances, kueue, planner
-from dlinfra.model.fleet import RESERVED_NAMESPACES, Fleet
+from components.charts.nodes import SITE_LABEL, Taint
+from dlinfra.model import hybrid_routing, kueue
+from dlinfra.model.fleet import RESERVED_NAMESPACES
 from dlinfra.model.naming import Names
-from dlinfra.ops import sites
 
 EFS_STORAGE_CLASS = "efs"  # dynamically provisioned EFS access points (home and scratch directories)
 DATASETS_CLAIM = "datasets"  # the read-only PVC of the shared datasets in every team namespace
@@ -43,11 +42,6 @@ DATASETS_SIZE = "1Pi"
 EFS_DRIVER = "efs.csi.aws.com"
 KUEUE_USER_ROLE = "kueue-batch-user-role"  # ClusterRole the Kueue chart creates (release name "kueue")
 _K8S_VERSION = re.compile(r"^1\.\d{2}$")
-
-
-def team_group(team: str) -> str:
-    """The Kubernetes group a team's IAM role maps to (EKS access entry), bound to `edit` in its namespace."""
-    return f"team:{team}"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -87,7 +81,7 @@ class TeamView:
     """A team as the cluster sees it."""
 
     namespace: str  # the team's namespace (fleet: teams.<team>.namespace, default team-<team>)
-    group: str  # Kubernetes group its IAM role maps to (team_group), bound to `edit` in the namespace
+    group: str  # Kubernetes group its IAM role maps to (cluster.team_group), bound to `edit` in the namespace
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -195,82 +189,6 @@ class PlatformArgs:
                 raise ValueError(f"{where}: no site {flavor.source_name!r} in sites ({', '.join(self.sites)})")
             if (site.gpu_nodes * site.gpus_per_node, site.gpu_model) != (flavor.gpus, flavor.gpu_model):
                 raise ValueError(f"{where}: planned capacity does not match site {flavor.source_name}")
-
-
-class PoolOutputs(Protocol):
-    """What platform_args_from_fleet reads from each declared pool (a components.nodepool.NodePool)."""
-
-    group_name: pulumi.Output[str]
-
-
-def platform_args_from_fleet(
-    fleet: Fleet,
-    plan: planner.Plan,
-    *,
-    names: Names,
-    provider: pulumi.ProviderResource,
-    cluster_name: pulumi.Input[str],
-    node_pools: Mapping[str, PoolOutputs],
-    efs_file_system_id: pulumi.Input[str],
-    efs_datasets_access_point_id: pulumi.Input[str],
-    termination_queue_url: pulumi.Input[str],
-    quota_policy: kueue.QuotaPolicy,
-    fleet_file: str | None = None,
-    multikueue_kubeconfigs: Mapping[str, pulumi.Input[str]] | None = None,
-) -> PlatformArgs:
-    """PlatformArgs of a region from the fleet, its address plan and the regional stack's pools (no resources)."""
-    env, region = names.environment, names.region
-    if region is None:
-        raise ValueError("names: the platform belongs to a regional stack")
-    fleet_pools = fleet.pools_in(env, region)
-    missing = sorted(set(fleet_pools) - set(node_pools))
-    if missing:
-        raise ValueError(f"node_pools: pools {', '.join(missing)} of {env}/{region} were not passed")
-    quota_plan = kueue.plan(fleet, env, quota_policy, source=fleet_file)
-    pools: dict[str, PoolView] = {}
-    for pool_name, pool in fleet_pools.items():
-        spec = instances.lookup(fleet.pool_types(env, region, pool_name)[0])
-        outputs = node_pools[pool_name]
-        pools[pool_name] = PoolView(
-            kind=pool.kind,
-            instance_type=spec.name,
-            gpus_per_node=spec.gpus,
-            gpu_model=spec.gpu_model,
-            efa=pool.efa,
-            capacity_class=kueue.capacity_class(fleet, env, region, pool_name),
-            max_size=pool.max_size,
-            taints=tuple((t.key, t.value, t.effect) for t in pool.taints),
-            asg_name=outputs.group_name,
-        )
-    return PlatformArgs(
-        names=names,
-        region=region,
-        cluster_name=cluster_name,
-        kubernetes_version=fleet.environments[env].kubernetes.version,
-        provider=provider,
-        pools=pools,
-        teams={t: TeamView(namespace=fleet.team_namespace(t), group=team_group(t)) for t in fleet.teams},
-        sites={
-            name: SiteView(
-                gpu_nodes=site.gpu_nodes,
-                gpus_per_node=site.gpus_per_node,
-                gpu_model=site.gpu_model,
-                pod_cidr=str(sites.site_pods(plan, name)),
-                asn=site.asn,
-                gateway_ip=str(hybrid_routing.gateway_lan_ip(sites.site_lan(plan, name))),
-                # The taint dlinfra/render/nodeadm.py registers GPU machines with, as on the cloud GPU pools.
-                taints=(SITE_GPU_TAINT,) if site.gpu_nodes else (),
-            )
-            for name, site in fleet.sites_of(env, region).items()
-        },
-        quotas=quota_plan.region(region),
-        overflow=kueue.overflow(fleet, quota_plan, source=fleet_file),
-        multikueue_kubeconfigs=dict(multikueue_kubeconfigs or {}),
-        efs_file_system_id=efs_file_system_id,
-        efs_datasets_access_point_id=efs_datasets_access_point_id,
-        termination_queue_url=termination_queue_url,
-        kube_dns_ip=dns.kube_dns_ip(str(plan.cidr(f"service/{env}/{region}"))),
-    )
 
 
 class Platform(pulumi.ComponentResource):

@@ -23,14 +23,8 @@ from components import nodepool
 from components.charts import autoscaler, cilium, efa, multikueue, nodes, pinned
 from components.charts.kueue import KUEUE_API, KUEUE_FRAMEWORKS
 from components.charts.nodes import SITE_GPU_TAINT
-from components.platform import (
-    PlatformArgs,
-    PoolView,
-    SiteView,
-    TeamView,
-    platform_args_from_fleet,
-    team_group,
-)
+from components.cluster import team_group
+from components.platform import PlatformArgs, PoolView, SiteView, TeamView
 from dlinfra.errors import DlinfraError
 from dlinfra.model import dns, hybrid_routing, kueue, planner, stackroles
 from dlinfra.model.fleet import Fleet, load_fleet
@@ -38,6 +32,7 @@ from dlinfra.model.naming import Names
 from dlinfra.offline import engine, schema
 from dlinfra.ops import sites
 from dlinfra.render import nodeadm
+from stacks.in_cluster import platform_args_from_fleet
 from tests import reference
 from tests.conftest import REFERENCE_FLEET, REFERENCE_LOCK, ROOT
 
