@@ -16,8 +16,7 @@ import pulumi
 import pulumi_aws as aws
 
 from components import security_groups as sg
-from components.iam import protected_key, service_trust
-from components.platform_values import pod_identity_trust
+from components.iam import pod_identity_trust, protected_key, service_trust
 from dlinfra.model import dns, eks
 from dlinfra.model.naming import Names
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import pulumi
 import pulumi_aws as aws
@@ -34,6 +35,27 @@ def scoped_service_trust(
                 "Condition": {
                     "StringEquals": {"aws:SourceAccount": account_id},
                     "ArnLike": {"aws:SourceArn": source_arn},
+                },
+            }
+        ],
+    }
+
+
+def pod_identity_trust(cluster_name: pulumi.Input[str], namespace: str, service_account: str) -> dict[str, Any]:
+    """Trust policy for EKS Pod Identity, limited by session tags to one service account of one cluster."""
+    return {
+        "Version": "2012-10-17",
+        "Statement": [
+            {
+                "Effect": "Allow",
+                "Principal": {"Service": "pods.eks.amazonaws.com"},
+                "Action": ["sts:AssumeRole", "sts:TagSession"],
+                "Condition": {
+                    "StringEquals": {
+                        "aws:RequestTag/eks-cluster-name": cluster_name,
+                        "aws:RequestTag/kubernetes-namespace": namespace,
+                        "aws:RequestTag/kubernetes-service-account": service_account,
+                    }
                 },
             }
         ],

@@ -40,7 +40,7 @@ CNI_POLICY = "arn:aws:iam::aws:policy/AmazonEKS_CNI_Policy"
 ROOT_DEVICE = "/dev/sda1"  # Ubuntu AMIs boot from /dev/sda1
 DRAIN_TIMEOUT_SECONDS = 900  # how long the termination hook holds an instance while its pods drain
 AUTOSCALER_PREFIX = "k8s.io/cluster-autoscaler"
-# Set on every node of an EFA pool: the EFA device plugin runs where this label is (components/platform_values).
+# Set on every node of an EFA pool: the EFA device plugin runs where this label is (components/charts/efa.py).
 EFA_LABEL = "vpc.amazonaws.com/efa.present"  # in dlinfra.fleet.OWN_LABELS: the fleet cannot set it
 
 

@@ -4,7 +4,8 @@ Add-ons from pinned Helm charts (NVIDIA device plugin, DCGM exporter, cluster-au
 handler, Kueue, NodeLocal DNSCache, and Cilium for hybrid nodes) and our own objects: team namespaces with RBAC,
 Kueue flavors and queues with the teams' GPU quotas, and the EFS storage class and shared datasets volume. Their
 AWS side (Pod Identity roles, the interruption queue and its EventBridge rules) is components/platform_aws.py, in
-the regional stack: only this part needs the private EKS endpoint.
+the regional stack: only this part needs the private EKS endpoint. The charts' values are components/charts/.
+One component with its checked arguments (about 630 lines), which read best together.
 """
 
 from __future__ import annotations
@@ -14,14 +15,25 @@ import ipaddress
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Literal, Protocol
+from typing import Literal
 
 import pulumi
 import pulumi_kubernetes as k8s
 
-from components import platform_values as pv
-from dlinfra.model import dns, hybrid_routing, instances, kueue, planner, sites
-from dlinfra.model.fleet.schema import RESERVED_NAMESPACES, Fleet
+from components.charts import (
+    autoscaler,
+    cilium,
+    efa,
+    multikueue,
+    node_local_dns,
+    nvidia,
+    pinned,
+    termination_handler,
+)
+from components.charts import kueue as kueue_chart
+from components.charts.nodes import SITE_LABEL, Taint
+from dlinfra.model import hybrid_routing, kueue
+from dlinfra.model.fleet.schema import RESERVED_NAMESPACES
 from dlinfra.model.naming import Names
 
 EFS_STORAGE_CLASS = "efs"  # dynamically provisioned EFS access points (home and scratch directories)
@@ -31,14 +43,6 @@ DATASETS_SIZE = "1Pi"
 EFS_DRIVER = "efs.csi.aws.com"
 KUEUE_USER_ROLE = "kueue-batch-user-role"  # ClusterRole the Kueue chart creates (release name "kueue")
 _K8S_VERSION = re.compile(r"^1\.\d{2}$")
-
-Taint = pv.Taint
-SITE_GPU_TAINT: Taint = (pv.GPU_TAINT_KEY, "true", "NoSchedule")
-
-
-def team_group(team: str) -> str:
-    """The Kubernetes group a team's IAM role maps to (EKS access entry), bound to `edit` in its namespace."""
-    return f"team:{team}"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -62,8 +66,10 @@ class PoolView:
             raise ValueError(f"{self.instance_type}: a GPU pool needs gpus_per_node > 0 and a gpu_model")
         if self.kind == "cpu" and (self.gpus_per_node or self.gpu_model):
             raise ValueError(f"{self.instance_type}: a CPU pool has no GPUs")
-        if self.capacity_class not in pv.CLASS_PRIORITY:
-            raise ValueError(f"capacity_class: {self.capacity_class!r} is not one of {', '.join(pv.CLASS_PRIORITY)}")
+        if self.capacity_class not in autoscaler.CLASS_PRIORITY:
+            raise ValueError(
+                f"capacity_class: {self.capacity_class!r} is not one of {', '.join(autoscaler.CLASS_PRIORITY)}"
+            )
 
     @property
     def gpus(self) -> int:
@@ -76,7 +82,7 @@ class TeamView:
     """A team as the cluster sees it."""
 
     namespace: str  # the team's namespace (fleet: teams.<team>.namespace, default team-<team>)
-    group: str  # Kubernetes group its IAM role maps to (team_group), bound to `edit` in the namespace
+    group: str  # Kubernetes group its IAM role maps to (cluster.team_group), bound to `edit` in the namespace
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -138,7 +144,7 @@ class PlatformArgs:
             raise ValueError(
                 f"kubernetes_version: expected a minor version like '1.33', got {self.kubernetes_version!r}"
             )
-        pv.autoscaler_image_tag(self.kubernetes_version)  # fails early when no image is pinned for it
+        autoscaler.autoscaler_image_tag(self.kubernetes_version)  # fails early when no image is pinned for it
         if self.quotas.region != self.region:
             raise ValueError(f"quotas: planned for {self.quotas.region}, but this platform is in {self.region}")
         if set(self.quotas.nominal) != set(self.teams):
@@ -186,82 +192,6 @@ class PlatformArgs:
                 raise ValueError(f"{where}: planned capacity does not match site {flavor.source_name}")
 
 
-class PoolOutputs(Protocol):
-    """What platform_args_from_fleet reads from each declared pool (a components.nodepool.NodePool)."""
-
-    group_name: pulumi.Output[str]
-
-
-def platform_args_from_fleet(
-    fleet: Fleet,
-    plan: planner.Plan,
-    *,
-    names: Names,
-    provider: pulumi.ProviderResource,
-    cluster_name: pulumi.Input[str],
-    node_pools: Mapping[str, PoolOutputs],
-    efs_file_system_id: pulumi.Input[str],
-    efs_datasets_access_point_id: pulumi.Input[str],
-    termination_queue_url: pulumi.Input[str],
-    quota_policy: kueue.QuotaPolicy,
-    fleet_file: str | None = None,
-    multikueue_kubeconfigs: Mapping[str, pulumi.Input[str]] | None = None,
-) -> PlatformArgs:
-    """PlatformArgs of a region from the fleet, its address plan and the regional stack's pools (no resources)."""
-    env, region = names.environment, names.region
-    if region is None:
-        raise ValueError("names: the platform belongs to a regional stack")
-    fleet_pools = fleet.pools_in(env, region)
-    missing = sorted(set(fleet_pools) - set(node_pools))
-    if missing:
-        raise ValueError(f"node_pools: pools {', '.join(missing)} of {env}/{region} were not passed")
-    quota_plan = kueue.plan(fleet, env, quota_policy, source=fleet_file)
-    pools: dict[str, PoolView] = {}
-    for pool_name, pool in fleet_pools.items():
-        spec = instances.lookup(fleet.pool_types(env, region, pool_name)[0])
-        outputs = node_pools[pool_name]
-        pools[pool_name] = PoolView(
-            kind=pool.kind,
-            instance_type=spec.name,
-            gpus_per_node=spec.gpus,
-            gpu_model=spec.gpu_model,
-            efa=pool.efa,
-            capacity_class=kueue.capacity_class(fleet, env, region, pool_name),
-            max_size=pool.max_size,
-            taints=tuple((t.key, t.value, t.effect) for t in pool.taints),
-            asg_name=outputs.group_name,
-        )
-    return PlatformArgs(
-        names=names,
-        region=region,
-        cluster_name=cluster_name,
-        kubernetes_version=fleet.environments[env].kubernetes.version,
-        provider=provider,
-        pools=pools,
-        teams={t: TeamView(namespace=fleet.team_namespace(t), group=team_group(t)) for t in fleet.teams},
-        sites={
-            name: SiteView(
-                gpu_nodes=site.gpu_nodes,
-                gpus_per_node=site.gpus_per_node,
-                gpu_model=site.gpu_model,
-                pod_cidr=str(sites.site_pods(plan, name)),
-                asn=site.asn,
-                gateway_ip=str(hybrid_routing.gateway_lan_ip(sites.site_lan(plan, name))),
-                # The taint dlinfra/render/nodeadm.py registers GPU machines with, as on the cloud GPU pools.
-                taints=(SITE_GPU_TAINT,) if site.gpu_nodes else (),
-            )
-            for name, site in fleet.sites_of(env, region).items()
-        },
-        quotas=quota_plan.region(region),
-        overflow=kueue.overflow(fleet, quota_plan, source=fleet_file),
-        multikueue_kubeconfigs=dict(multikueue_kubeconfigs or {}),
-        efs_file_system_id=efs_file_system_id,
-        efs_datasets_access_point_id=efs_datasets_access_point_id,
-        termination_queue_url=termination_queue_url,
-        kube_dns_ip=dns.kube_dns_ip(str(plan.cidr(f"service/{env}/{region}"))),
-    )
-
-
 class Platform(pulumi.ComponentResource):
     """GPU add-ons, autoscaling, interruption handling, team namespaces, Kueue quotas and shared storage."""
 
@@ -277,25 +207,26 @@ class Platform(pulumi.ComponentResource):
         self.releases = {}
 
         for addon, values in (
-            ("nvidia-device-plugin", pv.device_plugin_values()),
-            ("dcgm-exporter", pv.dcgm_exporter_values()),
+            ("nvidia-device-plugin", nvidia.device_plugin_values()),
+            ("dcgm-exporter", nvidia.dcgm_exporter_values()),
         ):
             self._release(addon, values)
         efa_pools = [pool for pool in args.pools.values() if pool.efa]
         if efa_pools:  # advertises vpc.amazonaws.com/efa, which the EFA pools' scale-from-zero tags promise
             self._release(
                 "aws-efa-k8s-device-plugin",
-                pv.efa_device_plugin_values(
+                efa.efa_device_plugin_values(
                     args.region, [p.instance_type for p in efa_pools], [t for p in efa_pools for t in p.taints]
                 ),
             )
         self._autoscaler()
         self._release(
-            "aws-node-termination-handler", pv.termination_handler_values(args.termination_queue_url, args.region)
+            "aws-node-termination-handler",
+            termination_handler.termination_handler_values(args.termination_queue_url, args.region),
         )
         # Every node, cloud and hybrid: kubelets list its address first (dlinfra.dns.node_dns_servers).
-        self._release("node-local-dns", pv.node_local_dns_values(args.kube_dns_ip))
-        kueue_release = self._release("kueue", pv.kueue_values())
+        self._release("node-local-dns", node_local_dns.node_local_dns_values(args.kube_dns_ip))
+        kueue_release = self._release("kueue", kueue_chart.kueue_values())
         namespaces = self._teams()
         queues = self._queues(kueue_release, namespaces)
         self.multikueue_token = None
@@ -345,7 +276,7 @@ class Platform(pulumi.ComponentResource):
         self, addon: str, values: Mapping[str, object], depends_on: Sequence[pulumi.Resource] = ()
     ) -> k8s.helm.v3.Release:
         """One pinned chart as a Helm release named after the add-on."""
-        spec = pv.load_addons()[addon]
+        spec = pinned.load_addons()[addon]
         release = k8s.helm.v3.Release(
             f"{self._name}-{addon}",
             name=addon,
@@ -353,7 +284,7 @@ class Platform(pulumi.ComponentResource):
             version=spec.version,
             repository_opts=k8s.helm.v3.RepositoryOptsArgs(repo=spec.repository) if spec.repository else None,
             namespace=spec.namespace,
-            create_namespace=spec.namespace != pv.SYSTEM_NAMESPACE,
+            create_namespace=spec.namespace != pinned.SYSTEM_NAMESPACE,
             values=dict(values),
             # A failed upgrade rolls back instead of leaving a half-applied add-on.
             atomic=True,
@@ -368,20 +299,20 @@ class Platform(pulumi.ComponentResource):
     # Cilium -------------------------------------------------------------------------------------------------
     def _cilium(self) -> None:
         """Cilium on hybrid nodes: one IP pool per site, its nodes pinned to it, announcing it to the gateway."""
-        release = self._release("cilium", pv.cilium_values())
+        release = self._release("cilium", cilium.cilium_values())
         for site, view in self._args.sites.items():
             name = hybrid_routing.pool_name(site)
-            labels = {pv.SITE_LABEL: site}  # what the advertisement and the peer config select on
+            labels = {SITE_LABEL: site}  # what the advertisement and the peer config select on
             objects: list[tuple[str, str, str, dict[str, object], str | None]] = [
-                ("pool", pv.CILIUM_POOL_API, "CiliumPodIPPool", pv.cilium_pool_spec(view.pod_cidr), None),
+                ("pool", cilium.CILIUM_POOL_API, "CiliumPodIPPool", cilium.cilium_pool_spec(view.pod_cidr), None),
                 # Namespaced: Cilium reads node configs from its own namespace only.
-                ("node-config", pv.CILIUM_API, "CiliumNodeConfig", pv.cilium_node_config_spec(site),
-                 pv.SYSTEM_NAMESPACE),
-                ("bgp-cluster", pv.CILIUM_API, "CiliumBGPClusterConfig",
-                 pv.cilium_bgp_cluster_config_spec(site, view.asn, view.gateway_ip), None),
-                ("bgp-peer", pv.CILIUM_API, "CiliumBGPPeerConfig", pv.cilium_bgp_peer_config_spec(site), None),
-                ("bgp-advertisement", pv.CILIUM_API, "CiliumBGPAdvertisement",
-                 pv.cilium_bgp_advertisement_spec(site), None),
+                ("node-config", cilium.CILIUM_API, "CiliumNodeConfig", cilium.cilium_node_config_spec(site),
+                 pinned.SYSTEM_NAMESPACE),
+                ("bgp-cluster", cilium.CILIUM_API, "CiliumBGPClusterConfig",
+                 cilium.cilium_bgp_cluster_config_spec(site, view.asn, view.gateway_ip), None),
+                ("bgp-peer", cilium.CILIUM_API, "CiliumBGPPeerConfig", cilium.cilium_bgp_peer_config_spec(site), None),
+                ("bgp-advertisement", cilium.CILIUM_API, "CiliumBGPAdvertisement",
+                 cilium.cilium_bgp_advertisement_spec(site), None),
             ]  # fmt: skip
             for key, api, kind, spec, namespace in objects:
                 k8s.apiextensions.CustomResource(
@@ -403,19 +334,21 @@ class Platform(pulumi.ComponentResource):
             by_class.setdefault(pool.capacity_class, []).append(pool.asg_name)
         classes = sorted(by_class)
         priorities = pulumi.Output.all(*[pulumi.Output.all(*by_class[c]) for c in classes]).apply(
-            lambda groups: pv.render_priorities(
+            lambda groups: autoscaler.render_priorities(
                 {c: [str(n) for n in names] for c, names in zip(classes, groups, strict=True)}
             )
         )
         priority_map = k8s.core.v1.ConfigMap(
             f"{self._name}-autoscaler-priorities",
-            metadata=self._meta(pv.PRIORITY_CONFIGMAP, pv.SYSTEM_NAMESPACE),
+            metadata=self._meta(autoscaler.PRIORITY_CONFIGMAP, pinned.SYSTEM_NAMESPACE),
             data={"priorities": priorities},
             opts=self._k8s(),
         )
         self._release(
             "cluster-autoscaler",
-            pv.autoscaler_values(args.cluster_name, args.region, pv.autoscaler_image_tag(args.kubernetes_version)),
+            autoscaler.autoscaler_values(
+                args.cluster_name, args.region, autoscaler.autoscaler_image_tag(args.kubernetes_version)
+            ),
             # Without its priorities the autoscaler falls back to random expansion.
             depends_on=[priority_map],
         )
@@ -429,7 +362,7 @@ class Platform(pulumi.ComponentResource):
                 metadata=self._meta(
                     view.namespace,
                     labels={
-                        pv.TEAM_LABEL: team,
+                        kueue_chart.TEAM_LABEL: team,
                         # Baseline stops privileged pods and host access; restricted is only warned about.
                         "pod-security.kubernetes.io/enforce": "baseline",
                         "pod-security.kubernetes.io/warn": "restricted",
@@ -460,7 +393,7 @@ class Platform(pulumi.ComponentResource):
     ) -> k8s.apiextensions.CustomResource:  # fmt: skip
         return k8s.apiextensions.CustomResource(
             f"{self._name}-{key}",
-            api_version=pv.KUEUE_API,
+            api_version=kueue_chart.KUEUE_API,
             kind=kind,
             metadata=self._meta(name, namespace),
             spec=spec,
@@ -484,21 +417,25 @@ class Platform(pulumi.ComponentResource):
                     f"flavor-{flavor.name}",
                     "ResourceFlavor",
                     flavor.name,
-                    pv.resource_flavor_spec(flavor, taints),
+                    kueue_chart.resource_flavor_spec(flavor, taints),
                     [release],
                 )
             )
-        cohort = self._custom("cohort", "Cohort", kueue.COHORT, pv.cohort_spec(quotas), flavors)
+        cohort = self._custom("cohort", "Cohort", kueue.COHORT, kueue_chart.cohort_spec(quotas), flavors)
         for team, view in args.teams.items():
             queue = self._custom(
-                f"queue-{team}", "ClusterQueue", team, pv.cluster_queue_spec(team, view.namespace, quotas), [cohort]
+                f"queue-{team}",
+                "ClusterQueue",
+                team,
+                kueue_chart.cluster_queue_spec(team, view.namespace, quotas),
+                [cohort],
             )
             queues[team] = queue
             self._custom(
                 f"local-queue-{team}",
                 "LocalQueue",
-                pv.LOCAL_QUEUE,
-                pv.local_queue_spec(team),
+                kueue_chart.LOCAL_QUEUE,
+                kueue_chart.local_queue_spec(team),
                 [queue, namespaces[team]],
                 namespace=view.namespace,
             )
@@ -519,44 +456,48 @@ class Platform(pulumi.ComponentResource):
         for region in plan.workers:
             secret = k8s.core.v1.Secret(
                 f"{self._name}-multikueue-{region}",
-                metadata=self._meta(pv.multikueue_secret_name(region), pv.MULTIKUEUE_NAMESPACE),
+                metadata=self._meta(multikueue.multikueue_secret_name(region), multikueue.MULTIKUEUE_NAMESPACE),
                 type="Opaque",
-                string_data={pv.KUBECONFIG_KEY: pulumi.Output.secret(args.multikueue_kubeconfigs[region])},
+                string_data={multikueue.KUBECONFIG_KEY: pulumi.Output.secret(args.multikueue_kubeconfigs[region])},
                 opts=self._k8s(depends_on=[release]),
             )
             clusters[region] = self._custom(
                 f"multikueue-cluster-{region}",
                 "MultiKueueCluster",
-                pv.multikueue_cluster_name(region),
-                pv.multikueue_cluster_spec(region),
+                multikueue.multikueue_cluster_name(region),
+                multikueue.multikueue_cluster_spec(region),
                 [secret],
             )
         for team, overflow in plan.teams.items():
             namespace = args.teams[team].namespace
-            check_name = pv.overflow_check_name(team)
+            check_name = multikueue.overflow_check_name(team)
             config = self._custom(
                 f"multikueue-config-{team}",
                 "MultiKueueConfig",
                 check_name,
-                pv.multikueue_config_spec(overflow.regions),
+                multikueue.multikueue_config_spec(overflow.regions),
                 [clusters[r] for r in overflow.regions],
             )
             check = self._custom(
-                f"overflow-check-{team}", "AdmissionCheck", check_name, pv.overflow_admission_check_spec(team), [config]
+                f"overflow-check-{team}",
+                "AdmissionCheck",
+                check_name,
+                multikueue.overflow_admission_check_spec(team),
+                [config],
             )
-            queue_name = pv.overflow_cluster_queue_name(team)
+            queue_name = multikueue.overflow_cluster_queue_name(team)
             queue = self._custom(
                 f"overflow-queue-{team}",
                 "ClusterQueue",
                 queue_name,
-                pv.overflow_cluster_queue_spec(team, namespace, overflow.gpus),
+                multikueue.overflow_cluster_queue_spec(team, namespace, overflow.gpus),
                 [check, flavor],
             )
             self._custom(
                 f"overflow-local-queue-{team}",
                 "LocalQueue",
                 kueue.OVERFLOW_QUEUE,
-                pv.overflow_local_queue_spec(queue_name),
+                multikueue.overflow_local_queue_spec(queue_name),
                 [queue, namespaces[team]],
                 namespace=namespace,
             )
@@ -573,17 +514,17 @@ class Platform(pulumi.ComponentResource):
         team's own queue (MultiKueue creates its copies with the same queue name), and the account's token."""
         sa = k8s.core.v1.ServiceAccount(
             f"{self._name}-multikueue-sa",
-            metadata=self._meta(pv.MULTIKUEUE_SA, pv.MULTIKUEUE_NAMESPACE),
+            metadata=self._meta(multikueue.MULTIKUEUE_SA, multikueue.MULTIKUEUE_NAMESPACE),
             automount_service_account_token=False,
             opts=self._k8s(depends_on=[release]),
         )
         subject = k8s.rbac.v1.SubjectArgs(
-            kind="ServiceAccount", name=pv.MULTIKUEUE_SA, namespace=pv.MULTIKUEUE_NAMESPACE
+            kind="ServiceAccount", name=multikueue.MULTIKUEUE_SA, namespace=multikueue.MULTIKUEUE_NAMESPACE
         )
         roles = {}
         for key, role_name, rules in (
-            ("read", pv.MULTIKUEUE_READ_ROLE, pv.multikueue_read_rules()),
-            ("write", pv.MULTIKUEUE_WRITE_ROLE, pv.multikueue_write_rules()),
+            ("read", multikueue.MULTIKUEUE_READ_ROLE, multikueue.multikueue_read_rules()),
+            ("write", multikueue.MULTIKUEUE_WRITE_ROLE, multikueue.multikueue_write_rules()),
         ):
             roles[key] = k8s.rbac.v1.ClusterRole(
                 f"{self._name}-multikueue-{key}",
@@ -596,9 +537,9 @@ class Platform(pulumi.ComponentResource):
             )
         k8s.rbac.v1.ClusterRoleBinding(
             f"{self._name}-multikueue-read-binding",
-            metadata=self._meta(pv.MULTIKUEUE_READ_ROLE),
+            metadata=self._meta(multikueue.MULTIKUEUE_READ_ROLE),
             role_ref=k8s.rbac.v1.RoleRefArgs(
-                api_group="rbac.authorization.k8s.io", kind="ClusterRole", name=pv.MULTIKUEUE_READ_ROLE
+                api_group="rbac.authorization.k8s.io", kind="ClusterRole", name=multikueue.MULTIKUEUE_READ_ROLE
             ),
             subjects=[subject],
             opts=self._k8s(depends_on=[roles["read"], sa]),
@@ -607,9 +548,9 @@ class Platform(pulumi.ComponentResource):
             namespace = self._args.teams[team].namespace
             k8s.rbac.v1.RoleBinding(
                 f"{self._name}-multikueue-write-{team}",
-                metadata=self._meta(pv.MULTIKUEUE_WRITE_ROLE, namespace),
+                metadata=self._meta(multikueue.MULTIKUEUE_WRITE_ROLE, namespace),
                 role_ref=k8s.rbac.v1.RoleRefArgs(
-                    api_group="rbac.authorization.k8s.io", kind="ClusterRole", name=pv.MULTIKUEUE_WRITE_ROLE
+                    api_group="rbac.authorization.k8s.io", kind="ClusterRole", name=multikueue.MULTIKUEUE_WRITE_ROLE
                 ),
                 subjects=[subject],
                 opts=self._k8s(depends_on=[roles["write"], sa, namespaces[team]]),
@@ -618,7 +559,7 @@ class Platform(pulumi.ComponentResource):
                 f"overflow-local-queue-{team}",
                 "LocalQueue",
                 kueue.OVERFLOW_QUEUE,
-                pv.local_queue_spec(team),
+                kueue_chart.local_queue_spec(team),
                 [queues[team], namespaces[team]],
                 namespace=namespace,
             )
@@ -627,9 +568,9 @@ class Platform(pulumi.ComponentResource):
         token = k8s.core.v1.Secret(
             f"{self._name}-multikueue-token",
             metadata=self._meta(
-                pv.MULTIKUEUE_TOKEN_SECRET,
-                pv.MULTIKUEUE_NAMESPACE,
-                annotations={"kubernetes.io/service-account.name": pv.MULTIKUEUE_SA},
+                multikueue.MULTIKUEUE_TOKEN_SECRET,
+                multikueue.MULTIKUEUE_NAMESPACE,
+                annotations={"kubernetes.io/service-account.name": multikueue.MULTIKUEUE_SA},
             ),
             type="kubernetes.io/service-account-token",
             opts=self._k8s(depends_on=[sa]),

@@ -16,7 +16,8 @@ from dataclasses import dataclass
 import pulumi
 import pulumi_aws as aws
 
-from components import platform_values as pv
+from components.charts import autoscaler, pinned, termination_handler
+from components.iam import pod_identity_trust
 from dlinfra.model.naming import Names
 
 
@@ -51,14 +52,19 @@ class PlatformAws(pulumi.ComponentResource):
         super().__init__("dlinfra:platform:PlatformAws", name, None, opts)
         self._name, self._args = name, args
         autoscaler_role = self._pod_role(
-            "cluster-autoscaler", pv.SYSTEM_NAMESPACE, pv.AUTOSCALER_SA, pv.autoscaler_policy(args.cluster_name)
+            "cluster-autoscaler",
+            pinned.SYSTEM_NAMESPACE,
+            autoscaler.AUTOSCALER_SA,
+            autoscaler.autoscaler_policy(args.cluster_name),
         )
         queue = self._termination_queue()
         handler_role = self._pod_role(
             "node-termination-handler",
-            pv.SYSTEM_NAMESPACE,
-            pv.TERMINATION_HANDLER_SA,
-            pv.termination_handler_policy(queue.arn, [group.arn for _, group in sorted(args.pools.items())]),
+            pinned.SYSTEM_NAMESPACE,
+            termination_handler.TERMINATION_HANDLER_SA,
+            termination_handler.termination_handler_policy(
+                queue.arn, [group.arn for _, group in sorted(args.pools.items())]
+            ),
         )
         self.autoscaler_role_arn = autoscaler_role.arn
         self.termination_handler_role_arn = handler_role.arn
@@ -81,7 +87,7 @@ class PlatformAws(pulumi.ComponentResource):
             f"{self._name}-{key}-role",
             name=role_name,
             assume_role_policy=pulumi.Output.json_dumps(
-                pv.pod_identity_trust(args.cluster_name, namespace, service_account)
+                pod_identity_trust(args.cluster_name, namespace, service_account)
             ),
             tags=names.tags("platform", role_name),
             opts=pulumi.ResourceOptions(parent=self),
@@ -118,11 +124,14 @@ class PlatformAws(pulumi.ComponentResource):
             opts=pulumi.ResourceOptions(parent=self),
         )
         patterns: dict[str, pulumi.Input[str]] = {
-            rule: json.dumps(pattern, sort_keys=True) for rule, pattern in pv.TERMINATION_EVENTS.items()
+            rule: json.dumps(pattern, sort_keys=True)
+            for rule, pattern in termination_handler.TERMINATION_EVENTS.items()
         }
         asg_names = [group.name for _, group in sorted(args.pools.items())]
         if asg_names:
-            patterns[pv.LIFECYCLE_RULE] = pulumi.Output.json_dumps(pv.lifecycle_pattern(asg_names))
+            patterns[termination_handler.LIFECYCLE_RULE] = pulumi.Output.json_dumps(
+                termination_handler.lifecycle_pattern(asg_names)
+            )
         rules = []
         for rule_key, pattern in patterns.items():
             rule_name = names.physical("nth", rule_key, max_len=64)
@@ -145,7 +154,7 @@ class PlatformAws(pulumi.ComponentResource):
         aws.sqs.QueuePolicy(
             f"{self._name}-nth-queue-policy",
             queue_url=queue.url,
-            policy=pulumi.Output.json_dumps(pv.queue_policy(queue.arn, [r.arn for r in rules])),
+            policy=pulumi.Output.json_dumps(termination_handler.queue_policy(queue.arn, [r.arn for r in rules])),
             opts=pulumi.ResourceOptions(parent=queue),
         )
         return queue

@@ -8,14 +8,20 @@ provider from outputs of the same apply, which breaks whenever the cluster is re
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Protocol
 
 import pulumi
 import pulumi_kubernetes as k8s
 
-from components.cluster import kubeconfig_json
-from components.platform import Platform, platform_args_from_fleet
-from components.platform_values import multikueue_kubeconfig
+from components.charts.multikueue import multikueue_kubeconfig
+from components.charts.nodes import SITE_GPU_TAINT
+from components.cluster import kubeconfig_json, team_group
+from components.platform import Platform, PlatformArgs, PoolView, SiteView, TeamView
+from dlinfra.model import dns, hybrid_routing, instances, kueue, planner, sites
+from dlinfra.model.fleet.schema import Fleet
+from dlinfra.model.naming import Names
 from dlinfra.model.stackroles import K8S_SUFFIX
 from stacks.context import StackContext, stack_reference
 
@@ -89,3 +95,79 @@ def declare(ctx: StackContext) -> None:
                 ).apply(lambda parts: multikueue_kubeconfig(*(str(p) for p in parts)))
             ),
         )
+
+
+class PoolOutputs(Protocol):
+    """What platform_args_from_fleet reads from each declared pool (a components.nodepool.NodePool)."""
+
+    group_name: pulumi.Output[str]
+
+
+def platform_args_from_fleet(
+    fleet: Fleet,
+    plan: planner.Plan,
+    *,
+    names: Names,
+    provider: pulumi.ProviderResource,
+    cluster_name: pulumi.Input[str],
+    node_pools: Mapping[str, PoolOutputs],
+    efs_file_system_id: pulumi.Input[str],
+    efs_datasets_access_point_id: pulumi.Input[str],
+    termination_queue_url: pulumi.Input[str],
+    quota_policy: kueue.QuotaPolicy,
+    fleet_file: str | None = None,
+    multikueue_kubeconfigs: Mapping[str, pulumi.Input[str]] | None = None,
+) -> PlatformArgs:
+    """PlatformArgs of a region from the fleet, its address plan and the regional stack's pools (no resources)."""
+    env, region = names.environment, names.region
+    if region is None:
+        raise ValueError("names: the platform belongs to a regional stack")
+    fleet_pools = fleet.pools_in(env, region)
+    missing = sorted(set(fleet_pools) - set(node_pools))
+    if missing:
+        raise ValueError(f"node_pools: pools {', '.join(missing)} of {env}/{region} were not passed")
+    quota_plan = kueue.plan(fleet, env, quota_policy, source=fleet_file)
+    pools: dict[str, PoolView] = {}
+    for pool_name, pool in fleet_pools.items():
+        spec = instances.lookup(fleet.pool_types(env, region, pool_name)[0])
+        outputs = node_pools[pool_name]
+        pools[pool_name] = PoolView(
+            kind=pool.kind,
+            instance_type=spec.name,
+            gpus_per_node=spec.gpus,
+            gpu_model=spec.gpu_model,
+            efa=pool.efa,
+            capacity_class=kueue.capacity_class(fleet, env, region, pool_name),
+            max_size=pool.max_size,
+            taints=tuple((t.key, t.value, t.effect) for t in pool.taints),
+            asg_name=outputs.group_name,
+        )
+    return PlatformArgs(
+        names=names,
+        region=region,
+        cluster_name=cluster_name,
+        kubernetes_version=fleet.environments[env].kubernetes.version,
+        provider=provider,
+        pools=pools,
+        teams={t: TeamView(namespace=fleet.team_namespace(t), group=team_group(t)) for t in fleet.teams},
+        sites={
+            name: SiteView(
+                gpu_nodes=site.gpu_nodes,
+                gpus_per_node=site.gpus_per_node,
+                gpu_model=site.gpu_model,
+                pod_cidr=str(sites.site_pods(plan, name)),
+                asn=site.asn,
+                gateway_ip=str(hybrid_routing.gateway_lan_ip(sites.site_lan(plan, name))),
+                # The taint dlinfra/render/nodeadm.py registers GPU machines with, as on the cloud GPU pools.
+                taints=(SITE_GPU_TAINT,) if site.gpu_nodes else (),
+            )
+            for name, site in fleet.sites_of(env, region).items()
+        },
+        quotas=quota_plan.region(region),
+        overflow=kueue.overflow(fleet, quota_plan, source=fleet_file),
+        multikueue_kubeconfigs=dict(multikueue_kubeconfigs or {}),
+        efs_file_system_id=efs_file_system_id,
+        efs_datasets_access_point_id=efs_datasets_access_point_id,
+        termination_queue_url=termination_queue_url,
+        kube_dns_ip=dns.kube_dns_ip(str(plan.cidr(f"service/{env}/{region}"))),
+    )

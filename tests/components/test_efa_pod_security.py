@@ -20,7 +20,7 @@ import pytest
 import yaml
 
 from components import nodepool
-from components import platform_values as pv
+from components.charts.efa import EFA_RESOURCE
 from dlinfra.model import instances
 from dlinfra.model.naming import Names
 from tests import reference as ref
@@ -70,7 +70,7 @@ def test_team_namespaces_enforce_a_level_that_admits_the_efa_training_pod() -> N
 def test_the_pod_asks_for_gpus_and_efa_and_nothing_baseline_forbids() -> None:
     (container,) = pod()["spec"]["containers"]
     requests, limits = container["resources"]["requests"], container["resources"]["limits"]
-    for resource in ("nvidia.com/gpu", pv.EFA_RESOURCE):
+    for resource in ("nvidia.com/gpu", EFA_RESOURCE):
         assert int(requests[resource]) > 0 and requests[resource] == limits[resource]
     context = container.get("securityContext") or {}
     assert not context.get("privileged") and not (context.get("capabilities") or {}).get("add")
@@ -119,7 +119,7 @@ def test_the_pod_fits_an_efa_pool_where_the_device_plugin_runs() -> None:
             any(t.get("key") == key and t.get("effect") == effect for t in spec["tolerations"])
             for key, _, effect in args.taints
         ), name
-        assert int(requests["nvidia.com/gpu"]) <= itype.gpus and int(requests[pv.EFA_RESOURCE]) <= itype.efa_interfaces
+        assert int(requests["nvidia.com/gpu"]) <= itype.gpus and int(requests[EFA_RESOURCE]) <= itype.efa_interfaces
         matches.append(name)
     assert matches, "no EFA pool of the stack matches the pod's node selector"
     release = ref.named(ref.runs()[f"{STACK}-k8s"], "platform-aws-efa-k8s-device-plugin")

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 from moto.events.models import EventPattern
 
-from components import platform_values as pv
+from components.charts.termination_handler import TERMINATION_EVENTS, termination_handler_values
 from dlinfra.model.fleet.labels import DRAIN_TAINT_KEYS
 from tests import reference
 
@@ -140,7 +140,7 @@ def test_a_closed_maintenance_would_drain_again_so_no_rule_delivers_it(stack: st
 def test_the_model_notices_a_configuration_that_would_only_drain_late_or_not_at_all() -> None:
     """The model is not a tautology: the settings that would break the promise change its answer."""
     (event,) = [s["event"] for s in SAMPLES["samples"] if s["name"] == "instance-retirement-scheduled-announced"]
-    good = pv.termination_handler_values("https://sqs.us-west-2.amazonaws.com/111122223333/q", "us-west-2")
+    good = termination_handler_values("https://sqs.us-west-2.amazonaws.com/111122223333/q", "us-west-2")
     assert [a for a, _ in queue_processor_actions(event, good)] == [
         f"taint {MAINTENANCE_TAINT}:NoSchedule",
         "cordon",
@@ -161,13 +161,13 @@ def test_samples_name_their_source_and_cover_every_rule_outcome() -> None:
     assert len({s["name"] for s in samples}) == len(samples)
     outcomes = {s["expect"] for s in samples}
     assert {"scheduled-change", None} <= outcomes
-    assert outcomes - {None} <= set(pv.TERMINATION_EVENTS)
+    assert outcomes - {None} <= set(TERMINATION_EVENTS)
 
 
 def test_one_health_event_naming_two_instances_gets_one_acted_on() -> None:
     """The handler's limit, kept visible: see queue_processor_actions and docs/maintenance.md, "Limits"."""
     (sample,) = [s for s in SAMPLES["samples"] if s["name"] == "two-instances-in-one-event"]
-    values = pv.termination_handler_values("https://sqs.us-west-2.amazonaws.com/111122223333/q", "us-west-2")
+    values = termination_handler_values("https://sqs.us-west-2.amazonaws.com/111122223333/q", "us-west-2")
     instances = [e["entityValue"] for e in sample["event"]["detail"]["affectedEntities"]]
     assert len(instances) == 2
     assert {i for _, i in queue_processor_actions(sample["event"], values)} == {instances[0]}

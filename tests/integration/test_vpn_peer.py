@@ -29,7 +29,7 @@ from typing import NoReturn, TypeVar
 
 import pytest
 
-from components import platform_values as pv
+from components.charts import cilium
 from dlinfra.model import hybrid_routing
 from dlinfra.render.strongswan import (
     XFRM_SCRIPT,
@@ -721,9 +721,9 @@ def make_hybrid_view() -> SiteVpnView:
 
 def node_speaker_config(site: str, asn: int, gateway_ip: str, announce: tuple[str, ...]) -> str:
     """Cilium's side of the session, played by bgpd, with the numbers of the declared CiliumBGP* objects."""
-    (instance,) = pv.cilium_bgp_cluster_config_spec(site, asn, gateway_ip)["bgpInstances"]
+    (instance,) = cilium.cilium_bgp_cluster_config_spec(site, asn, gateway_ip)["bgpInstances"]
     (peer,) = instance["peers"]
-    timers = pv.cilium_bgp_peer_config_spec(site)["timers"]
+    timers = cilium.cilium_bgp_peer_config_spec(site)["timers"]
     address = peer["peerAddress"]
     lines = [
         f"router bgp {instance['localASN']}",

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from components import platform_values as pv
+from components.charts.autoscaler import autoscaler_image_tag
 from dlinfra.cli import main as cli
 from dlinfra.errors import FleetError
 from dlinfra.model import eks
@@ -38,7 +38,7 @@ def test_every_version_with_pinned_add_ons_has_dates_and_an_autoscaler_image() -
     for version in eks.supported_versions():
         assert eks.support_end(version, "standard") < eks.support_end(version, "extended")
         assert set(eks.addon_versions(version)) == set(eks.ADDONS)
-        assert pv.autoscaler_image_tag(version).startswith(f"v{version}.")
+        assert autoscaler_image_tag(version).startswith(f"v{version}.")
 
 
 def test_tests_run_on_a_pinned_date() -> None:

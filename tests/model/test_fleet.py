@@ -575,11 +575,12 @@ def test_every_label_dlinfra_sets_is_refused_in_the_fleet() -> None:
     import re
 
     from components import nodepool
-    from components import platform_values as pv
+    from components.charts.kueue import TEAM_LABEL
+    from components.charts.nodes import GPU_PRODUCT_LABEL, POOL_LABEL
     from dlinfra.model.fleet.labels import OWN_LABELS
     from dlinfra.render import nodeadm
 
     literal_keys = set(re.findall(r'"([a-z0-9.-]+\.[a-z]+/[a-z0-9.-]+)"', inspect.getsource(nodepool.node_labels)))
     assert {"dlinfra.io/pool", "k8s.amazonaws.com/accelerator"} <= literal_keys  # the scan sees them
-    named = {pv.POOL_LABEL, pv.TEAM_LABEL, pv.GPU_PRODUCT_LABEL, nodeadm.SITE_LABEL, nodepool.EFA_LABEL}
+    named = {POOL_LABEL, TEAM_LABEL, GPU_PRODUCT_LABEL, nodeadm.SITE_LABEL, nodepool.EFA_LABEL}
     assert named | literal_keys <= OWN_LABELS

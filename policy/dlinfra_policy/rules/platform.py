@@ -21,10 +21,10 @@ POD_SPEC_PATHS: Mapping[str, tuple[str, ...]] = {
     "kubernetes:batch/v1:Job": ("spec", "template", "spec"),
     "kubernetes:batch/v1:CronJob": ("spec", "jobTemplate", "spec", "template", "spec"),
 }
-TEAM_LABEL = "dlinfra.io/team"  # components/platform_values.TEAM_LABEL: a team's namespace
+TEAM_LABEL = "dlinfra.io/team"  # components/charts/kueue.py TEAM_LABEL: a team's namespace
 PSA_ENFORCE = "pod-security.kubernetes.io/enforce"
 KUEUE_CUSTOM = "kubernetes:kueue.x-k8s.io/v1beta2:"  # Kueue kinds as typed resources: <this><Kind>
-MULTIKUEUE_CONTROLLER = "kueue.x-k8s.io/multikueue"  # components/platform_values.MULTIKUEUE_CONTROLLER
+MULTIKUEUE_CONTROLLER = "kueue.x-k8s.io/multikueue"  # components/charts/multikueue.py
 
 
 def team_namespaces_pod_security(resource: Resource, ctx: Context) -> list[str]:

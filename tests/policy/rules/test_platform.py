@@ -105,12 +105,12 @@ def _kueue(kind: str, name: str, spec: dict[str, Any]) -> Resource:
 
 
 def test_multikueue_wiring_is_checked() -> None:
-    from components import platform_values as pv
+    from components.charts import multikueue
 
-    check = _kueue("AdmissionCheck", "overflow-a", pv.overflow_admission_check_spec("a"))
-    config = _kueue("MultiKueueConfig", "overflow-a", pv.multikueue_config_spec(["us-east-1"]))
-    cluster = _kueue("MultiKueueCluster", "us-east-1", pv.multikueue_cluster_spec("us-east-1"))
-    queue_spec = pv.overflow_cluster_queue_spec("a", "team-a", 8)
+    check = _kueue("AdmissionCheck", "overflow-a", multikueue.overflow_admission_check_spec("a"))
+    config = _kueue("MultiKueueConfig", "overflow-a", multikueue.multikueue_config_spec(["us-east-1"]))
+    cluster = _kueue("MultiKueueCluster", "us-east-1", multikueue.multikueue_cluster_spec("us-east-1"))
+    queue_spec = multikueue.overflow_cluster_queue_spec("a", "team-a", 8)
     queue = _kueue("ClusterQueue", "a-overflow", queue_spec)
     assert multikueue_wired([check, config, cluster, queue], CTX) == []
     per_flavor = _kueue(
@@ -127,7 +127,7 @@ def test_multikueue_wiring_is_checked() -> None:
     )
     (by_path,) = multikueue_wired([check, config, path, queue], CTX)
     assert "not a Secret" in by_path.message
-    assert MULTIKUEUE_CONTROLLER == pv.MULTIKUEUE_CONTROLLER
+    assert MULTIKUEUE_CONTROLLER == multikueue.MULTIKUEUE_CONTROLLER
 
 
 @pytest.mark.parametrize(
@@ -167,6 +167,6 @@ def test_drain_taint_keys_are_the_handlers() -> None:
 
 
 def test_policy_team_label_is_the_platforms() -> None:
-    from components import platform_values
+    from components.charts import kueue
 
-    assert TEAM_LABEL == platform_values.TEAM_LABEL
+    assert TEAM_LABEL == kueue.TEAM_LABEL

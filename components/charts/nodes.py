@@ -1,0 +1,51 @@
+"""The labels and taints of our nodes, and the node affinities and tolerations that place add-ons on them."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from dlinfra.render import nodeadm
+
+POOL_LABEL = "dlinfra.io/pool"
+SITE_LABEL = nodeadm.SITE_LABEL  # the label a site's hybrid nodes register with
+GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"
+COMPUTE_TYPE_LABEL = "eks.amazonaws.com/compute-type"  # EKS sets it to "hybrid" on hybrid nodes
+GPU_TAINT_KEY = "nvidia.com/gpu"
+Taint = tuple[str, str, str]  # key, value, effect
+# GPU machines of a site register with it (dlinfra/render/nodeadm.py), as the cloud GPU pools' nodes do.
+SITE_GPU_TAINT: Taint = (GPU_TAINT_KEY, "true", "NoSchedule")
+
+# GPU nodes: our pools label them with the GPU model; NVIDIA's feature discovery, if ever run, sets gpu.present.
+GPU_NODE_AFFINITY: dict[str, Any] = {
+    "nodeAffinity": {
+        "requiredDuringSchedulingIgnoredDuringExecution": {
+            "nodeSelectorTerms": [
+                {"matchExpressions": [{"key": GPU_PRODUCT_LABEL, "operator": "Exists"}]},
+                {"matchExpressions": [{"key": "nvidia.com/gpu.present", "operator": "In", "values": ["true"]}]},
+            ]
+        }
+    }
+}
+GPU_TOLERATIONS: list[dict[str, str]] = [
+    {"key": GPU_TAINT_KEY, "operator": "Exists", "effect": "NoSchedule"},
+    {"key": "CriticalAddonsOnly", "operator": "Exists"},
+]
+# Controllers that call AWS run on cloud nodes: Pod Identity and the VPC reach them there.
+CLOUD_NODE_AFFINITY: dict[str, Any] = {
+    "nodeAffinity": {
+        "requiredDuringSchedulingIgnoredDuringExecution": {
+            "nodeSelectorTerms": [
+                {"matchExpressions": [{"key": COMPUTE_TYPE_LABEL, "operator": "NotIn", "values": ["hybrid"]}]}
+            ]
+        }
+    }
+}
+HYBRID_NODE_AFFINITY: dict[str, Any] = {
+    "nodeAffinity": {
+        "requiredDuringSchedulingIgnoredDuringExecution": {
+            "nodeSelectorTerms": [
+                {"matchExpressions": [{"key": COMPUTE_TYPE_LABEL, "operator": "In", "values": ["hybrid"]}]}
+            ]
+        }
+    }
+}

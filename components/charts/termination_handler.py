@@ -1,0 +1,123 @@
+"""aws-node-termination-handler in queue mode: its values, the events that feed its queue, its IAM and queue policy."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import pulumi
+
+from components.charts.nodes import CLOUD_NODE_AFFINITY
+
+TERMINATION_HANDLER_SA = "aws-node-termination-handler"
+
+# What the termination handler listens to, by rule. Patterns follow the AWS event shapes NTH's queue processor reads.
+TERMINATION_EVENTS: Mapping[str, dict[str, Any]] = {
+    # AWS Health scheduled changes for EC2: every AWS_EC2_*_SCHEDULED type (retirement, stop, reboot, network and
+    # power maintenance), by category rather than by a list of type codes that AWS extends. Health sends the event
+    # when it announces the change ("upcoming", about two weeks ahead for MAINTENANCE_SCHEDULED types) and again
+    # on each update; the handler cordons, taints and drains on every one it gets (docs/maintenance.md). A
+    # "closed" update means the work is done or cancelled: draining then would empty a node back in service. The
+    # second branch keeps events without a statusCode (NTH's own example has none) rather than miss a maintenance.
+    # Sources: AWS Health user guide, "Reference: AWS Health events Amazon EventBridge schema"; NTH v1.25.6
+    # pkg/monitor/sqsevent/scheduled-change-event.go (service EC2, eventTypeCategory scheduledChange).
+    "scheduled-change": {
+        "source": ["aws.health"],
+        "detail-type": ["AWS Health Event"],
+        "detail": {
+            "service": ["EC2"],
+            "eventTypeCategory": ["scheduledChange"],
+            "$or": [{"statusCode": ["upcoming", "open"]}, {"statusCode": [{"exists": False}]}],
+        },
+    },
+    "spot-interruption": {"source": ["aws.ec2"], "detail-type": ["EC2 Spot Instance Interruption Warning"]},
+    "rebalance": {"source": ["aws.ec2"], "detail-type": ["EC2 Instance Rebalance Recommendation"]},
+    "state-change": {
+        "source": ["aws.ec2"],
+        "detail-type": ["EC2 Instance State-change Notification"],
+        # The states NTH drains on; running/pending notifications would only be noise in the queue.
+        "detail": {"state": ["stopping", "stopped", "shutting-down", "terminated"]},
+    },
+}
+LIFECYCLE_RULE = "asg-lifecycle"  # added per stack: it is filtered to this cluster's Auto Scaling groups
+
+
+def termination_handler_values(queue_url: pulumi.Input[str], region: str) -> dict[str, Any]:
+    """aws-node-termination-handler in queue-processor mode: cordon, taint and drain before the node goes."""
+    return {
+        "enableSqsTerminationDraining": True,
+        "queueURL": queue_url,
+        "awsRegion": region,
+        "serviceAccount": {"create": True, "name": TERMINATION_HANDLER_SA},
+        # Drain, not only cordon; and taint nodes with scheduled maintenance so nothing new starts there.
+        "cordonOnly": False,
+        "taintNode": True,
+        "deleteLocalData": True,
+        "ignoreDaemonSets": True,
+        "podTerminationGracePeriod": -1,  # each pod's own grace period: training jobs checkpoint on SIGTERM
+        # The rules see every instance of the account and region; the handler acts only on nodes of its own
+        # cluster (others are not found) and drops those messages instead of letting them pile up.
+        "checkTagBeforeDraining": False,
+        "deleteSqsMsgIfNodeNotFound": True,
+        "emitKubernetesEvents": True,
+        "replicas": 2,
+        "podDisruptionBudget": {"maxUnavailable": 1},
+        "affinity": CLOUD_NODE_AFFINITY,
+    }
+
+
+def termination_handler_policy(queue_arn: pulumi.Input[str], asg_arns: Sequence[pulumi.Input[str]]) -> dict[str, Any]:
+    """Consume the queue, look instances up, and complete lifecycle hooks of this cluster's groups only."""
+    statements: list[dict[str, Any]] = [
+        {
+            "Sid": "ConsumeQueue",
+            "Effect": "Allow",
+            "Action": ["sqs:ReceiveMessage", "sqs:DeleteMessage"],
+            "Resource": queue_arn,
+        },
+        {"Sid": "DescribeInstances", "Effect": "Allow", "Action": "ec2:DescribeInstances", "Resource": "*"},
+    ]
+    if asg_arns:
+        statements.append(
+            {
+                "Sid": "CompleteLifecycle",
+                "Effect": "Allow",
+                "Action": "autoscaling:CompleteLifecycleAction",
+                "Resource": list(asg_arns),
+            }
+        )
+    return {"Version": "2012-10-17", "Statement": statements}
+
+
+def queue_policy(queue_arn: pulumi.Input[str], rule_arns: Sequence[pulumi.Input[str]]) -> dict[str, Any]:
+    """EventBridge may send only from our rules; nothing may use the queue without TLS."""
+    return {
+        "Version": "2012-10-17",
+        "Statement": [
+            {
+                "Sid": "FromEventBridgeRules",
+                "Effect": "Allow",
+                "Principal": {"Service": "events.amazonaws.com"},
+                "Action": "sqs:SendMessage",
+                "Resource": queue_arn,
+                "Condition": {"ArnEquals": {"aws:SourceArn": list(rule_arns)}},
+            },
+            {
+                "Sid": "DenyInsecureTransport",
+                "Effect": "Deny",
+                "Principal": "*",
+                "Action": "sqs:*",
+                "Resource": queue_arn,
+                "Condition": {"Bool": {"aws:SecureTransport": "false"}},
+            },
+        ],
+    }
+
+
+def lifecycle_pattern(asg_names: Sequence[pulumi.Input[str]]) -> dict[str, Any]:
+    """ASG termination lifecycle actions of this cluster's groups (other clusters' hooks are theirs)."""
+    return {
+        "source": ["aws.autoscaling"],
+        "detail-type": ["EC2 Instance-terminate Lifecycle Action"],
+        "detail": {"AutoScalingGroupName": list(asg_names)},
+    }

@@ -1,0 +1,97 @@
+"""cluster-autoscaler: discovery of this cluster's pools, the priority expander, its IAM policy."""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+import pytest
+import yaml
+
+from components import nodepool
+from components.charts import autoscaler
+from dlinfra.model import kueue
+from dlinfra.model.fleet.schema import Fleet
+from tests.components._platform import Stack, asg_name, regional_stacks, stack_names
+
+
+@pytest.mark.parametrize("stack_name", regional_stacks())
+def test_autoscaler_discovers_this_clusters_pools(stacks: dict[str, Stack], fleet: Fleet, stack_name: str) -> None:
+    stack = stacks[stack_name]
+    cluster = stack_names(stack).physical("eks")
+    values = stack.release("cluster-autoscaler")["values"]
+    assert values["autoDiscovery"]["clusterName"] == cluster
+    # The discovery tags are exactly the ones NodePool puts on its groups.
+    pool_args = nodepool.NodePoolArgs(
+        names=stack_names(stack), pool="p", kind="cpu", cluster_name=cluster, ami_id="ami-0",
+        instance_types=["m7i.4xlarge"], subnet_ids={"a": "s"}, vpc_id="vpc-0", cluster_dns=("169.254.20.10",),
+    )  # fmt: skip
+    pool_tags = {k for k, v in nodepool.autoscaler_tags(pool_args).items() if v in ("true", "owned")}
+    assert set(values["autoDiscovery"]["tags"]) == pool_tags
+    assert values["awsRegion"] == stack.role.region
+    assert values["image"]["tag"].startswith(f"v{fleet.environments[stack.role.environment].kubernetes.version}.")
+    args = values["extraArgs"]
+    assert args["expander"].split(",")[0] == "priority"
+    assert args["skip-nodes-with-local-storage"] == "false" and args["balance-similar-node-groups"] == "true"
+    assert float(args["scale-down-gpu-utilization-threshold"]) < 1 / 8  # never evicts a running GPU job
+    assert "scale-down-utilization-threshold" in args
+
+
+@pytest.mark.parametrize("stack_name", regional_stacks())
+def test_priority_expander_ranks_reserved_on_demand_spot(
+    stacks: dict[str, Stack], fleet: Fleet, stack_name: str
+) -> None:
+    stack = stacks[stack_name]
+    env, region = stack.role.environment, stack.role.region
+    (config_map,) = stack.of_type("kubernetes:core/v1:ConfigMap")
+    assert config_map.inputs["metadata"] == {
+        "name": "cluster-autoscaler-priority-expander",
+        "namespace": "kube-system",
+        "labels": {"app.kubernetes.io/managed-by": "pulumi-dlinfra"},
+    }
+    priorities = yaml.safe_load(config_map.inputs["data"]["priorities"])
+    rank = {}
+    for priority, patterns in priorities.items():
+        for pattern in patterns:
+            matched = [p for p in fleet.pools_in(env, region) if re.fullmatch(pattern, asg_name(stack, p))]
+            assert len(matched) == 1, pattern  # anchored: one pattern, one group
+            rank[matched[0]] = priority
+    assert set(rank) == set(fleet.pools_in(env, region))
+    classes = {p: kueue.capacity_class(fleet, env, region, p) for p in rank}
+    order = {"reserved": 3, "on-demand": 2, "spot": 1}
+    for a in rank:
+        for b in rank:
+            if order[classes[a]] > order[classes[b]]:
+                assert rank[a] > rank[b], (a, b)
+    release = stack.by_name["platform-cluster-autoscaler"]
+    assert config_map.urn in release.dependencies
+
+
+def test_autoscaler_policy_is_scoped_by_the_cluster_tag(stacks: dict[str, Stack]) -> None:
+    stack = stacks["prod-us-west-2"]
+    cluster = stack_names(stack).physical("eks")
+    policy = json.loads(stack.by_name["platform-cluster-autoscaler-policy"].inputs["policy"])
+    by_sid = {s["Sid"]: s for s in policy["Statement"]}
+    assert all(a.split(":")[1].startswith(("Describe", "GetInstanceTypes")) for a in by_sid["Discover"]["Action"])
+    scale = by_sid["ScaleOwnGroups"]
+    assert sorted(scale["Action"]) == [
+        "autoscaling:SetDesiredCapacity",
+        "autoscaling:TerminateInstanceInAutoScalingGroup",
+    ]
+    assert scale["Condition"]["StringEquals"] == {
+        f"aws:ResourceTag/k8s.io/cluster-autoscaler/{cluster}": "owned",
+        "aws:ResourceTag/k8s.io/cluster-autoscaler/enabled": "true",
+    }
+    assert not any("*" in a for s in policy["Statement"] for a in _list(s["Action"]))
+
+
+def _list(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else [value]
+
+
+def test_render_priorities_is_anchored_and_ordered() -> None:
+    text = autoscaler.render_priorities({"spot": ["b.x"], "reserved": ["a"], "on-demand": []})
+    assert text == "30:\n- ^a$\n10:\n- ^b\\.x$\n"
+    with pytest.raises(ValueError, match="unknown capacity class"):
+        autoscaler.render_priorities({"owned": ["a"]})
