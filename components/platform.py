@@ -5,7 +5,7 @@ handler, Kueue, NodeLocal DNSCache, and Cilium for hybrid nodes) and our own obj
 Kueue flavors and queues with the teams' GPU quotas, and the EFS storage class and shared datasets volume. Their
 AWS side (Pod Identity roles, the interruption queue and its EventBridge rules) is components/platform_aws.py, in
 the regional stack: only this part needs the private EKS endpoint. The charts' values are components/charts/.
-One component with its checked arguments (about 630 lines), which read best together.
+One component and its checked arguments: one concern that reads best whole (about 630 lines).
 """
 
 from __future__ import annotations
