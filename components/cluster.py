@@ -270,7 +270,7 @@ class Cluster(pulumi.ComponentResource):
                 resolve_conflicts_on_create="OVERWRITE",
                 resolve_conflicts_on_update="PRESERVE",
                 pod_identity_associations=identities,
-                # CoreDNS scales with nodes and cores, spreads over AZs and stays on cloud nodes (dlinfra/dns.py).
+                # CoreDNS scales with nodes and cores, spreads over AZs and stays on cloud nodes (dlinfra/model/dns.py).
                 configuration_values=json.dumps(dns.coredns_configuration(args.max_nodes, args.max_cores))
                 if addon == "coredns"
                 else None,

@@ -35,7 +35,7 @@ LOG_RETENTION_DAYS = frozenset(
 @dataclass(frozen=True, kw_only=True)
 class NetworkArgs:
     names: Names  # naming and tags of this (regional) stack; names.region is the VPC's region
-    vpc_cidr: str  # planned VPC block (dlinfra.planner), never computed here
+    vpc_cidr: str  # planned VPC block (dlinfra.model.planner), never computed here
     subnets: Mapping[str, Mapping[str, str]]  # tier (private, public, transit) -> AZ -> planned CIDR
     nat: Literal["per_az", "single"] = "per_az"  # NAT gateway per AZ, or one (in the first AZ) for the VPC
     cluster_name: str | None = None  # EKS cluster sharing the subnets (kubernetes.io/cluster/<name>=shared)

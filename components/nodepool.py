@@ -41,7 +41,7 @@ ROOT_DEVICE = "/dev/sda1"  # Ubuntu AMIs boot from /dev/sda1
 DRAIN_TIMEOUT_SECONDS = 900  # how long the termination hook holds an instance while its pods drain
 AUTOSCALER_PREFIX = "k8s.io/cluster-autoscaler"
 # Set on every node of an EFA pool: the EFA device plugin runs where this label is (components/charts/efa.py).
-EFA_LABEL = "vpc.amazonaws.com/efa.present"  # in dlinfra.fleet.OWN_LABELS: the fleet cannot set it
+EFA_LABEL = "vpc.amazonaws.com/efa.present"  # in dlinfra.model.fleet.labels.OWN_LABELS: the fleet cannot set it
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -72,7 +72,7 @@ class NodePoolArgs:
     # The cluster's group on every node (Cluster): pods of all pools, the control plane, sites, laptops.
     node_security_group_id: pulumi.Input[str] | None = None
     join_after: Sequence[pulumi.Resource] = ()  # the cluster and the add-ons nodes need before they launch
-    # kubelet clusterDNS, in order: the node's NodeLocal DNS cache, then kube-dns (dlinfra.dns.node_dns_servers)
+    # kubelet clusterDNS, in order: the node's NodeLocal DNS cache, then kube-dns (dlinfra.model.dns.node_dns_servers)
     cluster_dns: Sequence[str]
 
     def __post_init__(self) -> None:
@@ -151,7 +151,7 @@ def node_labels(args: NodePoolArgs) -> dict[str, str]:
         labels["nvidia.com/gpu.product"] = spec.gpu_model
         # cluster-autoscaler treats only nodes with this label as GPU nodes (GPU-aware scale-down).
         labels["k8s.amazonaws.com/accelerator"] = spec.gpu_model
-    # The fleet cannot set any of these keys (dlinfra.fleet.OWN_LABELS); the EFA label still comes last.
+    # The fleet cannot set any of these keys (dlinfra.model.fleet.labels.OWN_LABELS); the EFA label still comes last.
     return labels | dict(args.labels) | ({EFA_LABEL: "true"} if args.efa else {})
 
 

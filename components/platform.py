@@ -130,7 +130,7 @@ class PlatformArgs:
     efs_file_system_id: pulumi.Input[str]  # shared EFS file system (storage class and datasets volume)
     efs_datasets_access_point_id: pulumi.Input[str]  # access point of the shared datasets directory
     termination_queue_url: pulumi.Input[str]  # SQS queue the termination handler reads (PlatformAws)
-    kube_dns_ip: str  # the kube-dns service address (dlinfra.dns.kube_dns_ip of the cluster's service range)
+    kube_dns_ip: str  # the kube-dns service address (dlinfra.model.dns.kube_dns_ip of the cluster's service range)
     overflow: kueue.OverflowPlan | None = None  # MultiKueue of the environment; None: every job stays local
     # The manager's kubeconfig of each worker region (secret outputs of the workers' in-cluster stacks).
     multikueue_kubeconfigs: Mapping[str, pulumi.Input[str]] = field(default_factory=dict)
@@ -224,7 +224,7 @@ class Platform(pulumi.ComponentResource):
             "aws-node-termination-handler",
             termination_handler.termination_handler_values(args.termination_queue_url, args.region),
         )
-        # Every node, cloud and hybrid: kubelets list its address first (dlinfra.dns.node_dns_servers).
+        # Every node, cloud and hybrid: kubelets list its address first (dlinfra.model.dns.node_dns_servers).
         self._release("node-local-dns", node_local_dns.node_local_dns_values(args.kube_dns_ip))
         kueue_release = self._release("kueue", kueue_chart.kueue_values())
         namespaces = self._teams()

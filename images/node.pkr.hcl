@@ -230,7 +230,7 @@ build {
     execute_command  = local.sudo
   }
 
-  # One entry per build in manifest.json; dlinfra.images.load_manifest keeps the newest per variant.
+  # One entry per build in manifest.json; dlinfra.model.images.load_manifest keeps the newest per variant.
   post-processor "manifest" {
     output     = "${path.root}/manifest.json"
     strip_path = true

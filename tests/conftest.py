@@ -19,7 +19,7 @@ FIXTURES = ROOT / "tests" / "fixtures"
 REFERENCE_FLEET = FIXTURES / "fleet.yaml"
 REFERENCE_LOCK = FIXTURES / "cidr-lock.yaml"
 # Cluster-version support checks depend on the date: the suite runs on a pinned one, so it stays green as the
-# calendar moves (dlinfra.eks.today reads it).
+# calendar moves (dlinfra.model.eks.today reads it).
 TEST_TODAY = "2026-11-22"
 
 

@@ -12,7 +12,7 @@ def node_local_dns_values(kube_dns_ip: str) -> dict[str, Any]:
 
     Both data paths hand service traffic to kube-proxy's iptables rules (the VPC CNI; Cilium without kube-proxy
     replacement, cilium_values), so the cache intercepts the kube-dns address with NOTRACK rules and also answers
-    on its link-local address, which kubelets list first (dlinfra.dns.node_dns_servers). cluster.local goes to
+    on its link-local address, which kubelets list first (dlinfra.model.dns.node_dns_servers). cluster.local goes to
     CoreDNS through the chart's own upstream service (same pods as kube-dns, another address), never back into
     the cache; so do other names: CoreDNS forwards them to the VPC resolver, so hybrid pods resolve private
     hosted zones and endpoint names as cloud pods do.

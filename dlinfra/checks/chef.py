@@ -1,6 +1,6 @@
 """Static checks of chef/ for mistakes Chef would only report at converge time, on the node.
 
-Chef cannot be installed here, so the cookbooks are read as text. Run: python -m dlinfra.chefcheck [dir]
+Chef cannot be installed here, so the cookbooks are read as text. Run: python -m dlinfra.checks.chef [dir]
 """
 
 from __future__ import annotations

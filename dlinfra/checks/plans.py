@@ -124,7 +124,7 @@ def load_plans(
 def refuse_stale(plans: Sequence[Plan], *, root: Path, fleet: Path, lock: Path) -> None:
     """PlanError for the first plan made from another fleet, lock, images manifest or code than the working tree's.
 
-    Plans record their inputs' hashes (dlinfra.provenance); one without a record was made by an older dlinfra.
+    Plans record their inputs' hashes (dlinfra.offline.provenance); one without a record was made by an older dlinfra.
     """
     from dlinfra.model import images
     from dlinfra.offline import provenance

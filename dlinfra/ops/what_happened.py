@@ -1,6 +1,6 @@
 """The timeline core of `dlinfra what-happened`: typed events, what each source's answer means, merge and render.
 
-Pure: no AWS or Kubernetes calls here (dlinfra/what_happened_sources.py reads them). Each `*_events` function
+Pure: no AWS or Kubernetes calls here (dlinfra/ops/what_happened_sources.py reads them). Each `*_events` function
 turns one API answer, in the shape the API returns it (Kubernetes objects as their JSON, boto3 replies as
 dicts), into events. Schema of --json and the sources: docs/what-happened.md.
 """

@@ -3,7 +3,7 @@ handler's SQS queue, with the user's own credentials, read only.
 
 Every call is a Describe*, List*, Get* or ReceiveMessage with VisibilityTimeout=0; no message is ever deleted.
 A source that cannot be read becomes an `Unread` line and the rest still runs. The meaning of each answer is in
-dlinfra/what_happened.py (pure); this module only fetches and follows links (pod -> node -> instance -> group).
+dlinfra/ops/what_happened.py (pure); this module only fetches and follows links (pod -> node -> instance -> group).
 """
 
 from __future__ import annotations

@@ -42,7 +42,7 @@ class HybridNodeView:
     activation_code: str = field(repr=False)  # secret
     gpu_model: str | None = None  # label nvidia.com/gpu.product; None for CPU-only machines
     max_pods: int = 110
-    # kubelet clusterDNS, in order: the node's NodeLocal DNS cache, then kube-dns (dlinfra.dns.node_dns_servers)
+    # kubelet clusterDNS, in order: the node's NodeLocal DNS cache, then kube-dns (dlinfra.model.dns.node_dns_servers)
     cluster_dns: tuple[str, ...]
 
     def __post_init__(self) -> None:

@@ -398,7 +398,9 @@ def price_stack(
     for r in resources_:
         t = r["type"]
         if t.startswith("aws:") and t not in FREE and t not in NOT_COUNTED and t not in PRICED:
-            missing.append(f"resource type {t} ({r['name']}): add it to dlinfra/cost.py (priced, free or not counted)")
+            missing.append(
+                f"resource type {t} ({r['name']}): add it to dlinfra/review/cost.py (priced, free or not counted)"
+            )
 
     if stack_region:
         _price_pools(p, resources_, stack_region)

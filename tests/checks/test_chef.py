@@ -1,4 +1,4 @@
-"""dlinfra.chefcheck catches each kind of defect it claims to, in broken copies of chef/."""
+"""dlinfra.checks.chef catches each kind of defect it claims to, in broken copies of chef/."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """chef/: what can honestly be checked without Chef: Ruby and ERB syntax, RuboCop, rendered templates,
-dlinfra.chefcheck on the real repository, and agreement with dlinfra's own data."""
+dlinfra.checks.chef on the real repository, and agreement with dlinfra's own data."""
 
 from __future__ import annotations
 
@@ -133,7 +133,7 @@ def test_chrony_prefers_explicit_servers(require_tool: Callable[[str], str]) -> 
     assert "pool ntp.ubuntu.com iburst" in pools_only
 
 
-# -- static checks with dlinfra.chefcheck -----------------------------------------------------------------
+# -- static checks with dlinfra.checks.chef -----------------------------------------------------------------
 
 
 def test_chefcheck_finds_nothing_in_the_repository() -> None:
@@ -230,7 +230,7 @@ echo "systemctl $*" >>"$STUB_LOG"
 @pytest.mark.parametrize(
     ("dns_args", "cluster_dns"),
     [
-        # What the pools pass (dlinfra.dns.node_dns_servers): the node's NodeLocal DNS cache, then kube-dns.
+        # What the pools pass (dlinfra.model.dns.node_dns_servers): the node's NodeLocal DNS cache, then kube-dns.
         (["--cluster-dns", "169.254.20.10,172.20.0.10"], ["169.254.20.10", "172.20.0.10"]),
         ([], ["172.20.0.10"]),  # without it: kube-dns, the tenth address of the cluster's service range
     ],

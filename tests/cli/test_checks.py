@@ -1,4 +1,4 @@
-"""The `check` subcommand as registered by dlinfra.cli_checks.register (CrossGuard rules only: no checkov here)."""
+"""The `check` subcommand as registered by dlinfra.cli.checks.register (CrossGuard rules only: no checkov here)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""dlinfra.images: reading Packer's manifest into AMI ids per (variant, region), and its errors."""
+"""dlinfra.model.images: reading Packer's manifest into AMI ids per (variant, region), and its errors."""
 
 from __future__ import annotations
 

@@ -10,7 +10,7 @@ from dlinfra.model import eks
 from dlinfra.model.fleet.schema import RESERVED_NAMESPACES, Environment, Fleet, NodePool, is_rfc1918
 from dlinfra.model.regions import known_regions
 
-# Hybrid nodes take one pod block each (Cilium's maskSize; dlinfra.hybrid_routing.NODE_POD_PREFIX says why /25).
+# Hybrid nodes take one pod block each (Cilium's maskSize; dlinfra.model.hybrid_routing.NODE_POD_PREFIX says why /25).
 _NODE_POD_PREFIX = 25
 
 
