@@ -201,7 +201,7 @@ class RouteLab:
 
 
 def rendered_files(view: strongswan.SiteVpnView) -> dict[str, str]:
-    """Every file `dlinfra site render` writes for the gateway, by its name there (dlinfra.ops.site_files.GATEWAY_FILES)."""
+    """Every file `dlinfra site render` writes for the gateway, by its name there (site_files.GATEWAY_FILES)."""
     xfrm, frr = strongswan.render_xfrm_script(view), strongswan.render_frr(view)
     assert xfrm is not None and frr is not None
     return {
