@@ -35,7 +35,7 @@ from dlinfra.model import dns, hybrid_routing, kueue, planner, sites, stackroles
 from dlinfra.model.fleet.load import load_fleet
 from dlinfra.model.fleet.schema import Fleet
 from dlinfra.model.naming import Names
-from dlinfra.offline import engine, schema
+from dlinfra.offline import plan_export, schema
 from dlinfra.render import nodeadm
 from tests import reference
 from tests.conftest import REFERENCE_FLEET, REFERENCE_LOCK, ROOT
@@ -52,13 +52,13 @@ class Stack:
     """One region's platform records, indexed for the tests: the AWS side from the regional stack, the
     Kubernetes objects from its in-cluster stack."""
 
-    def __init__(self, regional: engine.StackResult, in_cluster: engine.StackResult) -> None:
+    def __init__(self, regional: plan_export.StackResult, in_cluster: plan_export.StackResult) -> None:
         self.role = regional.role
         self.outputs = regional.outputs
         self.resources = regional.resources + in_cluster.resources
         self.by_name = {r.name: r for r in self.resources if r.type != "pulumi:pulumi:StackReference"}
 
-    def of_type(self, type_token: str) -> list[engine.ResourceRecord]:
+    def of_type(self, type_token: str) -> list[plan_export.ResourceRecord]:
         return [r for r in self.resources if r.type == type_token]
 
     def release(self, addon: str) -> dict[str, Any]:
@@ -522,7 +522,7 @@ def test_multikueue_overflow(stacks: dict[str, Stack], fleet: Fleet) -> None:
     secrets = {r.inputs["metadata"]["name"]: r for r in manager.of_type("kubernetes:core/v1:Secret")}
     for region in plan.workers:
         kubeconfig = yaml.safe_load(
-            engine._unwrap(secrets[f"multikueue-{region}"].inputs["stringData"])[0]["kubeconfig"]
+            plan_export.unwrap(secrets[f"multikueue-{region}"].inputs["stringData"])[0]["kubeconfig"]
         )
         assert schema.is_secret(secrets[f"multikueue-{region}"].inputs["stringData"])  # never in plain text
         # A static token for the worker's EKS endpoint: MultiKueue refuses exec plugins and file paths.
@@ -755,7 +755,9 @@ def test_children_have_the_platform_as_parent_and_kubernetes_the_cluster_provide
 def _manifests(stack: Stack) -> list[dict[str, Any]]:
     """The stack's Kubernetes objects as the API server gets them: secret values unwrapped."""
     return [
-        engine._unwrap(r.inputs)[0] for r in stack.resources if r.type.startswith("kubernetes:") and r.type != RELEASE
+        plan_export.unwrap(r.inputs)[0]
+        for r in stack.resources
+        if r.type.startswith("kubernetes:") and r.type != RELEASE
     ]
 
 

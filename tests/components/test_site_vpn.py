@@ -12,7 +12,7 @@ import pytest
 from components.site_vpn import PSK_LENGTH, SiteVpnArgs
 from dlinfra.model import sites
 from dlinfra.model.naming import Names
-from dlinfra.offline import engine, schema
+from dlinfra.offline import plan_export, schema
 from dlinfra.render import strongswan as ss
 from tests.reference import by_id, fleet, named, of_type, plain, plan, runs
 
@@ -22,7 +22,7 @@ WEAK_ALGORITHMS = {"SHA1", "AES128", "AES128-GCM-16"}
 WEAK_DH_GROUPS = {2, 5, 14, 15, 16, 17, 18, 22, 23, 24}  # MODP and the small-subgroup groups
 
 
-def _home(site: str) -> engine.StackResult:
+def _home(site: str) -> plan_export.StackResult:
     return runs()[sites.stack_of(fleet(), site)]
 
 
@@ -89,9 +89,9 @@ def test_preshared_keys_are_secret_and_valid_for_aws(site: str, tmp_path: Path) 
         assert plain(body["length"]) == PSK_LENGTH - 1 <= 63
         assert body["special"] is True and body["overrideSpecial"] == "._"
     assert "site_vpns" in result.secret_outputs
-    text = engine.write_plan(result, "dlinfra", tmp_path).read_text()
+    text = plan_export.write_plan(result, "dlinfra", tmp_path).read_text()
     assert all(key not in text for key in keys)
-    assert json.loads(text)["outputs"]["site_vpns"] == engine.MASK
+    assert json.loads(text)["outputs"]["site_vpns"] == plan_export.MASK
 
 
 def test_static_site_gets_tgw_routes_and_bgp_site_propagates() -> None:
