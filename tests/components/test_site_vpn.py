@@ -13,7 +13,7 @@ from components.site_vpn import PSK_LENGTH, SiteVpnArgs
 from dlinfra.model import sites
 from dlinfra.model.naming import Names
 from dlinfra.offline import plan_export, schema
-from dlinfra.render import strongswan as ss
+from dlinfra.render import aws_tunnel
 from tests.reference import by_id, fleet, named, of_type, plain, plan, runs
 
 # AWS: 8-64 characters of letters, digits, '.' and '_', not starting with '0'.
@@ -53,20 +53,20 @@ def test_tunnels_are_ikev2_with_strong_proposals_and_planned_inside_cidrs(site: 
     assert vpn.inputs["staticRoutesOnly"] is (fleet().sites[site].routing == "static")
     assert t("InsideCidr") == str(sites.tunnel_cidrs(plan(), site)[tunnel - 1])
     assert t("IkeVersions") == ["ikev2"]
-    assert t("Phase1EncryptionAlgorithms") == list(ss.AWS_PHASE1_ENCRYPTION)
-    assert t("Phase1IntegrityAlgorithms") == list(ss.AWS_PHASE1_INTEGRITY)
-    assert t("Phase1DhGroupNumbers") == list(ss.AWS_PHASE1_DH)
-    assert t("Phase2EncryptionAlgorithms") == list(ss.AWS_PHASE2_ENCRYPTION)
-    assert t("Phase2IntegrityAlgorithms") == list(ss.AWS_PHASE2_INTEGRITY)
-    assert t("Phase2DhGroupNumbers") == list(ss.AWS_PHASE2_DH)
+    assert t("Phase1EncryptionAlgorithms") == list(aws_tunnel.AWS_PHASE1_ENCRYPTION)
+    assert t("Phase1IntegrityAlgorithms") == list(aws_tunnel.AWS_PHASE1_INTEGRITY)
+    assert t("Phase1DhGroupNumbers") == list(aws_tunnel.AWS_PHASE1_DH)
+    assert t("Phase2EncryptionAlgorithms") == list(aws_tunnel.AWS_PHASE2_ENCRYPTION)
+    assert t("Phase2IntegrityAlgorithms") == list(aws_tunnel.AWS_PHASE2_INTEGRITY)
+    assert t("Phase2DhGroupNumbers") == list(aws_tunnel.AWS_PHASE2_DH)
     algorithms = {*t("Phase1EncryptionAlgorithms"), *t("Phase1IntegrityAlgorithms")}
     algorithms |= {*t("Phase2EncryptionAlgorithms"), *t("Phase2IntegrityAlgorithms")}
     assert not algorithms & WEAK_ALGORITHMS
     assert not {*t("Phase1DhGroupNumbers"), *t("Phase2DhGroupNumbers")} & WEAK_DH_GROUPS
-    assert t("Phase1LifetimeSeconds") == ss.AWS_PHASE1_LIFETIME_SECONDS
-    assert t("Phase2LifetimeSeconds") == ss.AWS_PHASE2_LIFETIME_SECONDS
-    assert t("DpdTimeoutAction") == ss.AWS_DPD_TIMEOUT_ACTION
-    assert t("StartupAction") == ss.AWS_STARTUP_ACTION
+    assert t("Phase1LifetimeSeconds") == aws_tunnel.AWS_PHASE1_LIFETIME_SECONDS
+    assert t("Phase2LifetimeSeconds") == aws_tunnel.AWS_PHASE2_LIFETIME_SECONDS
+    assert t("DpdTimeoutAction") == aws_tunnel.AWS_DPD_TIMEOUT_ACTION
+    assert t("StartupAction") == aws_tunnel.AWS_STARTUP_ACTION
     assert t("LogOptions")["cloudwatchLogOptions"]["logEnabled"] is True
     assert schema.is_secret(vpn.inputs[f"tunnel{tunnel}PresharedKey"])
 
