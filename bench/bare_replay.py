@@ -30,7 +30,7 @@ from pulumi.runtime import mocks
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from dlinfra.offline import engine  # noqa: E402
+from dlinfra.offline import engine, parallel  # noqa: E402
 
 
 class _Echo(mocks.Mocks):
@@ -50,7 +50,7 @@ class _Echo(mocks.Mocks):
 @functools.cache
 def _sdk_class(token: str) -> tuple[type[pulumi.CustomResource], dict[str, str]] | None:
     """The provider SDK class of a resource type and its keyword arguments by normalised input name, if any."""
-    cls = engine.sdk_class(token)
+    cls = parallel.sdk_class(token)
     if cls is None:
         return None
     params = inspect.signature(cls._internal_init).parameters

@@ -14,7 +14,7 @@ import pulumi_random as random
 
 from components.network import LOG_RETENTION_DAYS
 from dlinfra.model.naming import Names
-from dlinfra.render.strongswan import (
+from dlinfra.render.aws_tunnel import (
     AWS_DPD_TIMEOUT_ACTION,
     AWS_DPD_TIMEOUT_SECONDS,
     AWS_IKE_VERSIONS,

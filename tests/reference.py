@@ -8,7 +8,7 @@ from typing import Any
 from dlinfra.model import planner, stackroles
 from dlinfra.model.fleet.load import load_fleet
 from dlinfra.model.fleet.schema import Fleet
-from dlinfra.offline import engine
+from dlinfra.offline import engine, plan_export
 from tests.conftest import REFERENCE_FLEET, REFERENCE_LOCK, ROOT
 
 CONFIG = {"dlinfra:fleet": str(REFERENCE_FLEET), "dlinfra:lock": str(REFERENCE_LOCK)}
@@ -25,29 +25,29 @@ def plan() -> planner.Plan:
 
 
 @functools.cache
-def runs() -> dict[str, engine.StackResult]:
+def runs() -> dict[str, plan_export.StackResult]:
     """Stack name -> result, every stack of the reference fleet in dependency order."""
     results = engine.run_all(ROOT, stackroles.roles(fleet()), project=fleet().project, config=CONFIG)
     return {r.role.name: r for r in results}
 
 
-def of_type(result: engine.StackResult, type_: str) -> list[engine.ResourceRecord]:
+def of_type(result: plan_export.StackResult, type_: str) -> list[plan_export.ResourceRecord]:
     """The stack's resources of one type."""
     return [r for r in result.resources if r.type == type_]
 
 
-def named(result: engine.StackResult, name: str) -> engine.ResourceRecord:
+def named(result: plan_export.StackResult, name: str) -> plan_export.ResourceRecord:
     """The stack's resource with this logical name (exactly one)."""
     (match,) = [r for r in result.resources if r.name == name]
     return match
 
 
-def by_id(result: engine.StackResult) -> dict[str, engine.ResourceRecord]:
+def by_id(result: plan_export.StackResult) -> dict[str, plan_export.ResourceRecord]:
     """Resources by their (fake) id."""
     return {r.id: r for r in result.resources if r.id}
 
 
-def children(result: engine.StackResult, parent: engine.ResourceRecord) -> list[engine.ResourceRecord]:
+def children(result: plan_export.StackResult, parent: plan_export.ResourceRecord) -> list[plan_export.ResourceRecord]:
     return [r for r in result.resources if r.parent == parent.urn]
 
 

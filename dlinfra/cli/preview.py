@@ -69,7 +69,7 @@ def cmd_preview(args: argparse.Namespace) -> int:
         wanted = [stackroles.parse(fleet, s, fleet_file=str(loaded.path)) for s in args.stack]
         needed = {d for w in wanted for d in stackroles.dependencies(fleet, w)} | set(wanted)
         selected = [r for r in all_roles if r in needed]
-    from dlinfra.offline import engine  # imports pulumi: only when a preview is asked for
+    from dlinfra.offline import engine, parallel, plan_export  # imports pulumi: only when a preview is asked for
 
     config = {"dlinfra:fleet": str(args.fleet.resolve()), "dlinfra:lock": str(lock_path.resolve())}
     if args.images_manifest is not None:
@@ -84,10 +84,10 @@ def cmd_preview(args: argparse.Namespace) -> int:
 
     summaries: list[dict[str, Any]] = []
 
-    def report(result: engine.StackResult) -> None:
+    def report(result: plan_export.StackResult) -> None:
         nonlocal total
-        path = engine.write_plan(result, fleet.project, args.out, made_from)
-        engine.write_manifests(result, args.out.parent / "manifests")
+        path = plan_export.write_plan(result, fleet.project, args.out, made_from)
+        plan_export.write_manifests(result, args.out.parent / "manifests")
         total += len(result.resources)
         if args.json:
             plan = result.plan(fleet.project)
@@ -106,13 +106,13 @@ def cmd_preview(args: argparse.Namespace) -> int:
 
     with progress("previewing", len(selected)) as advance:
 
-        def done(result: engine.StackResult) -> None:
+        def done(result: plan_export.StackResult) -> None:
             report(result)
             advance(result.role.name)
 
         if args.jobs > 1 and len(selected) > 1:
             depends_on = {role: stackroles.dependencies(fleet, role) for role in selected}
-            engine.run_parallel(
+            parallel.run_parallel(
                 ROOT, selected, depends_on, project=fleet.project, config=config, jobs=args.jobs, on_done=done
             )
         else:

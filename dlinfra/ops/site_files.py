@@ -14,19 +14,12 @@ from dlinfra.files import write_atomic, write_private
 from dlinfra.model.fleet.schema import Fleet, Site
 from dlinfra.model.sites import stack_of
 from dlinfra.ops.stack_outputs import SECRET_PLACEHOLDER, as_int, check_stack, require_output
+from dlinfra.render.failover import FailoverBudget, failover_budget
+from dlinfra.render.frr import render_frr
+from dlinfra.render.kernel import render_nftables, render_sysctl, render_xfrm_script
 from dlinfra.render.nodeadm import HybridNodeView, render_node_config
-from dlinfra.render.strongswan import (
-    FailoverBudget,
-    SiteVpnView,
-    Tunnel,
-    failover_budget,
-    render_charon,
-    render_frr,
-    render_nftables,
-    render_swanctl,
-    render_sysctl,
-    render_xfrm_script,
-)
+from dlinfra.render.site_vpn import SiteVpnView, Tunnel
+from dlinfra.render.strongswan import render_charon, render_swanctl
 
 # Where the site-gateway Chef role expects the rendered files (chef/cookbooks/dlinfra_gateway attributes).
 DEFAULT_INSTALL_DIR = "/etc/dlinfra/site"

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from dlinfra.checks import checkov, plans, report, runner, skips
-from dlinfra.offline import engine
+from dlinfra.offline import plan_export
 from policy.dlinfra_policy import context
 from tests import reference
 from tests.conftest import REFERENCE_FLEET, REFERENCE_LOCK, ROOT
@@ -48,7 +48,7 @@ def run(checkov_path: Path, tmp_path_factory: pytest.TempPathFactory) -> runner.
     work = tmp_path_factory.mktemp("check")
     plan_dir = work / "plans"
     for result in reference.runs().values():
-        engine.write_plan(result, reference.fleet().project, plan_dir, reference.provenance())
+        plan_export.write_plan(result, reference.fleet().project, plan_dir, reference.provenance())
     shutil.copy(HERE / "fixtures" / f"{FIXTURE_STACK}.json", plan_dir)
     (work / "skips.yaml").write_text(SKIPS)
     selected, _ = plans.load_plans(plan_dir, None)

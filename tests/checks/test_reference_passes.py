@@ -10,7 +10,7 @@ import pytest
 
 from dlinfra.checks import checkov
 from dlinfra.cli import main as cli
-from dlinfra.offline import engine
+from dlinfra.offline import plan_export
 from tests import reference
 from tests.conftest import REFERENCE_FLEET, ROOT
 
@@ -24,8 +24,8 @@ def test_reference_fleet_passes_check_all(tmp_path: Path, capsys: pytest.Capture
         pytest.skip(message)
     plans, manifests = tmp_path / "plans", tmp_path / "manifests"
     for result in reference.runs().values():
-        engine.write_plan(result, reference.fleet().project, plans, reference.provenance())
-        engine.write_manifests(result, manifests)
+        plan_export.write_plan(result, reference.fleet().project, plans, reference.provenance())
+        plan_export.write_manifests(result, manifests)
     argv = ["check", "--all", "--json", "--plans", str(plans), "--manifests", str(manifests)]
     code = cli.main([*argv, "--fleet", str(REFERENCE_FLEET)])
     report = json.loads(capsys.readouterr().out)

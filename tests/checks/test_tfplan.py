@@ -12,7 +12,7 @@ import pytest
 
 from dlinfra.checks import tfplan
 from dlinfra.checks.plans import load_plan
-from dlinfra.offline import engine
+from dlinfra.offline import plan_export
 from tests import reference
 
 HERE = Path(__file__).parent
@@ -143,4 +143,4 @@ def test_every_type_of_the_reference_fleet_is_mapped(tmp_path: Path) -> None:
             assert export.kubernetes and not export.addresses, result.role.name
         else:
             assert export.addresses or result.role.kind == "global"
-        engine.write_plan(result, reference.fleet().project, tmp_path)
+        plan_export.write_plan(result, reference.fleet().project, tmp_path)

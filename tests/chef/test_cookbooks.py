@@ -376,9 +376,9 @@ def _ruby_constant(name: str) -> str:
 
 
 def test_gateway_installs_the_xfrm_script_where_charons_updown_calls_it() -> None:
-    from dlinfra.render import strongswan
+    from dlinfra.render import kernel
 
-    assert _ruby_constant("XFRM_SCRIPT") == strongswan.XFRM_SCRIPT
+    assert _ruby_constant("XFRM_SCRIPT") == kernel.XFRM_SCRIPT
 
 
 def test_gateway_attributes_point_at_every_file_site_render_writes() -> None:
@@ -424,12 +424,12 @@ def test_gateway_boot_unit_creates_interfaces_then_loads_the_rules(
 
 
 def test_kitchen_fixtures_are_what_site_render_writes() -> None:
-    from dlinfra.render import strongswan
-    from tests.render.test_strongswan import view
+    from dlinfra.render import kernel, strongswan
+    from tests.render.vpn_views import view
 
     fixtures = CHEF / "test" / "cookbooks" / "dlinfra_test" / "files" / "site"
     v = view()
     assert (fixtures / "strongswan-dlinfra.conf").read_text() == strongswan.render_charon(v)
-    assert (fixtures / "sysctl-dlinfra-gateway.conf").read_text() == strongswan.render_sysctl(v)
-    assert (fixtures / "dlinfra-mss.nft").read_text() == strongswan.render_nftables(v)
-    assert (fixtures / "dlinfra-xfrm").read_text() == strongswan.render_xfrm_script(v)
+    assert (fixtures / "sysctl-dlinfra-gateway.conf").read_text() == kernel.render_sysctl(v)
+    assert (fixtures / "dlinfra-mss.nft").read_text() == kernel.render_nftables(v)
+    assert (fixtures / "dlinfra-xfrm").read_text() == kernel.render_xfrm_script(v)

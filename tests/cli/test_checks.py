@@ -109,11 +109,11 @@ def test_a_scan_that_checked_nothing_fails_loudly(output: Any) -> None:
 
 # --- stale plans ------------------------------------------------------------------------------------------
 def _fresh_plan_dir(tmp_path: Path) -> Path:
-    from dlinfra.offline import engine
+    from dlinfra.offline import plan_export
     from tests import reference
 
     folder = tmp_path / "plans"
-    engine.write_plan(reference.runs()["prod-us-west-2"], "dlinfra", folder, reference.provenance())
+    plan_export.write_plan(reference.runs()["prod-us-west-2"], "dlinfra", folder, reference.provenance())
     return folder
 
 

@@ -12,7 +12,7 @@ from dlinfra.model import stackroles
 from dlinfra.model.fleet.load import load_fleet
 from dlinfra.model.fleet.schema import Fleet
 from dlinfra.model.naming import Names
-from dlinfra.offline import engine
+from dlinfra.offline import plan_export
 from tests import reference
 from tests.conftest import REFERENCE_FLEET
 
@@ -26,13 +26,13 @@ class Stack:
     """One region's platform records, indexed for the tests: the AWS side from the regional stack, the
     Kubernetes objects from its in-cluster stack."""
 
-    def __init__(self, regional: engine.StackResult, in_cluster: engine.StackResult) -> None:
+    def __init__(self, regional: plan_export.StackResult, in_cluster: plan_export.StackResult) -> None:
         self.role = regional.role
         self.outputs = regional.outputs
         self.resources = regional.resources + in_cluster.resources
         self.by_name = {r.name: r for r in self.resources if r.type != "pulumi:pulumi:StackReference"}
 
-    def of_type(self, type_token: str) -> list[engine.ResourceRecord]:
+    def of_type(self, type_token: str) -> list[plan_export.ResourceRecord]:
         return [r for r in self.resources if r.type == type_token]
 
     def release(self, addon: str) -> dict[str, Any]:

@@ -16,7 +16,7 @@ from components.client_vpn import ClientVpnArgs
 from components.lambdas import client_vpn_connect as connect
 from dlinfra.model import sites
 from dlinfra.model.naming import Names
-from dlinfra.offline import engine, schema
+from dlinfra.offline import engine, plan_export, schema
 from tests.reference import REGIONAL, by_id, env_region, fleet, named, of_type, plain, plan, runs
 
 
@@ -140,7 +140,7 @@ def test_certificates_and_secret_keys(stack: str, tmp_path: Path) -> None:
     assert "client_vpn_client_key_pem" not in out and "client_vpn_users" in result.secret_outputs
     assert sorted(out["client_vpn_users"]) == list(vpn.users)
     assert out["client_vpn_authentication"] == ("saml" if vpn.saml else "certificate")
-    text = engine.write_plan(result, "dlinfra", tmp_path).read_text()
+    text = plan_export.write_plan(result, "dlinfra", tmp_path).read_text()
     assert "PRIVATE KEY" not in text
     for credentials in out["client_vpn_users"].values():
         assert "PRIVATE KEY" in credentials["key_pem"] and credentials["key_pem"] not in text

@@ -16,7 +16,7 @@ from dlinfra.errors import FleetError
 from dlinfra.model import dns, eks, instances, planner, stackroles
 from dlinfra.model.fleet.load import load_fleet
 from dlinfra.model.naming import Names
-from dlinfra.offline import engine
+from dlinfra.offline import engine, plan_export
 from tests.conftest import REFERENCE_FLEET, REFERENCE_LOCK, ROOT
 
 CONFIG = {"dlinfra:fleet": str(REFERENCE_FLEET), "dlinfra:lock": str(REFERENCE_LOCK)}
@@ -41,7 +41,7 @@ COREDNS_SCHEMA = Path(__file__).parent.parent / "fixtures" / "k8s" / "eks-coredn
 
 
 @pytest.fixture(scope="module")
-def results(tmp_path_factory: pytest.TempPathFactory) -> dict[str, engine.StackResult]:
+def results(tmp_path_factory: pytest.TempPathFactory) -> dict[str, plan_export.StackResult]:
     program = tmp_path_factory.mktemp("prog") / "program.py"
     program.write_text(textwrap.dedent(PROGRAM.format(root=str(ROOT))))
     return {
@@ -51,7 +51,7 @@ def results(tmp_path_factory: pytest.TempPathFactory) -> dict[str, engine.StackR
     }
 
 
-def _of(result: engine.StackResult, type_: str) -> list[engine.ResourceRecord]:
+def _of(result: plan_export.StackResult, type_: str) -> list[plan_export.ResourceRecord]:
     return [r for r in result.resources if r.type == type_]
 
 

@@ -12,7 +12,7 @@ import pytest
 from components import nodepool
 from dlinfra.model import dns, instances, planner, stackroles
 from dlinfra.model.fleet.load import load_fleet
-from dlinfra.offline import engine
+from dlinfra.offline import engine, plan_export
 from tests.conftest import REFERENCE_FLEET, REFERENCE_LOCK, ROOT
 
 GOLDEN = Path(__file__).parent / "golden"
@@ -35,12 +35,12 @@ declare_pools(ctx, vpc_id="vpc-0test", private_subnet_ids=subnets, provider=prov
 @pytest.fixture(scope="module")
 def pools(
     tmp_path_factory: pytest.TempPathFactory,
-) -> dict[tuple[str, str], dict[str, list[engine.ResourceRecord]]]:
+) -> dict[tuple[str, str], dict[str, list[plan_export.ResourceRecord]]]:
     """(stack, pool) -> resources by type, for every regional stack of the reference fleet."""
     program = tmp_path_factory.mktemp("prog") / "program.py"
     program.write_text(textwrap.dedent(PROGRAM.format(root=str(ROOT))))
     fleet = load_fleet(REFERENCE_FLEET).fleet
-    out: dict[tuple[str, str], dict[str, list[engine.ResourceRecord]]] = {}
+    out: dict[tuple[str, str], dict[str, list[plan_export.ResourceRecord]]] = {}
     for role in stackroles.roles(fleet):
         if role.kind != "regional":
             continue

@@ -22,7 +22,7 @@ from dlinfra.model import kueue
 from dlinfra.model.fleet.load import load_fleet
 from dlinfra.model.fleet.schema import Fleet
 from dlinfra.model.naming import Names
-from dlinfra.offline import engine
+from dlinfra.offline import plan_export
 from tests.components._platform import (
     AP_ID,
     CILIUM_SCHEMA,
@@ -151,7 +151,9 @@ def test_children_have_the_platform_as_parent_and_kubernetes_the_cluster_provide
 def _manifests(stack: Stack) -> list[dict[str, Any]]:
     """The stack's Kubernetes objects as the API server gets them: secret values unwrapped."""
     return [
-        engine._unwrap(r.inputs)[0] for r in stack.resources if r.type.startswith("kubernetes:") and r.type != RELEASE
+        plan_export.unwrap(r.inputs)[0]
+        for r in stack.resources
+        if r.type.startswith("kubernetes:") and r.type != RELEASE
     ]
 
 

@@ -12,8 +12,8 @@ import pytest
 from components.site_vpn import PSK_LENGTH, SiteVpnArgs
 from dlinfra.model import sites
 from dlinfra.model.naming import Names
-from dlinfra.offline import engine, schema
-from dlinfra.render import strongswan as ss
+from dlinfra.offline import plan_export, schema
+from dlinfra.render import aws_tunnel
 from tests.reference import by_id, fleet, named, of_type, plain, plan, runs
 
 # AWS: 8-64 characters of letters, digits, '.' and '_', not starting with '0'.
@@ -22,7 +22,7 @@ WEAK_ALGORITHMS = {"SHA1", "AES128", "AES128-GCM-16"}
 WEAK_DH_GROUPS = {2, 5, 14, 15, 16, 17, 18, 22, 23, 24}  # MODP and the small-subgroup groups
 
 
-def _home(site: str) -> engine.StackResult:
+def _home(site: str) -> plan_export.StackResult:
     return runs()[sites.stack_of(fleet(), site)]
 
 
@@ -53,20 +53,20 @@ def test_tunnels_are_ikev2_with_strong_proposals_and_planned_inside_cidrs(site: 
     assert vpn.inputs["staticRoutesOnly"] is (fleet().sites[site].routing == "static")
     assert t("InsideCidr") == str(sites.tunnel_cidrs(plan(), site)[tunnel - 1])
     assert t("IkeVersions") == ["ikev2"]
-    assert t("Phase1EncryptionAlgorithms") == list(ss.AWS_PHASE1_ENCRYPTION)
-    assert t("Phase1IntegrityAlgorithms") == list(ss.AWS_PHASE1_INTEGRITY)
-    assert t("Phase1DhGroupNumbers") == list(ss.AWS_PHASE1_DH)
-    assert t("Phase2EncryptionAlgorithms") == list(ss.AWS_PHASE2_ENCRYPTION)
-    assert t("Phase2IntegrityAlgorithms") == list(ss.AWS_PHASE2_INTEGRITY)
-    assert t("Phase2DhGroupNumbers") == list(ss.AWS_PHASE2_DH)
+    assert t("Phase1EncryptionAlgorithms") == list(aws_tunnel.AWS_PHASE1_ENCRYPTION)
+    assert t("Phase1IntegrityAlgorithms") == list(aws_tunnel.AWS_PHASE1_INTEGRITY)
+    assert t("Phase1DhGroupNumbers") == list(aws_tunnel.AWS_PHASE1_DH)
+    assert t("Phase2EncryptionAlgorithms") == list(aws_tunnel.AWS_PHASE2_ENCRYPTION)
+    assert t("Phase2IntegrityAlgorithms") == list(aws_tunnel.AWS_PHASE2_INTEGRITY)
+    assert t("Phase2DhGroupNumbers") == list(aws_tunnel.AWS_PHASE2_DH)
     algorithms = {*t("Phase1EncryptionAlgorithms"), *t("Phase1IntegrityAlgorithms")}
     algorithms |= {*t("Phase2EncryptionAlgorithms"), *t("Phase2IntegrityAlgorithms")}
     assert not algorithms & WEAK_ALGORITHMS
     assert not {*t("Phase1DhGroupNumbers"), *t("Phase2DhGroupNumbers")} & WEAK_DH_GROUPS
-    assert t("Phase1LifetimeSeconds") == ss.AWS_PHASE1_LIFETIME_SECONDS
-    assert t("Phase2LifetimeSeconds") == ss.AWS_PHASE2_LIFETIME_SECONDS
-    assert t("DpdTimeoutAction") == ss.AWS_DPD_TIMEOUT_ACTION
-    assert t("StartupAction") == ss.AWS_STARTUP_ACTION
+    assert t("Phase1LifetimeSeconds") == aws_tunnel.AWS_PHASE1_LIFETIME_SECONDS
+    assert t("Phase2LifetimeSeconds") == aws_tunnel.AWS_PHASE2_LIFETIME_SECONDS
+    assert t("DpdTimeoutAction") == aws_tunnel.AWS_DPD_TIMEOUT_ACTION
+    assert t("StartupAction") == aws_tunnel.AWS_STARTUP_ACTION
     assert t("LogOptions")["cloudwatchLogOptions"]["logEnabled"] is True
     assert schema.is_secret(vpn.inputs[f"tunnel{tunnel}PresharedKey"])
 
@@ -89,9 +89,9 @@ def test_preshared_keys_are_secret_and_valid_for_aws(site: str, tmp_path: Path) 
         assert plain(body["length"]) == PSK_LENGTH - 1 <= 63
         assert body["special"] is True and body["overrideSpecial"] == "._"
     assert "site_vpns" in result.secret_outputs
-    text = engine.write_plan(result, "dlinfra", tmp_path).read_text()
+    text = plan_export.write_plan(result, "dlinfra", tmp_path).read_text()
     assert all(key not in text for key in keys)
-    assert json.loads(text)["outputs"]["site_vpns"] == engine.MASK
+    assert json.loads(text)["outputs"]["site_vpns"] == plan_export.MASK
 
 
 def test_static_site_gets_tgw_routes_and_bgp_site_propagates() -> None:

@@ -11,7 +11,7 @@ import pytest
 from components.storage import FsxArgs
 from dlinfra.model import stackroles
 from dlinfra.model.fleet.load import load_fleet
-from dlinfra.offline import engine
+from dlinfra.offline import engine, plan_export
 from tests.conftest import REFERENCE_FLEET, REFERENCE_LOCK, ROOT
 
 CONFIG = {"dlinfra:fleet": str(REFERENCE_FLEET), "dlinfra:lock": str(REFERENCE_LOCK)}
@@ -42,7 +42,7 @@ def _regional() -> list[str]:
 
 
 @pytest.fixture(scope="module")
-def stacks(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[engine.ResourceRecord]]:
+def stacks(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[plan_export.ResourceRecord]]:
     program = tmp_path_factory.mktemp("prog") / "program.py"
     program.write_text(textwrap.dedent(PROGRAM.format(root=str(ROOT))))
     fleet = load_fleet(REFERENCE_FLEET).fleet
@@ -54,7 +54,7 @@ def stacks(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[engine.Re
     return out
 
 
-def _of(resources: list[engine.ResourceRecord], type_: str) -> list[engine.ResourceRecord]:
+def _of(resources: list[plan_export.ResourceRecord], type_: str) -> list[plan_export.ResourceRecord]:
     return [r for r in resources if r.type == type_]
 
 
@@ -161,7 +161,7 @@ def test_fsx_capacity_increments(capacity: int, ok: bool) -> None:
             FsxArgs(storage_capacity_gib=capacity, throughput_per_tib=250)
 
 
-def _key_statements(res: list[engine.ResourceRecord]) -> dict[str, dict[str, Any]]:
+def _key_statements(res: list[plan_export.ResourceRecord]) -> dict[str, dict[str, Any]]:
     (key,) = [k for k in _of(res, "aws:kms/key:Key") if "storage" in k.name]
     return {s["Sid"]: s for s in json.loads(key.inputs["policy"])["Statement"]}
 

@@ -25,7 +25,11 @@ from typing import Any, NoReturn
 import pytest
 
 from dlinfra.model import hybrid_routing
-from dlinfra.render import strongswan
+from dlinfra.render.failover import failover_budget
+from dlinfra.render.frr import render_frr
+from dlinfra.render.kernel import XFRM_SCRIPT, render_nftables, render_sysctl, render_xfrm_script
+from dlinfra.render.site_vpn import SiteVpnView, Tunnel
+from dlinfra.render.strongswan import render_charon, render_swanctl
 from tests.integration import aws_side
 from tests.integration.strongswan_lab import charon_conf, esp_states, is_up, parse_sas, private_run
 from tests.integration.xfrm_vm import GuestVm
@@ -49,12 +53,11 @@ RUN = Path("/tmp/dlinfra-route")
 FAILOVER_LIMIT = 30.0  # issue 14: traffic moves within 30 s of an AWS endpoint going silent
 
 
-def make_view(routing: str) -> strongswan.SiteVpnView:
+def make_view(routing: str) -> SiteVpnView:
     tunnels = tuple(
-        strongswan.Tunnel(number=n, outside_ip=AWS_OUTSIDE[n], inside_cidr=INSIDE_CIDRS[n], preshared_key=PSKS[n])
-        for n in (1, 2)
+        Tunnel(number=n, outside_ip=AWS_OUTSIDE[n], inside_cidr=INSIDE_CIDRS[n], preshared_key=PSKS[n]) for n in (1, 2)
     )
-    return strongswan.SiteVpnView(
+    return SiteVpnView(
         site="lab1",
         local_public_ip=SITE_OUTSIDE,
         lan_cidr=LAN,
@@ -200,15 +203,15 @@ class RouteLab:
         return esp_states(self.sh(f"ip -n {ns} -s xfrm state", "ip xfrm state"))
 
 
-def rendered_files(view: strongswan.SiteVpnView) -> dict[str, str]:
+def rendered_files(view: SiteVpnView) -> dict[str, str]:
     """Every file `dlinfra site render` writes for the gateway, by its name there (site_files.GATEWAY_FILES)."""
-    xfrm, frr = strongswan.render_xfrm_script(view), strongswan.render_frr(view)
+    xfrm, frr = render_xfrm_script(view), render_frr(view)
     assert xfrm is not None and frr is not None
     return {
-        "swanctl.conf": strongswan.render_swanctl(view),
-        "strongswan-dlinfra.conf": strongswan.render_charon(view),
-        "sysctl-dlinfra-gateway.conf": strongswan.render_sysctl(view),
-        "dlinfra-mss.nft": strongswan.render_nftables(view),
+        "swanctl.conf": render_swanctl(view),
+        "strongswan-dlinfra.conf": render_charon(view),
+        "sysctl-dlinfra-gateway.conf": render_sysctl(view),
+        "dlinfra-mss.nft": render_nftables(view),
         "dlinfra-xfrm": xfrm,
         f"frr-{view.routing}.conf": frr,
     }
@@ -216,7 +219,7 @@ def rendered_files(view: strongswan.SiteVpnView) -> dict[str, str]:
 
 def setup_script(config: Path) -> str:
     """Namespaces, the AWS side's interfaces, both charons, and the tunnels up (the site initiates)."""
-    script = strongswan.XFRM_SCRIPT
+    script = XFRM_SCRIPT
     sbin = str(Path(script).parent)
     # In the site charon's own mount namespace: the rendered script at its rendered path, and its `start`
     # before charon, as the cookbook's systemd unit runs it.
@@ -562,9 +565,7 @@ def _since(times: dict[str, float | None], key: str, start: str) -> float:
 
 def test_failover_within_30_seconds_when_an_aws_endpoint_goes_silent_then_recovery(lab: RouteLab) -> None:
     view = make_view("bgp")
-    budget = strongswan.failover_budget(
-        strongswan.render_charon(view), strongswan.render_swanctl(view), strongswan.render_frr(view)
-    )
+    budget = failover_budget(render_charon(view), render_swanctl(view), render_frr(view))
     lab.use("bgp")
     wait_for_bgp(lab)
     wait_for_ecmp(lab)

@@ -31,15 +31,11 @@ import pytest
 
 from components.charts import cilium
 from dlinfra.model import hybrid_routing
-from dlinfra.render.strongswan import (
-    XFRM_SCRIPT,
-    SiteVpnView,
-    Tunnel,
-    failover_budget,
-    render_charon,
-    render_frr,
-    render_swanctl,
-)
+from dlinfra.render.failover import failover_budget
+from dlinfra.render.frr import render_frr
+from dlinfra.render.kernel import XFRM_SCRIPT
+from dlinfra.render.site_vpn import SiteVpnView, Tunnel
+from dlinfra.render.strongswan import render_charon, render_swanctl
 from tests.integration import aws_side
 from tests.integration.strongswan_lab import IkeSa, charon_conf, is_up, parse_sas, private_run
 

@@ -1,4 +1,4 @@
-"""The offline engine: deterministic plans, strict inputs, served invokes, StackReference, masked secrets."""
+"""The offline engine: deterministic plans, strict inputs, served invokes, StackReference, recorded options."""
 
 from __future__ import annotations
 
@@ -8,18 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from dlinfra.model.stackroles import StackRole
 from dlinfra.offline import engine
-from tests.conftest import ROOT
-
-ROLE = StackRole("regional", "prod", "us-west-2")
-
-
-def _run(tmp_path: Path, body: str, *, exports: dict | None = None) -> engine.StackResult:
-    """Run a small program as a project of its own (tmp_path, no Pulumi.yaml: default providers allowed)."""
-    program = tmp_path / "program.py"
-    program.write_text("import pulumi\nimport pulumi_aws as aws\n" + textwrap.dedent(body))
-    return engine.run_stack(tmp_path, ROLE, project="t", config={}, stack_exports=exports or {}, program=program)
+from tests.offline.programs import ROLE, run_program
 
 
 def test_ids_derive_from_urns_so_runs_are_identical(tmp_path: Path) -> None:
@@ -28,8 +18,8 @@ def test_ids_derive_from_urns_so_runs_are_identical(tmp_path: Path) -> None:
     aws.ec2.Subnet("s", vpc_id=vpc.id, cidr_block="10.0.0.0/24")
     pulumi.export("vpc_id", vpc.id)
     """
-    first = json.dumps(_run(tmp_path, body).plan("t"), sort_keys=True)
-    second = json.dumps(_run(tmp_path, body).plan("t"), sort_keys=True)
+    first = json.dumps(run_program(tmp_path, body).plan("t"), sort_keys=True)
+    second = json.dumps(run_program(tmp_path, body).plan("t"), sort_keys=True)
     assert first == second
     plan = json.loads(first)
     vpc = next(r for r in plan["resources"] if r["type"] == "aws:ec2/vpc:Vpc")
@@ -82,17 +72,17 @@ def test_ids_derive_from_urns_so_runs_are_identical(tmp_path: Path) -> None:
 )
 def test_failures_are_clear(tmp_path: Path, body: str, message: str) -> None:
     with pytest.raises(engine.EngineError, match=message):
-        _run(tmp_path, body)
+        run_program(tmp_path, body)
 
 
 def test_plain_dict_with_known_snake_keys_is_translated(tmp_path: Path) -> None:
-    result = _run(tmp_path, 'aws.ec2.LaunchTemplate("lt", metadata_options={"http_tokens": "required"})')
+    result = run_program(tmp_path, 'aws.ec2.LaunchTemplate("lt", metadata_options={"http_tokens": "required"})')
     (lt,) = result.resources
     assert lt.inputs["metadataOptions"] == {"httpTokens": "required"}
 
 
 def test_invokes_served_from_data(tmp_path: Path) -> None:
-    result = _run(
+    result = run_program(
         tmp_path,
         """
         azs = aws.get_availability_zones(state="available")
@@ -105,7 +95,7 @@ def test_invokes_served_from_data(tmp_path: Path) -> None:
 
 
 def test_explicit_provider_sets_the_region(tmp_path: Path) -> None:
-    result = _run(
+    result = run_program(
         tmp_path,
         """
         eu = aws.Provider("eu", region="eu-west-1")
@@ -119,7 +109,7 @@ def test_explicit_provider_sets_the_region(tmp_path: Path) -> None:
 
 
 def test_options_are_recorded(tmp_path: Path) -> None:
-    result = _run(
+    result = run_program(
         tmp_path,
         """
         aws.s3.Bucket("b", opts=pulumi.ResourceOptions(protect=True, retain_on_delete=True,
@@ -132,27 +122,9 @@ def test_options_are_recorded(tmp_path: Path) -> None:
     assert bucket["aliases"] and "old-b" in bucket["aliases"][0]
 
 
-def test_secrets_are_masked_everywhere(tmp_path: Path) -> None:
-    result = _run(
-        tmp_path,
-        """
-        key = pulumi.Output.secret("psk.never.in.plain.text")
-        aws.ec2.VpnConnection("v", customer_gateway_id="cgw-1", type="ipsec.1", tunnel1_preshared_key=key)
-        pulumi.export("psk", key)
-        pulumi.export("nested", {"k": key, "open": "visible"})
-        """,
-    )
-    text = json.dumps(result.plan("t"))
-    assert "psk.never.in.plain.text" not in text
-    assert text.count(engine.MASK) >= 3
-    assert result.plan("t")["outputs"]["nested"] == engine.MASK
-    assert result.outputs["psk"] == "psk.never.in.plain.text"  # in memory, for StackReference consumers
-    assert result.secret_outputs == {"psk", "nested"}
-
-
 def test_stack_reference_resolves_to_exports(tmp_path: Path) -> None:
     exports = {"prod-eu-west-1": {"outputs": {"vpc_cidr": "10.0.0.0/16", "psk": "s3cr3t.value"}, "secret": ["psk"]}}
-    result = _run(
+    result = run_program(
         tmp_path,
         """
         ref = pulumi.StackReference("r", stack_name="org/t/prod-eu-west-1")
@@ -164,25 +136,6 @@ def test_stack_reference_resolves_to_exports(tmp_path: Path) -> None:
     assert result.outputs["cidr"] == "10.0.0.0/16"
     assert "psk" in result.secret_outputs
     assert "s3cr3t.value" not in json.dumps(result.plan("t"))
-
-
-def test_kubernetes_objects_become_manifests(tmp_path: Path) -> None:
-    program = tmp_path / "k8s.py"
-    program.write_text(
-        textwrap.dedent(
-            """
-            import pulumi
-            import pulumi_kubernetes as k8s
-            opts = pulumi.ResourceOptions(provider=k8s.Provider("k", kubeconfig="{}"))
-            k8s.core.v1.Namespace("team-a", metadata=k8s.meta.v1.ObjectMetaArgs(name="team-a"), opts=opts)
-            k8s.helm.v3.Release("chart", chart="x", version="1.0.0", opts=opts)
-            """
-        )
-    )
-    result = engine.run_stack(ROOT, ROLE, project="t", config={}, stack_exports={}, program=program)
-    assert engine.manifests(result) == [{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "team-a"}}]
-    path = engine.write_manifests(result, tmp_path / "manifests")
-    assert path is not None and "kind: Namespace" in path.read_text()
 
 
 MOVES = """
@@ -201,7 +154,7 @@ def test_moves_and_renames_recorded_so_the_diff_follows_them(tmp_path: Path) -> 
 
     def run(resources: str) -> dict:
         (tmp_path / "v").mkdir(exist_ok=True)
-        return _run(tmp_path / "v", MOVES + textwrap.dedent(resources)).plan("t")
+        return run_program(tmp_path / "v", MOVES + textwrap.dedent(resources)).plan("t")
 
     before = run(
         """
@@ -225,14 +178,3 @@ def test_moves_and_renames_recorded_so_the_diff_follows_them(tmp_path: Path) -> 
     assert f"parent={box_urn}" in aliases["box-data"]  # beside the SDK's own type alias (bucketV2)
     assert "name=old-queue,noParent=true" in aliases["queue"]
     assert compare_stack(ROLE.name, before, after) == []
-
-
-def test_sdk_classes_are_found_through_the_sdks_registry() -> None:
-    import pulumi_aws
-    import pulumi_kubernetes
-
-    assert engine.sdk_class("aws:ec2/vpc:Vpc") is pulumi_aws.ec2.Vpc
-    assert engine.sdk_class("kubernetes:core/v1:ConfigMap") is pulumi_kubernetes.core.v1.ConfigMap
-    assert engine.sdk_class("dlinfra:network:Network") is None  # a component: no provider SDK declares it
-    # Every module a worker needs is imported before forking: the ones of every type the programs declare.
-    assert {"pulumi_aws.ec2", "pulumi_aws.eks", "pulumi_kubernetes.helm.v3"} <= set(engine.preload_sdk_modules())

@@ -1,4 +1,5 @@
-"""Parallel previews: stacks run in worker processes once the stacks they read are done, with the same plans."""
+"""Parallel previews: stacks run in worker processes once the stacks they read are done, with the same plans;
+the provider SDK modules they need are found and imported before forking."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import pytest
 
 from dlinfra.cli import main as cli
 from dlinfra.model.stackroles import StackRole
-from dlinfra.offline import engine
+from dlinfra.offline import engine, parallel, plan_export
 from tests.conftest import REFERENCE_FLEET, REFERENCE_LOCK
 
 WEST = StackRole("regional", "prod", "us-west-2")
@@ -43,13 +44,13 @@ def _program(tmp_path: Path, failing: str = "") -> Path:
     return path
 
 
-def _plans(results: list[engine.StackResult]) -> dict[str, str]:
+def _plans(results: list[plan_export.StackResult]) -> dict[str, str]:
     return {r.role.name: json.dumps(r.plan("t"), sort_keys=True) for r in results}
 
 
-def _run_parallel(root: Path, program: Path, reported: list[str]) -> list[engine.StackResult]:
+def _run_parallel(root: Path, program: Path, reported: list[str]) -> list[plan_export.StackResult]:
     """The test stacks in two processes; each stack's name goes to `reported` as it is reported."""
-    return engine.run_parallel(
+    return parallel.run_parallel(
         root,
         ROLES,
         DEPENDS_ON,
@@ -65,11 +66,11 @@ def test_parallel_run_gives_the_sequential_plans_in_the_same_order(tmp_path: Pat
     program = _program(tmp_path)
     sequential = engine.run_all(tmp_path, ROLES, project="t", config={}, program=program)
     reported: list[str] = []
-    parallel = _run_parallel(tmp_path, program, reported)
-    assert _plans(parallel) == _plans(sequential)
+    in_parallel = _run_parallel(tmp_path, program, reported)
+    assert _plans(in_parallel) == _plans(sequential)
     assert reported == [r.name for r in ROLES]
-    vpc_ids = parallel[2].outputs["vpc_ids"]
-    assert vpc_ids == [parallel[0].outputs["vpc_id"], parallel[1].outputs["vpc_id"]]
+    vpc_ids = in_parallel[2].outputs["vpc_ids"]
+    assert vpc_ids == [in_parallel[0].outputs["vpc_id"], in_parallel[1].outputs["vpc_id"]]
 
 
 def test_a_failed_stack_stops_its_dependents_and_is_named(tmp_path: Path) -> None:
@@ -96,7 +97,7 @@ def test_jobs_1_keeps_the_sequential_path(monkeypatch: pytest.MonkeyPatch, capsy
         return lambda *args, **kwargs: calls.append(name) or []
 
     monkeypatch.setattr(engine, "run_all", fake("run_all"))
-    monkeypatch.setattr(engine, "run_parallel", fake("run_parallel"))
+    monkeypatch.setattr(parallel, "run_parallel", fake("run_parallel"))
     assert _preview(capsys, Path("unused"), "--jobs", "1") == 0
     assert _preview(capsys, Path("unused"), "--jobs", "2") == 0
     assert calls == ["run_all", "run_parallel"]
@@ -115,9 +116,20 @@ def test_every_plan_and_manifest_is_byte_identical_in_parallel(
     assert REFERENCE_LOCK.exists()
     for jobs in ("1", "2"):
         assert _preview(capsys, tmp_path / f"j{jobs}" / "plans", "--jobs", jobs) == 0
-    sequential, parallel = tmp_path / "j1", tmp_path / "j2"
+    sequential, in_parallel = tmp_path / "j1", tmp_path / "j2"
     files = sorted(p.relative_to(sequential) for p in sequential.rglob("*") if p.is_file())
-    assert sorted(p.relative_to(parallel) for p in parallel.rglob("*") if p.is_file()) == files
+    assert sorted(p.relative_to(in_parallel) for p in in_parallel.rglob("*") if p.is_file()) == files
     assert any(f.parts[0] == "manifests" for f in files) and any(f.parts[0] == "plans" for f in files)
     for name in files:
-        assert (parallel / name).read_bytes() == (sequential / name).read_bytes(), name
+        assert (in_parallel / name).read_bytes() == (sequential / name).read_bytes(), name
+
+
+def test_sdk_classes_are_found_through_the_sdks_registry() -> None:
+    import pulumi_aws
+    import pulumi_kubernetes
+
+    assert parallel.sdk_class("aws:ec2/vpc:Vpc") is pulumi_aws.ec2.Vpc
+    assert parallel.sdk_class("kubernetes:core/v1:ConfigMap") is pulumi_kubernetes.core.v1.ConfigMap
+    assert parallel.sdk_class("dlinfra:network:Network") is None  # a component: no provider SDK declares it
+    # Every module a worker needs is imported before forking: the ones of every type the programs declare.
+    assert {"pulumi_aws.ec2", "pulumi_aws.eks", "pulumi_kubernetes.helm.v3"} <= set(parallel.preload_sdk_modules())

@@ -22,12 +22,12 @@ PROD_CLUSTERS = {"dlinfra-prod-usw2-eks", "dlinfra-prod-use1-eks", "dlinfra-prod
 @pytest.fixture(scope="session")
 def plan_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Plans of every reference stack, from the one shared offline run (no preview per test)."""
-    from dlinfra.offline import engine
+    from dlinfra.offline import plan_export
     from tests import reference
 
     out = tmp_path_factory.mktemp("access") / "plans"
     for result in reference.runs().values():
-        engine.write_plan(result, reference.fleet().project, out, reference.provenance())
+        plan_export.write_plan(result, reference.fleet().project, out, reference.provenance())
     return out
 
 

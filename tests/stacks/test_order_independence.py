@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 
 from dlinfra.model import stackroles
 from dlinfra.model.fleet.load import load_fleet
-from dlinfra.offline import engine
+from dlinfra.offline import engine, plan_export
 from tests import reference as _reference
 from tests.conftest import REFERENCE_FLEET, REFERENCE_LOCK, ROOT
 
@@ -42,18 +42,18 @@ def permuted(value: Any, rng: random.Random, key: str | None = None) -> Any:
     return value
 
 
-def declared(results: Iterable[engine.StackResult]) -> dict[str, dict[str, Any]]:
+def declared(results: Iterable[plan_export.StackResult]) -> dict[str, dict[str, Any]]:
     """Stack -> URN -> inputs, as the plan export has them (secrets masked, assets hashed)."""
     project = _reference.fleet().project
     return {r.role.name: {x["urn"]: x["inputs"] for x in r.plan(project)["resources"]} for r in results}
 
 
-def kubernetes_objects(results: Iterable[engine.StackResult]) -> dict[str, list[dict[str, Any]]]:
+def kubernetes_objects(results: Iterable[plan_export.StackResult]) -> dict[str, list[dict[str, Any]]]:
     """Stack -> the Kubernetes manifests `preview` writes (ResourceFlavors, ClusterQueues, the Cohort, ...)."""
-    return {r.role.name: engine.manifests(r) for r in results}
+    return {r.role.name: plan_export.manifests(r) for r in results}
 
 
-def run_permuted(seed: int) -> list[engine.StackResult]:
+def run_permuted(seed: int) -> list[plan_export.StackResult]:
     data = permuted(yaml.safe_load(REFERENCE_FLEET.read_text()), random.Random(seed))
     with tempfile.TemporaryDirectory() as folder:
         path = Path(folder) / "fleet.yaml"

@@ -10,7 +10,7 @@ import pytest
 
 from dlinfra.model import planner, stackroles
 from dlinfra.model.fleet.load import load_fleet
-from dlinfra.offline import engine
+from dlinfra.offline import engine, plan_export
 from dlinfra.review.diff.compare import compare_stack
 from tests import reference
 from tests.conftest import REFERENCE_FLEET, REFERENCE_LOCK, ROOT
@@ -19,7 +19,7 @@ CONFIG = {"dlinfra:fleet": str(REFERENCE_FLEET), "dlinfra:lock": str(REFERENCE_L
 
 
 @pytest.fixture(scope="module")
-def results() -> dict[str, engine.StackResult]:
+def results() -> dict[str, plan_export.StackResult]:
     # One offline run of the reference fleet per test session, shared with tests/components.
     return reference.runs()
 
@@ -29,14 +29,14 @@ def plan() -> planner.Plan:
     return planner.plan(load_fleet(REFERENCE_FLEET), planner.load_lock(REFERENCE_LOCK))
 
 
-def _of_type(result: engine.StackResult, type_: str) -> list[engine.ResourceRecord]:
+def _of_type(result: plan_export.StackResult, type_: str) -> list[plan_export.ResourceRecord]:
     return [r for r in result.resources if r.type == type_]
 
 
 REGIONAL = ("prod-us-west-2", "prod-us-east-1", "prod-eu-west-1", "staging-us-west-2")
 
 
-def test_every_stack_runs_in_dependency_order(results: dict[str, engine.StackResult]) -> None:
+def test_every_stack_runs_in_dependency_order(results: dict[str, plan_export.StackResult]) -> None:
     # Regional stacks first, then the in-cluster stacks that read them (prod's MultiKueue manager, us-west-2,
     # after its workers, whose kubeconfigs it reads), then the global stack.
     in_cluster = ["prod-us-east-1-k8s", "prod-eu-west-1-k8s", "staging-us-west-2-k8s", "prod-us-west-2-k8s"]
@@ -61,13 +61,13 @@ def test_stack_names_parse_to_their_roles() -> None:
         stackroles.parse(fleet, "prod-ap-south-1-k8s")
 
 
-def _provider_regions(result: engine.StackResult) -> dict[str, str]:
+def _provider_regions(result: plan_export.StackResult) -> dict[str, str]:
     return {f"{p.urn}::{p.id}": p.inputs["region"] for p in _of_type(result, "pulumi:providers:aws")}
 
 
 @pytest.mark.parametrize("stack", REGIONAL)
 def test_every_aws_resource_goes_through_the_stack_regions_provider(
-    results: dict[str, engine.StackResult], stack: str
+    results: dict[str, plan_export.StackResult], stack: str
 ) -> None:
     result = results[stack]
     region = stack.split("-", 1)[1]
@@ -81,7 +81,7 @@ def test_every_aws_resource_goes_through_the_stack_regions_provider(
 
 @pytest.mark.parametrize("stack", [f"{s}-k8s" for s in REGIONAL])
 def test_in_cluster_stack_reads_its_region_and_declares_only_kubernetes_objects(
-    results: dict[str, engine.StackResult], stack: str
+    results: dict[str, plan_export.StackResult], stack: str
 ) -> None:
     result = results[stack]
     regional = stack.removesuffix("-k8s")
@@ -143,7 +143,7 @@ def test_a_resource_without_an_explicit_provider_fails_like_pulumi_would(tmp_pat
 
 @pytest.mark.parametrize("stack", ["prod-us-west-2", "prod-us-east-1", "prod-eu-west-1", "staging-us-west-2"])
 def test_regional_stack_declares_planned_network(
-    results: dict[str, engine.StackResult], plan: planner.Plan, stack: str
+    results: dict[str, plan_export.StackResult], plan: planner.Plan, stack: str
 ) -> None:
     env, region = stack.split("-", 1)
     result = results[stack]
@@ -160,7 +160,7 @@ def test_regional_stack_declares_planned_network(
     assert result.outputs["vpc_id"] == vpc.id
 
 
-def test_global_stack_reads_regional_exports(results: dict[str, engine.StackResult]) -> None:
+def test_global_stack_reads_regional_exports(results: dict[str, plan_export.StackResult]) -> None:
     result = results["prod-global"]
     refs = _of_type(result, "pulumi:pulumi:StackReference")
     assert sorted(r.inputs["name"] for r in refs) == [
@@ -174,12 +174,12 @@ def test_global_stack_reads_regional_exports(results: dict[str, engine.StackResu
         assert result.outputs["vpc_ids"][region] == regional["vpc_id"]
 
 
-def test_plan_export_schema(results: dict[str, engine.StackResult], tmp_path: Path) -> None:
-    path = engine.write_plan(results["prod-us-west-2"], "dlinfra", tmp_path)
+def test_plan_export_schema(results: dict[str, plan_export.StackResult], tmp_path: Path) -> None:
+    path = plan_export.write_plan(results["prod-us-west-2"], "dlinfra", tmp_path)
     import json
 
     plan: dict[str, Any] = json.loads(path.read_text())
-    assert plan["schema"] == engine.PLAN_SCHEMA and plan["stack"] == "prod-us-west-2"
+    assert plan["schema"] == plan_export.PLAN_SCHEMA and plan["stack"] == "prod-us-west-2"
     assert plan["role"] == {"kind": "regional", "environment": "prod", "region": "us-west-2"}
     keys = {
         "urn",
@@ -220,7 +220,7 @@ def test_single_region_environment_has_no_global_stack() -> None:
 
 
 # --- network reachability across stacks -----------------------------------------------------------------
-def _tgw_routes(result: engine.StackResult) -> dict[str, dict[str, str]]:
+def _tgw_routes(result: plan_export.StackResult) -> dict[str, dict[str, str]]:
     """TGW route table id -> destination CIDR -> attachment id, for the stack's static TGW routes."""
     out: dict[str, dict[str, str]] = {}
     for r in _of_type(result, "aws:ec2transitgateway/route:Route"):
@@ -229,7 +229,7 @@ def _tgw_routes(result: engine.StackResult) -> dict[str, dict[str, str]]:
     return out
 
 
-def _peer_regions(result: engine.StackResult) -> dict[str, frozenset[str]]:
+def _peer_regions(result: plan_export.StackResult) -> dict[str, frozenset[str]]:
     """Peering attachment id -> the two regions it joins."""
     region_of = {f"{p.urn}::{p.id}": p.inputs["region"] for p in _of_type(result, "pulumi:providers:aws")}
     return {
@@ -239,7 +239,7 @@ def _peer_regions(result: engine.StackResult) -> dict[str, frozenset[str]]:
 
 
 def test_every_site_network_is_routed_from_every_region_of_its_environment(
-    results: dict[str, engine.StackResult], plan: planner.Plan
+    results: dict[str, plan_export.StackResult], plan: planner.Plan
 ) -> None:
     fleet = load_fleet(REFERENCE_FLEET).fleet
     peerings = _peer_regions(results["prod-global"])
@@ -279,7 +279,7 @@ def test_every_site_network_is_routed_from_every_region_of_its_environment(
     assert checked == 2 * 2 * 3  # two sites, LAN and pods, three prod regions
 
 
-def test_no_secret_reaches_a_plan_export(results: dict[str, engine.StackResult], tmp_path: Path) -> None:
+def test_no_secret_reaches_a_plan_export(results: dict[str, plan_export.StackResult], tmp_path: Path) -> None:
     secrets: list[str] = []
     for result in results.values():
         for conn in (result.outputs.get("site_vpns") or {}).values():
@@ -288,14 +288,14 @@ def test_no_secret_reaches_a_plan_export(results: dict[str, engine.StackResult],
             secrets.append(person["key_pem"])
     assert len(secrets) == 4 + 2  # two sites x two tunnels, staging's two people (prod signs in through SAML)
     for result in results.values():
-        text = engine.write_plan(result, "dlinfra", tmp_path).read_text()
+        text = plan_export.write_plan(result, "dlinfra", tmp_path).read_text()
         assert "PRIVATE KEY" not in text, result.role.name
         leaked = [s[:4] + "..." for s in secrets if s in text]
         assert not leaked, f"{result.role.name}: {leaked}"
 
 
 def test_removing_a_team_an_admin_and_a_sites_machines_deletes_nothing_protected(
-    results: dict[str, engine.StackResult], write_fleet: Any
+    results: dict[str, plan_export.StackResult], write_fleet: Any
 ) -> None:
     """Access entries, add-on roles and the like are removable: only what holds data is protected."""
 

@@ -8,7 +8,7 @@ from components.charts import multikueue
 from components.charts.kueue import KUEUE_FRAMEWORKS
 from dlinfra.model import kueue
 from dlinfra.model.fleet.schema import Fleet
-from dlinfra.offline import engine, schema
+from dlinfra.offline import plan_export, schema
 from tests.components._platform import Stack, nominal_gpus
 
 
@@ -24,7 +24,7 @@ def test_multikueue_overflow(stacks: dict[str, Stack], fleet: Fleet) -> None:
     secrets = {r.inputs["metadata"]["name"]: r for r in manager.of_type("kubernetes:core/v1:Secret")}
     for region in plan.workers:
         kubeconfig = yaml.safe_load(
-            engine._unwrap(secrets[f"multikueue-{region}"].inputs["stringData"])[0]["kubeconfig"]
+            plan_export.unwrap(secrets[f"multikueue-{region}"].inputs["stringData"])[0]["kubeconfig"]
         )
         assert schema.is_secret(secrets[f"multikueue-{region}"].inputs["stringData"])  # never in plain text
         # A static token for the worker's EKS endpoint: MultiKueue refuses exec plugins and file paths.

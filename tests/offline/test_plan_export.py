@@ -1,0 +1,48 @@
+"""The plan export: secrets masked at any depth, typed Kubernetes objects as manifests."""
+
+from __future__ import annotations
+
+import json
+import textwrap
+from pathlib import Path
+
+from dlinfra.offline import engine, plan_export
+from tests.conftest import ROOT
+from tests.offline.programs import ROLE, run_program
+
+
+def test_secrets_are_masked_everywhere(tmp_path: Path) -> None:
+    result = run_program(
+        tmp_path,
+        """
+        key = pulumi.Output.secret("psk.never.in.plain.text")
+        aws.ec2.VpnConnection("v", customer_gateway_id="cgw-1", type="ipsec.1", tunnel1_preshared_key=key)
+        pulumi.export("psk", key)
+        pulumi.export("nested", {"k": key, "open": "visible"})
+        """,
+    )
+    text = json.dumps(result.plan("t"))
+    assert "psk.never.in.plain.text" not in text
+    assert text.count(plan_export.MASK) >= 3
+    assert result.plan("t")["outputs"]["nested"] == plan_export.MASK
+    assert result.outputs["psk"] == "psk.never.in.plain.text"  # in memory, for StackReference consumers
+    assert result.secret_outputs == {"psk", "nested"}
+
+
+def test_kubernetes_objects_become_manifests(tmp_path: Path) -> None:
+    program = tmp_path / "k8s.py"
+    program.write_text(
+        textwrap.dedent(
+            """
+            import pulumi
+            import pulumi_kubernetes as k8s
+            opts = pulumi.ResourceOptions(provider=k8s.Provider("k", kubeconfig="{}"))
+            k8s.core.v1.Namespace("team-a", metadata=k8s.meta.v1.ObjectMetaArgs(name="team-a"), opts=opts)
+            k8s.helm.v3.Release("chart", chart="x", version="1.0.0", opts=opts)
+            """
+        )
+    )
+    result = engine.run_stack(ROOT, ROLE, project="t", config={}, stack_exports={}, program=program)
+    assert plan_export.manifests(result) == [{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "team-a"}}]
+    path = plan_export.write_manifests(result, tmp_path / "manifests")
+    assert path is not None and "kind: Namespace" in path.read_text()
