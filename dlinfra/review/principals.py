@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from dlinfra.checks.reach.endpoints import place_endpoints, site_endpoint
 from dlinfra.checks.reach.engine import Endpoint, OnClientVpn, evaluate
-from dlinfra.checks.reach.intents import place_endpoints, site_endpoint
 from dlinfra.checks.reach.topology import Topology
 from dlinfra.model import planner
 from dlinfra.model import sites as site_plan

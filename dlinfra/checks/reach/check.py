@@ -6,8 +6,10 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from dlinfra.checks.reach import intents, topology
-from dlinfra.checks.reach.intents import ReachResult
+from dlinfra.checks.reach import evaluation, from_plans, intents
+from dlinfra.checks.reach.evaluation import ReachResult
+from dlinfra.checks.reach.flows import load_flows
+from dlinfra.checks.reach.topology import Topology
 from dlinfra.model import planner
 from dlinfra.model.fleet.load import LoadedFleet, load_fleet
 
@@ -16,11 +18,11 @@ FLOWS_FILE = "flows.yaml"  # beside the fleet file; optional
 
 def model(
     fleet_path: Path, lock_path: Path, plans: Sequence[Mapping[str, Any]]
-) -> tuple[LoadedFleet, planner.Plan, topology.Topology]:
+) -> tuple[LoadedFleet, planner.Plan, Topology]:
     """The fleet, its address plan, and the network model of the plan exports."""
     loaded = load_fleet(fleet_path)
     address_plan = planner.plan(loaded, planner.load_lock(lock_path))
-    return loaded, address_plan, topology.build(plans, intents.site_sides(loaded.fleet, address_plan, plans))
+    return loaded, address_plan, from_plans.build(plans, from_plans.site_sides(loaded.fleet, address_plan, plans))
 
 
 def analyse(
@@ -31,8 +33,8 @@ def analyse(
     derived = intents.derive(loaded.fleet, topo)
     path = flows if flows is not None else fleet_path.parent / FLOWS_FILE
     if flows is not None or path.exists():
-        derived += intents.load_flows(path, loaded.fleet, topo)
-    return intents.run(topo, derived)
+        derived += load_flows(path, loaded.fleet, topo)
+    return evaluation.run(topo, derived)
 
 
 def summary_json(result: ReachResult) -> dict[str, Any]:

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from dlinfra.checks.reach import topology
+from dlinfra.checks.reach import from_plans
 from dlinfra.checks.reach.engine import AtSite, Endpoint, InVpc, OnClientVpn, OnInternet, evaluate
 from dlinfra.checks.reach.topology import SiteSide, Topology
 
@@ -39,18 +39,18 @@ def vpc(prefix: str, cidr: str, *, tgw: str | None = None) -> list[dict[str, Any
     base = N(cidr)
     a, b, t = list(base.subnets(new_prefix=base.prefixlen + 2))[:3]
     out = [
-        res(topology.VPC, f"{prefix}-vpc", f"vpc-{prefix}", {"cidrBlock": cidr}),
-        res(topology.SUBNET, f"{prefix}-a", f"subnet-{prefix}-a", {"vpcId": f"vpc-{prefix}", "cidrBlock": str(a)}),
-        res(topology.SUBNET, f"{prefix}-b", f"subnet-{prefix}-b", {"vpcId": f"vpc-{prefix}", "cidrBlock": str(b)}),
-        res(topology.ROUTE_TABLE, f"{prefix}-rt", f"rtb-{prefix}", {"vpcId": f"vpc-{prefix}"}),
+        res(from_plans.VPC, f"{prefix}-vpc", f"vpc-{prefix}", {"cidrBlock": cidr}),
+        res(from_plans.SUBNET, f"{prefix}-a", f"subnet-{prefix}-a", {"vpcId": f"vpc-{prefix}", "cidrBlock": str(a)}),
+        res(from_plans.SUBNET, f"{prefix}-b", f"subnet-{prefix}-b", {"vpcId": f"vpc-{prefix}", "cidrBlock": str(b)}),
+        res(from_plans.ROUTE_TABLE, f"{prefix}-rt", f"rtb-{prefix}", {"vpcId": f"vpc-{prefix}"}),
         res(
-            topology.RT_ASSOC,
+            from_plans.RT_ASSOC,
             f"{prefix}-rta-a",
             "x",
             {"subnetId": f"subnet-{prefix}-a", "routeTableId": f"rtb-{prefix}"},
         ),
         res(
-            topology.RT_ASSOC,
+            from_plans.RT_ASSOC,
             f"{prefix}-rta-b",
             "x",
             {"subnetId": f"subnet-{prefix}-b", "routeTableId": f"rtb-{prefix}"},
@@ -58,9 +58,11 @@ def vpc(prefix: str, cidr: str, *, tgw: str | None = None) -> list[dict[str, Any
     ]
     if tgw:
         out += [
-            res(topology.SUBNET, f"{prefix}-t", f"subnet-{prefix}-t", {"vpcId": f"vpc-{prefix}", "cidrBlock": str(t)}),
             res(
-                topology.TGW_VPC,
+                from_plans.SUBNET, f"{prefix}-t", f"subnet-{prefix}-t", {"vpcId": f"vpc-{prefix}", "cidrBlock": str(t)}
+            ),
+            res(
+                from_plans.TGW_VPC,
                 f"{prefix}-att",
                 f"att-{prefix}",
                 {"vpcId": f"vpc-{prefix}", "transitGatewayId": tgw, "subnetIds": [f"subnet-{prefix}-t"]},
@@ -70,9 +72,9 @@ def vpc(prefix: str, cidr: str, *, tgw: str | None = None) -> list[dict[str, Any
 
 
 def sg(name: str, vpc_id: str, *rules: dict[str, Any]) -> list[dict[str, Any]]:
-    out = [res(topology.SG, name, f"sg-{name}", {"vpcId": vpc_id})]
+    out = [res(from_plans.SG, name, f"sg-{name}", {"vpcId": vpc_id})]
     for i, rule in enumerate(rules):
-        kind = topology.SG_INGRESS if rule.pop("direction", "ingress") == "ingress" else topology.SG_EGRESS
+        kind = from_plans.SG_INGRESS if rule.pop("direction", "ingress") == "ingress" else from_plans.SG_EGRESS
         out.append(res(kind, f"{name}-{i}", f"r-{name}-{i}", {"securityGroupId": f"sg-{name}", **rule}))
     return out
 
@@ -87,7 +89,7 @@ def at(topo: Topology, subnet: str, host: int, *groups: str) -> Endpoint:
 
 def route(table: str, cidr: str, **target: str) -> dict[str, Any]:
     return res(
-        topology.ROUTE,
+        from_plans.ROUTE,
         f"route-{table}-{cidr}",
         f"r-{table}-{cidr}",
         {"routeTableId": table, "destinationCidrBlock": cidr, **target},
@@ -110,7 +112,7 @@ def one_vpc() -> Iterator[list[dict[str, Any]]]:
 
 
 def test_a_group_reference_admits_members_of_that_group_only(one_vpc: list[dict[str, Any]]) -> None:
-    topo = topology.build([plan("s", one_vpc)])
+    topo = from_plans.build([plan("s", one_vpc)])
     server = at(topo, "subnet-a-b", 10, "sg-web")
     assert evaluate(topo, at(topo, "subnet-a-a", 10, "sg-client"), server, "tcp", 443).allowed
     denied = evaluate(topo, at(topo, "subnet-a-a", 11, "sg-other"), server, "tcp", 443)
@@ -122,7 +124,7 @@ def test_a_group_reference_admits_members_of_that_group_only(one_vpc: list[dict[
 
 
 def test_egress_is_checked_and_replies_need_no_rule(one_vpc: list[dict[str, Any]]) -> None:
-    topo = topology.build([plan("s", one_vpc)])
+    topo = from_plans.build([plan("s", one_vpc)])
     # web has no egress rule at all: it cannot open a connection, but its replies flow (stateful).
     out = evaluate(topo, at(topo, "subnet-a-b", 10, "sg-web"), at(topo, "subnet-a-a", 10, "sg-client"), "tcp", 443)
     assert not out.allowed and out.denied_at == "security group web" and "no egress rule" in out.reason
@@ -133,7 +135,7 @@ def test_egress_is_checked_and_replies_need_no_rule(one_vpc: list[dict[str, Any]
 
 def test_network_acls_are_stateless_and_first_match_wins(one_vpc: list[dict[str, Any]]) -> None:
     acl = res(
-        topology.NACL,
+        from_plans.NACL,
         "acl-b",
         "acl-b",
         {
@@ -169,7 +171,7 @@ def test_network_acls_are_stateless_and_first_match_wins(one_vpc: list[dict[str,
             ],
         },
     )
-    topo = topology.build([plan("s", [*one_vpc, acl])])
+    topo = from_plans.build([plan("s", [*one_vpc, acl])])
     verdict = evaluate(topo, at(topo, "subnet-a-a", 10, "sg-client"), at(topo, "subnet-a-b", 10, "sg-web"), "tcp", 443)
     assert not verdict.allowed
     assert verdict.denied_at == "reply path: network ACL acl-b"
@@ -183,15 +185,15 @@ def two_vpcs_one_tgw(*extra: dict[str, Any]) -> Topology:
         + vpc("b", "10.2.0.0/16", tgw="tgw-1")
         + [
             res(
-                topology.TGW,
+                from_plans.TGW,
                 "tgw",
                 "tgw-1",
                 {"defaultRouteTableAssociation": "disable", "defaultRouteTablePropagation": "disable"},
             ),
-            res(topology.TGW_RT, "tgw-rt", "tgw-rtb-1", {"transitGatewayId": "tgw-1"}),
+            res(from_plans.TGW_RT, "tgw-rt", "tgw-rtb-1", {"transitGatewayId": "tgw-1"}),
             *(
                 res(
-                    topology.TGW_ASSOC,
+                    from_plans.TGW_ASSOC,
                     f"assoc-{v}",
                     "x",
                     {"transitGatewayRouteTableId": "tgw-rtb-1", "transitGatewayAttachmentId": f"att-{v}"},
@@ -200,7 +202,7 @@ def two_vpcs_one_tgw(*extra: dict[str, Any]) -> Topology:
             ),
             *(
                 res(
-                    topology.TGW_PROP,
+                    from_plans.TGW_PROP,
                     f"prop-{v}",
                     "x",
                     {"transitGatewayRouteTableId": "tgw-rtb-1", "transitGatewayAttachmentId": f"att-{v}"},
@@ -214,7 +216,7 @@ def two_vpcs_one_tgw(*extra: dict[str, Any]) -> Topology:
             *extra,
         ]
     )
-    return topology.build([plan("s", resources)])
+    return from_plans.build([plan("s", resources)])
 
 
 def test_vpcs_reach_each_other_through_propagated_transit_routes() -> None:
@@ -240,7 +242,7 @@ def test_longest_prefix_wins_and_a_blackhole_stops_the_flow() -> None:
 
 def test_a_transit_blackhole_route_beats_the_propagated_one() -> None:
     hole = res(
-        topology.TGW_ROUTE,
+        from_plans.TGW_ROUTE,
         "hole",
         "x",
         {"transitGatewayRouteTableId": "tgw-rtb-1", "destinationCidrBlock": "10.2.0.0/16", "blackhole": True},
@@ -264,11 +266,13 @@ def test_peering_carries_only_static_routes() -> None:
         vpc("a", "10.1.0.0/16", tgw="tgw-1")
         + vpc("b", "10.2.0.0/16", tgw="tgw-2")
         + [
-            res(topology.TGW, "tgw-one", "tgw-1", {}),
-            res(topology.TGW, "tgw-two", "tgw-2", {}),
-            res(topology.TGW_RT, "rt-one", "rt-1", {"transitGatewayId": "tgw-1"}),
-            res(topology.TGW_RT, "rt-two", "rt-2", {"transitGatewayId": "tgw-2"}),
-            res(topology.TGW_PEERING, "peer", "att-p", {"transitGatewayId": "tgw-1", "peerTransitGatewayId": "tgw-2"}),
+            res(from_plans.TGW, "tgw-one", "tgw-1", {}),
+            res(from_plans.TGW, "tgw-two", "tgw-2", {}),
+            res(from_plans.TGW_RT, "rt-one", "rt-1", {"transitGatewayId": "tgw-1"}),
+            res(from_plans.TGW_RT, "rt-two", "rt-2", {"transitGatewayId": "tgw-2"}),
+            res(
+                from_plans.TGW_PEERING, "peer", "att-p", {"transitGatewayId": "tgw-1", "peerTransitGatewayId": "tgw-2"}
+            ),
             res(
                 "aws:ec2transitgateway/peeringAttachmentAccepter:PeeringAttachmentAccepter",
                 "accept",
@@ -277,7 +281,7 @@ def test_peering_carries_only_static_routes() -> None:
             ),
             *(
                 res(
-                    topology.TGW_ASSOC,
+                    from_plans.TGW_ASSOC,
                     f"assoc-{a}-{t}",
                     "x",
                     {"transitGatewayRouteTableId": t, "transitGatewayAttachmentId": a},
@@ -287,7 +291,7 @@ def test_peering_carries_only_static_routes() -> None:
             # Each side propagates its own VPC and the peering attachment: peering propagates nothing.
             *(
                 res(
-                    topology.TGW_PROP,
+                    from_plans.TGW_PROP,
                     f"prop-{a}-{t}",
                     "x",
                     {"transitGatewayRouteTableId": t, "transitGatewayAttachmentId": a},
@@ -295,7 +299,7 @@ def test_peering_carries_only_static_routes() -> None:
                 for a, t in (("att-a", "rt-1"), ("att-p", "rt-1"), ("att-b", "rt-2"), ("att-p", "rt-2"))
             ),
             res(
-                topology.TGW_ROUTE,
+                from_plans.TGW_ROUTE,
                 "one-to-b",
                 "x",
                 {
@@ -310,7 +314,7 @@ def test_peering_carries_only_static_routes() -> None:
             *sg("open2", "vpc-b", dict(ALL_OUT), {"ipProtocol": "-1", "cidrIpv4": "10.0.0.0/8"}),
         ]
     )
-    topo = topology.build([plan("s", resources)])
+    topo = from_plans.build([plan("s", resources)])
     src, dst = at(topo, "subnet-a-a", 10, "sg-open"), at(topo, "subnet-b-a", 10, "sg-open2")
     verdict = evaluate(topo, src, dst, "tcp", 22)
     # There: a static route on side one; back: side two has no route to 10.1/16 (nothing propagates over peering).
@@ -319,7 +323,7 @@ def test_peering_carries_only_static_routes() -> None:
     assert verdict.reason == "no route for 10.1.0.10"
     resources.append(
         res(
-            topology.TGW_ROUTE,
+            from_plans.TGW_ROUTE,
             "two-to-a",
             "x",
             {
@@ -329,7 +333,7 @@ def test_peering_carries_only_static_routes() -> None:
             },
         )
     )
-    topo = topology.build([plan("s", resources)])
+    topo = from_plans.build([plan("s", resources)])
     assert evaluate(topo, src, dst, "tcp", 22).allowed
 
 
@@ -350,10 +354,10 @@ SITE = SiteSide(
 def site_plan(static: bool, *extra: dict[str, Any]) -> list[dict[str, Any]]:
     return [
         *vpc("a", "10.1.0.0/16", tgw="tgw-1"),
-        res(topology.TGW, "tgw", "tgw-1", {}),
-        res(topology.TGW_RT, "tgw-rt", "rt-1", {"transitGatewayId": "tgw-1"}),
+        res(from_plans.TGW, "tgw", "tgw-1", {}),
+        res(from_plans.TGW_RT, "tgw-rt", "rt-1", {"transitGatewayId": "tgw-1"}),
         res(
-            topology.VPN,
+            from_plans.VPN,
             "site-lab-vpn",
             "vpn-1",
             {"transitGatewayId": "tgw-1", "staticRoutesOnly": static, "tags": {"dlinfra:site": "lab"}},
@@ -361,7 +365,7 @@ def site_plan(static: bool, *extra: dict[str, Any]) -> list[dict[str, Any]]:
         ),
         *(
             res(
-                topology.TGW_ASSOC,
+                from_plans.TGW_ASSOC,
                 f"assoc-{a}",
                 "x",
                 {"transitGatewayRouteTableId": "rt-1", "transitGatewayAttachmentId": a},
@@ -370,7 +374,7 @@ def site_plan(static: bool, *extra: dict[str, Any]) -> list[dict[str, Any]]:
         ),
         *(
             res(
-                topology.TGW_PROP,
+                from_plans.TGW_PROP,
                 f"prop-{a}",
                 "x",
                 {"transitGatewayRouteTableId": "rt-1", "transitGatewayAttachmentId": a},
@@ -384,7 +388,7 @@ def site_plan(static: bool, *extra: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def test_bgp_vpn_attachments_propagate_what_the_site_announces() -> None:
-    topo = topology.build([plan("s", site_plan(static=False))], [SITE])
+    topo = from_plans.build([plan("s", site_plan(static=False))], [SITE])
     node = at(topo, "subnet-a-a", 10, "sg-nodes")
     lan = Endpoint("lab host", A("10.9.0.10"), AtSite("lab", "lan"))
     verdict = evaluate(topo, node, lan, "tcp", 22)
@@ -394,31 +398,31 @@ def test_bgp_vpn_attachments_propagate_what_the_site_announces() -> None:
 
 
 def test_static_vpn_attachments_route_only_their_static_routes() -> None:
-    topo = topology.build([plan("s", site_plan(static=True))], [SITE])
+    topo = from_plans.build([plan("s", site_plan(static=True))], [SITE])
     node, lan = at(topo, "subnet-a-a", 10, "sg-nodes"), Endpoint("lab host", A("10.9.0.10"), AtSite("lab", "lan"))
     verdict = evaluate(topo, node, lan, "tcp", 22)
     assert not verdict.allowed and verdict.denied_at == "transit gateway route table tgw-rt (s)"
     with_route = site_plan(
-        True, res(topology.VPN_ROUTE, "r", "x", {"vpnConnectionId": "vpn-1", "destinationCidrBlock": "10.9.0.0/20"})
+        True, res(from_plans.VPN_ROUTE, "r", "x", {"vpnConnectionId": "vpn-1", "destinationCidrBlock": "10.9.0.0/20"})
     )
-    topo = topology.build([plan("s", with_route)], [SITE])
+    topo = from_plans.build([plan("s", with_route)], [SITE])
     assert evaluate(topo, node, lan, "tcp", 22).allowed
 
 
 def test_hybrid_pods_need_a_route_inside_the_site() -> None:
     pod = Endpoint("hybrid pod", A("10.8.0.10"), AtSite("lab", "pods"))
-    topo = topology.build([plan("s", site_plan(static=False))], [SITE])
+    topo = from_plans.build([plan("s", site_plan(static=False))], [SITE])
     verdict = evaluate(topo, at(topo, "subnet-a-a", 10, "sg-nodes"), pod, "tcp", 8080)
     assert not verdict.allowed and verdict.denied_at == "site lab gateway"
     assert "no route to hybrid pod 10.8.0.10 inside the site" in verdict.reason
     routed = SiteSide(**{**SITE.__dict__, "pod_routes": "Cilium BGP"})
-    topo = topology.build([plan("s", site_plan(static=False))], [routed])
+    topo = from_plans.build([plan("s", site_plan(static=False))], [routed])
     assert evaluate(topo, at(topo, "subnet-a-a", 10, "sg-nodes"), pod, "tcp", 8080).allowed
 
 
 def test_a_site_gateway_carries_only_its_ipsec_selectors() -> None:
     narrow = SiteSide(**{**SITE.__dict__, "remote_selectors": (N("10.1.128.0/17"),)})
-    topo = topology.build([plan("s", site_plan(static=False))], [narrow])
+    topo = from_plans.build([plan("s", site_plan(static=False))], [narrow])
     lan = Endpoint("lab host", A("10.9.0.10"), AtSite("lab", "lan"))
     verdict = evaluate(topo, lan, at(topo, "subnet-a-a", 10, "sg-nodes"), "tcp", 22)
     assert not verdict.allowed and verdict.reason == "no IPsec policy carries 10.9.0.10 -> 10.1.0.10"
@@ -429,7 +433,7 @@ def client_vpn_plan(*rules: dict[str, Any]) -> list[dict[str, Any]]:
     return [
         *vpc("a", "10.1.0.0/16"),
         res(
-            topology.CVPN,
+            from_plans.CVPN,
             "cvpn",
             "cvpn-1",
             {
@@ -438,9 +442,9 @@ def client_vpn_plan(*rules: dict[str, Any]) -> list[dict[str, Any]]:
                 "authenticationOptions": [{"type": "federated-authentication"}],
             },
         ),
-        res(topology.CVPN_ASSOC, "assoc", "x", {"clientVpnEndpointId": "cvpn-1", "subnetId": "subnet-a-a"}),
+        res(from_plans.CVPN_ASSOC, "assoc", "x", {"clientVpnEndpointId": "cvpn-1", "subnetId": "subnet-a-a"}),
         *(
-            res(topology.CVPN_AUTH, f"auth-{i}", "x", {"clientVpnEndpointId": "cvpn-1", **r})
+            res(from_plans.CVPN_AUTH, f"auth-{i}", "x", {"clientVpnEndpointId": "cvpn-1", **r})
             for i, r in enumerate(rules)
         ),
         *sg("laptops", "vpc-a", dict(ALL_OUT)),
@@ -457,7 +461,7 @@ def test_client_vpn_needs_the_most_specific_authorization_for_the_group() -> Non
         {"targetNetworkCidr": "10.1.0.0/16", "accessGroupId": "g-vision"},
         {"targetNetworkCidr": "10.1.64.0/18", "accessGroupId": "g-admins"},
     )
-    topo = topology.build([plan("s", client_vpn_plan(*rules))])
+    topo = from_plans.build([plan("s", client_vpn_plan(*rules))])
     vision = Endpoint("laptop", A("10.50.0.10"), OnClientVpn("cvpn-1", "g-vision"))
     assert evaluate(topo, vision, at(topo, "subnet-a-a", 10, "sg-pods"), "tcp", 6006).allowed
     # 10.1.64.0/18 has a more specific rule for admins only: vision is refused there.
@@ -471,10 +475,10 @@ def test_client_vpn_needs_the_most_specific_authorization_for_the_group() -> Non
 def test_the_internet_reaches_nothing_without_a_public_address() -> None:
     resources = [
         *vpc("a", "10.1.0.0/16"),
-        res(topology.IGW, "igw", "igw-1", {"vpcId": "vpc-a"}),
+        res(from_plans.IGW, "igw", "igw-1", {"vpcId": "vpc-a"}),
         *sg("wide", "vpc-a", {"ipProtocol": "-1", "cidrIpv4": "0.0.0.0/0"}),
     ]
-    topo = topology.build([plan("s", resources)])
+    topo = from_plans.build([plan("s", resources)])
     internet = Endpoint("internet", A("198.51.100.7"), OnInternet())
     verdict = evaluate(topo, internet, at(topo, "subnet-a-a", 10, "sg-wide"), "tcp", 22)
     assert not verdict.allowed and "has no public address" in verdict.reason

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from dlinfra.checks.reach import check, intents, topology
+from dlinfra.checks.reach import check, evaluation, from_plans, intents
 from dlinfra.model import planner
 from dlinfra.model.fleet.load import load_fleet
 from tests import reference
@@ -32,11 +32,11 @@ def plans() -> Plans:
     return copy.deepcopy(list(_plans()))
 
 
-def evaluate(mutated: Plans, prefix: str) -> intents.ReachResult:
+def evaluate(mutated: Plans, prefix: str) -> evaluation.ReachResult:
     loaded = load_fleet(REFERENCE_FLEET)
     address_plan = planner.plan(loaded, planner.load_lock(REFERENCE_LOCK))
-    topo = topology.build(mutated, intents.site_sides(loaded.fleet, address_plan, mutated))
-    return intents.run(topo, [i for i in intents.derive(loaded.fleet, topo) if i.id.startswith(prefix)])
+    topo = from_plans.build(mutated, from_plans.site_sides(loaded.fleet, address_plan, mutated))
+    return evaluation.run(topo, [i for i in intents.derive(loaded.fleet, topo) if i.id.startswith(prefix)])
 
 
 def stack(all_plans: Plans, name: str) -> dict[str, Any]:
@@ -256,7 +256,7 @@ def test_a_route_into_another_sites_tunnel_is_refused_as_transit() -> None:
     regional["resources"].append(
         {
             **copy.deepcopy(vpn),
-            "type": topology.TGW_ROUTE,
+            "type": from_plans.TGW_ROUTE,
             "name": "mistake",
             "urn": "urn:x::mistake",
             "outputs": {},
@@ -332,7 +332,7 @@ def test_a_path_between_environments_breaks_the_isolation_intent() -> None:
     )
     add(
         staging,
-        topology.TGW_PEERING,
+        from_plans.TGW_PEERING,
         "leak",
         {"transitGatewayId": s_tgw, "peerTransitGatewayId": p_tgw},
         "tgw-attach-leak",
@@ -346,13 +346,13 @@ def test_a_path_between_environments_breaks_the_isolation_intent() -> None:
     for plan, table, cidr in ((staging, s_rt, p_cidr), (prod, p_rt, s_cidr)):
         add(
             plan,
-            topology.TGW_ASSOC,
+            from_plans.TGW_ASSOC,
             f"leak-assoc-{table}",
             {"transitGatewayRouteTableId": table, "transitGatewayAttachmentId": "tgw-attach-leak"},
         )
         add(
             plan,
-            topology.TGW_ROUTE,
+            from_plans.TGW_ROUTE,
             f"leak-route-{table}",
             {
                 "transitGatewayRouteTableId": table,
@@ -361,15 +361,15 @@ def test_a_path_between_environments_breaks_the_isolation_intent() -> None:
             },
         )
     for plan, tgw, cidr in ((staging, s_tgw, p_cidr), (prod, p_tgw, s_cidr)):
-        for r in [r for r in plan["resources"] if r["type"] == topology.ROUTE_TABLE and "private" in r["name"]]:
+        for r in [r for r in plan["resources"] if r["type"] == from_plans.ROUTE_TABLE and "private" in r["name"]]:
             add(
                 plan,
-                topology.ROUTE,
+                from_plans.ROUTE,
                 f"leak-{r['name']}",
                 {"routeTableId": r["id"], "destinationCidrBlock": cidr, "transitGatewayId": tgw},
             )
     nodes = named(prod, "cluster-nodes-sg")["id"]
-    add(prod, topology.SG_INGRESS, "leak-ingress", {"securityGroupId": nodes, "ipProtocol": "-1", "cidrIpv4": s_cidr})
+    add(prod, from_plans.SG_INGRESS, "leak-ingress", {"securityGroupId": nodes, "ipProtocol": "-1", "cidrIpv4": s_cidr})
     result = evaluate(mutated, "deny-environment/staging->prod")
     assert result.failures
     leak = next(f for f in result.failures if f.destination.label.startswith("pool"))

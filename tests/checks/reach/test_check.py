@@ -1,4 +1,4 @@
-"""`dlinfra reach`, reachability inside `dlinfra check`, the flows file, and the diff's reachability section."""
+"""`dlinfra reach`, reachability inside `dlinfra check`, the diff's reachability section, and `dlinfra access`."""
 
 from __future__ import annotations
 
@@ -12,7 +12,6 @@ from dlinfra.checks import report, runner
 from dlinfra.checks.reach import check
 from dlinfra.checks.reach.check import summary_json
 from dlinfra.cli import main as cli
-from dlinfra.errors import DlinfraError
 from dlinfra.review.diff import render
 from dlinfra.review.diff.changes import Diff
 from dlinfra.review.diff.plans import Topology
@@ -76,63 +75,6 @@ def test_check_reports_reachability_as_blocking_findings_in_json_and_sarif() -> 
     sarif = report.to_sarif(run)
     (reach_run,) = [r for r in sarif["runs"] if r["tool"]["driver"]["name"] == "dlinfra-reach"]
     assert [r["ruleId"] for r in reach_run["results"]] == ["reach-storage"]
-
-
-def test_a_flows_file_adds_intents_and_they_can_fail(tmp_path: Path) -> None:
-    flows = tmp_path / "flows.yaml"
-    flows.write_text(
-        "flows:\n"
-        "  - name: grafana-from-sjc1\n"
-        "    from: {site: sjc1}\n"
-        "    to: {pool: cpu, environment: prod, region: us-west-2}\n"
-        "    ports: [3000]\n"
-        "  - name: no-staging-to-prod-api\n"
-        "    from: {pool: cpu, environment: staging}\n"
-        "    to: {control_plane: true, environment: prod}\n"
-        "    ports: [443]\n"
-        "    expect: deny\n"
-        "  - name: internet-to-efs\n"
-        "    from: {internet: true}\n"
-        "    to: {efs: true, environment: prod}\n"
-        "    ports: [2049]\n"
-        "    expect: allow\n"
-    )
-    result = check.analyse(REFERENCE_FLEET, REFERENCE_LOCK, plans(), flows)
-    user = {i.id for i in result.intents if i.family == "user"}
-    assert user == {"user/grafana-from-sjc1", "user/no-staging-to-prod-api", "user/internet-to-efs"}
-    failing = {f.intent.id for f in result.failures}
-    assert failing == {"user/internet-to-efs"}  # the internet reaches no mount target: the user's wish fails
-
-
-@pytest.mark.parametrize(
-    ("text", "key", "message"),
-    [
-        (
-            "flows:\n  - name: x\n    from: {pool: cpu}\n    to: {pool: cpu}\n    colour: red\n",
-            "flows.0.colour",
-            "Extra inputs",
-        ),
-        (
-            "flows:\n  - name: x\n    from: {pool: cpu, site: sjc1}\n    to: {pool: cpu}\n",
-            "flows.0.from",
-            "exactly one of",
-        ),
-        ("flows:\n  - name: x\n    from: {pool: gpu-huge}\n    to: {pool: cpu}\n", "flows.0.from", "selects nothing"),
-        ("flows:\n  - name: x\n    from: {site: nowhere}\n    to: {pool: cpu}\n", "flows.0.from.site", "unknown site"),
-        (
-            "flows:\n  - name: x\n    from: {pool: cpu}\n    to: {pool: cpu}\n    ports: [70000]\n",
-            "flows.0.ports",
-            "not in 1-65535",
-        ),
-    ],
-)
-def test_bad_flows_files_name_the_file_and_key(tmp_path: Path, text: str, key: str, message: str) -> None:
-    flows = tmp_path / "flows.yaml"
-    flows.write_text(text)
-    with pytest.raises(DlinfraError) as caught:
-        check.analyse(REFERENCE_FLEET, REFERENCE_LOCK, plans(), flows)
-    assert caught.value.file == str(flows) and caught.value.key == key
-    assert message in str(caught.value)
 
 
 def test_the_diff_shows_what_a_change_breaks() -> None:
