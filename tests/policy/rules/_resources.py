@@ -7,6 +7,8 @@ import ipaddress
 from collections.abc import Callable, Sequence
 from typing import Any
 
+import pytest
+
 from policy.dlinfra_policy.rules.catalog import RULES
 from policy.dlinfra_policy.rules.core import AddressPlan, Context, Resource, ResourceRule
 
@@ -65,3 +67,21 @@ def messages(rule_name: str, resources: Sequence[Resource], ctx: Context = CTX) 
     if isinstance(rule, ResourceRule):
         return [m for r in resources for m in rule.check(r, ctx)]
     return [v.message for v in rule.check(resources, ctx)]
+
+
+Cases = dict[str, tuple[Sequence[Resource], Sequence[Resource]]]  # rule -> (resources it passes, ones it flags)
+
+
+def pass_and_fail(cases: Cases) -> tuple[Callable[[str], None], Callable[[str], None]]:
+    """The two tests every area runs over its cases: each rule passes its good resources and flags its bad ones.
+    An area module binds them as `test_rule_passes_good_resources, test_rule_flags_bad_resources = ...`."""
+
+    @pytest.mark.parametrize("rule_name", sorted(cases))
+    def passes(rule_name: str) -> None:
+        assert messages(rule_name, cases[rule_name][0]) == []
+
+    @pytest.mark.parametrize("rule_name", sorted(cases))
+    def flags(rule_name: str) -> None:
+        assert messages(rule_name, cases[rule_name][1]), f"{rule_name} let a bad resource through"
+
+    return passes, flags

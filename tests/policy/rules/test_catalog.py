@@ -2,32 +2,21 @@
 
 from __future__ import annotations
 
+import importlib
+import pkgutil
+from pathlib import Path
+
 from policy.dlinfra_policy.rules.catalog import RULES
 from policy.dlinfra_policy.rules.core import ResourceRule
-from tests.policy.rules import (
-    test_cluster,
-    test_compute,
-    test_conventions,
-    test_iam,
-    test_network,
-    test_platform,
-    test_state,
-    test_storage,
-    test_vpn,
-)
 from tests.policy.rules._resources import CTX, TAGS, VPC, res
 
-AREAS = (
-    test_cluster,
-    test_compute,
-    test_conventions,
-    test_iam,
-    test_network,
-    test_platform,
-    test_state,
-    test_storage,
-    test_vpn,
-)
+# Every area's test module: the ones beside this file that hold CASES.
+AREAS = [
+    module
+    for info in pkgutil.iter_modules([str(Path(__file__).parent)])
+    if info.name.startswith("test_")
+    and hasattr(module := importlib.import_module(f"tests.policy.rules.{info.name}"), "CASES")
+]
 
 
 def test_every_rule_has_cases() -> None:

@@ -9,7 +9,7 @@ import pytest
 
 from policy.dlinfra_policy.rules.cluster import EKS_CLUSTER
 from policy.dlinfra_policy.rules.core import Resource
-from tests.policy.rules._resources import CTX, messages, res
+from tests.policy.rules._resources import CTX, messages, pass_and_fail, res
 
 # rule -> (resources that pass, resources that fail).
 CASES: dict[str, tuple[list[Resource], list[Resource]]] = {
@@ -34,14 +34,7 @@ CASES: dict[str, tuple[list[Resource], list[Resource]]] = {
 }
 
 
-@pytest.mark.parametrize("rule_name", sorted(CASES))
-def test_rule_passes_good_resources(rule_name: str) -> None:
-    assert messages(rule_name, CASES[rule_name][0]) == []
-
-
-@pytest.mark.parametrize("rule_name", sorted(CASES))
-def test_rule_flags_bad_resources(rule_name: str) -> None:
-    assert messages(rule_name, CASES[rule_name][1]), f"{rule_name} let a bad resource through"
+test_rule_passes_good_resources, test_rule_flags_bad_resources = pass_and_fail(CASES)
 
 
 @pytest.mark.parametrize(

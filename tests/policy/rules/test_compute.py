@@ -15,7 +15,7 @@ from policy.dlinfra_policy.rules.compute import (
     imdsv2_required,
 )
 from policy.dlinfra_policy.rules.core import Resource
-from tests.policy.rules._resources import ASG, CTX, LT, messages, res
+from tests.policy.rules._resources import ASG, CTX, LT, pass_and_fail, res
 
 GPU_TAG = GPU_TEMPLATE_TAG
 CA = AUTOSCALER
@@ -64,14 +64,7 @@ CASES: dict[str, tuple[list[Resource], list[Resource]]] = {
 }
 
 
-@pytest.mark.parametrize("rule_name", sorted(CASES))
-def test_rule_passes_good_resources(rule_name: str) -> None:
-    assert messages(rule_name, CASES[rule_name][0]) == []
-
-
-@pytest.mark.parametrize("rule_name", sorted(CASES))
-def test_rule_flags_bad_resources(rule_name: str) -> None:
-    assert messages(rule_name, CASES[rule_name][1]), f"{rule_name} let a bad resource through"
+test_rule_passes_good_resources, test_rule_flags_bad_resources = pass_and_fail(CASES)
 
 
 def test_imdsv2_disabled_endpoint_is_fine_and_unset_is_not() -> None:

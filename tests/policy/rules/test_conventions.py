@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import pytest
-
 from policy.dlinfra_policy.rules.conventions import required_tags
 from policy.dlinfra_policy.rules.core import Resource
-from tests.policy.rules._resources import ASG, CTX, DEFAULT_PROVIDER, STACK, TAGS, VPC, messages, res
+from tests.policy.rules._resources import ASG, CTX, DEFAULT_PROVIDER, STACK, TAGS, VPC, messages, pass_and_fail, res
 
 # rule -> (resources that pass, resources that fail).
 CASES: dict[str, tuple[list[Resource], list[Resource]]] = {
@@ -36,14 +34,7 @@ CASES: dict[str, tuple[list[Resource], list[Resource]]] = {
 }
 
 
-@pytest.mark.parametrize("rule_name", sorted(CASES))
-def test_rule_passes_good_resources(rule_name: str) -> None:
-    assert messages(rule_name, CASES[rule_name][0]) == []
-
-
-@pytest.mark.parametrize("rule_name", sorted(CASES))
-def test_rule_flags_bad_resources(rule_name: str) -> None:
-    assert messages(rule_name, CASES[rule_name][1]), f"{rule_name} let a bad resource through"
+test_rule_passes_good_resources, test_rule_flags_bad_resources = pass_and_fail(CASES)
 
 
 def test_required_tags_read_autoscaling_group_tag_lists() -> None:

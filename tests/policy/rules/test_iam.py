@@ -5,10 +5,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
-import pytest
-
 from policy.dlinfra_policy.rules.core import Resource
-from tests.policy.rules._resources import messages, res
+from tests.policy.rules._resources import pass_and_fail, res
 
 
 def _trust(service: str, *, scoped: bool) -> dict[str, Any]:
@@ -36,11 +34,4 @@ CASES: dict[str, tuple[list[Resource], list[Resource]]] = {
 }
 
 
-@pytest.mark.parametrize("rule_name", sorted(CASES))
-def test_rule_passes_good_resources(rule_name: str) -> None:
-    assert messages(rule_name, CASES[rule_name][0]) == []
-
-
-@pytest.mark.parametrize("rule_name", sorted(CASES))
-def test_rule_flags_bad_resources(rule_name: str) -> None:
-    assert messages(rule_name, CASES[rule_name][1]), f"{rule_name} let a bad resource through"
+test_rule_passes_good_resources, test_rule_flags_bad_resources = pass_and_fail(CASES)

@@ -15,7 +15,7 @@ from policy.dlinfra_policy.rules.network import (
     vpc_cidrs_planned,
     vpcs_disjoint,
 )
-from tests.policy.rules._resources import CTX, TAGS, VPC, messages, res
+from tests.policy.rules._resources import CTX, TAGS, VPC, pass_and_fail, res
 
 WORLD_22 = {"protocol": "tcp", "fromPort": 22.0, "toPort": 22.0, "cidrBlocks": ["0.0.0.0/0"]}
 LAN_22 = {"protocol": "tcp", "fromPort": 22.0, "toPort": 22.0, "cidrBlocks": ["10.200.0.0/20"]}
@@ -45,14 +45,7 @@ CASES: dict[str, tuple[list[Resource], list[Resource]]] = {
 }
 
 
-@pytest.mark.parametrize("rule_name", sorted(CASES))
-def test_rule_passes_good_resources(rule_name: str) -> None:
-    assert messages(rule_name, CASES[rule_name][0]) == []
-
-
-@pytest.mark.parametrize("rule_name", sorted(CASES))
-def test_rule_flags_bad_resources(rule_name: str) -> None:
-    assert messages(rule_name, CASES[rule_name][1]), f"{rule_name} let a bad resource through"
+test_rule_passes_good_resources, test_rule_flags_bad_resources = pass_and_fail(CASES)
 
 
 @pytest.mark.parametrize(

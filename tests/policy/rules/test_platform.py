@@ -20,7 +20,7 @@ from policy.dlinfra_policy.rules.platform import (
     team_namespaces_pod_security,
     tolerates,
 )
-from tests.policy.rules._resources import CTX, messages, res
+from tests.policy.rules._resources import CTX, pass_and_fail, res
 
 MAINTENANCE = "aws-node-termination-handler/scheduled-maintenance"
 GPU_TAINT = {"key": "nvidia.com/gpu", "value": "true", "effect": "NoSchedule"}
@@ -82,14 +82,7 @@ CASES: dict[str, tuple[list[Resource], list[Resource]]] = {
 }
 
 
-@pytest.mark.parametrize("rule_name", sorted(CASES))
-def test_rule_passes_good_resources(rule_name: str) -> None:
-    assert messages(rule_name, CASES[rule_name][0]) == []
-
-
-@pytest.mark.parametrize("rule_name", sorted(CASES))
-def test_rule_flags_bad_resources(rule_name: str) -> None:
-    assert messages(rule_name, CASES[rule_name][1]), f"{rule_name} let a bad resource through"
+test_rule_passes_good_resources, test_rule_flags_bad_resources = pass_and_fail(CASES)
 
 
 def test_team_namespace_without_an_enforced_level_is_flagged() -> None:

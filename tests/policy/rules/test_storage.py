@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import json
 
-import pytest
-
 from policy.dlinfra_policy.rules.compute import INSTANCE
 from policy.dlinfra_policy.rules.core import Resource
 from policy.dlinfra_policy.rules.storage import (
@@ -18,7 +16,7 @@ from policy.dlinfra_policy.rules.storage import (
     s3_encrypted,
     s3_no_public_access,
 )
-from tests.policy.rules._resources import CTX, LT, messages, res
+from tests.policy.rules._resources import CTX, LT, pass_and_fail, res
 
 BUCKET = res("aws:s3/bucket:Bucket", "data", id="dlinfra-data")(bucket="dlinfra-data")
 SSE = "aws:s3/bucketServerSideEncryptionConfiguration:BucketServerSideEncryptionConfiguration"
@@ -83,14 +81,7 @@ CASES: dict[str, tuple[list[Resource], list[Resource]]] = {
 }
 
 
-@pytest.mark.parametrize("rule_name", sorted(CASES))
-def test_rule_passes_good_resources(rule_name: str) -> None:
-    assert messages(rule_name, CASES[rule_name][0]) == []
-
-
-@pytest.mark.parametrize("rule_name", sorted(CASES))
-def test_rule_flags_bad_resources(rule_name: str) -> None:
-    assert messages(rule_name, CASES[rule_name][1]), f"{rule_name} let a bad resource through"
+test_rule_passes_good_resources, test_rule_flags_bad_resources = pass_and_fail(CASES)
 
 
 def test_ebs_launch_template_without_block_devices_is_flagged() -> None:

@@ -14,7 +14,7 @@ from policy.dlinfra_policy.rules.vpn import (
     VPN_CONNECTION,
     vpn_strong_crypto,
 )
-from tests.policy.rules._resources import CTX, messages, res
+from tests.policy.rules._resources import CTX, pass_and_fail, res
 
 STRONG_VPN = {
     f"tunnel{t}{key}": value
@@ -67,14 +67,7 @@ CASES: dict[str, tuple[list[Resource], list[Resource]]] = {
 }
 
 
-@pytest.mark.parametrize("rule_name", sorted(CASES))
-def test_rule_passes_good_resources(rule_name: str) -> None:
-    assert messages(rule_name, CASES[rule_name][0]) == []
-
-
-@pytest.mark.parametrize("rule_name", sorted(CASES))
-def test_rule_flags_bad_resources(rule_name: str) -> None:
-    assert messages(rule_name, CASES[rule_name][1]), f"{rule_name} let a bad resource through"
+test_rule_passes_good_resources, test_rule_flags_bad_resources = pass_and_fail(CASES)
 
 
 @pytest.mark.parametrize(
