@@ -5,6 +5,7 @@ from __future__ import annotations
 from policy.dlinfra_policy.rules.catalog import RULES
 from policy.dlinfra_policy.rules.core import ResourceRule
 from tests.policy.rules import (
+    test_ci,
     test_cluster,
     test_compute,
     test_conventions,
@@ -18,6 +19,7 @@ from tests.policy.rules import (
 from tests.policy.rules._resources import CTX, TAGS, VPC, res
 
 AREAS = (
+    test_ci,
     test_cluster,
     test_compute,
     test_conventions,
