@@ -1,17 +1,20 @@
-"""CiRunner: a CodeBuild-hosted GitHub Actions runner in the region's private subnets.
+"""CiRunner: a CodeBuild-hosted GitHub Actions runner in the region's private subnets, for one workflow.
 
-The EKS endpoint is private, so the in-cluster stack (`<env>-<region>-k8s`) can only be applied from inside the
-VPC. CodeBuild starts an ephemeral runner per queued workflow job whose `runs-on` names this project
-(`codebuild-<project>-${{ github.run_id }}-${{ github.run_attempt }}`; AWS CodeBuild user guide, "Tutorial:
-Configure a CodeBuild-hosted GitHub Actions runner"). The runner's own role is minimal: it can write its logs,
-attach to the VPC and use the GitHub connection, nothing else. The workflow jobs get their AWS identity by OIDC
-(the fleet's apply or preview role), so what a job may change is decided by that role and its EKS access entry.
+The EKS endpoint is private, so the in-cluster stack (`<env>-<region>-k8s`) can only be applied, or previewed for
+real, from inside the VPC. CodeBuild starts an ephemeral runner per queued workflow job whose `runs-on` names the
+project (`codebuild-<project>-${{ github.run_id }}-${{ github.run_attempt }}`; AWS CodeBuild user guide, "Tutorial:
+Configure a CodeBuild-hosted GitHub Actions runner") and that the webhook's filters admit. Each region has one
+runner per purpose (dlinfra.model.ci): apply.yml's jobs from the default branch, and preview.yml's pull-request jobs
+where previews are real; separate projects, roles and security groups, so pull-request code never runs where
+applies do. The runner's own role is minimal: it can write its logs, attach to the VPC and use the GitHub
+connection, nothing else. The workflow jobs get their AWS identity by OIDC (the fleet's apply or preview role), so
+what a job may change is decided by that role and its EKS access entry.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import pulumi
@@ -20,17 +23,21 @@ import pulumi_aws as aws
 from components import security_groups as sg
 from components.iam import scoped_service_trust
 from components.network import LOG_RETENTION_DAYS
-from dlinfra.model import stackroles
+from dlinfra.model import ci, stackroles
 from dlinfra.model.naming import Names
 
-# A curated CodeBuild image with the AWS CLI (the Kubernetes provider calls `aws eks get-token`), Python and git.
-DEFAULT_IMAGE = "aws/codebuild/amazonlinux-x86_64-standard:5.0"
+# Ubuntu 22.04 (aws-codebuild-docker-images, ubuntu/standard/7.0): every in-VPC job starts with actions/setup-python,
+# which has Python builds for Ubuntu only (dlinfra/data/codebuild_images.yaml gives the sources). It also carries
+# the AWS CLI v2, which the Kubernetes provider calls (`aws eks get-token`), and git.
+DEFAULT_IMAGE = "aws/codebuild/standard:7.0"
 _REPOSITORY = re.compile(r"https://github\.com/[A-Za-z0-9-]{1,39}/[A-Za-z0-9._-]{1,100}")
 
 
 @dataclass(frozen=True, kw_only=True)
 class CiRunnerArgs:
     names: Names  # naming and tags of this (regional) stack
+    purpose: ci.Purpose  # apply: apply.yml's in-cluster jobs; preview: preview.yml's in-VPC jobs
+    filters: Sequence[ci.WebhookFilter]  # the webhook's filter group (dlinfra.model.ci.webhook_filters)
     vpc_id: pulumi.Input[str]  # the region's VPC
     vpc_cidr: str  # the VPC block: the EKS private endpoint and interface endpoints live there
     subnet_ids: Mapping[str, pulumi.Input[str]]  # AZ -> private subnet (egress through NAT) the builds run in
@@ -38,7 +45,7 @@ class CiRunnerArgs:
     connection_arn: str  # AWS CodeConnections connection to GitHub (fleet: environments.<env>.ci.connection_arn)
     log_kms_key_arn: pulumi.Input[str]  # KMS key of the build log group (Network.log_key_arn)
     compute_type: str = "BUILD_GENERAL1_SMALL"  # 3 GB, 2 vCPUs: enough for `pulumi up` of the in-cluster stack
-    image: str = DEFAULT_IMAGE  # CodeBuild curated image
+    image: str = DEFAULT_IMAGE  # CodeBuild curated image; one actions/setup-python has Python builds for
     timeout_minutes: int = 120  # a job's limit; Helm releases with `atomic` can take long (CodeBuild: 5..2160)
     concurrent_build_limit: int = 2  # jobs at once; the in-cluster stack is applied one at a time anyway
     log_retention_days: int = 365  # days build logs are kept; a value CloudWatch Logs accepts
@@ -54,10 +61,17 @@ class CiRunnerArgs:
             raise ValueError(f"concurrent_build_limit: must be at least 1, got {self.concurrent_build_limit}")
         if self.log_retention_days not in LOG_RETENTION_DAYS:
             raise ValueError(f"log_retention_days: {self.log_retention_days} is not a CloudWatch Logs retention")
+        problem = ci.setup_python_problem(self.image)
+        if problem is not None:
+            raise ValueError(f"image: {problem}")
+        types = {f.type for f in self.filters if not f.exclude}
+        if ci.WebhookFilter("EVENT", ci.JOB_QUEUED) not in self.filters or "WORKFLOW_NAME" not in types:
+            # Without them any workflow job that names the runner's label runs inside the VPC.
+            raise ValueError(f"filters: need EVENT {ci.JOB_QUEUED} and a WORKFLOW_NAME filter, got {self.filters}")
 
 
 class CiRunner(pulumi.ComponentResource):
-    """CodeBuild project, webhook for queued workflow jobs, its role, security group and log group."""
+    """CodeBuild project, webhook for its workflow's queued jobs, its role, security group and log group."""
 
     project_name: pulumi.Output[str]
     runner_label: pulumi.Output[str]  # the runs-on prefix: codebuild-<project>
@@ -68,7 +82,8 @@ class CiRunner(pulumi.ComponentResource):
         super().__init__("dlinfra:ci:CiRunner", name, None, opts)
         names = args.names
         child = pulumi.ResourceOptions(parent=self)
-        project_name = names.physical(stackroles.RUNNER_COMPONENT)
+        component = stackroles.RUNNER_COMPONENTS[args.purpose]
+        project_name = names.physical(component)
         tags = names.tags("ci", project_name)
         invoke = pulumi.InvokeOutputOptions(parent=self)
         account_id = aws.get_caller_identity_output(opts=invoke).account_id
@@ -90,7 +105,7 @@ class CiRunner(pulumi.ComponentResource):
         group = aws.ec2.SecurityGroup(
             f"{name}-sg",
             name=project_name,
-            description="In-VPC CI runner: HTTPS out only",
+            description=f"In-VPC CI runner ({args.purpose}): HTTPS out only",
             vpc_id=args.vpc_id,
             tags=tags,
             opts=child,
@@ -106,7 +121,7 @@ class CiRunner(pulumi.ComponentResource):
 
         role = aws.iam.Role(
             f"{name}-role",
-            name=names.physical("ci-runner", max_len=64),
+            name=names.physical(component, max_len=64),
             assume_role_policy=pulumi.Output.json_dumps(
                 scoped_service_trust("codebuild.amazonaws.com", account_id, project_arn)
             ),
@@ -136,7 +151,7 @@ class CiRunner(pulumi.ComponentResource):
         project = aws.codebuild.Project(
             f"{name}-project",
             name=project_name,
-            description=f"GitHub Actions runner inside {names.prefix}'s VPC (in-cluster stacks)",
+            description=f"GitHub Actions runner inside {names.prefix}'s VPC for {ci.WORKFLOWS[args.purpose]}.yml",
             service_role=role.arn,
             build_timeout=args.timeout_minutes,
             concurrent_build_limit=args.concurrent_build_limit,
@@ -172,10 +187,16 @@ class CiRunner(pulumi.ComponentResource):
             f"{name}-webhook",
             project_name=project.name,
             build_type="BUILD",
-            # Only queued workflow jobs: the runner never builds pushes or pull requests by itself.
+            # Only its own workflow's queued jobs (and for apply, from the default branch): any other job that asks
+            # for the label stays queued on GitHub. The runner never builds pushes or pull requests by itself.
             filter_groups=[
                 aws.codebuild.WebhookFilterGroupArgs(
-                    filters=[aws.codebuild.WebhookFilterGroupFilterArgs(type="EVENT", pattern="WORKFLOW_JOB_QUEUED")]
+                    filters=[
+                        aws.codebuild.WebhookFilterGroupFilterArgs(
+                            type=f.type, pattern=f.pattern, exclude_matched_pattern=f.exclude
+                        )
+                        for f in args.filters
+                    ]
                 )
             ],
             opts=pulumi.ResourceOptions(parent=project),

@@ -10,7 +10,7 @@ from components.network import Network, NetworkArgs
 from components.platform_aws import PlatformAws, PlatformAwsArgs, PoolGroup
 from components.site_vpn import SiteVpn, SiteVpnArgs
 from components.transit import TransitHub, TransitHubArgs
-from dlinfra.model import dns, planner, sites
+from dlinfra.model import ci, dns, planner, sites, stackroles
 from stacks.cluster import declare_cluster
 from stacks.compute import declare_pools
 from stacks.context import StackContext, aws_provider
@@ -172,22 +172,29 @@ def declare(ctx: StackContext) -> None:
     # Read by the in-cluster stack (`<env>-<region>-k8s`) through StackReference.
     pulumi.export("termination_queue_url", platform.termination_queue_url)
     if environment.ci is not None:
-        # The runner that applies this region's in-cluster stack from inside the VPC (apply.yml, job k8s).
-        runner = CiRunner(
-            "ci-runner",
-            CiRunnerArgs(
-                names=names,
-                vpc_id=network.vpc_id,
-                vpc_cidr=vpc_cidr,
-                subnet_ids=private,
-                repository=environment.ci.repository,
-                connection_arn=environment.ci.connection_arn,
-                log_kms_key_arn=network.log_key_arn,
-            ),
-            opts=in_region,
-        )
-        pulumi.export("ci_runner_project", runner.project_name)
-        pulumi.export("ci_runner_label", runner.runner_label)
+        # The runners that apply (apply.yml, job k8s) and, where pull requests get real previews, preview (preview.yml,
+        # job preview-in-vpc) this region's in-cluster stack from inside the VPC: separate projects and roles.
+        purposes = [p for p in ci.PURPOSES if p == "apply" or environment.ci.pull_request_preview]
+        runners = {
+            purpose: CiRunner(
+                stackroles.RUNNER_COMPONENTS[purpose],
+                CiRunnerArgs(
+                    names=names,
+                    purpose=purpose,
+                    filters=ci.webhook_filters(purpose, actor_ids=environment.ci.runner_actor_ids),
+                    vpc_id=network.vpc_id,
+                    vpc_cidr=vpc_cidr,
+                    subnet_ids=private,
+                    repository=environment.ci.repository,
+                    connection_arn=environment.ci.connection_arn,
+                    log_kms_key_arn=network.log_key_arn,
+                ),
+                opts=in_region,
+            )
+            for purpose in purposes
+        }
+        pulumi.export("ci_runner_projects", {p: r.project_name for p, r in runners.items()})
+        pulumi.export("ci_runner_labels", {p: r.runner_label for p, r in runners.items()})
     if parts.hybrid is not None:
         pulumi.export("hybrid_role_arn", parts.hybrid.role_arn)
         # Secret: `dlinfra site render` turns it into each site's nodeadm NodeConfig.

@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 import yaml
 
+from dlinfra.model import ci
 from tests.conftest import ROOT
 
 WORKFLOWS = sorted((ROOT / ".github" / "workflows").glob("*.yml"))
@@ -163,3 +164,68 @@ def test_the_apply_token_is_an_environment_secret() -> None:
     assert set(users) == {"regional", "k8s", "global"}
     for name, job in users.items():
         assert job["environment"] == "${{ matrix.target.environment }}", name
+
+
+# --- the in-VPC jobs and the runner image they run on ----------------------------------------------------------
+RUNNER_LABEL = "${{ matrix.target.runs_on }}-${{ github.run_id }}-${{ github.run_attempt }}"
+
+
+def _in_vpc_jobs() -> dict[str, dict[str, Any]]:
+    """`<workflow>:<job>` -> job, for the jobs that run on an in-VPC CodeBuild runner: their runs-on is the runner
+    label `dlinfra stacks --json` / `dlinfra diff --touched` give, or names a `codebuild-` project itself."""
+    out = {}
+    for path in WORKFLOWS:
+        for name, job in _load(path)["jobs"].items():
+            labels = job["runs-on"] if isinstance(job["runs-on"], list) else [job["runs-on"]]
+            if any(str(label) == RUNNER_LABEL or str(label).startswith("codebuild-") for label in labels):
+                out[f"{path.name}:{name}"] = job
+    return out
+
+
+def python_problems(jobs: dict[str, dict[str, Any]], project_images: set[str]) -> list[str]:
+    """Jobs that start actions/setup-python on a runner image it has no Python builds for. A job's `image:` label
+    overrides the project's image (CodeBuild user guide, "Label overrides supported with the CodeBuild-hosted
+    GitHub Actions runner")."""
+    table = ci.image_table()
+    out = []
+    for where, job in jobs.items():
+        if not any(str(step.get("uses", "")).startswith("actions/setup-python@") for step in job.get("steps", [])):
+            continue
+        labels = job["runs-on"] if isinstance(job["runs-on"], list) else [job["runs-on"]]
+        overrides = [str(label).removeprefix("image:") for label in labels if str(label).startswith("image:")]
+        unknown = [o for o in overrides if o not in table.labels]
+        out += [f"{where}: image:{o} is not in dlinfra/data/codebuild_images.yaml" for o in unknown]
+        images = {table.labels[o] for o in overrides if o in table.labels} if overrides else project_images
+        out += [f"{where}: {problem}" for image in sorted(images) if (problem := ci.setup_python_problem(image))]
+    return out
+
+
+def _project_images() -> set[str]:
+    from tests.reference import of_type, runs
+
+    return {p.inputs["environment"]["image"] for r in runs().values() for p in of_type(r, CODEBUILD_PROJECT)}
+
+
+CODEBUILD_PROJECT = "aws:codebuild/project:Project"
+
+
+def test_in_vpc_jobs_get_python_where_the_runner_image_has_it() -> None:
+    jobs = _in_vpc_jobs()
+    assert set(jobs) == {"apply.yml:k8s", "preview.yml:preview-in-vpc"}
+    images = _project_images()
+    assert images, "the reference fleet declares in-VPC runners"
+    assert python_problems(jobs, images) == []
+
+
+def test_setup_python_on_amazon_linux_is_refused() -> None:
+    # The combination the runner had: setup-python finds no Python for Amazon Linux (setup-python issues 92, 96).
+    jobs = _in_vpc_jobs()
+    problems = python_problems(jobs, {"aws/codebuild/amazonlinux-x86_64-standard:5.0"})
+    assert len(problems) == len(jobs) and "amazonlinux 2023 x64, where actions/setup-python" in problems[0]
+    # So is the same image picked by a job's label override on an Ubuntu project.
+    job = dict(jobs["apply.yml:k8s"], **{"runs-on": [RUNNER_LABEL, "image:linux-5.0"]})
+    assert python_problems({"apply.yml:k8s": job}, {"aws/codebuild/standard:7.0"})
+    job = dict(jobs["apply.yml:k8s"], **{"runs-on": [RUNNER_LABEL, "image:ubuntu-9.9"]})
+    assert python_problems({"apply.yml:k8s": job}, {"aws/codebuild/standard:7.0"}) == [
+        "apply.yml:k8s: image:ubuntu-9.9 is not in dlinfra/data/codebuild_images.yaml"
+    ]

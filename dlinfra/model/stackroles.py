@@ -13,11 +13,14 @@ from dataclasses import dataclass
 from typing import Literal
 
 from dlinfra.errors import StackNameError
+from dlinfra.model.ci import Purpose
 from dlinfra.model.fleet.schema import Fleet
 from dlinfra.model.naming import Names
 
 K8S_SUFFIX = "k8s"
-RUNNER_COMPONENT = "ci-runner"  # the in-VPC runner's CodeBuild project: Names.physical(RUNNER_COMPONENT)
+# The in-VPC runners' CodeBuild projects: Names.physical(RUNNER_COMPONENTS[purpose]). Apply and preview are
+# separate projects with separate roles, so pull-request code never runs where applies do.
+RUNNER_COMPONENTS: dict[Purpose, str] = {"apply": "ci-apply", "preview": "ci-preview"}
 
 
 @dataclass(frozen=True)
@@ -90,20 +93,28 @@ def dependencies(fleet: Fleet, role: StackRole) -> list[StackRole]:
     return [StackRole("regional", role.environment, r) for r in fleet.environments[role.environment].regions]
 
 
-def runner_project(fleet: Fleet, role: StackRole) -> str:
-    """The CodeBuild project of the in-VPC runner that applies an in-cluster stack (declared by its region)."""
+def runner_project(fleet: Fleet, role: StackRole, purpose: Purpose = "apply") -> str:
+    """The CodeBuild project of the in-VPC runner that applies (or previews) an in-cluster stack, declared by its
+    region. The preview runner exists only where the environment allows real pull-request previews."""
     if role.kind != "k8s" or role.region is None:
         raise ValueError(f"{role.name}: only in-cluster stacks run on the in-VPC runner")
-    return Names(fleet.project, role.environment, role.region).physical(RUNNER_COMPONENT)
+    return Names(fleet.project, role.environment, role.region).physical(RUNNER_COMPONENTS[purpose])
 
 
-def runs_on(fleet: Fleet, role: StackRole) -> str:
-    """Where a stack is applied: `github-hosted`, or the label prefix of the region's CodeBuild-hosted runner.
+def runs_on(fleet: Fleet, role: StackRole, purpose: Purpose = "apply") -> str:
+    """Where a stack is applied (or previewed): `github-hosted`, or the label prefix of the region's CodeBuild-hosted
+    runner for that purpose.
 
     A workflow job targets a CodeBuild runner with `runs-on: <prefix>-${{ github.run_id }}-${{ github.run_attempt }}`
     (AWS CodeBuild, "Tutorial: Configure a CodeBuild-hosted GitHub Actions runner").
     """
-    return f"codebuild-{runner_project(fleet, role)}" if role.runs_in_vpc else "github-hosted"
+    return f"codebuild-{runner_project(fleet, role, purpose)}" if role.runs_in_vpc else "github-hosted"
+
+
+def has_preview_runner(fleet: Fleet, environment: str) -> bool:
+    """Whether an environment's regions declare a preview runner: only where pull requests get a real preview."""
+    ci = fleet.environments[environment].ci
+    return bool(ci and ci.pull_request_preview)
 
 
 def rows(fleet: Fleet, selected: list[StackRole]) -> dict[str, list[dict[str, str]]]:
@@ -125,5 +136,4 @@ def rows(fleet: Fleet, selected: list[StackRole]) -> dict[str, list[dict[str, st
 def pull_request_preview(fleet: Fleet, role: StackRole) -> bool:
     """True when pull requests get a real `pulumi preview` of the stack: its environment says so (ci), since
     the preview credential can then decrypt that environment's state."""
-    ci = fleet.environments[role.environment].ci
-    return bool(ci and ci.pull_request_preview)
+    return has_preview_runner(fleet, role.environment)

@@ -5,71 +5,156 @@ from __future__ import annotations
 import json
 
 import pytest
+import yaml
 
 from components.ci_runner import CiRunnerArgs
-from dlinfra.model import stackroles
+from dlinfra.model import ci, stackroles
 from dlinfra.model.naming import Names
+from dlinfra.offline import plan_export
+from dlinfra.review.diff.compare import compare, touched
+from dlinfra.review.diff.plans import PlanSet
+from tests.conftest import ROOT
 from tests.reference import REGIONAL, env_region, fleet, named, of_type, runs
 
 PROJECT = "aws:codebuild/project:Project"
+WEBHOOK = "aws:codebuild/webhook:Webhook"
+
+
+def _runner(result: plan_export.StackResult, purpose: ci.Purpose) -> plan_export.ResourceRecord:
+    return named(result, f"{stackroles.RUNNER_COMPONENTS[purpose]}-project")
+
+
+def _groups(result: plan_export.StackResult, purpose: ci.Purpose) -> list[list[ci.WebhookFilter]]:
+    """The filter groups of a runner's webhook as the plan declares them."""
+    hook = named(result, f"{stackroles.RUNNER_COMPONENTS[purpose]}-webhook")
+    assert hook.inputs["projectName"] == _runner(result, purpose).inputs["name"]
+    return [
+        [ci.WebhookFilter(f["type"], f["pattern"], f["excludeMatchedPattern"]) for f in group["filters"]]
+        for group in hook.inputs["filterGroups"]
+    ]
 
 
 @pytest.mark.parametrize("stack", REGIONAL)
-def test_runner_runs_in_the_private_subnets_and_takes_queued_jobs(stack: str) -> None:
+def test_runners_run_in_the_private_subnets_under_the_labels_the_workflows_use(stack: str) -> None:
     result = runs()[stack]
     env, region = env_region(stack)
-    ci = fleet().environments[env].ci
-    assert ci is not None
-    (project,) = of_type(result, PROJECT)
-    inputs = project.inputs
-    # The name apply.yml's runs-on label is built from (dlinfra stacks --json).
+    ci_spec = fleet().environments[env].ci
+    assert ci_spec is not None
+    # A preview runner only where pull requests get real previews (staging): prod runs no pull-request code.
+    purposes = ("apply", "preview") if ci_spec.pull_request_preview else ("apply",)
+    assert len(of_type(result, PROJECT)) == len(of_type(result, WEBHOOK)) == len(purposes)
     role = stackroles.StackRole("k8s", env, region)
-    assert f"codebuild-{inputs['name']}" == stackroles.runs_on(fleet(), role) == result.outputs["ci_runner_label"]
-    private = result.outputs["private_subnet_ids"]  # AZ -> subnet id
-    assert inputs["vpcConfig"]["subnets"] == [private[az] for az in sorted(private)]
-    (group,) = [g for g in of_type(result, "aws:ec2/securityGroup:SecurityGroup") if g.name == "ci-runner-sg"]
-    assert inputs["vpcConfig"]["securityGroupIds"] == [group.id]
-    assert inputs["environment"]["privilegedMode"] is False
-    assert inputs["source"] == {
-        "type": "GITHUB",
-        "location": ci.repository,
-        "auth": {"type": "CODECONNECTIONS", "resource": ci.connection_arn},
-    }
-    (webhook,) = of_type(result, "aws:codebuild/webhook:Webhook")
-    assert webhook.inputs["filterGroups"] == [{"filters": [{"type": "EVENT", "pattern": "WORKFLOW_JOB_QUEUED"}]}]
-    # HTTPS out only: to the internet through NAT, and to the VPC (the private EKS endpoint).
-    egress = [
-        r for r in of_type(result, "aws:vpc/securityGroupEgressRule:SecurityGroupEgressRule") if r.parent == group.urn
-    ]
-    assert {(r.inputs["cidrIpv4"], r.inputs["fromPort"]) for r in egress} == {
-        ("0.0.0.0/0", 443.0),
-        (result.outputs["vpc_cidr"], 443.0),
-    }
-    assert not [
-        r for r in of_type(result, "aws:vpc/securityGroupIngressRule:SecurityGroupIngressRule") if r.parent == group.urn
-    ]
+    for purpose in purposes:
+        inputs = _runner(result, purpose).inputs
+        # The names the workflows' runs-on labels are built from: `dlinfra stacks --json` (apply.yml's k8s job)
+        # and `dlinfra diff --touched` (preview.yml's preview-in-vpc job).
+        label = f"codebuild-{inputs['name']}"
+        assert label == stackroles.runs_on(fleet(), role, purpose) == result.outputs["ci_runner_labels"][purpose]
+        assert inputs["name"] == result.outputs["ci_runner_projects"][purpose]
+        private = result.outputs["private_subnet_ids"]  # AZ -> subnet id
+        assert inputs["vpcConfig"]["subnets"] == [private[az] for az in sorted(private)]
+        group = named(result, f"{stackroles.RUNNER_COMPONENTS[purpose]}-sg")
+        assert inputs["vpcConfig"]["securityGroupIds"] == [group.id]
+        assert inputs["environment"]["privilegedMode"] is False
+        assert inputs["source"] == {
+            "type": "GITHUB",
+            "location": ci_spec.repository,
+            "auth": {"type": "CODECONNECTIONS", "resource": ci_spec.connection_arn},
+        }
+        # HTTPS out only: to the internet through NAT, and to the VPC (the private EKS endpoint).
+        egress = [
+            r
+            for r in of_type(result, "aws:vpc/securityGroupEgressRule:SecurityGroupEgressRule")
+            if r.parent == group.urn
+        ]
+        assert {(r.inputs["cidrIpv4"], r.inputs["fromPort"]) for r in egress} == {
+            ("0.0.0.0/0", 443.0),
+            (result.outputs["vpc_cidr"], 443.0),
+        }
+        ingress = of_type(result, "aws:vpc/securityGroupIngressRule:SecurityGroupIngressRule")
+        assert not [r for r in ingress if r.parent == group.urn]
 
 
-def test_runner_role_is_minimal_and_trusts_only_its_project() -> None:
-    result = runs()["prod-us-west-2"]
-    role = named(result, "ci-runner-role")
-    (statement,) = json.loads(role.inputs["assumeRolePolicy"])["Statement"]
-    assert statement["Principal"] == {"Service": "codebuild.amazonaws.com"}
-    assert statement["Condition"]["StringEquals"] == {"aws:SourceAccount": "123456789012"}
-    assert statement["Condition"]["ArnLike"]["aws:SourceArn"].endswith(":project/dlinfra-prod-usw2-ci-runner")
-    policy = json.loads(named(result, "ci-runner-policy").inputs["policy"])
-    actions = [a for s in policy["Statement"] for a in ([s["Action"]] if isinstance(s["Action"], str) else s["Action"])]
-    # The jobs get their identity by OIDC; the runner itself can change nothing in the account.
-    assert not [a for a in actions if a.split(":")[0] in ("iam", "eks", "sts", "s3") or a.split(":")[1] == "*"]
-    star = [s for s in policy["Statement"] if s["Resource"] == "*"]
-    assert [a for s in star for a in s["Action"] if not a.split(":")[1].startswith("Describe")] == []
-    (attach,) = [s for s in policy["Statement"] if s["Sid"] == "AttachInPrivateSubnets"]
-    assert attach["Condition"]["StringEquals"] == {"ec2:AuthorizedService": "codebuild.amazonaws.com"}
-    assert len(attach["Condition"]["ArnEquals"]["ec2:Subnet"]) == 3
+def test_the_workflows_are_the_ones_the_filters_name() -> None:
+    apply = yaml.safe_load((ROOT / ".github/workflows/apply.yml").read_text())
+    preview = yaml.safe_load((ROOT / ".github/workflows/preview.yml").read_text())
+    assert apply["name"] == ci.WORKFLOWS["apply"] and preview["name"] == ci.WORKFLOWS["preview"]
+    # YAML reads `on:` as True. apply.yml runs from the default branch only; preview.yml from pull requests.
+    assert apply[True]["push"]["branches"] == [ci.DEFAULT_BRANCH] and set(apply[True]) == {"push", "workflow_dispatch"}
+    assert list(preview[True]) == ["pull_request"]
+
+
+# What a pull request can make GitHub queue: any workflow name (it may edit the workflows), from its own branch.
+PULL_REQUEST_JOBS = [
+    ci.WorkflowJob(workflow, "refs/heads/add-pool", actor_id=583231)
+    for workflow in ("preview", "apply", "offline", "anything")
+]
+
+
+@pytest.mark.parametrize("stack", ["prod-us-west-2", "staging-us-west-2"])
+def test_no_pull_request_job_reaches_the_apply_runner(stack: str) -> None:
+    groups = _groups(runs()[stack], "apply")
+    assert groups == [list(ci.webhook_filters("apply"))]
+    for job in PULL_REQUEST_JOBS:
+        assert not ci.admits(groups, job), job
+    # Neither does a workflow that merely calls itself apply, pushed to the default branch; apply's own jobs do.
+    assert not ci.admits(groups, ci.WorkflowJob("apply-copy", "refs/heads/main", 1))
+    assert ci.admits(groups, ci.WorkflowJob("apply", "refs/heads/main", 583231))
+
+
+def test_the_preview_runner_takes_previews_only() -> None:
+    groups = _groups(runs()["staging-us-west-2"], "preview")
+    assert ci.admits(groups, ci.WorkflowJob("preview", "refs/heads/add-pool", 583231))
+    assert not ci.admits(groups, ci.WorkflowJob("apply", "refs/heads/add-pool", 583231))
+    assert not ci.admits(groups, ci.WorkflowJob("preview", "refs/heads/main", 583231))
+    assert not ci.admits(groups, ci.WorkflowJob("offline", "refs/heads/add-pool", 583231))
+
+
+def test_an_in_cluster_preview_runs_on_the_preview_runner() -> None:
+    plans = {name: r.plan("dlinfra") for name, r in runs().items()}
+    stack = "staging-us-west-2-k8s"
+    changed = compare(PlanSet("a", plans, configs={stack: "config: {}"}), PlanSet("b", plans, configs={stack: "x"}))
+    (row,) = touched(changed, fleet())
+    assert row["runs_on"] == f"codebuild-{_runner(runs()['staging-us-west-2'], 'preview').inputs['name']}"
+    assert row["preview"] == "real"
+
+
+def test_each_runner_has_its_own_minimal_role_trusting_only_its_project() -> None:
+    result = runs()["staging-us-west-2"]
+    arns = set()
+    for purpose in ci.PURPOSES:
+        component = stackroles.RUNNER_COMPONENTS[purpose]
+        role = named(result, f"{component}-role")
+        assert _runner(result, purpose).inputs["serviceRole"] == role.outputs["arn"]
+        arns.add(role.outputs["arn"])
+        (statement,) = json.loads(role.inputs["assumeRolePolicy"])["Statement"]
+        assert statement["Principal"] == {"Service": "codebuild.amazonaws.com"}
+        assert statement["Condition"]["StringEquals"] == {"aws:SourceAccount": "123456789012"}
+        assert statement["Condition"]["ArnLike"]["aws:SourceArn"].endswith(f":project/dlinfra-staging-usw2-{component}")
+        policy = json.loads(named(result, f"{component}-policy").inputs["policy"])
+        actions = [
+            a for s in policy["Statement"] for a in ([s["Action"]] if isinstance(s["Action"], str) else s["Action"])
+        ]
+        # The jobs get their identity by OIDC; the runner itself can change nothing in the account.
+        assert not [a for a in actions if a.split(":")[0] in ("iam", "eks", "sts", "s3") or a.split(":")[1] == "*"]
+        star = [s for s in policy["Statement"] if s["Resource"] == "*"]
+        assert [a for s in star for a in s["Action"] if not a.split(":")[1].startswith("Describe")] == []
+        (attach,) = [s for s in policy["Statement"] if s["Sid"] == "AttachInPrivateSubnets"]
+        assert attach["Condition"]["StringEquals"] == {"ec2:AuthorizedService": "codebuild.amazonaws.com"}
+        # Its own log group and security group, none of the other runner's.
+        (logs,) = [s for s in policy["Statement"] if s["Sid"] == "Logs"]
+        assert logs["Resource"][0] == named(result, f"{component}-logs").outputs["arn"]
+        (interfaces,) = [s for s in policy["Statement"] if s["Sid"] == "BuildInterfaces"]
+        assert named(result, f"{component}-sg").outputs["arn"] in interfaces["Resource"]
+        other = stackroles.RUNNER_COMPONENTS["preview" if purpose == "apply" else "apply"]
+        assert f"-{other}" not in json.dumps(policy)
+    assert len(arns) == 2
 
 
 BASE = {
     "names": Names("dlinfra", "prod", "us-west-2"),
+    "purpose": "apply",
+    "filters": ci.webhook_filters("apply"),
     "vpc_id": "vpc-1",
     "vpc_cidr": "10.2.0.0/16",
     "subnet_ids": {"us-west-2a": "subnet-a"},
@@ -87,6 +172,13 @@ BASE = {
         ({"timeout_minutes": 3000}, "timeout_minutes: 3000 is outside CodeBuild's 5..2160"),
         ({"concurrent_build_limit": 0}, "concurrent_build_limit: must be at least 1"),
         ({"log_retention_days": 4}, "log_retention_days: 4 is not a CloudWatch Logs retention"),
+        (
+            {"image": "aws/codebuild/amazonlinux-x86_64-standard:5.0"},
+            "image: 'aws/codebuild/amazonlinux-x86_64-standard:5.0' is amazonlinux 2023 x64, where "
+            "actions/setup-python has no Python builds",
+        ),
+        ({"image": "ubuntu:22.04"}, "image: 'ubuntu:22.04' is not a curated image in dlinfra/data/codebuild_images"),
+        ({"filters": ci.webhook_filters("apply")[:1]}, "filters: need EVENT WORKFLOW_JOB_QUEUED and a WORKFLOW_NAME"),
     ],
 )
 def test_bad_args_name_the_field(change: dict[str, object], message: str) -> None:

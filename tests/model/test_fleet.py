@@ -233,6 +233,18 @@ BAD = [
         id="ci-missing-preview-role",
     ),
     pytest.param(
+        _set("environments.prod.ci.runner_actor_ids", [583231, 9919, 583231]),
+        "environments.prod.ci.runner_actor_ids",
+        "[583231] listed twice",
+        id="ci-actor-listed-twice",
+    ),
+    pytest.param(
+        _set("environments.prod.ci.runner_actor_ids", ["octocat"]),
+        "environments.prod.ci.runner_actor_ids.0",
+        "Input should be a valid integer",
+        id="ci-actor-is-a-login",
+    ),
+    pytest.param(
         _set("teams.vision.overflow", ["ap-south-1"]),
         "teams.vision.overflow",
         "not a region of the fleet",

@@ -46,7 +46,7 @@ def test_dry_run_prints_the_steps_in_order(tmp_path: Path) -> None:
         f"+ pulumi up --stack prod-eu-west-1 --policy-pack {ROOT}/policy --yes",
         "+ (check) TCP eu-west-1 EKS endpoint :443",
         f"+ pulumi up --stack prod-eu-west-1-k8s --policy-pack {ROOT}/policy --yes",
-        "+ aws codebuild batch-get-projects --region eu-west-1 --names dlinfra-prod-euw1-ci-runner "
+        "+ aws codebuild batch-get-projects --region eu-west-1 --names dlinfra-prod-euw1-ci-apply "
         "--query projects[0].name",
     ]
     assert calls == []  # a dry run runs nothing

@@ -55,7 +55,10 @@ def test_stack_names_parse_to_their_roles() -> None:
     assert stackroles.dependencies(fleet, role) == [stackroles.StackRole("regional", "prod", "eu-west-1")]
     assert not stackroles.parse(fleet, "prod-eu-west-1").runs_in_vpc
     # Applied from the region's CodeBuild-hosted runner: the label prefix workflows put in runs-on.
-    assert stackroles.runs_on(fleet, role) == "codebuild-dlinfra-prod-euw1-ci-runner"
+    assert stackroles.runs_on(fleet, role) == "codebuild-dlinfra-prod-euw1-ci-apply"
+    # Previewed for real on the preview runner, declared only where the environment allows real previews.
+    assert stackroles.runs_on(fleet, role, "preview") == "codebuild-dlinfra-prod-euw1-ci-preview"
+    assert not stackroles.has_preview_runner(fleet, "prod") and stackroles.has_preview_runner(fleet, "staging")
     assert stackroles.runs_on(fleet, stackroles.parse(fleet, "prod-global")) == "github-hosted"
     with pytest.raises(Exception, match="'ap-south-1' is not a region of environment 'prod'"):
         stackroles.parse(fleet, "prod-ap-south-1-k8s")

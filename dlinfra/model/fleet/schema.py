@@ -224,6 +224,17 @@ class CiSpec(Strict):
     # Real `pulumi preview` of this environment's stacks on pull requests: the preview credential can then
     # decrypt this environment's state, so leave it false where the state holds secrets that matter (prod).
     pull_request_preview: bool = False
+    # GitHub account ids (the numeric `id` of api.github.com/users/<login>) whose workflow jobs the in-VPC runners
+    # take; empty: anyone the workflow and branch filters admit. Set it where people outside the lab can open pull
+    # requests (CodeBuild user guide, "Best practices for using webhooks": ACTOR_ACCOUNT_ID filters).
+    runner_actor_ids: tuple[Annotated[int, Field(strict=True, ge=1)], ...] = ()
+
+    @field_validator("runner_actor_ids")
+    @classmethod
+    def _actor_ids(cls, v: tuple[int, ...]) -> tuple[int, ...]:
+        if len(set(v)) != len(v):
+            raise ValueError(f"{sorted(i for i in set(v) if v.count(i) > 1)} listed twice")
+        return v
 
     @field_validator("apply_role_arn", "preview_role_arn")
     @classmethod

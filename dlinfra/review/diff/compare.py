@@ -195,8 +195,9 @@ def compare(base: PlanSet, head: PlanSet) -> Diff:
 def touched(diff: Diff, fleet: Fleet | None = None) -> list[dict[str, str]]:
     """Stacks of the head revision that a real preview should cover: planned changes or a changed config.
 
-    With the head's fleet, each row also says where the stack runs (`runs_on`: github-hosted or the in-VPC
-    runner's label prefix) and whether pull requests may preview it for real (`preview`: real or offline).
+    With the head's fleet, each row also says where its preview runs (`runs_on`: github-hosted or the label prefix of
+    the region's in-VPC preview runner, declared only where previews are real) and whether pull requests may preview
+    it for real (`preview`: real or offline).
     """
     stacks = {c.stack for c in diff.changes} | set(diff.config_changed)
     rows = [
@@ -213,7 +214,7 @@ def touched(diff: Diff, fleet: Fleet | None = None) -> list[dict[str, str]]:
         return rows
     for row in rows:
         role = stackroles.parse(fleet, row["stack"])
-        row["runs_on"] = stackroles.runs_on(fleet, role)
+        row["runs_on"] = stackroles.runs_on(fleet, role, "preview")
         row["preview"] = "real" if stackroles.pull_request_preview(fleet, role) else "offline"
     return rows
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from . import cluster, compute, conventions, iam, network, platform, state, storage, vpn
+from . import ci, cluster, compute, conventions, iam, network, platform, state, storage, vpn
 from .core import ResourceRule, StackRule
 
 # `dlinfra check` lists findings in this order and the pack builds its policies in it: append, never reorder.
@@ -136,5 +136,11 @@ RULES: tuple[ResourceRule | StackRule, ...] = (
         "Kueue flavors and workloads do not tolerate the maintenance, interruption or cordon taints",
         "mandatory",
         platform.drain_taints_not_tolerated,
+    ),
+    ResourceRule(
+        "ci-runner-webhook-narrowed",
+        "CodeBuild runner webhooks admit only their workflow's jobs, and the apply workflow's from the default branch",
+        "mandatory",
+        ci.runner_webhook_narrowed,
     ),
 )

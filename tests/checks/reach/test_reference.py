@@ -230,11 +230,11 @@ def test_removing_what_a_flow_depends_on_fails_it_at_that_hop(
 def test_the_ci_runner_needs_https_egress() -> None:
     # Two rules admit it (HTTPS to the VPC, HTTPS anywhere for GitHub): either alone carries the flow.
     mutated = plans()
-    without("prod-us-west-2", "ci-runner-sg-to-vpc")(mutated)
+    without("prod-us-west-2", "ci-apply-sg-to-vpc")(mutated)
     assert not evaluate(mutated, "ci/prod-us-west-2").failures
-    without("prod-us-west-2", "ci-runner-sg-to-internet")(mutated)
+    without("prod-us-west-2", "ci-apply-sg-to-internet")(mutated)
     failure = evaluate(mutated, "ci/prod-us-west-2").failures[0]
-    assert failure.verdict.denied_at == "security group ci-runner-sg"
+    assert failure.verdict.denied_at == "security group ci-apply-sg"
     assert failure.verdict.reason.startswith("no egress rule admits to 10.2.")
 
 
