@@ -17,6 +17,7 @@ CHECKOV_DOCS = "https://www.checkov.io/5.Policy%20Index/all.html"
 
 
 REACH_DOCS = "https://github.com/lab-example/dlinfra/blob/main/docs/reachability.md"
+LIMITS_DOCS = "https://github.com/lab-example/dlinfra/blob/main/docs/limits.md"
 
 
 def print_summary(run: CheckRun, console: Console) -> None:
@@ -41,6 +42,8 @@ def print_summary(run: CheckRun, console: Console) -> None:
         console.print(table)
     if run.reach is not None:
         print_reach({**run.reach, "failures": []}, console)
+    if run.limits is not None:
+        print_limits(run.limits, console)
     shown = [f for f in run.findings if f.level != "skipped"]
     if shown:
         # One finding per two lines rather than a table: messages are long and CI logs are narrow.
@@ -85,6 +88,7 @@ def to_json(run: CheckRun) -> dict[str, Any]:
         "findings": [_finding_json(f) for f in run.findings],
         "notes": run.notes,
         "reach": run.reach,
+        "limits": run.limits,
     }
 
 
@@ -100,7 +104,7 @@ def _fingerprint(f: Finding) -> str:
 def to_sarif(run: CheckRun) -> dict[str, Any]:
     """SARIF 2.1.0 with two runs: dlinfra's CrossGuard rules and checkov; skipped checks as suppressed results."""
     runs = []
-    for tool in ("crossguard", "checkov", "reach"):
+    for tool in ("crossguard", "checkov", "reach", "limits"):
         findings = [f for f in run.findings if f.tool == tool]
         rule_meta: dict[str, tuple[str, str]]
         if tool == "crossguard":
@@ -118,6 +122,11 @@ def to_sarif(run: CheckRun) -> dict[str, Any]:
                 for f in findings
             }
             driver = {"name": "dlinfra-reach", "version": __version__, "informationUri": REACH_DOCS}
+        elif tool == "limits":
+            if run.limits is None:
+                continue
+            rule_meta = {f.rule: (f.title, "advisory") for f in findings}
+            driver = {"name": "dlinfra-limits", "version": __version__, "informationUri": LIMITS_DOCS}
         else:
             rule_meta = {f.rule: (f.title, "failed") for f in findings}
             version = run.checkov[0].version if run.checkov else "unknown"
@@ -195,3 +204,29 @@ def print_reach(summary: dict[str, object], console: Console, *, verbose: bool =
         f"({summary['seconds']} s)",
         markup=False,
     )
+
+
+def print_limits(summary: dict[str, Any], console: Console) -> None:
+    """One line per quota: the highest count of any scope against it, its default, whether AWS raises it and its
+    Service Quotas code (where the count is, and every count that approaches or exceeds a quota: the findings)."""
+    near = round(100 * summary["near_share"])
+    console.print(
+        f"\n[bold]Quotas and capacity[/], every pool at its maximum size (pages read {summary['read_on']}; "
+        f"reported from {near}%)"
+    )
+    # Plain lines rather than a table, like the findings: CI logs are narrow and a table would fold every name.
+    for row in summary["quotas"]:
+        peak = row["peak"]
+        if row["over"]:
+            result = f"FAIL ({row['over']})" if not row["adjustable"] else f"over ({row['over']})"
+        elif row["near"]:
+            result = f"near ({row['near']})"
+        else:
+            result = "ok" if peak else "-"
+        use = "-" if peak is None else f"{peak['used']}/{peak['limit']}{' raised' if peak['raised'] else ''}"
+        default = "subnet size - 5" if row["default"] is None else f"default {row['default']}"
+        code = f"{row['service']}/{row['code']}" if row["code"] else "no code"
+        adjustable = "adjustable" if row["adjustable"] else "not adjustable"
+        console.print(
+            f"  {result:9} {use:>13}  {row['key']:34} {default}, {adjustable}, {code}", markup=False, highlight=False
+        )

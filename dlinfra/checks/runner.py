@@ -12,12 +12,13 @@ from pathlib import Path
 from typing import Any, Literal
 
 from dlinfra.checks import checkov, skips, tfplan
+from dlinfra.checks.limits import check as limits
 from dlinfra.checks.plans import Plan
 from policy.dlinfra_policy.rules.catalog import RULES
 from policy.dlinfra_policy.rules.core import Context, Resource, ResourceRule, StackRule
 from policy.dlinfra_policy.rules.network import vpcs_disjoint
 
-Tool = Literal["crossguard", "checkov", "reach"]
+Tool = Literal["crossguard", "checkov", "reach", "limits"]
 MANIFEST_SUFFIXES = (".yaml", ".yml", ".json")
 
 
@@ -28,7 +29,7 @@ class Finding:
     tool: Tool
     rule: str  # rule name (crossguard) or check id (checkov)
     title: str  # what the rule or check asks for
-    level: str  # crossguard: mandatory | advisory; checkov: failed | skipped
+    level: str  # crossguard, reach and limits: mandatory | advisory; checkov: failed | skipped
     stack: str  # stack name, or "" for rendered manifests
     resource: str  # URN when known, else the Terraform address or Kubernetes id
     label: str  # short name for tables: `type name`
@@ -67,6 +68,7 @@ class CheckRun:
     checked: dict[str, int] = field(default_factory=dict)  # stack -> checkov results on its export
     notes: list[str] = field(default_factory=list)
     reach: dict[str, Any] | None = None  # `dlinfra reach` summary (counts, timing) when it ran
+    limits: dict[str, Any] | None = None  # quotas and capacity: dlinfra.checks.limits.summary_json
 
     @property
     def exit_code(self) -> int:
@@ -298,3 +300,22 @@ def reach_findings(summary: Mapping[str, Any]) -> list[Finding]:
             )
         )
     return out
+
+
+def limit_findings(result: limits.Limits, sources: SourceIndex) -> list[Finding]:
+    """One finding per count that approaches or exceeds its quota; blocking only over a quota AWS will not raise."""
+    return [
+        Finding(
+            tool="limits",
+            rule=f"limit-{v.quota.key}",
+            title=v.quota.name,
+            level="mandatory" if v.blocking else "advisory",
+            stack=v.usage.stack,
+            resource=v.usage.resource or v.usage.scope,
+            label=v.usage.scope,
+            message=v.message(),
+            guideline="https://" + v.quota.source.split("https://", 1)[-1],
+            location=sources.locate(v.usage.resource) if v.usage.resource else ("", 0),
+        )
+        for v in result.reported
+    ]

@@ -29,7 +29,9 @@ def register(
 ) -> dict[str, Handler]:
     """Add `check` and `diff` to the CLI's subparsers; returns their handlers by command name."""
     check = subparsers.add_parser(
-        "check", parents=[common], help="CrossGuard rules and checkov over the offline plans (before apply)"
+        "check",
+        parents=[common],
+        help="CrossGuard rules, checkov, reachability and quotas over the offline plans (before apply)",
     )
     which = check.add_mutually_exclusive_group(required=True)
     which.add_argument("--stack", action="append", help="stack to check (repeatable)")
@@ -131,6 +133,17 @@ def cmd_check(args: argparse.Namespace) -> int:
         run = runner.run_checks(options)
     if stale_note:
         run.notes.append(stale_note)
+    from dlinfra.checks.limits import check as limits
+    from dlinfra.checks.limits.scope import Config
+
+    counted = limits.analyse([p.data for p in selected], Config.of(loaded.fleet))
+    run.limits = limits.summary_json(counted)
+    run.findings.extend(runner.limit_findings(counted, runner.SourceIndex(ROOT)))
+    run.notes.extend(counted.notes)
+    if args.stack:
+        run.notes.append(
+            "quotas per region and per transit gateway count only the selected stacks: check --all counts them all"
+        )
     if args.stack:
         run.notes.append(
             "reachability not checked: it needs every stack's plan (dlinfra check --all, or dlinfra reach)"

@@ -48,6 +48,8 @@ class InstanceType(BaseModel):
     network_cards: int = Field(ge=1)  # maximum network cards
     nvswitch: bool  # NVSwitch fabric: Fabric Manager must run before CUDA works
     max_pods: int | None = Field(default=None, gt=0)  # VPC CNI pods per node without prefix delegation
+    max_enis: int = Field(gt=0)  # interfaces the VPC CNI attaches (network card 0; vpc_ip_resource_limit.go)
+    ipv4_per_eni: int = Field(gt=1)  # IPv4 addresses per interface, its primary included
     architecture: Literal["x86_64", "arm64"]
     # Regions AWS sells it in (of the regions dlinfra knows); None: not established, assumed everywhere.
     offered_in: tuple[str, ...] | None = None
@@ -64,7 +66,20 @@ class InstanceType(BaseModel):
             raise ValueError(
                 f"efa_interfaces ({self.efa_interfaces}) cannot exceed network_cards ({self.network_cards})"
             )
+        # The VPC CNI's max pods: every interface's secondary addresses, plus two host-network pods (eni-max-pods.txt
+        # is generated this way from vpc_ip_resource_limit.go in aws/amazon-vpc-cni-k8s).
+        derived = self.max_enis * (self.ipv4_per_eni - 1) + 2
+        if self.max_pods is not None and self.max_pods != derived:
+            raise ValueError(
+                f"max_pods ({self.max_pods}) must be max_enis * (ipv4_per_eni - 1) + 2 = {derived}, as the VPC CNI "
+                "computes it"
+            )
         return self
+
+    @property
+    def vpc_cni_addresses(self) -> int:
+        """Subnet addresses a node holds once the VPC CNI has attached every interface (secondary-IP mode)."""
+        return self.max_enis * self.ipv4_per_eni
 
     @property
     def efa_supported(self) -> bool:

@@ -76,6 +76,24 @@ def test_key_figures(
     assert t.architecture == "x86_64"
 
 
+# (name, max_enis, ipv4_per_eni, addresses a full node holds): aws/amazon-vpc-cni-k8s vpc_ip_resource_limit.go.
+ENI_FIGURES = [
+    ("p5.48xlarge", 2, 50, 100),
+    ("p5en.48xlarge", 4, 50, 200),
+    ("p4d.24xlarge", 15, 50, 750),
+    ("g5.xlarge", 4, 15, 60),
+    ("g5.48xlarge", 7, 50, 350),
+    ("g6.12xlarge", 8, 30, 240),
+    ("m7i.4xlarge", 8, 30, 240),
+]
+
+
+@pytest.mark.parametrize(("name", "enis", "per_eni", "addresses"), ENI_FIGURES)
+def test_eni_figures(name: str, enis: int, per_eni: int, addresses: int) -> None:
+    t = instances.lookup(name)
+    assert (t.max_enis, t.ipv4_per_eni, t.vpc_cni_addresses) == (enis, per_eni, addresses)
+
+
 @pytest.mark.parametrize("name", REQUIRED)
 def test_required_types_present(name: str) -> None:
     assert name in instances.all_types()
@@ -93,6 +111,7 @@ def test_entry_consistent(t: InstanceType) -> None:
     assert 0 <= t.efa_interfaces <= t.network_cards
     assert t.nvswitch == (t.family in NVSWITCH_FAMILIES)
     assert t.max_pods is None or t.max_pods > 0
+    assert t.vpc_cni_addresses == t.max_enis * t.ipv4_per_eni
     assert t.total_gpu_memory_gib == t.gpus * t.gpu_memory_gib
 
 
@@ -149,6 +168,8 @@ _GOOD_ENTRY = {
     "efa_interfaces": 0,
     "network_cards": 1,
     "nvswitch": False,
+    "max_enis": 2,
+    "ipv4_per_eni": 4,
     "architecture": "x86_64",
 }
 
@@ -172,6 +193,8 @@ def test_good_entry_parses() -> None:
         (_table(colour="red"), r"colour: Extra inputs are not permitted"),
         (_table(architecture="sparc"), r"architecture: Input should be 'x86_64' or 'arm64'"),
         (_table(vcpus=0), r"vcpus: Input should be greater than 0"),
+        (_table(max_pods=9), r"max_pods \(9\) must be max_enis \* \(ipv4_per_eni - 1\) \+ 2 = 8"),
+        (_table(max_enis=0), r"max_enis: Input should be greater than 0"),
         ("[1, 2]\n", r"expected a mapping"),
         ("a.large: 3\n", r"a\.large: expected a mapping of figures"),
         ("a: [\n", r"not valid YAML"),

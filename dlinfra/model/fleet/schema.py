@@ -19,6 +19,7 @@ from dlinfra.model.fleet.labels import (
     own_label_problem,
 )
 from dlinfra.model.naming import STANDARD_TAG_KEYS
+from dlinfra.model.quotas import QuotaValues, check_codes
 from dlinfra.model.regions import known_regions
 
 Name = Annotated[str, Field(pattern=r"^[a-z][a-z0-9-]{0,22}[a-z0-9]$")]
@@ -71,6 +72,12 @@ class RegionSpec(Strict):
 
     primary: bool = False  # exactly one region is primary (global control, default home)
     azs: int = Field(3, le=6)  # availability zones used in this region; EKS needs two or more
+    quotas: QuotaValues = Field(default_factory=dict)  # raised here; overrides the fleet's `quotas`
+
+    @field_validator("quotas")
+    @classmethod
+    def _quota_codes(cls, v: QuotaValues) -> QuotaValues:
+        return check_codes(v)
 
     @field_validator("azs")
     @classmethod
@@ -361,6 +368,9 @@ class Environment(Strict):
     storage: StorageSpec = StorageSpec()
     node_pools: Mapping[Name, NodePool] = Field(default_factory=dict)
     ci: CiSpec | None = None  # None: no in-VPC runner or CI access entries; admins apply over the laptop VPN
+    # The AWS account its stacks apply to: environments with the same account share its per-region quotas. None:
+    # the one account every environment without an account shares (the safe assumption for counting quotas).
+    account: str | None = Field(None, pattern=r"^\d{12}$")
 
     @field_validator("client_vpn", mode="before")
     @classmethod
@@ -491,6 +501,12 @@ class Fleet(Strict):
     environments: Mapping[Name, Environment] = Field(min_length=1)
     sites: Mapping[Name, Site] = Field(default_factory=dict)
     teams: Mapping[Name, Team] = Field(default_factory=dict)
+    quotas: QuotaValues = Field(default_factory=dict)  # raised in every region of every account the fleet uses
+
+    @field_validator("quotas")
+    @classmethod
+    def _quota_codes(cls, v: QuotaValues) -> QuotaValues:
+        return check_codes(v)
 
     @field_validator("regions", mode="before")
     @classmethod
