@@ -310,28 +310,29 @@ class Storage(pulumi.ComponentResource):
             opts=pulumi.ResourceOptions(parent=self),
         )
         servers = sg.Peer(security_group_id=lustre_sg.id)
+        rules: list[pulumi.Resource] = []
         for lo, hi in LUSTRE_PORTS:
             for cidr in sorted(args.client_cidrs):
-                sg.rule(
+                rules.append(sg.rule(
                     f"{name}-lustre-from-{sg.cidr_key(cidr)}-{lo}", "ingress", group=lustre_sg,
                     peer=sg.Peer(cidr=cidr), description="Lustre clients", names=names, component="storage",
                     protocol="tcp", ports=(lo, hi),
-                )  # fmt: skip
+                ))  # fmt: skip
                 # Servers also open connections to clients (FSx for Lustre guide, "File system access control
                 # with Amazon VPC": the file system's group allows 988 and 1018-1023 out to its clients).
-                sg.rule(
+                rules.append(sg.rule(
                     f"{name}-lustre-to-{sg.cidr_key(cidr)}-{lo}", "egress", group=lustre_sg,
                     peer=sg.Peer(cidr=cidr), description="Lustre servers to clients", names=names,
                     component="storage", protocol="tcp", ports=(lo, hi),
-                )  # fmt: skip
-            sg.rule(
+                ))  # fmt: skip
+            rules.append(sg.rule(
                 f"{name}-lustre-servers-{lo}", "ingress", group=lustre_sg, peer=servers, description="Lustre servers",
                 names=names, component="storage", protocol="tcp", ports=(lo, hi),
-            )  # fmt: skip
-        sg.rule(
+            ))  # fmt: skip
+        rules.append(sg.rule(
             f"{name}-lustre-servers-out", "egress", group=lustre_sg, peer=servers,
             description="Lustre servers to each other", names=names, component="storage",
-        )  # fmt: skip
+        ))  # fmt: skip
         first_az = sorted(args.subnet_ids)[0]
         lustre = aws.fsx.LustreFileSystem(
             f"{name}-lustre",
@@ -346,7 +347,11 @@ class Storage(pulumi.ComponentResource):
             automatic_backup_retention_days=7,
             copy_tags_to_backups=True,
             tags=names.tags("storage", names.physical("lustre")),
-            opts=STATEFUL.merge(pulumi.ResourceOptions(parent=self)),
+            # FSx checks the group's rules when it creates the file system and refuses with InvalidNetworkSettings
+            # while 988 is not yet open between its servers: the rules are separate resources that Pulumi would
+            # otherwise create alongside it (FSx for Lustre guide, "Creating an FSx for Lustre file system fails";
+            # aws-parallelcluster issue 6181 hit the same race). Rule `sg-rules-before-validating-resources`.
+            opts=STATEFUL.merge(pulumi.ResourceOptions(parent=self, depends_on=rules)),
         )
         aws.fsx.DataRepositoryAssociation(
             f"{name}-lustre-datasets",

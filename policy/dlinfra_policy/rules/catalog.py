@@ -137,4 +137,10 @@ RULES: tuple[ResourceRule | StackRule, ...] = (
         "mandatory",
         platform.drain_taints_not_tolerated,
     ),
+    StackRule(
+        "sg-rules-before-validating-resources",
+        "Resources AWS checks against security-group rules at create time (FSx for Lustre) depend on those rules",
+        "mandatory",
+        network.sg_rules_before_validating_resources,
+    ),
 )
