@@ -298,7 +298,7 @@ class Storage(pulumi.ComponentResource):
         datasets: aws.s3.Bucket,
         tags: Mapping[str, str],
     ) -> tuple[pulumi.Output[str], pulumi.Output[str]]:
-        """FSx for Lustre scratch (PERSISTENT_2) in the first AZ, linked to the datasets bucket; (id, group)."""
+        """Lustre scratch (PERSISTENT_2, no backups) in the first AZ, linked to the datasets bucket; (id, group)."""
         names = args.names
         sg_name = names.physical("lustre")
         lustre_sg = aws.ec2.SecurityGroup(
@@ -344,7 +344,13 @@ class Storage(pulumi.ComponentResource):
             security_group_ids=[lustre_sg.id],
             kms_key_id=key_arn,
             data_compression_type="LZ4",
-            automatic_backup_retention_days=7,
+            # No FSx backups: they are not supported on a file system linked to S3 ("Working with backups":
+            # automatic and user backups are for persistent file systems not linked to an S3 data repository;
+            # "Using data repositories": backups aren't supported on linked file systems; FSx API, CreateBackup).
+            # The provider's docstring allows the field for any PERSISTENT type and would not catch it. The
+            # durable copy of /datasets is the versioned datasets bucket (auto-export below); the rest is scratch.
+            automatic_backup_retention_days=0,
+            # Moot without backups, but it forces a new file system when it changes (dlinfra/data/replacements.yaml).
             copy_tags_to_backups=True,
             tags=names.tags("storage", names.physical("lustre")),
             # FSx checks the group's rules when it creates the file system and refuses with InvalidNetworkSettings

@@ -218,3 +218,17 @@ def test_lustre_waits_for_every_rule_of_its_group(stacks: dict) -> None:
             ports = {(r.inputs.get("fromPort"), r.inputs.get("toPort")) for r in rules}
             assert {(988.0, 988.0), (1018.0, 1023.0)} <= ports, stack
             assert {r.urn for r in rules} <= set(fs.dependencies), stack
+
+
+def test_lustre_linked_to_s3_takes_no_backups(stacks: dict) -> None:
+    """FSx backs up only persistent file systems not linked to S3; the datasets bucket is the durable copy."""
+    for stack, res in stacks.items():
+        for fs in _of(res, "aws:fsx/lustreFileSystem:LustreFileSystem"):
+            links = [
+                d
+                for d in _of(res, "aws:fsx/dataRepositoryAssociation:DataRepositoryAssociation")
+                if fs.urn in d.dependencies
+            ]
+            assert links, stack
+            assert fs.inputs["automaticBackupRetentionDays"] == 0, stack
+            assert "dailyAutomaticBackupStartTime" not in fs.inputs, stack
