@@ -137,7 +137,7 @@ class NodePool(Strict):
     max_size: int = Field(ge=0)  # per region
     regions: tuple[str, ...] | None = None  # default: every region of the environment
     zones: Mapping[str, tuple[str, ...]] = Field(default_factory=dict)  # region -> AZ names; EFA pools: one
-    efa: bool = False  # EFA interfaces + cluster placement group + single AZ
+    efa: bool = False  # EFA interfaces + single AZ + a cluster placement group unless on reserved capacity
     capacity_reservations: Mapping[str, CapacityReservation] = Field(default_factory=dict)  # region -> target
     spot: SpotSpec | None = None  # CPU pools: mixed instances with spot
     labels: Mapping[str, str] = Field(default_factory=dict)

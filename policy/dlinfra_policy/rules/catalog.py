@@ -143,4 +143,10 @@ RULES: tuple[ResourceRule | StackRule, ...] = (
         "mandatory",
         network.sg_rules_before_validating_resources,
     ),
+    StackRule(
+        "reserved-capacity-no-placement-group",
+        "Nothing on a Capacity Block, or on a reservation made outside placement groups, names a placement group",
+        "mandatory",
+        compute.reserved_capacity_no_placement_group,
+    ),
 )
