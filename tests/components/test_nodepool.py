@@ -183,7 +183,9 @@ def test_pool(pools: dict, stack: str, pool: str) -> None:
         target = lt.inputs["capacityReservationSpecification"]["capacityReservationTarget"]
         assert target["capacityReservationId"] == reservation.id
         assert lt.inputs["instanceMarketOptions"]["marketType"] == "capacity-block"
-        assert zones == [f"subnet-{reservation.az}"]
+        # The pool's subnet is the one in the reservation's zone (by zone id; the program's subnets are keyed by AZ).
+        assert zones == [f"subnet-{fleet.pool_zones(env, region, pool)[0]}"]
+        assert fleet.zone_id(region, fleet.pool_zones(env, region, pool)[0]) == reservation.zone_id
     # Least privilege: worker, ECR read-only, SSM; no CNI policy (the VPC CNI uses Pod Identity).
     arns = sorted(
         a.inputs["policyArn"].rsplit("/", 1)[1] for a in res["aws:iam/rolePolicyAttachment:RolePolicyAttachment"]
