@@ -177,7 +177,7 @@ def _containers(
                 origin,
                 str(i.get("vpcId")),
                 cidr,
-                str(i.get("availabilityZone", "")),
+                str(i.get("availabilityZone") or i.get("availabilityZoneId") or ""),  # placed by zone id
                 bool(i.get("mapPublicIpOnLaunch")),
             )
     elif t == ROUTE_TABLE:
