@@ -37,6 +37,9 @@ class NetworkArgs:
     names: Names  # naming and tags of this (regional) stack; names.region is the VPC's region
     vpc_cidr: str  # planned VPC block (dlinfra.model.planner), never computed here
     subnets: Mapping[str, Mapping[str, str]]  # tier (private, public, transit) -> AZ -> planned CIDR
+    # AZ -> zone id (Fleet.zone_id): subnets are placed by zone id, the same zone in every account, since AZ names
+    # map to zones per account (dlinfra/data/regions.yaml); EKS, reservations and Lustre then land where planned.
+    zone_ids: Mapping[str, str]
     nat: Literal["per_az", "single"] = "per_az"  # NAT gateway per AZ, or one (in the first AZ) for the VPC
     cluster_name: str | None = None  # EKS cluster sharing the subnets (kubernetes.io/cluster/<name>=shared)
     interface_endpoints: Sequence[str] = DEFAULT_INTERFACE_ENDPOINTS  # services: com.amazonaws.<region>.X
@@ -60,6 +63,9 @@ class NetworkArgs:
                     raise ValueError(f"subnets.{tier}.{az}: not an AZ of {self.names.region}")
                 if not ipaddress.IPv4Network(cidr).subnet_of(vpc):
                     raise ValueError(f"subnets.{tier}.{az}: {cidr} is outside vpc_cidr {vpc}")
+        missing = sorted(set(self.azs) - set(self.zone_ids))
+        if missing:
+            raise ValueError(f"zone_ids: no zone id for {', '.join(missing)}")
         if self.nat not in ("per_az", "single"):
             raise ValueError(f"nat: must be 'per_az' or 'single', got {self.nat!r}")
         if isinstance(self.interface_endpoints, str) or len(set(self.interface_endpoints)) != len(
@@ -127,7 +133,10 @@ class Network(pulumi.ComponentResource):
                     f"{name}-{tier}-{az}",
                     vpc_id=vpc.id,
                     cidr_block=cidr,
-                    availability_zone=az,
+                    # By zone id, not name: the name is dlinfra's label and may be another zone in this account
+                    # (AWS RAM guide, "Availability Zone IDs for your AWS resources"; pulumi-aws Subnet
+                    # availability_zone_id).
+                    availability_zone_id=args.zone_ids[az],
                     map_public_ip_on_launch=False,
                     tags=names.tags("network", subnet_name, _subnet_role_tags(tier, args.cluster_name)),
                     opts=pulumi.ResourceOptions(parent=vpc),

@@ -56,7 +56,7 @@ class NodePoolArgs:
     vpc_id: pulumi.Input[str]  # for the node security group
     min_size: int = 0  # instances, per region
     max_size: int = 4  # instances, per region
-    efa: bool = False  # EFA interfaces on every network card, in one cluster placement group
+    efa: bool = False  # EFA interfaces on every network card; on on-demand capacity, in one cluster placement group
     capacity_reservation_id: str | None = None  # target this reservation (or capacity block)
     capacity_block: bool = False  # the reservation is an EC2 capacity block (market type capacity-block)
     spot: bool = False  # mixed instances: on-demand base, spot above it
@@ -205,7 +205,7 @@ def render_user_data(
 
 
 class NodePool(pulumi.ComponentResource):
-    """IAM role, security group, launch template, placement group and Auto Scaling group of one pool."""
+    """IAM role, security group, launch template, placement group (on-demand EFA pools) and Auto Scaling group."""
 
     group_name: pulumi.Output[str]
     group_arn: pulumi.Output[str]
@@ -282,8 +282,16 @@ class NodePool(pulumi.ComponentResource):
             opts=pulumi.ResourceOptions(parent=role, depends_on=list(args.join_after)),
         )
 
+        # EFA pools on on-demand capacity launch into a cluster placement group, for the lowest latency between
+        # nodes (EC2 guide "Get started with EFA and NCCL"). A pool on reserved capacity does not: a Capacity
+        # Block's instances are already placed close together ("Capacity Blocks for ML"), and a reservation made
+        # outside a placement group can never be in ours ("Capacity Reservations in cluster placement groups":
+        # it must be created in the group). The placement constraint would then cause insufficient-capacity
+        # errors while paid capacity sits free; AWS ParallelCluster refuses the combination for the same reason
+        # (PlacementGroupCapacityTypeValidator, PlacementGroupCapacityReservationValidator). Rule
+        # `reserved-capacity-no-placement-group`.
         placement_group = None
-        if args.efa:
+        if args.efa and args.capacity_reservation_id is None:
             placement_group = aws.ec2.PlacementGroup(
                 f"{name}-placement",
                 name=names.physical("pg", args.pool),

@@ -298,7 +298,7 @@ class Storage(pulumi.ComponentResource):
         datasets: aws.s3.Bucket,
         tags: Mapping[str, str],
     ) -> tuple[pulumi.Output[str], pulumi.Output[str]]:
-        """FSx for Lustre scratch (PERSISTENT_2) in the first AZ, linked to the datasets bucket; (id, group)."""
+        """Lustre scratch (PERSISTENT_2, no backups) in the first AZ, linked to the datasets bucket; (id, group)."""
         names = args.names
         sg_name = names.physical("lustre")
         lustre_sg = aws.ec2.SecurityGroup(
@@ -310,28 +310,29 @@ class Storage(pulumi.ComponentResource):
             opts=pulumi.ResourceOptions(parent=self),
         )
         servers = sg.Peer(security_group_id=lustre_sg.id)
+        rules: list[pulumi.Resource] = []
         for lo, hi in LUSTRE_PORTS:
             for cidr in sorted(args.client_cidrs):
-                sg.rule(
+                rules.append(sg.rule(
                     f"{name}-lustre-from-{sg.cidr_key(cidr)}-{lo}", "ingress", group=lustre_sg,
                     peer=sg.Peer(cidr=cidr), description="Lustre clients", names=names, component="storage",
                     protocol="tcp", ports=(lo, hi),
-                )  # fmt: skip
+                ))  # fmt: skip
                 # Servers also open connections to clients (FSx for Lustre guide, "File system access control
                 # with Amazon VPC": the file system's group allows 988 and 1018-1023 out to its clients).
-                sg.rule(
+                rules.append(sg.rule(
                     f"{name}-lustre-to-{sg.cidr_key(cidr)}-{lo}", "egress", group=lustre_sg,
                     peer=sg.Peer(cidr=cidr), description="Lustre servers to clients", names=names,
                     component="storage", protocol="tcp", ports=(lo, hi),
-                )  # fmt: skip
-            sg.rule(
+                ))  # fmt: skip
+            rules.append(sg.rule(
                 f"{name}-lustre-servers-{lo}", "ingress", group=lustre_sg, peer=servers, description="Lustre servers",
                 names=names, component="storage", protocol="tcp", ports=(lo, hi),
-            )  # fmt: skip
-        sg.rule(
+            ))  # fmt: skip
+        rules.append(sg.rule(
             f"{name}-lustre-servers-out", "egress", group=lustre_sg, peer=servers,
             description="Lustre servers to each other", names=names, component="storage",
-        )  # fmt: skip
+        ))  # fmt: skip
         first_az = sorted(args.subnet_ids)[0]
         lustre = aws.fsx.LustreFileSystem(
             f"{name}-lustre",
@@ -343,10 +344,20 @@ class Storage(pulumi.ComponentResource):
             security_group_ids=[lustre_sg.id],
             kms_key_id=key_arn,
             data_compression_type="LZ4",
-            automatic_backup_retention_days=7,
+            # No FSx backups: they are not supported on a file system linked to S3 ("Working with backups":
+            # automatic and user backups are for persistent file systems not linked to an S3 data repository;
+            # "Using data repositories": backups aren't supported on linked file systems; FSx API, CreateBackup).
+            # The provider's docstring allows the field for any PERSISTENT type and would not catch it. The
+            # durable copy of /datasets is the versioned datasets bucket (auto-export below); the rest is scratch.
+            automatic_backup_retention_days=0,
+            # Moot without backups, but it forces a new file system when it changes (dlinfra/data/replacements.yaml).
             copy_tags_to_backups=True,
             tags=names.tags("storage", names.physical("lustre")),
-            opts=STATEFUL.merge(pulumi.ResourceOptions(parent=self)),
+            # FSx checks the group's rules when it creates the file system and refuses with InvalidNetworkSettings
+            # while 988 is not yet open between its servers: the rules are separate resources that Pulumi would
+            # otherwise create alongside it (FSx for Lustre guide, "Creating an FSx for Lustre file system fails";
+            # aws-parallelcluster issue 6181 hit the same race). Rule `sg-rules-before-validating-resources`.
+            opts=STATEFUL.merge(pulumi.ResourceOptions(parent=self, depends_on=rules)),
         )
         aws.fsx.DataRepositoryAssociation(
             f"{name}-lustre-datasets",

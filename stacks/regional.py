@@ -38,6 +38,7 @@ def declare(ctx: StackContext) -> None:
                 tier: {az: str(cidr) for az, cidr in plan.subnets(env, region, tier).items()}
                 for tier in planner.SUBNET_TIERS
             },
+            zone_ids={az: fleet.zone_id(region, az) for az in fleet.azs(region)},
             nat=environment.nat,
             cluster_name=names.physical("eks"),
         ),

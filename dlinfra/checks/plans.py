@@ -61,6 +61,7 @@ class Plan:
                 id=r["id"],
                 provider_urn=str((providers.get(r.get("provider") or "") or {}).get("urn", r.get("provider") or "")),
                 provider_inputs=(providers.get(r.get("provider") or "") or {}).get("inputs", {}),
+                parent=str(r.get("parent") or ""),
             )
             for r in self.resources
             if r["custom"]

@@ -49,6 +49,12 @@ def version_problem(version: str) -> str | None:
     return None
 
 
+def unsupported_zone_ids(region: str) -> frozenset[str]:
+    """Zone ids of a region where EKS cannot place a cluster's subnets."""
+    zones: Mapping[str, list[str]] = _data()["unsupported_zone_ids"]  # type: ignore[assignment]
+    return frozenset(zones.get(region, ()))
+
+
 UpgradePolicy = Literal["standard", "extended"]
 WARN_DAYS = 90  # a quarter ahead: time to test add-ons on the next version and schedule the upgrade
 TODAY_VARIABLE = "DLINFRA_TODAY"  # YYYY-MM-DD: the date lifecycle checks use (tests pin it)

@@ -44,6 +44,7 @@ def resource_from_stack(resource: PolicyResource) -> Resource:
         dependencies=tuple(d.urn for d in resource.dependencies),
         provider_urn=resource.provider.urn if resource.provider else "",
         provider_inputs=resource.provider.props if resource.provider else {},
+        parent=resource.parent.urn if resource.parent else "",
     )
 
 

@@ -82,7 +82,9 @@ def test_associations_rules_and_routes(stack: str) -> None:
     associations = of_type(result, "aws:ec2clientvpn/networkAssociation:NetworkAssociation")
     subnets = [ids[a.inputs["subnetId"]] for a in associations]
     assert {s.inputs["tags"]["dlinfra:tier"] for s in subnets} == {"private"}
-    assert {s.inputs["availabilityZone"] for s in subnets} == set(fleet().azs(region))
+    assert {s.inputs["availabilityZoneId"] for s in subnets} == {
+        fleet().zone_id(region, az) for az in fleet().azs(region)
+    }
     assert all(a.inputs["clientVpnEndpointId"] == endpoint.id for a in associations)
     remote = _remote(env, region)
     destinations = {str(plan().vpc(env, region)), *remote.values()}

@@ -12,9 +12,18 @@ import pytest
 from components.network import DEFAULT_INTERFACE_ENDPOINTS, NetworkArgs
 from dlinfra.model import planner
 from dlinfra.model.naming import Names
+from dlinfra.model.regions import known_regions
 from tests.reference import REGIONAL, by_id, env_region, fleet, named, of_type, plan, runs
 
 NAT_COUNT = {"prod": 3, "staging": 1}
+
+
+def _az(subnet: Any) -> str:
+    """The fleet's AZ (label) of a subnet, which AWS is given by zone id."""
+    region = subnet.inputs["tags"]["region"]
+    az = known_regions()[region].az_of(subnet.inputs["availabilityZoneId"])
+    assert az is not None
+    return az
 
 
 @pytest.mark.parametrize("stack", REGIONAL)
@@ -24,10 +33,14 @@ def test_subnets_per_az_and_tier(stack: str) -> None:
     subnets = of_type(result, "aws:ec2/subnet:Subnet")
     azs = fleet().azs(region)
     assert len(subnets) == len(azs) * len(planner.SUBNET_TIERS)
-    seen = {(s.inputs["tags"]["dlinfra:tier"], s.inputs["availabilityZone"]) for s in subnets}
+    seen = {(s.inputs["tags"]["dlinfra:tier"], _az(s)) for s in subnets}
     assert seen == set(itertools.product(planner.SUBNET_TIERS, azs))
     for s in subnets:
-        tier, az = s.inputs["tags"]["dlinfra:tier"], s.inputs["availabilityZone"]
+        # Placed by zone id: an AZ name is another zone in another account (dlinfra/data/regions.yaml).
+        assert "availabilityZone" not in s.inputs
+        tier, az = s.inputs["tags"]["dlinfra:tier"], _az(s)
+        assert s.inputs["availabilityZoneId"] == fleet().zone_id(region, az)
+        assert s.name == f"network-{tier}-{az}"
         assert s.inputs["cidrBlock"] == str(plan().cidr(planner.subnet_key(env, region, tier, az)))
         assert s.inputs["mapPublicIpOnLaunch"] is False
     nets = [ipaddress.ip_network(s.inputs["cidrBlock"]) for s in subnets]
@@ -95,10 +108,7 @@ def test_route_tables(stack: str) -> None:
     }
     assert defaults["network-rt-public"].inputs["gatewayId"] == named(result, "network-igw").id
     assert "network-rt-transit" not in defaults
-    nat_of_az = {
-        ids[n.inputs["subnetId"]].inputs["availabilityZone"]: n.id
-        for n in of_type(result, "aws:ec2/natGateway:NatGateway")
-    }
+    nat_of_az = {_az(ids[n.inputs["subnetId"]]): n.id for n in of_type(result, "aws:ec2/natGateway:NatGateway")}
     for az in azs:
         nat = defaults[f"network-rt-private-{az}"].inputs["natGatewayId"]
         assert nat == (nat_of_az[az] if env == "prod" else next(iter(nat_of_az.values())))
@@ -107,7 +117,7 @@ def test_route_tables(stack: str) -> None:
     for a in associations:
         subnet = ids[a.inputs["subnetId"]]
         table = ids[a.inputs["routeTableId"]].name
-        tier, az = subnet.inputs["tags"]["dlinfra:tier"], subnet.inputs["availabilityZone"]
+        tier, az = subnet.inputs["tags"]["dlinfra:tier"], _az(subnet)
         assert table == (f"network-rt-private-{az}" if tier == "private" else f"network-rt-{tier}")
     exported = result.outputs["route_table_ids"]
     assert exported["private"] == {az: tables[f"network-rt-private-{az}"].id for az in azs}
@@ -175,6 +185,7 @@ def _args(**overrides: Any) -> NetworkArgs:
             "public": {"us-west-2a": "10.2.192.0/24"},
             "transit": {"us-west-2a": "10.2.195.0/28"},
         },
+        "zone_ids": {"us-west-2a": "usw2-az2"},
     }
     return NetworkArgs(**(fields | overrides))
 
@@ -198,6 +209,7 @@ def _args(**overrides: Any) -> NetworkArgs:
             },
             r"^subnets.private.us-west-2a: 10.9.0.0/18 is outside vpc_cidr",
         ),
+        ({"zone_ids": {}}, r"^zone_ids: no zone id for us-west-2a"),
         ({"nat": "double"}, r"^nat: must be 'per_az' or 'single'"),
         ({"interface_endpoints": ("sts", "sts")}, r"^interface_endpoints: need a sequence of distinct names"),
         ({"flow_log_retention_days": 10}, r"^flow_log_retention_days: 10 is not a CloudWatch Logs retention"),

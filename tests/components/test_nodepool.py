@@ -149,17 +149,22 @@ def test_pool(pools: dict, stack: str, pool: str) -> None:
     assert meta["httpPutResponseHopLimit"] == (2 if spec.pod_imds_access else 1)
     (root,) = lt.inputs["blockDeviceMappings"]
     assert root["ebs"]["encrypted"] == "true" and root["ebs"]["volumeType"] == "gp3"
-    # EFA: interfaces per network card, placement group, one AZ.
+    # EFA: interfaces per network card, one AZ, and a cluster placement group unless the pool is on reserved
+    # capacity (a Capacity Block is placed already; a reservation made outside our group never fits in it).
     zones = asg.inputs["vpcZoneIdentifiers"]
+    reservation = spec.capacity_reservations.get(region)
     if spec.efa:
         nics = lt.inputs["networkInterfaces"]
         assert len(nics) == itype.efa_interfaces
         assert [n["networkCardIndex"] for n in nics] == list(range(itype.efa_interfaces))
         assert nics[0]["interfaceType"] == "efa" and all(n["interfaceType"] == "efa-only" for n in nics[1:])
         assert tags[f"{CA}/node-template/resources/vpc.amazonaws.com/efa"] == str(itype.efa_interfaces)
-        assert lt.inputs["placement"]["groupName"]
-        (pg,) = res["aws:ec2/placementGroup:PlacementGroup"]
-        assert pg.inputs["strategy"] == "cluster"
+        if reservation:
+            assert "placement" not in lt.inputs and "aws:ec2/placementGroup:PlacementGroup" not in res
+        else:
+            assert lt.inputs["placement"]["groupName"]
+            (pg,) = res["aws:ec2/placementGroup:PlacementGroup"]
+            assert pg.inputs["strategy"] == "cluster"
         assert len(zones) == 1
     else:
         assert "networkInterfaces" not in lt.inputs and "placement" not in lt.inputs
@@ -174,12 +179,13 @@ def test_pool(pools: dict, stack: str, pool: str) -> None:
         assert asg.inputs["capacityRebalance"] is True
     else:
         assert "mixedInstancesPolicy" not in asg.inputs and asg.inputs["launchTemplate"]["id"] == lt.id
-    reservation = spec.capacity_reservations.get(region)
     if reservation:
         target = lt.inputs["capacityReservationSpecification"]["capacityReservationTarget"]
         assert target["capacityReservationId"] == reservation.id
         assert lt.inputs["instanceMarketOptions"]["marketType"] == "capacity-block"
-        assert zones == [f"subnet-{reservation.az}"]
+        # The pool's subnet is the one in the reservation's zone (by zone id; the program's subnets are keyed by AZ).
+        assert zones == [f"subnet-{fleet.pool_zones(env, region, pool)[0]}"]
+        assert fleet.zone_id(region, fleet.pool_zones(env, region, pool)[0]) == reservation.zone_id
     # Least privilege: worker, ECR read-only, SSM; no CNI policy (the VPC CNI uses Pod Identity).
     arns = sorted(
         a.inputs["policyArn"].rsplit("/", 1)[1] for a in res["aws:iam/rolePolicyAttachment:RolePolicyAttachment"]
@@ -284,3 +290,20 @@ def test_missing_ami_names_the_pool_and_region(tmp_path: Path) -> None:
     text = str(info.value)
     assert "environments.prod.node_pools." in text and "no AMI for variant" in text
     assert "in region eu-west-1" in text and str(manifest) in text
+
+
+def test_pool_on_a_capacity_reservation_gets_no_placement_group(tmp_path: Path) -> None:
+    """Not only Capacity Blocks: an ordinary reservation, made outside our placement group, never fits in it."""
+    fleet = tmp_path / "fleet.yaml"
+    text = REFERENCE_FLEET.read_text()
+    assert "type: capacity_block}" in text
+    fleet.write_text(text.replace("type: capacity_block}", "type: reservation}"))
+    program = tmp_path / "program.py"
+    program.write_text(textwrap.dedent(PROGRAM.format(root=str(ROOT))))
+    role = stackroles.StackRole("regional", "prod", "us-west-2")
+    config = CONFIG | {"dlinfra:fleet": str(fleet)}
+    result = engine.run_stack(ROOT, role, project="dlinfra", config=config, stack_exports={}, program=program)
+    (lt,) = [r for r in result.resources if r.name == "pool-train-h100-lt"]
+    assert lt.inputs["capacityReservationSpecification"]["capacityReservationTarget"]["capacityReservationId"]
+    assert "instanceMarketOptions" not in lt.inputs and "placement" not in lt.inputs
+    assert not [r for r in result.resources if r.type == "aws:ec2/placementGroup:PlacementGroup"]

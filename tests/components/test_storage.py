@@ -203,3 +203,32 @@ def test_access_logs_are_delivered_to_the_log_bucket(stacks: dict) -> None:
         for logging in _of(res, "aws:s3/bucketLogging:BucketLogging"):
             assert logging.inputs["targetBucket"] == buckets["logs"].id
             assert logging.inputs["targetPrefix"].startswith("s3/")
+
+
+def test_lustre_waits_for_every_rule_of_its_group(stacks: dict) -> None:
+    """FSx validates 988 and 1018-1023 when it creates the file system: the rules must exist by then."""
+    for stack, res in stacks.items():
+        for fs in _of(res, "aws:fsx/lustreFileSystem:LustreFileSystem"):
+            (group,) = [
+                g for g in _of(res, "aws:ec2/securityGroup:SecurityGroup") if g.id in fs.inputs["securityGroupIds"]
+            ]
+            rules = [
+                r for r in res if r.type.startswith("aws:vpc/securityGroup") and r.inputs["securityGroupId"] == group.id
+            ]
+            ports = {(r.inputs.get("fromPort"), r.inputs.get("toPort")) for r in rules}
+            assert {(988.0, 988.0), (1018.0, 1023.0)} <= ports, stack
+            assert {r.urn for r in rules} <= set(fs.dependencies), stack
+
+
+def test_lustre_linked_to_s3_takes_no_backups(stacks: dict) -> None:
+    """FSx backs up only persistent file systems not linked to S3; the datasets bucket is the durable copy."""
+    for stack, res in stacks.items():
+        for fs in _of(res, "aws:fsx/lustreFileSystem:LustreFileSystem"):
+            links = [
+                d
+                for d in _of(res, "aws:fsx/dataRepositoryAssociation:DataRepositoryAssociation")
+                if fs.urn in d.dependencies
+            ]
+            assert links, stack
+            assert fs.inputs["automaticBackupRetentionDays"] == 0, stack
+            assert "dailyAutomaticBackupStartTime" not in fs.inputs, stack

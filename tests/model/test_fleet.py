@@ -19,7 +19,7 @@ def test_reference_fleet_loads() -> None:
     assert set(fleet.environments) == {"prod", "staging"}
     assert len(fleet.regions) == 3 and len(fleet.sites) == 2
     assert {p.kind for p in fleet.environments["prod"].node_pools.values()} == {"gpu", "cpu"}
-    assert fleet.pool_zones("prod", "us-west-2", "train-h100") == ("us-west-2a",)  # from the reservation
+    assert fleet.pool_zones("prod", "us-west-2", "train-h100") == ("us-west-2a",)  # the reservation's usw2-az2
     assert fleet.pool_zones("prod", "eu-west-1", "train-a100") == ("eu-west-1a",)  # EFA: one AZ
     assert fleet.pool_zones("prod", "us-west-2", "cpu") == ("us-west-2a", "us-west-2b", "us-west-2c")
 
@@ -204,9 +204,42 @@ BAD = [
     ),
     pytest.param(
         _set("environments.prod.node_pools.train-h100.zones", {"us-west-2": ["us-west-2b"]}),
-        "environments.prod.node_pools.train-h100.capacity_reservations.us-west-2.az",
-        "the pool runs in us-west-2b",
+        "environments.prod.node_pools.train-h100.capacity_reservations.us-west-2.zone_id",
+        "reservation cr-0a1b2c3d4e5f60718 is in usw2-az2 (us-west-2a) but the pool runs in us-west-2b",
         id="reservation-other-az",
+    ),
+    pytest.param(
+        _set(
+            "environments.prod.node_pools.train-h100.capacity_reservations.us-west-2",
+            {"id": "cr-0a1b2c3d4e5f60718", "az": "us-west-2a"},
+        ),
+        "environments.prod.node_pools.train-h100.capacity_reservations.us-west-2",
+        "az: give the reservation's zone by its zone id (zone_id: e.g. usw2-az2",
+        id="reservation-by-az-name",
+    ),
+    pytest.param(
+        _set("environments.prod.node_pools.train-h100.capacity_reservations.us-west-2.zone_id", "use1-az1"),
+        "environments.prod.node_pools.train-h100.capacity_reservations.us-west-2.zone_id",
+        "reservation cr-0a1b2c3d4e5f60718: use1-az1 is not a zone of us-west-2: it is a zone of us-east-1",
+        id="reservation-zone-in-another-region",
+    ),
+    pytest.param(
+        _set("environments.prod.node_pools.train-h100.capacity_reservations.us-west-2.zone_id", "usw2-az4"),
+        "environments.prod.node_pools.train-h100.capacity_reservations.us-west-2.zone_id",
+        "is in usw2-az4, not among the zones the fleet uses in us-west-2: us-west-2a (usw2-az2), us-west-2b (usw2-az1)",
+        id="reservation-zone-the-fleet-does-not-use",
+    ),
+    pytest.param(
+        _set("environments.prod.node_pools.train-h100.capacity_reservations.us-west-2.zone_id", "us-west-2a"),
+        "environments.prod.node_pools.train-h100.capacity_reservations.us-west-2.zone_id",
+        "String should match pattern",
+        id="reservation-zone-id-malformed",
+    ),
+    pytest.param(
+        _set("regions.us-east-1.azs", 5),
+        "regions.us-east-1.azs",
+        "the first 5 AZs of us-east-1 include us-east-1e, zone use1-az3, where EKS cannot place a cluster's subnets",
+        id="eks-unsupported-zone",
     ),
     pytest.param(
         _set("environments.prod.ci.apply_role_arn", "arn:aws:iam::1111:role/apply"),

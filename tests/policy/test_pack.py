@@ -188,3 +188,32 @@ def test_main_builds_the_pack_from_the_reference_fleet(monkeypatch: pytest.Monke
         vpc = _request(proto.AnalyzerResource, "aws:ec2/vpc:Vpc", "vpc", {"cidrBlock": cidr})
         response = analyzer.AnalyzeStack(proto.AnalyzeStackRequest(resources=[vpc]), None)
         assert [d.policyName for d in response.diagnostics if d.policyName.startswith("vpc-cidr")] == expected
+
+
+def test_stack_policy_sees_parents_when_ids_are_unknown(analyzer: Any) -> None:
+    """In a first preview no group id is known: the Lustre rule finds a group's rules by their parent."""
+    group = _request(proto.AnalyzerResource, "aws:ec2/securityGroup:SecurityGroup", "lustre-sg", {})
+    nodes = _request(proto.AnalyzerResource, "aws:ec2/securityGroup:SecurityGroup", "nodes-sg", {})
+    rule_type = "aws:vpc/securityGroupIngressRule:SecurityGroupIngressRule"
+    # Each rule of one group admits the other: both depend on both groups, only the parent tells them apart.
+    lnet = _request(proto.AnalyzerResource, rule_type, "lustre-988", {"securityGroupId": UNKNOWN_STRING})
+    lnet.parent = group.urn
+    lnet.dependencies.extend([group.urn, nodes.urn])
+    peer = _request(proto.AnalyzerResource, rule_type, "nodes-from-lustre", {"securityGroupId": UNKNOWN_STRING})
+    peer.parent = nodes.urn
+    peer.dependencies.extend([nodes.urn, group.urn])
+
+    def findings(*dependencies: Any) -> list[str]:
+        fs = _request(
+            proto.AnalyzerResource,
+            "aws:fsx/lustreFileSystem:LustreFileSystem",
+            "lustre",
+            {"securityGroupIds": [UNKNOWN_STRING]},
+        )
+        fs.dependencies.extend(d.urn for d in dependencies)
+        request = proto.AnalyzeStackRequest(resources=[group, nodes, lnet, peer, fs])
+        return [m for name, m, _ in _violations(analyzer.AnalyzeStack(request, None)) if name.startswith("sg-rules")]
+
+    (missing,) = findings(group)
+    assert "does not depend on lustre-988:" in missing
+    assert findings(group, lnet) == []

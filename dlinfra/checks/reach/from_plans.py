@@ -36,6 +36,7 @@ from dlinfra.checks.reach.topology import (
 from dlinfra.model import sites as site_plan
 from dlinfra.model.fleet.schema import Fleet
 from dlinfra.model.planner import Plan as AddressPlan
+from dlinfra.model.regions import known_regions
 
 # Types the model reads; anything else in a plan is not part of the network.
 VPC = "aws:ec2/vpc:Vpc"
@@ -163,6 +164,15 @@ def _route_target(i: Mapping[str, Any]) -> tuple[RouteTarget, str]:
     return "blackhole", ""
 
 
+def _az(inputs: Mapping[str, Any], region: str) -> str:
+    """A subnet's AZ as the fleet names it: subnets are placed by zone id, which regions.yaml labels."""
+    if inputs.get("availabilityZone"):
+        return str(inputs["availabilityZone"])
+    zone = str(inputs.get("availabilityZoneId") or "")
+    info = known_regions().get(region)
+    return (info.az_of(zone) if info else None) or zone
+
+
 def _containers(
     topo: Topology, r: Mapping[str, Any], origin: Resource, i: Mapping[str, Any], env: str, region: str
 ) -> None:
@@ -177,7 +187,7 @@ def _containers(
                 origin,
                 str(i.get("vpcId")),
                 cidr,
-                str(i.get("availabilityZone", "")),
+                _az(i, region),
                 bool(i.get("mapPublicIpOnLaunch")),
             )
     elif t == ROUTE_TABLE:

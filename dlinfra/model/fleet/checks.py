@@ -7,8 +7,15 @@ from collections.abc import Iterator, Sequence
 
 from dlinfra.errors import FleetError
 from dlinfra.model import eks
-from dlinfra.model.fleet.schema import RESERVED_NAMESPACES, Environment, Fleet, NodePool, is_rfc1918
-from dlinfra.model.regions import known_regions
+from dlinfra.model.fleet.schema import (
+    RESERVED_NAMESPACES,
+    CapacityReservation,
+    Environment,
+    Fleet,
+    NodePool,
+    is_rfc1918,
+)
+from dlinfra.model.regions import known_regions, region_of_zone
 
 # Hybrid nodes take one pod block each (Cilium's maskSize; dlinfra.model.hybrid_routing.NODE_POD_PREFIX says why /25).
 _NODE_POD_PREFIX = 25
@@ -26,6 +33,8 @@ def _cross_checks(fleet: Fleet) -> Iterator[FleetError]:
                 f"{spec.azs} AZs asked for, but {name} has {len(known[name].azs)} ({', '.join(known[name].azs)})",
                 key=f"regions.{name}.azs",
             )
+        else:
+            yield from _eks_zone_checks(fleet, name)
     primaries = [n for n, s in fleet.regions.items() if s.primary]
     if len(primaries) != 1:
         yield FleetError(f"exactly one region must be primary, found {primaries or 'none'}", key="regions")
@@ -132,6 +141,20 @@ def _cross_checks(fleet: Fleet) -> Iterator[FleetError]:
         namespaces[ns] = team
 
 
+def _eks_zone_checks(fleet: Fleet, region: str) -> Iterator[FleetError]:
+    """Every region runs an EKS cluster on the private subnets of all its AZs: none may be in a zone EKS refuses."""
+    refused = eks.unsupported_zone_ids(region)
+    for i, az in enumerate(fleet.azs(region)):
+        zone = fleet.zone_id(region, az)
+        if zone in refused:
+            yield FleetError(
+                f"the first {fleet.regions[region].azs} AZs of {region} include {az}, zone {zone}, where EKS cannot "
+                f"place a cluster's subnets (dlinfra/data/eks.yaml unsupported_zone_ids): use at most {i}",
+                key=f"regions.{region}.azs",
+            )
+            return
+
+
 def _site_checks(fleet: Fleet) -> Iterator[FleetError]:
     """What `site add` refuses, refused in the file too: shared gateways, ASNs that clash, pod ranges too small."""
     gateways: dict[str, str] = {}
@@ -204,12 +227,33 @@ def _pool_checks(fleet: Fleet, env_name: str, env: Environment) -> Iterator[Flee
             if region not in used:
                 yield FleetError(f"pool does not run in {region!r}", key=f"{key}.capacity_reservations.{region}")
                 return
-            zones = fleet.pool_zones(env_name, region, pool_name)
-            if cr.az not in zones:
-                yield FleetError(
-                    f"reservation {cr.id} is in {cr.az} but the pool runs in {', '.join(zones)}",
-                    key=f"{key}.capacity_reservations.{region}.az",
-                )
+            yield from _reservation_zone_checks(
+                fleet, f"{key}.capacity_reservations.{region}.zone_id", region, pool, cr
+            )
+
+
+def _reservation_zone_checks(
+    fleet: Fleet, key: str, region: str, pool: NodePool, cr: CapacityReservation
+) -> Iterator[FleetError]:
+    """A reservation's zone id is a zone of its region that the fleet uses there, and the pool's zone."""
+    az = known_regions()[region].az_of(cr.zone_id) if region in known_regions() else None
+    ours = {fleet.zone_id(region, a): a for a in fleet.azs(region)} if region in fleet.regions else {}
+    where = ", ".join(f"{a} ({z})" for z, a in ours.items())
+    if az is None:
+        home = region_of_zone(cr.zone_id)
+        elsewhere = f"it is a zone of {home}" if home else "no region dlinfra knows has it (dlinfra/data/regions.yaml)"
+        yield FleetError(f"reservation {cr.id}: {cr.zone_id} is not a zone of {region}: {elsewhere}", key=key)
+    elif cr.zone_id not in ours:
+        refused = " (EKS cannot use it for the cluster)" if cr.zone_id in eks.unsupported_zone_ids(region) else ""
+        yield FleetError(
+            f"reservation {cr.id} is in {cr.zone_id}{refused}, not among the zones the fleet uses in {region}: {where}",
+            key=key,
+        )
+    elif region in pool.zones and az not in pool.zones[region]:
+        yield FleetError(
+            f"reservation {cr.id} is in {cr.zone_id} ({az}) but the pool runs in {', '.join(pool.zones[region])}",
+            key=key,
+        )
 
 
 def _instance_checks(key: str, pool: NodePool) -> Iterator[FleetError]:

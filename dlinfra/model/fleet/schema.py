@@ -20,7 +20,7 @@ from dlinfra.model.fleet.labels import (
 )
 from dlinfra.model.naming import STANDARD_TAG_KEYS
 from dlinfra.model.quotas import QuotaValues, check_codes
-from dlinfra.model.regions import known_regions
+from dlinfra.model.regions import ZONE_ID, known_regions
 
 Name = Annotated[str, Field(pattern=r"^[a-z][a-z0-9-]{0,22}[a-z0-9]$")]
 """Lower-case DNS-label-like name used in logical and physical names (2 to 24 characters)."""
@@ -121,8 +121,21 @@ class CapacityReservation(Strict):
     """An EC2 capacity reservation or capacity block a pool targets in one region."""
 
     id: str = Field(pattern=r"^cr-[0-9a-f]{8,17}$")  # capacity reservation id
-    az: str  # the AZ the reservation lives in; must be the pool's AZ
+    # The zone the reservation lives in, by zone id (AvailabilityZoneId in describe-capacity-reservations):
+    # an AZ name means another zone in another account (dlinfra/data/regions.yaml). Must be one of the pool's.
+    zone_id: str = Field(pattern=ZONE_ID.pattern)
     type: Literal["reservation", "capacity_block"] = "reservation"
+
+    @model_validator(mode="before")
+    @classmethod
+    def _zone_by_id(cls, data: Any) -> Any:
+        if isinstance(data, Mapping) and "az" in data:
+            raise ValueError(
+                f"az: give the reservation's zone by its zone id (zone_id: e.g. usw2-az2, the reservation's "
+                f"AvailabilityZoneId), not by the name {data['az']!r}: AZ names map to different zones in different "
+                "accounts"
+            )
+        return data
 
 
 class SpotSpec(Strict):
@@ -144,7 +157,7 @@ class NodePool(Strict):
     max_size: int = Field(ge=0)  # per region
     regions: tuple[str, ...] | None = None  # default: every region of the environment
     zones: Mapping[str, tuple[str, ...]] = Field(default_factory=dict)  # region -> AZ names; EFA pools: one
-    efa: bool = False  # EFA interfaces + cluster placement group + single AZ
+    efa: bool = False  # EFA interfaces + single AZ + a cluster placement group unless on reserved capacity
     capacity_reservations: Mapping[str, CapacityReservation] = Field(default_factory=dict)  # region -> target
     spot: SpotSpec | None = None  # CPU pools: mixed instances with spot
     labels: Mapping[str, str] = Field(default_factory=dict)
@@ -535,6 +548,10 @@ class Fleet(Strict):
         """The AZ names this fleet uses in a region (the first N the region offers)."""
         return known_regions()[region].azs[: self.regions[region].azs]
 
+    def zone_id(self, region: str, az: str) -> str:
+        """The zone id an AZ name labels (dlinfra/data/regions.yaml): what AWS is given where placement matters."""
+        return known_regions()[region].zone_ids[az]
+
     def vpc_prefix(self, env: str) -> int:
         """VPC prefix length of an environment."""
         return self.environments[env].vpc_prefix or self.address_space.vpc_prefix
@@ -569,7 +586,8 @@ class Fleet(Strict):
         if region in pool.zones:
             return tuple(pool.zones[region])
         if region in pool.capacity_reservations:
-            return (pool.capacity_reservations[region].az,)
+            zone_id = pool.capacity_reservations[region].zone_id
+            return (known_regions()[region].az_of(zone_id) or zone_id,)  # validation refuses a zone not in region
         return self.azs(region)[:1] if pool.efa else self.azs(region)
 
     def sites_of(self, env: str, region: str | None = None) -> dict[str, Site]:

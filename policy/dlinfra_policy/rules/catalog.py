@@ -143,4 +143,16 @@ RULES: tuple[ResourceRule | StackRule, ...] = (
         "mandatory",
         ci.runner_webhook_narrowed,
     ),
+    StackRule(
+        "sg-rules-before-validating-resources",
+        "Resources AWS checks against security-group rules at create time (FSx for Lustre) depend on those rules",
+        "mandatory",
+        network.sg_rules_before_validating_resources,
+    ),
+    StackRule(
+        "reserved-capacity-no-placement-group",
+        "Nothing on a Capacity Block, or on a reservation made outside placement groups, names a placement group",
+        "mandatory",
+        compute.reserved_capacity_no_placement_group,
+    ),
 )

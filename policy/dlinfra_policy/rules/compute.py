@@ -1,10 +1,11 @@
-"""Rules for nodes: launch templates and instances (IMDSv2), and the Auto Scaling groups of node pools."""
+"""Rules for nodes: launch templates and instances (IMDSv2, reserved capacity outside placement groups), and the
+Auto Scaling groups of node pools."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
-from .core import Context, Resource, Violation, as_int, as_list, as_object, as_objects, is_true, tags_of
+from .core import Context, Resource, Violation, as_int, as_list, as_object, as_objects, has_key, is_true, tags_of
 
 LAUNCH_TEMPLATE = "aws:ec2/launchTemplate:LaunchTemplate"
 INSTANCE = "aws:ec2/instance:Instance"
@@ -146,4 +147,71 @@ def nodes_cluster_owned(resource: Resource, ctx: Context) -> list[str]:
         tag = tags.get(f"kubernetes.io/cluster/{cluster}")
         if tag is None or tag.get("value") != "owned" or not is_true(tag.get("propagateAtLaunch")):
             out.append(f"nodes of cluster {cluster} lack kubernetes.io/cluster/{cluster}=owned propagated at launch")
+    return out
+
+
+CAPACITY_RESERVATION = "aws:ec2/capacityReservation:CapacityReservation"
+
+
+def _reserved_capacity(resource: Resource) -> tuple[str, str]:
+    """(capacity block id or "", reservation id or "") a launch template or instance launches into."""
+    spec = as_object(resource.inputs.get("capacityReservationSpecification"))
+    target = as_object(spec.get("capacityReservationTarget"))
+    reservation = str(target.get("capacityReservationId") or "")
+    if as_object(resource.inputs.get("instanceMarketOptions")).get("marketType") == "capacity-block":
+        return reservation or "(no reservation id)", reservation
+    return "", reservation
+
+
+def _placement_group(resource: Resource) -> str:
+    """The placement group a launch template or instance names, or "" (its name may be unknown in preview)."""
+    if resource.type == LAUNCH_TEMPLATE:
+        placement = as_object(resource.inputs.get("placement"))
+        keys = ("groupName", "groupId")
+    else:
+        placement, keys = resource.inputs, ("placementGroup", "placementGroupId")
+    for key in keys:
+        if has_key(placement, key):
+            value = placement[key]
+            return value if isinstance(value, str) and value else "(a placement group)"
+    return ""
+
+
+def reserved_capacity_no_placement_group(resources: Sequence[Resource], ctx: Context) -> list[Violation]:
+    """Nothing that launches into a Capacity Block, or a reservation made outside a placement group, names one.
+
+    A Capacity Block's instances are placed close together already, and a placement constraint outside the
+    reservation can fail with insufficient capacity while paid capacity sits free (EC2 guide "Capacity Blocks
+    for ML"; AWS ParallelCluster PlacementGroupCapacityTypeValidator). A reservation joins a placement group
+    only when it is created in it (EC2 guide "Capacity Reservations in cluster placement groups";
+    PlacementGroupCapacityReservationValidator), so a target is fine only with a reservation of this stack made
+    in a placement group.
+    """
+    in_groups = [r for r in resources if r.type == CAPACITY_RESERVATION and has_key(r.inputs, "placementGroupArn")]
+    out: list[Violation] = []
+    for resource in (r for r in resources if r.type in (LAUNCH_TEMPLATE, INSTANCE)):
+        group = _placement_group(resource)
+        if not group:
+            continue
+        block, reservation = _reserved_capacity(resource)
+        if block:
+            out.append(
+                Violation(
+                    resource.urn,
+                    f"launches into Capacity Block {block} and placement group {group}: a Capacity Block's "
+                    "instances are placed together already, and the extra constraint can fail with insufficient "
+                    "capacity while the block sits free; drop the placement group",
+                )
+            )
+        elif reservation and not any(
+            c.urn in resource.dependencies or (c.id and c.id == reservation) for c in in_groups
+        ):
+            out.append(
+                Violation(
+                    resource.urn,
+                    f"targets capacity reservation {reservation} and names placement group {group}: a reservation "
+                    "made outside the group never fits in it, so launches can fail while reserved capacity sits "
+                    "free; drop the placement group (or create the reservation in it)",
+                )
+            )
     return out

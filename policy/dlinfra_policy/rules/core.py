@@ -26,6 +26,7 @@ class Resource:
     id: str = ""  # known in offline plans; empty during a real preview of a new resource
     provider_urn: str = ""  # URN of the provider the resource goes through; empty when unknown
     provider_inputs: Mapping[str, Any] = field(default_factory=dict)  # that provider's inputs (region, ...)
+    parent: str = ""  # URN of the parent resource; empty for a top-level one or when unknown
 
     @property
     def stack(self) -> str:

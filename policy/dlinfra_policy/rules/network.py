@@ -1,4 +1,5 @@
-"""Rules for VPCs and security groups: planned, disjoint CIDRs, flow logs, no ingress from the whole internet."""
+"""Rules for VPCs and security groups: planned, disjoint CIDRs, flow logs, no ingress from the whole internet, rules
+in place before what AWS checks against them."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ VPC = "aws:ec2/vpc:Vpc"
 FLOW_LOG = "aws:ec2/flowLog:FlowLog"
 SECURITY_GROUP = "aws:ec2/securityGroup:SecurityGroup"
 SECURITY_GROUP_INGRESS_RULE = "aws:vpc/securityGroupIngressRule:SecurityGroupIngressRule"
+SECURITY_GROUP_EGRESS_RULE = "aws:vpc/securityGroupEgressRule:SecurityGroupEgressRule"
 SECURITY_GROUP_RULE = "aws:ec2/securityGroupRule:SecurityGroupRule"
 
 
@@ -148,3 +150,71 @@ def sg_no_inline_rules(resource: Resource, ctx: Context) -> list[str]:
         return []
     inline = [key for key in ("ingress", "egress") if as_list(resource.inputs.get(key))]
     return [f"inline {key} rules: declare them as separate rule resources" for key in inline]
+
+
+RULE_TYPES = (SECURITY_GROUP_INGRESS_RULE, SECURITY_GROUP_EGRESS_RULE, SECURITY_GROUP_RULE)
+# Types whose create call checks the rules of the security groups it is given, and fails while they are missing.
+VALIDATES_GROUP_RULES: dict[str, str] = {
+    # "The file system cannot be created because ... the provided security groups do not permit Lustre LNET
+    # network traffic on port 988" (InvalidNetworkSettings): FSx for Lustre guide, "Creating an FSx for Lustre
+    # file system fails"; the race with the rules: aws-parallelcluster issue 6181.
+    "aws:fsx/lustreFileSystem:LustreFileSystem": "securityGroupIds",
+    # Lustre-based too: the same 988 rules (File Cache guide, "Cache access control with Amazon VPC"), and
+    # CreateFileCache answers InvalidNetworkSettings (FSx API reference, CreateFileCache errors).
+    "aws:fsx/fileCache:FileCache": "securityGroupIds",
+}
+# Not here, checked: EFS CreateMountTarget validates that its groups exist (SecurityGroupNotFound, at most five),
+# not their rules (EFS API reference, CreateMountTarget errors); EKS, Client VPN, CodeBuild and launch templates
+# take groups without reading their rules.
+
+
+def _groups_of(resource: Resource, key: str, groups: Sequence[Resource]) -> list[Resource]:
+    """The stack's security groups a resource is given under `key` (by dependency first: ids may be unknown)."""
+    found = [g for g in groups if g.urn in resource.dependencies]
+    rest = [g for g in groups if g not in found and g.id]
+    if rest:
+        ids = {str(v) for v in as_list(resource.inputs.get(key))}
+        found += [g for g in rest if g.id in ids]
+    return found
+
+
+def _rules_of(group: Resource, rules: Sequence[Resource], groups: Sequence[Resource]) -> list[Resource]:
+    """Rule resources of a group (not rules of other groups that name it as their peer)."""
+
+    def owned(rule: Resource) -> bool:
+        if group.id:  # known ids (plan exports, existing groups): the rule names its own group
+            return rule.inputs.get("securityGroupId") == group.id
+        if rule.parent:  # dlinfra parents every rule to its group (components/security_groups.py)
+            return rule.parent == group.urn
+        # Unknown ids and no parent: a rule that depends on this group and no other can only be its.
+        return group.urn in rule.dependencies and not any(
+            g.urn in rule.dependencies for g in groups if g.urn != group.urn
+        )
+
+    return [r for r in rules if owned(r)]
+
+
+def sg_rules_before_validating_resources(resources: Sequence[Resource], ctx: Context) -> list[Violation]:
+    """What AWS validates against security-group rules at create time depends on those rules.
+
+    Rules declared as their own resources are created in parallel with whatever uses their group unless it
+    depends on them; FSx for Lustre then refuses to create the file system (sources: VALIDATES_GROUP_RULES).
+    """
+    groups = [r for r in resources if r.type == SECURITY_GROUP]
+    rules = [r for r in resources if r.type in RULE_TYPES]
+    out: list[Violation] = []
+    for resource in resources:
+        key = VALIDATES_GROUP_RULES.get(resource.type)
+        if key is None:
+            continue
+        for group in _groups_of(resource, key, groups):
+            missing = sorted(r.name for r in _rules_of(group, rules, groups) if r.urn not in resource.dependencies)
+            if missing:
+                out.append(
+                    Violation(
+                        resource.urn,
+                        f"AWS checks the rules of security group {group.name} when it creates this resource, but it "
+                        f"does not depend on {', '.join(missing)}: add them to depends_on, or the create can race them",
+                    )
+                )
+    return out

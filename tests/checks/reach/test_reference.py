@@ -375,3 +375,17 @@ def test_a_path_between_environments_breaks_the_isolation_intent() -> None:
     leak = next(f for f in result.failures if f.destination.label.startswith("pool"))
     assert leak.why.startswith("allowed, but must stay closed")
     assert "peering attachment leak" in leak.why
+
+
+def test_subnets_placed_by_zone_id_keep_the_fleets_az_names() -> None:
+    """Subnets reach AWS by zone id; reachability names them by the fleet's AZ, as the fleet file does."""
+    loaded = load_fleet(REFERENCE_FLEET)
+    address_plan = planner.plan(loaded, planner.load_lock(REFERENCE_LOCK))
+    all_plans = plans()
+    topo = from_plans.build(all_plans, from_plans.site_sides(loaded.fleet, address_plan, all_plans))
+    regional = [p for p in all_plans if p["role"]["kind"] == "regional"]
+    subnets = [r for p in regional for r in p["resources"] if r["type"] == "aws:ec2/subnet:Subnet"]
+    assert subnets and all("availabilityZoneId" in s["inputs"] for s in subnets)
+    for s in subnets:
+        region = s["inputs"]["tags"]["region"]
+        assert topo.subnets[s["id"]].az in loaded.fleet.azs(region)

@@ -42,8 +42,8 @@ LT = "aws:ec2/launchTemplate:LaunchTemplate"
 
 
 def res(type_: str, name: str = "r", stack: str = STACK, **options: Any) -> Callable[..., Resource]:
-    """A resource factory: res(TYPE)(inputs...) with URN, protect, dependencies, id and provider from options
-    (by default the stack's explicit us-west-2 provider)."""
+    """A resource factory: res(TYPE)(inputs...) with URN, protect, dependencies, id, provider (by default the
+    stack's explicit us-west-2 provider) and parent from options."""
 
     def make(**inputs: Any) -> Resource:
         return Resource(
@@ -56,6 +56,7 @@ def res(type_: str, name: str = "r", stack: str = STACK, **options: Any) -> Call
             id=options.get("id", ""),
             provider_urn=options.get("provider_urn", PROVIDER),
             provider_inputs=options.get("provider_inputs", {"region": "us-west-2"}),
+            parent=options.get("parent", ""),
         )
 
     return make

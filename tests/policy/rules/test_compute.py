@@ -1,4 +1,5 @@
-"""The compute rules: IMDSv2, GPU pools' scale-from-zero tags and no automatic refresh, cluster-owned nodes."""
+"""The compute rules: IMDSv2, GPU pools' scale-from-zero tags and no automatic refresh, cluster-owned nodes, no
+placement group on reserved capacity."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from policy.dlinfra_policy.rules.compute import (
     gpu_pools_no_auto_refresh,
     gpu_pools_scale_from_zero,
     imdsv2_required,
+    reserved_capacity_no_placement_group,
 )
 from policy.dlinfra_policy.rules.core import Resource
 from tests.policy.rules._resources import ASG, CTX, LT, pass_and_fail, res
@@ -29,6 +31,14 @@ LT_GPU = res(LT, "gpu-lt", id="lt-1")(instanceType="p5.48xlarge")
 OWNED = "kubernetes.io/cluster/dlinfra-prod-usw2"
 REFRESH = {"strategy": "Rolling", "preferences": {"minHealthyPercentage": 90.0, "skipMatching": True}}
 CPU_MIX = {"launchTemplate": {"overrides": [{"instanceType": "m7i.4xlarge"}]}}
+BLOCK = {
+    "capacityReservationSpecification": {
+        "capacityReservationTarget": {"capacityReservationId": "cr-0a1b2c3d4e5f60718"}
+    },
+    "instanceMarketOptions": {"marketType": "capacity-block"},
+}
+PLACED = {"placement": {"groupName": "dlinfra-prod-usw2-pg-train"}}
+CR = "aws:ec2/capacityReservation:CapacityReservation"
 
 
 # rule -> (resources that pass, resources that fail).
@@ -60,6 +70,10 @@ CASES: dict[str, tuple[list[Resource], list[Resource]]] = {
             res(ASG)(tags=GPU_TAGS),
             res(ASG)(tags=[*GPU_TAGS, {"key": OWNED, "value": "owned", "propagateAtLaunch": False}]),
         ],
+    ),
+    "reserved-capacity-no-placement-group": (
+        [res(LT, "block")(**BLOCK), res(LT, "on-demand-efa")(**PLACED)],
+        [res(LT, "block")(**BLOCK, **PLACED)],
     ),
 }
 
@@ -100,3 +114,20 @@ def test_gpu_pools_no_auto_refresh_details(inputs: dict[str, Any], expected: lis
     # CPU pools may refresh automatically.
     cpu = res(ASG)(mixedInstancesPolicy=CPU_MIX, instanceRefresh=REFRESH, maxInstanceLifetime=604800.0)
     assert gpu_pools_no_auto_refresh([cpu], CTX) == []
+
+
+def test_reserved_capacity_no_placement_group_details() -> None:
+    target = {"capacityReservationSpecification": BLOCK["capacityReservationSpecification"]}
+    # An ordinary reservation made elsewhere: never in our placement group.
+    (found,) = reserved_capacity_no_placement_group([res(LT)(**target, **PLACED)], CTX)
+    assert "targets capacity reservation cr-0a1b2c3d4e5f60718 and names placement group" in found.message
+    # ...unless this stack creates the reservation in a placement group and the template launches into it.
+    in_group = res(CR, id="cr-0a1b2c3d4e5f60718")(placementGroupArn="arn:aws:ec2:us-west-2:1:placement-group/pg")
+    assert reserved_capacity_no_placement_group([in_group, res(LT)(**target, **PLACED)], CTX) == []
+    # A Capacity Block never fits a placement group of ours, whatever the stack declares.
+    assert reserved_capacity_no_placement_group([in_group, res(LT)(**BLOCK, **PLACED)], CTX)
+    # Instances say it with their own inputs; a group id counts like a name.
+    instance = res(INSTANCE)(**BLOCK, placementGroupId="pg-0123")
+    (found,) = reserved_capacity_no_placement_group([instance], CTX)
+    assert found.message.startswith("launches into Capacity Block cr-0a1b2c3d4e5f60718 and placement group pg-0123")
+    assert reserved_capacity_no_placement_group([res(INSTANCE)(**BLOCK)], CTX) == []

@@ -1,4 +1,5 @@
-"""The network rules: no ingress from the world, no inline security-group rules, planned VPC CIDRs, flow logs."""
+"""The network rules: no ingress from the world, no inline security-group rules, planned VPC CIDRs, flow logs, and
+security-group rules in place before FSx for Lustre is created."""
 
 from __future__ import annotations
 
@@ -9,9 +10,11 @@ from policy.dlinfra_policy.rules.core import Context, Resource
 from policy.dlinfra_policy.rules.network import (
     FLOW_LOG,
     SECURITY_GROUP,
+    SECURITY_GROUP_EGRESS_RULE,
     SECURITY_GROUP_INGRESS_RULE,
     SECURITY_GROUP_RULE,
     no_world_ingress,
+    sg_rules_before_validating_resources,
     vpc_cidrs_planned,
     vpcs_disjoint,
 )
@@ -19,6 +22,22 @@ from tests.policy.rules._resources import CTX, TAGS, VPC, pass_and_fail, res
 
 WORLD_22 = {"protocol": "tcp", "fromPort": 22.0, "toPort": 22.0, "cidrBlocks": ["0.0.0.0/0"]}
 LAN_22 = {"protocol": "tcp", "fromPort": 22.0, "toPort": 22.0, "cidrBlocks": ["10.200.0.0/20"]}
+
+LUSTRE = "aws:fsx/lustreFileSystem:LustreFileSystem"
+LUSTRE_SG = res(SECURITY_GROUP, "lustre-sg", id="sg-1")(tags=TAGS)
+LNET = {"securityGroupId": "sg-1", "ipProtocol": "tcp", "fromPort": 988.0, "toPort": 988.0}
+LNET_IN = res(SECURITY_GROUP_INGRESS_RULE, "lustre-servers-988", dependencies=[LUSTRE_SG.urn])(
+    **LNET, referencedSecurityGroupId="sg-1"
+)
+LNET_OUT = res(SECURITY_GROUP_EGRESS_RULE, "lustre-servers-out", dependencies=[LUSTRE_SG.urn])(
+    securityGroupId="sg-1", ipProtocol="-1", referencedSecurityGroupId="sg-1"
+)
+
+
+def _lustre(*dependencies: Resource) -> Resource:
+    return res(LUSTRE, "lustre", dependencies=[d.urn for d in dependencies])(
+        deploymentType="PERSISTENT_2", securityGroupIds=["sg-1"]
+    )
 
 
 # rule -> (resources that pass, resources that fail).
@@ -41,6 +60,10 @@ CASES: dict[str, tuple[list[Resource], list[Resource]]] = {
     "sg-no-inline-rules": (
         [res(SECURITY_GROUP)(tags=TAGS), res(SECURITY_GROUP)(ingress=[], egress=[])],
         [res(SECURITY_GROUP)(ingress=[LAN_22]), res(SECURITY_GROUP)(egress=[LAN_22])],
+    ),
+    "sg-rules-before-validating-resources": (
+        [LUSTRE_SG, LNET_IN, LNET_OUT, _lustre(LUSTRE_SG, LNET_IN, LNET_OUT)],
+        [LUSTRE_SG, LNET_IN, LNET_OUT, _lustre(LUSTRE_SG)],
     ),
 }
 
@@ -91,3 +114,38 @@ def test_vpc_without_plan_is_a_violation_not_a_pass() -> None:
         "has no VPC in the address plan"
         in vpc_cidrs_planned([res(VPC, stack="x-y")(cidrBlock="10.9.0.0/16")], CTX)[0].message
     )
+
+
+def test_sg_rules_before_validating_resources_finds_groups_and_rules_by_id_or_dependency() -> None:
+    # The file system names its group only by id (no dependency recorded), the rule names it only by id.
+    by_id_rule = res(SECURITY_GROUP_RULE, "lustre-1018")(
+        type="ingress", securityGroupId="sg-1", protocol="tcp", fromPort=1018.0, toPort=1023.0, self=True
+    )
+    found = sg_rules_before_validating_resources([LUSTRE_SG, by_id_rule, _lustre(LNET_IN)], CTX)
+    assert [v.message for v in found] == [
+        "AWS checks the rules of security group lustre-sg when it creates this resource, but it does not depend on "
+        "lustre-1018: add them to depends_on, or the create can race them"
+    ]
+    # Rules of another group, and groups the file system does not use, are not its business.
+    other = res(SECURITY_GROUP, "nodes-sg", id="sg-2")(tags=TAGS)
+    other_rule = res(SECURITY_GROUP_INGRESS_RULE, "nodes-self", dependencies=[other.urn])(securityGroupId="sg-2")
+    assert sg_rules_before_validating_resources([LUSTRE_SG, other, other_rule, _lustre(LUSTRE_SG)], CTX) == []
+    # EFS mount targets take groups without AWS reading their rules.
+    mount = res("aws:efs/mountTarget:MountTarget", dependencies=[LUSTRE_SG.urn])(securityGroups=["sg-1"])
+    assert sg_rules_before_validating_resources([LUSTRE_SG, LNET_IN, mount], CTX) == []
+
+
+def test_sg_rules_before_validating_resources_with_ids_unknown_as_in_a_real_preview() -> None:
+    group = res(SECURITY_GROUP, "lustre-sg")(tags=TAGS)
+    nodes = res(SECURITY_GROUP, "nodes-sg")(tags=TAGS)
+    # Parented to the group (as components/security_groups.py does), or depending on it alone: the group's rules.
+    parented = res(SECURITY_GROUP_INGRESS_RULE, "lustre-988", dependencies=[group.urn], parent=group.urn)()
+    lone = res(SECURITY_GROUP_EGRESS_RULE, "lustre-out", dependencies=[group.urn])()
+    # The nodes' rule admitting the servers depends on both groups, and is parented to the nodes' group.
+    peer = res(
+        SECURITY_GROUP_INGRESS_RULE, "nodes-from-lustre", dependencies=[nodes.urn, group.urn], parent=nodes.urn
+    )()
+    stack = [group, nodes, parented, lone, peer]
+    assert sg_rules_before_validating_resources([*stack, _lustre(group, parented, lone)], CTX) == []
+    (found,) = sg_rules_before_validating_resources([*stack, _lustre(group, lone)], CTX)
+    assert "does not depend on lustre-988:" in found.message
