@@ -20,7 +20,8 @@ from rich.console import Console
 from dlinfra.errors import DlinfraError
 from dlinfra.model import stackroles
 from dlinfra.model.fleet.load import load_fleet
-from dlinfra.model.fleet.schema import Fleet, NodePool
+from dlinfra.model.fleet.pools import NodePool
+from dlinfra.model.fleet.schema import Fleet
 from dlinfra.ops import stack_outputs
 
 TERMINATING = "autoscaling:EC2_INSTANCE_TERMINATING"

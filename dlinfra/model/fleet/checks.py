@@ -7,12 +7,11 @@ from collections.abc import Iterator, Sequence
 
 from dlinfra.errors import FleetError
 from dlinfra.model import eks
+from dlinfra.model.fleet.pools import CapacityReservation, NodePool
 from dlinfra.model.fleet.schema import (
     RESERVED_NAMESPACES,
-    CapacityReservation,
     Environment,
     Fleet,
-    NodePool,
     is_rfc1918,
 )
 from dlinfra.model.regions import known_regions, region_of_zone

@@ -1,0 +1,131 @@
+"""A node pool's models: its taints, the reservation or Capacity Block it targets, its spot mix, and the pool
+itself, each field checked on its own (cross-entry checks are in fleet.checks)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, Literal
+
+from pydantic import Field, field_validator, model_validator
+
+from dlinfra.model.fleet.base import Strict
+from dlinfra.model.fleet.labels import (
+    DRAIN_TAINT_KEYS,
+    DRAIN_TAINT_PREFIX,
+    label_key_problem,
+    label_value_problem,
+    own_label_problem,
+)
+from dlinfra.model.regions import ZONE_ID
+
+
+class Taint(Strict):
+    """A Kubernetes taint put on a pool's nodes."""
+
+    key: str
+    value: str = ""
+    effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] = "NoSchedule"
+
+    @field_validator("key")
+    @classmethod
+    def _not_a_drain_taint(cls, v: str) -> str:
+        problem = label_key_problem(v)
+        if problem:
+            raise ValueError(f"not a Kubernetes taint key: {problem}")
+        # Kueue makes a pool's taints ones its jobs must tolerate: jobs would then ignore the handler's taint.
+        if v.startswith(DRAIN_TAINT_PREFIX) or v in DRAIN_TAINT_KEYS:
+            raise ValueError(
+                f"{v!r} is the termination handler's or the cordon's taint: jobs on the pool would have to tolerate "
+                "it, and would then start on nodes about to go into maintenance; choose another key"
+            )
+        return v
+
+    @field_validator("value")
+    @classmethod
+    def _value(cls, v: str) -> str:
+        problem = label_value_problem(v)
+        if problem:
+            raise ValueError(problem.replace("label value", "taint value"))
+        return v
+
+
+class CapacityReservation(Strict):
+    """An EC2 capacity reservation or capacity block a pool targets in one region."""
+
+    id: str = Field(pattern=r"^cr-[0-9a-f]{8,17}$")  # capacity reservation id
+    # The zone the reservation lives in, by zone id (AvailabilityZoneId in describe-capacity-reservations):
+    # an AZ name means another zone in another account (dlinfra/data/regions.yaml). Must be one of the pool's.
+    zone_id: str = Field(pattern=ZONE_ID.pattern)
+    type: Literal["reservation", "capacity_block"] = "reservation"
+
+    @model_validator(mode="before")
+    @classmethod
+    def _zone_by_id(cls, data: Any) -> Any:
+        if isinstance(data, Mapping) and "az" in data:
+            raise ValueError(
+                f"az: give the reservation's zone by its zone id (zone_id: e.g. usw2-az2, the reservation's "
+                f"AvailabilityZoneId), not by the name {data['az']!r}: AZ names map to different zones in different "
+                "accounts"
+            )
+        return data
+
+
+class SpotSpec(Strict):
+    """Mixed-instances split: an on-demand base, the rest spot."""
+
+    on_demand_base: int = Field(0, ge=0)  # instances always on demand
+    on_demand_percentage_above_base: int = Field(0, ge=0, le=100)  # percent on demand above the base
+    allocation_strategy: Literal["price-capacity-optimized", "capacity-optimized", "lowest-price"] = (
+        "price-capacity-optimized"
+    )
+
+
+class NodePool(Strict):
+    """An Auto Scaling group of GPU or CPU nodes, present in some or all regions of its environment."""
+
+    kind: Literal["gpu", "cpu"]
+    instance_types: tuple[str, ...] = Field(min_length=1)  # first is preferred; GPU pools: GPU types only
+    min_size: int = Field(0, ge=0)  # per region
+    max_size: int = Field(ge=0)  # per region
+    regions: tuple[str, ...] | None = None  # default: every region of the environment
+    zones: Mapping[str, tuple[str, ...]] = Field(default_factory=dict)  # region -> AZ names; EFA pools: one
+    efa: bool = False  # EFA interfaces + single AZ + a cluster placement group unless on reserved capacity
+    capacity_reservations: Mapping[str, CapacityReservation] = Field(default_factory=dict)  # region -> target
+    spot: SpotSpec | None = None  # CPU pools: mixed instances with spot
+    labels: Mapping[str, str] = Field(default_factory=dict)
+    taints: tuple[Taint, ...] = ()
+    pod_imds_access: bool = False  # hop limit 2 lets pods reach IMDS; default 1 keeps it node-only
+    root_volume_gib: int = Field(200, ge=20, le=16384)
+
+    # regions, zones and taints are sets, unlike instance_types: their order in the file changes nothing declared.
+    @field_validator("regions")
+    @classmethod
+    def _region_set(cls, v: tuple[str, ...] | None) -> tuple[str, ...] | None:
+        return None if v is None else tuple(sorted(v))
+
+    @field_validator("zones")
+    @classmethod
+    def _zone_sets(cls, v: Mapping[str, tuple[str, ...]]) -> dict[str, tuple[str, ...]]:
+        return {region: tuple(sorted(zones)) for region, zones in v.items()}
+
+    @field_validator("taints")
+    @classmethod
+    def _taint_set(cls, v: tuple[Taint, ...]) -> tuple[Taint, ...]:
+        return tuple(sorted(v, key=lambda t: (t.key, t.value, t.effect)))
+
+    @field_validator("labels")
+    @classmethod
+    def _labels(cls, v: Mapping[str, str]) -> Mapping[str, str]:
+        for key, value in v.items():
+            problem = label_key_problem(key) or own_label_problem(key) or label_value_problem(value)
+            if problem:
+                raise ValueError(f"node label {problem}")
+        return v
+
+    @model_validator(mode="after")
+    def _sizes(self) -> NodePool:
+        if self.min_size > self.max_size:
+            raise ValueError(f"min_size {self.min_size} is greater than max_size {self.max_size}")
+        if self.spot is not None and self.kind == "gpu":
+            raise ValueError("spot: GPU pools run on demand or on reserved capacity; spot is for CPU pools")
+        return self
