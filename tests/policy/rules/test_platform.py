@@ -218,3 +218,17 @@ def test_team_namespaces_without_a_denying_volume_policy_are_flagged(resources: 
 def test_namespaces_that_are_no_teams_need_no_volume_policy() -> None:
     system = res(K8S_NAMESPACE, "ns")(metadata={"name": "kube-system"})
     assert team_namespaces_volume_policy([system], CTX) == []
+
+
+def test_the_rule_passes_the_declared_stack_and_catches_the_binding_removed() -> None:
+    from pathlib import Path
+
+    from dlinfra.checks.plans import Plan
+    from tests import reference as ref
+
+    stack = "prod-us-west-2-k8s"
+    data = ref.runs()[stack].plan(ref.fleet().project)
+    resources = Plan(Path(f"{stack}.json"), stack, data).rule_resources()
+    assert team_namespaces_volume_policy(resources, CTX) == []
+    without = [r for r in resources if r.type != VAP_BINDING]
+    assert len(team_namespaces_volume_policy(without, CTX)) == len(ref.fleet().teams)

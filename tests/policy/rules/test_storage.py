@@ -184,3 +184,18 @@ def test_the_declared_policy_passes() -> None:
     )
     policy = res(EFS_FILE_SYSTEM_POLICY, dependencies=[EFS.urn])(fileSystemId="fs-1", policy=json.dumps(doc))
     assert efs_file_system_policy([EFS, policy], CTX) == []
+
+
+def test_the_rule_passes_the_declared_stack_and_catches_the_policy_removed() -> None:
+    from pathlib import Path
+
+    from dlinfra.checks.plans import Plan
+    from tests import reference as ref
+
+    stack = "prod-us-west-2"
+    data = ref.runs()[stack].plan(ref.fleet().project)
+    resources = Plan(Path(f"{stack}.json"), stack, data).rule_resources()
+    assert efs_file_system_policy(resources, CTX) == []
+    without = [r for r in resources if r.type != EFS_FILE_SYSTEM_POLICY]
+    (found,) = efs_file_system_policy(without, CTX)
+    assert "no file system policy" in found.message
