@@ -24,8 +24,10 @@ API calls are left to IAM: AWS Backup's elasticfilesystem:Backup and Restore (AW
 the EFS CSI controller's CreateAccessPoint / DescribeAccessPoints / DeleteAccessPoint (AmazonEFSCSIDriverPolicy),
 Pulumi's own PutFileSystemPolicy (so the policy lockout safety check of PutFileSystemPolicy never trips; its
 bypass flag stays false). The CSI node mounts with `iam` and TLS through access points and mount targets, and
-never as root, so none of the Denies matches its mounts. A deny-only policy admits no public access, so EFS's
-block-public-access check accepts it (EFS guide, "Blocking public access").
+never as root, so none of the Denies matches its mounts. The CSI controller mounts only to delete a volume's
+directory, which dlinfra does not turn on (delete-access-point-root-dir; reclaimPolicy Retain). A deny-only
+policy admits no public access, so EFS's block-public-access check accepts it (EFS guide, "Blocking public
+access").
 """
 
 from __future__ import annotations
@@ -55,7 +57,9 @@ def file_system_policy(file_system_arn: pulumi.Input[str], access_points: pulumi
         statement: dict[str, object] = {
             "Sid": sid,
             "Effect": "Deny",
-            "Principal": "*",  # anonymous clients included
+            # Everyone, anonymous clients included; spelled as EFS's own examples do ("Resource-based policy
+            # examples for Amazon EFS"; IAM user guide, "AWS JSON policy elements: Principal": the same as "*").
+            "Principal": {"AWS": "*"},
             "Action": list(actions),
             "Resource": file_system_arn,
         }

@@ -223,7 +223,7 @@ def test_efs_policy_replaces_the_open_default(stacks: dict, stack: str) -> None:
     refuses clients without TLS, outside access points or mount targets, and root; it allows nobody anything."""
     region = stack.split("-", 1)[1]
     statements = _file_system_policy(stacks[stack])
-    assert all(s["Effect"] == "Deny" and s["Principal"] == "*" for s in statements.values())
+    assert all(s["Effect"] == "Deny" and s["Principal"] == {"AWS": "*"} for s in statements.values())
     assert statements["DenyWithoutTls"]["Condition"] == {"Bool": {"aws:SecureTransport": "false"}}
     assert statements["DenyOutsideAccessPoints"]["Condition"] == {
         "StringNotLike": {
