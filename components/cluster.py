@@ -16,6 +16,7 @@ import pulumi
 import pulumi_aws as aws
 
 from components import security_groups as sg
+from components.efs_policy import access_point_pattern, node_mount_policy
 from components.iam import pod_identity_trust, protected_key, service_trust
 from dlinfra.model import dns, eks
 from dlinfra.model.naming import Names
@@ -31,6 +32,10 @@ ADDON_IDENTITIES = {
     "vpc-cni": ("aws-node", "arn:aws:iam::aws:policy/AmazonEKS_CNI_Policy"),
     "aws-efs-csi-driver": ("efs-csi-controller-sa", "arn:aws:iam::aws:policy/service-role/AmazonEFSCSIDriverPolicy"),
 }
+# The EFS CSI node DaemonSet's service account: with the `iam` mount option it mounts as this account's IAM identity
+# (aws-efs-csi-driver docs/parameters.md: "iam: Use the CSI Node Pod's IAM identity"; efs-utils reads Pod Identity
+# credentials since v2.3.0, which the add-on's v2.1.10 image bundles).
+EFS_CSI_NODE_SA = "efs-csi-node-sa"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -58,6 +63,9 @@ class ClusterArgs:
     node_peer_cidrs: Sequence[str] = ()  # other regions' VPCs, site LANs and hybrid pods: any traffic
     laptop_security_group_id: pulumi.Input[str] | None = None  # Client VPN interfaces: TCP on any port
     lustre_security_group_id: pulumi.Input[str] | None = None  # FSx for Lustre servers: 988 and 1018-1023
+    # The EFS file system the CSI node mounts with IAM (Storage.efs_arn); None: the node gets no EFS permission.
+    efs_file_system_arn: pulumi.Input[str] | None = None
+    efs_read_only_access_point_arns: Sequence[pulumi.Input[str]] = ()  # mounted, never written (the datasets)
     # The region at its largest (every pool at max_size, every site machine): bounds CoreDNS's autoscaler.
     max_nodes: int = 0
     max_cores: int = 0
@@ -239,6 +247,7 @@ class Cluster(pulumi.ComponentResource):
                 kubernetes_groups=[team_group(team)], tags=tags, opts=on_cluster,
             )  # fmt: skip
 
+        efs_node = self._efs_node_identity(name, args, cluster.name, on_cluster)
         versions = eks.addon_versions(args.version)
         addons: dict[str, aws.eks.Addon] = {}
         for addon in eks.ADDONS:
@@ -275,7 +284,11 @@ class Cluster(pulumi.ComponentResource):
                 if addon == "coredns"
                 else None,
                 tags=tags,
-                opts=on_cluster,
+                # The node DaemonSet's pods get Pod Identity credentials only if the association exists when
+                # they start (EKS guide, "Pod Identity": the webhook mutates pods at creation).
+                opts=on_cluster.merge(
+                    pulumi.ResourceOptions(depends_on=[efs_node] if addon == "aws-efs-csi-driver" and efs_node else [])
+                ),
             )
 
         self.node_security_group_id = self._node_group(name, args, cluster.vpc_config)
@@ -301,6 +314,53 @@ class Cluster(pulumi.ComponentResource):
                 "node_security_group_id": self.node_security_group_id,
                 "oidc_issuer": self.oidc_issuer,
             }
+        )
+
+    def _efs_node_identity(
+        self, name: str, args: ClusterArgs, cluster_name: pulumi.Output[str], opts: pulumi.ResourceOptions
+    ) -> aws.eks.PodIdentityAssociation | None:
+        """The EFS CSI node's own IAM role, so `iam` mounts need nothing from the EC2 node role.
+
+        A standalone Pod Identity association, not the add-on's: add-ons before v3.0.0-eksbuild.1 take
+        associations for the controller's service account only (re:Post, "How to use a dedicated IAM role with the
+        EFS CSI driver node component in Amazon EKS using Pod Identity").
+        """
+        if args.efs_file_system_arn is None:
+            return None
+        names = args.names
+        invoke = pulumi.InvokeOutputOptions(parent=self)
+        pattern = access_point_pattern(
+            aws.get_partition_output(opts=invoke).partition,
+            names.region or "",
+            aws.get_caller_identity_output(opts=invoke).account_id,
+        )
+        role_name = names.physical("eks", "efs-csi-node", max_len=64)
+        role = aws.iam.Role(
+            f"{name}-efs-csi-node-role",
+            name=role_name,
+            assume_role_policy=pulumi.Output.json_dumps(
+                pod_identity_trust(cluster_name, "kube-system", EFS_CSI_NODE_SA)
+            ),
+            tags=names.tags("cluster", role_name),
+            opts=opts,
+        )
+        policy = aws.iam.RolePolicy(
+            f"{name}-efs-csi-node-policy",
+            role=role.name,
+            name="efs-mount",
+            policy=pulumi.Output.json_dumps(
+                node_mount_policy(args.efs_file_system_arn, pattern, list(args.efs_read_only_access_point_arns))
+            ),
+            opts=pulumi.ResourceOptions(parent=role),
+        )
+        return aws.eks.PodIdentityAssociation(
+            f"{name}-efs-csi-node-identity",
+            cluster_name=cluster_name,
+            namespace="kube-system",
+            service_account=EFS_CSI_NODE_SA,
+            role_arn=role.arn,
+            tags=names.tags("cluster", role_name),
+            opts=pulumi.ResourceOptions(parent=role, depends_on=[policy]),
         )
 
     def _node_group(self, name: str, args: ClusterArgs, vpc_config: pulumi.Output[Any]) -> pulumi.Output[str]:

@@ -2,10 +2,10 @@
 
 Add-ons from pinned Helm charts (NVIDIA device plugin, DCGM exporter, cluster-autoscaler, node termination
 handler, Kueue, NodeLocal DNSCache, and Cilium for hybrid nodes) and our own objects: team namespaces with RBAC,
-Kueue flavors and queues with the teams' GPU quotas, and the EFS storage class and shared datasets volume. Their
+Kueue flavors and queues with the teams' GPU quotas, and the teams' EFS volumes and volume policy (declared by
+components/team_volumes.py). Their
 AWS side (Pod Identity roles, the interruption queue and its EventBridge rules) is components/platform_aws.py, in
 the regional stack: only this part needs the private EKS endpoint. The charts' values are components/charts/.
-One component and its checked arguments: one concern that reads best whole (about 630 lines).
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from typing import Literal
 import pulumi
 import pulumi_kubernetes as k8s
 
+from components import team_volumes
 from components.charts import (
     autoscaler,
     cilium,
@@ -32,15 +33,10 @@ from components.charts import (
 )
 from components.charts import kueue as kueue_chart
 from components.charts.nodes import SITE_LABEL, Taint
-from dlinfra.model import hybrid_routing, kueue
+from dlinfra.model import hybrid_routing, kueue, team_storage
 from dlinfra.model.fleet.schema import RESERVED_NAMESPACES
 from dlinfra.model.naming import Names
 
-EFS_STORAGE_CLASS = "efs"  # dynamically provisioned EFS access points (home and scratch directories)
-DATASETS_CLAIM = "datasets"  # the read-only PVC of the shared datasets in every team namespace
-# EFS is elastic and ignores sizes, but Kubernetes requires one on a PV and its claim.
-DATASETS_SIZE = "1Pi"
-EFS_DRIVER = "efs.csi.aws.com"
 KUEUE_USER_ROLE = "kueue-batch-user-role"  # ClusterRole the Kueue chart creates (release name "kueue")
 _K8S_VERSION = re.compile(r"^1\.\d{2}$")
 
@@ -127,8 +123,9 @@ class PlatformArgs:
     teams: Mapping[str, TeamView]  # team name -> view
     sites: Mapping[str, SiteView] = field(default_factory=dict)  # sites homed on this region; none: no Cilium
     quotas: kueue.RegionQuotas  # this region's flavors and nominal GPU quotas (kueue.plan(...).region(region))
-    efs_file_system_id: pulumi.Input[str]  # shared EFS file system (storage class and datasets volume)
-    efs_datasets_access_point_id: pulumi.Input[str]  # access point of the shared datasets directory
+    efs_file_system_id: pulumi.Input[str]  # shared EFS file system (storage class and the teams' volumes)
+    efs_access_point_ids: pulumi.Input[Mapping[str, str]]  # access point key -> id (regional efs_access_points)
+    efs_volumes: Sequence[team_storage.Volume] = ()  # static volumes per team (team_storage.plan(...).volumes)
     termination_queue_url: pulumi.Input[str]  # SQS queue the termination handler reads (PlatformAws)
     kube_dns_ip: str  # the kube-dns service address (dlinfra.model.dns.kube_dns_ip of the cluster's service range)
     overflow: kueue.OverflowPlan | None = None  # MultiKueue of the environment; None: every job stays local
@@ -158,6 +155,9 @@ class PlatformArgs:
         for team, view in self.teams.items():
             if view.namespace in RESERVED_NAMESPACES:
                 raise ValueError(f"teams.{team}.namespace: {view.namespace!r} belongs to the cluster; choose another")
+        claims = [(v.team, v.claim) for v in self.efs_volumes]
+        if len(set(claims)) != len(claims) or not {t for t, _ in claims} <= set(self.teams):
+            raise ValueError("efs_volumes: one volume per claim, for teams of this platform only")
         for flavor in self.quotas.flavors:
             self._check_flavor(flavor)
         manager = self.overflow is not None and self.overflow.manager == self.region
@@ -235,7 +235,15 @@ class Platform(pulumi.ComponentResource):
                 self._multikueue_manager(args.overflow, kueue_release, namespaces)
             if args.overflow.teams_of(args.region):
                 self.multikueue_token = self._multikueue_worker(args.overflow, kueue_release, namespaces, queues)
-        storage_class = self._storage(namespaces)
+        storage_class = team_volumes.declare(
+            name,
+            file_system_id=args.efs_file_system_id,
+            access_point_ids=args.efs_access_point_ids,
+            volumes=args.efs_volumes,
+            namespaces={team: (args.teams[team].namespace, ns) for team, ns in namespaces.items()},
+            opts=self._k8s,
+            meta=self._meta,
+        )
         if args.sites:
             self._cilium()
 
@@ -576,55 +584,3 @@ class Platform(pulumi.ComponentResource):
             opts=self._k8s(depends_on=[sa]),
         )
         return pulumi.Output.secret(token.data.apply(lambda data: base64.b64decode((data or {})["token"]).decode()))
-
-    # Storage ------------------------------------------------------------------------------------------------
-    def _storage(self, namespaces: Mapping[str, k8s.core.v1.Namespace]) -> k8s.storage.v1.StorageClass:
-        args = self._args
-        storage_class = k8s.storage.v1.StorageClass(
-            f"{self._name}-efs",
-            metadata=self._meta(EFS_STORAGE_CLASS),
-            provisioner=EFS_DRIVER,
-            parameters={
-                "provisioningMode": "efs-ap",
-                "fileSystemId": args.efs_file_system_id,
-                "directoryPerms": "700",
-                "basePath": "/dynamic",
-            },
-            # Deleting a claim must not delete research data; directories are removed deliberately.
-            reclaim_policy="Retain",
-            volume_binding_mode="Immediate",
-            opts=self._k8s(),
-        )
-        handle = pulumi.Output.concat(args.efs_file_system_id, "::", args.efs_datasets_access_point_id)
-        for team, view in args.teams.items():
-            # A PV binds one claim, so each namespace gets its own PV onto the same access point.
-            volume_name = f"{DATASETS_CLAIM}-{view.namespace}"
-            k8s.core.v1.PersistentVolume(
-                f"{self._name}-datasets-{team}",
-                metadata=self._meta(volume_name),
-                spec=k8s.core.v1.PersistentVolumeSpecArgs(
-                    capacity={"storage": DATASETS_SIZE},
-                    access_modes=["ReadOnlyMany"],
-                    persistent_volume_reclaim_policy="Retain",
-                    storage_class_name="",
-                    volume_mode="Filesystem",
-                    csi=k8s.core.v1.CSIPersistentVolumeSourceArgs(
-                        driver=EFS_DRIVER, volume_handle=handle, read_only=True
-                    ),
-                    # Reserved for the team's claim, so no other claim can bind the volume first.
-                    claim_ref=k8s.core.v1.ObjectReferenceArgs(namespace=view.namespace, name=DATASETS_CLAIM),
-                ),
-                opts=self._k8s(),
-            )
-            k8s.core.v1.PersistentVolumeClaim(
-                f"{self._name}-datasets-claim-{team}",
-                metadata=self._meta(DATASETS_CLAIM, view.namespace),
-                spec=k8s.core.v1.PersistentVolumeClaimSpecArgs(
-                    access_modes=["ReadOnlyMany"],
-                    storage_class_name="",
-                    volume_name=volume_name,
-                    resources=k8s.core.v1.VolumeResourceRequirementsArgs(requests={"storage": DATASETS_SIZE}),
-                ),
-                opts=self._k8s(depends_on=[namespaces[team]]),
-            )
-        return storage_class

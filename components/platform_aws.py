@@ -2,16 +2,17 @@
 
 The cluster-autoscaler and the node termination handler call AWS APIs: each gets an IAM role only its service
 account in this cluster can assume (EKS Pod Identity), and the termination handler gets its SQS queue and the
-EventBridge rules that feed it. These are AWS resources, applied where the AWS API is reachable; the Helm
-releases that use them are in the in-cluster stack (components/platform.py), which reads the queue URL through
-StackReference.
+EventBridge rules that feed it. Each team's pods get a role for the region's data buckets: their own prefix of
+each, and all of the datasets to read (`team_data_policy`). These are AWS resources, applied where the AWS API is
+reachable; the Helm releases that use them are in the in-cluster stack (components/platform.py), which reads the
+queue URL through StackReference.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import pulumi
 import pulumi_aws as aws
@@ -19,6 +20,51 @@ import pulumi_aws as aws
 from components.charts import autoscaler, pinned, termination_handler
 from components.iam import pod_identity_trust
 from dlinfra.model.naming import Names
+
+# Every pod in a team's namespace acts as the team toward S3: the namespace is the team's boundary already (its
+# members `edit` it and may run any of its service accounts), so the default account carries the identity.
+TEAM_DATA_SERVICE_ACCOUNT = "default"
+DATASETS_BUCKET = "datasets"  # components/storage.py BUCKETS: every team reads all of it
+# What a team may do with objects under its own prefix, and with the datasets (S3 user guide, "Actions, resources,
+# and condition keys for Amazon S3": object actions take an object ARN, ListBucket the bucket's, with s3:prefix).
+OBJECT_READ = ("s3:GetObject", "s3:GetObjectVersion")
+OBJECT_WRITE = ("s3:PutObject", "s3:DeleteObject", "s3:AbortMultipartUpload", "s3:ListMultipartUploadParts")
+
+
+def team_data_policy(
+    bucket_arns: pulumi.Input[Mapping[str, str]], key_arn: pulumi.Input[str], prefix: str, region: str | None
+) -> pulumi.Output[dict[str, object]]:
+    """A team's S3 access: read and write under its prefix of every data bucket, read all of the datasets.
+
+    The buckets are SSE-KMS with the storage key (bucket keys on), so the role may use the key through S3 in this
+    region only (KMS developer guide, "kms:ViaService"; S3 user guide, "Using server-side encryption with AWS KMS
+    keys": uploads need kms:GenerateDataKey, downloads kms:Decrypt).
+    """
+
+    def document(arns: Mapping[str, str], key: str) -> dict[str, object]:
+        buckets = [arns[purpose] for purpose in sorted(arns)]
+        return {
+            "Version": "2012-10-17",
+            "Statement": [
+                {
+                    "Sid": "ListOwnPrefix",
+                    "Effect": "Allow",
+                    "Action": "s3:ListBucket",
+                    "Resource": buckets,
+                    "Condition": {"StringLike": {"s3:prefix": [prefix, f"{prefix}*"]}},
+                },
+                {"Sid": "ListDatasets", "Effect": "Allow", "Action": "s3:ListBucket",
+                 "Resource": arns[DATASETS_BUCKET]},
+                {"Sid": "OwnPrefix", "Effect": "Allow", "Action": [*OBJECT_READ, *OBJECT_WRITE],
+                 "Resource": [f"{arn}/{prefix}*" for arn in buckets]},
+                {"Sid": "ReadDatasets", "Effect": "Allow", "Action": list(OBJECT_READ),
+                 "Resource": f"{arns[DATASETS_BUCKET]}/*"},
+                {"Sid": "BucketKey", "Effect": "Allow", "Action": ["kms:Decrypt", "kms:GenerateDataKey"],
+                 "Resource": key, "Condition": {"StringEquals": {"kms:ViaService": f"s3.{region}.amazonaws.com"}}},
+            ],
+        }  # fmt: skip
+
+    return pulumi.Output.all(bucket_arns, key_arn).apply(lambda parts: document(parts[0], parts[1]))
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -34,10 +80,22 @@ class PlatformAwsArgs:
     names: Names  # naming and tags of this (regional) stack
     cluster_name: pulumi.Input[str]  # EKS cluster the Pod Identity associations belong to
     pools: Mapping[str, PoolGroup]  # pool name -> its group, every pool of this region
+    # Team -> its namespace: the pods there act as the team toward S3 (empty: no team data roles).
+    team_namespaces: Mapping[str, str] = field(default_factory=dict)
+    team_prefixes: Mapping[str, str] = field(default_factory=dict)  # team -> its key prefix in each data bucket
+    bucket_arns: pulumi.Input[Mapping[str, str]] | None = None  # purpose -> ARN (Storage.bucket_arns)
+    storage_key_arn: pulumi.Input[str] | None = None  # the buckets' SSE-KMS key (Storage.kms_key_arn)
 
     def __post_init__(self) -> None:
         if self.names.region is None:
             raise ValueError("names: PlatformAws belongs to a regional stack (names.region is None)")
+        if set(self.team_prefixes) != set(self.team_namespaces):
+            raise ValueError("team_prefixes: give exactly one prefix for each team of team_namespaces")
+        if self.team_namespaces and (self.bucket_arns is None or self.storage_key_arn is None):
+            raise ValueError("bucket_arns and storage_key_arn: team data roles need the buckets and their key")
+        for team, prefix in self.team_prefixes.items():
+            if not prefix.endswith("/") or prefix.startswith("/") or "*" in prefix:
+                raise ValueError(f"team_prefixes.{team}: {prefix!r} is not a key prefix ending in '/'")
 
 
 class PlatformAws(pulumi.ComponentResource):
@@ -66,6 +124,16 @@ class PlatformAws(pulumi.ComponentResource):
                 queue.arn, [group.arn for _, group in sorted(args.pools.items())]
             ),
         )
+        self.team_data_role_arns: dict[str, pulumi.Output[str]] = {}
+        for team, namespace in sorted(args.team_namespaces.items()):
+            assert args.bucket_arns is not None and args.storage_key_arn is not None  # __post_init__
+            role = self._pod_role(
+                f"team-{team}-data",
+                namespace,
+                TEAM_DATA_SERVICE_ACCOUNT,
+                team_data_policy(args.bucket_arns, args.storage_key_arn, args.team_prefixes[team], args.names.region),
+            )
+            self.team_data_role_arns[team] = role.arn
         self.autoscaler_role_arn = autoscaler_role.arn
         self.termination_handler_role_arn = handler_role.arn
         self.termination_queue_url = queue.url
@@ -76,10 +144,13 @@ class PlatformAws(pulumi.ComponentResource):
                 "termination_handler_role_arn": self.termination_handler_role_arn,
                 "termination_queue_url": self.termination_queue_url,
                 "termination_queue_arn": self.termination_queue_arn,
+                "team_data_role_arns": self.team_data_role_arns,
             }
         )
 
-    def _pod_role(self, key: str, namespace: str, service_account: str, policy: dict[str, object]) -> aws.iam.Role:
+    def _pod_role(
+        self, key: str, namespace: str, service_account: str, policy: pulumi.Input[dict[str, object]]
+    ) -> aws.iam.Role:
         """An IAM role only this service account of this cluster can assume, with one inline policy."""
         args, names = self._args, self._args.names
         role_name = names.physical(key, max_len=64)

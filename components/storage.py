@@ -12,8 +12,10 @@ import pulumi
 import pulumi_aws as aws
 
 from components import security_groups as sg
+from components.efs_policy import access_point_pattern, file_system_policy
 from components.iam import protected_key
 from dlinfra.model.naming import Names
+from dlinfra.model.team_storage import AccessPoint
 
 BUCKETS = ("datasets", "checkpoints", "results")
 NFS_PORT = 2049
@@ -43,6 +45,8 @@ class StorageArgs:
     vpc_id: pulumi.Input[str]
     subnet_ids: Mapping[str, pulumi.Input[str]]  # AZ -> private (node) subnet id: one mount target per AZ
     client_cidrs: Sequence[str]  # private subnet CIDRs: nodes and pods (VPC CNI gives pods VPC addresses)
+    # EFS access points by key (dlinfra.model.team_storage.plan): the datasets, one per team, one home per person.
+    access_points: Mapping[str, AccessPoint]
     checkpoint_retention_days: int = 90  # noncurrent checkpoint versions kept this long
     fsx: FsxArgs | None = None  # Lustre scratch linked to the datasets bucket; None: none
 
@@ -53,6 +57,15 @@ class StorageArgs:
             raise ValueError("client_cidrs: name the node subnets that may mount the file systems")
         if self.checkpoint_retention_days < 1:
             raise ValueError(f"checkpoint_retention_days: {self.checkpoint_retention_days} must be at least 1")
+        for key, point in self.access_points.items():
+            if key != point.key:
+                raise ValueError(f"access_points.{key}: keyed by {key!r} but its key is {point.key!r}")
+            # EFS: a root directory of at most 100 characters and four levels ("Enforcing a root directory with
+            # an access point"); the identity is a 32-bit POSIX id (API reference, "PosixUser").
+            if len(point.path) > 100 or point.path.count("/") > 4 or not point.path.startswith("/"):
+                raise ValueError(f"access_points.{key}: {point.path!r} is not an absolute path of 1-4 levels")
+            if not (0 < point.uid < 2**32 and 0 < point.gid < 2**32):
+                raise ValueError(f"access_points.{key}: uid/gid {point.uid}/{point.gid}: root or out of range")
 
 
 class Storage(pulumi.ComponentResource):
@@ -60,9 +73,10 @@ class Storage(pulumi.ComponentResource):
 
     kms_key_arn: pulumi.Output[str]
     efs_id: pulumi.Output[str]
+    efs_arn: pulumi.Output[str]
     efs_security_group_id: pulumi.Output[str]
-    home_access_point_id: pulumi.Output[str]
-    datasets_access_point_id: pulumi.Output[str]
+    access_point_ids: pulumi.Output[dict[str, str]]  # key -> fsap-... (what a volume handle names)
+    access_point_arns: pulumi.Output[dict[str, str]]  # key -> ARN (what IAM conditions name)
     bucket_names: pulumi.Output[dict[str, str]]
     bucket_arns: pulumi.Output[dict[str, str]]
     fsx_id: pulumi.Output[str] | None
@@ -130,39 +144,47 @@ class Storage(pulumi.ComponentResource):
             backup_policy=aws.efs.BackupPolicyBackupPolicyArgs(status="ENABLED"),
             opts=on_efs,
         )
+        # Replaces EFS's default policy, which admits any anonymous client as root (components/efs_policy.py).
+        region = names.region or ""
+        account = aws.get_caller_identity_output(opts=pulumi.InvokeOutputOptions(parent=self)).account_id
+        fs_policy = aws.efs.FileSystemPolicy(
+            f"{name}-efs-policy",
+            file_system_id=efs.id,
+            policy=pulumi.Output.json_dumps(
+                file_system_policy(efs.arn, access_point_pattern(partition, region, account))
+            ),
+            bypass_policy_lockout_safety_check=False,
+            opts=on_efs,
+        )
         for az, subnet_id in sorted(args.subnet_ids.items()):
             aws.efs.MountTarget(
                 f"{name}-efs-{az}",
                 file_system_id=efs.id,
                 subnet_id=subnet_id,
                 security_groups=[efs_sg.id],
+                # No client can connect before the policy replaces the default, open one.
+                opts=on_efs.merge(pulumi.ResourceOptions(depends_on=[fs_policy])),
+            )
+        points = {
+            key: aws.efs.AccessPoint(
+                f"{name}-efs-{key}",
+                file_system_id=efs.id,
+                # Every request through the access point acts as this user and group, whatever the client sends
+                # (EFS guide, "Enforcing a user identity using an access point").
+                posix_user=aws.efs.AccessPointPosixUserArgs(uid=point.uid, gid=point.gid),
+                root_directory=aws.efs.AccessPointRootDirectoryArgs(
+                    path=point.path,
+                    # EFS creates the directory on the first mount, owned by the enforced identity; without it a
+                    # mount through a missing directory fails (API reference, "CreationInfo").
+                    creation_info=aws.efs.AccessPointRootDirectoryCreationInfoArgs(
+                        owner_uid=point.uid, owner_gid=point.gid, permissions=point.permissions
+                    ),
+                ),
+                tags=names.tags("storage", names.physical("efs", key), {"dlinfra:owner": point.owner}),
                 opts=on_efs,
             )
-        home = aws.efs.AccessPoint(
-            f"{name}-efs-home",
-            file_system_id=efs.id,
-            root_directory=aws.efs.AccessPointRootDirectoryArgs(
-                path="/home",
-                creation_info=aws.efs.AccessPointRootDirectoryCreationInfoArgs(
-                    owner_uid=0, owner_gid=0, permissions="0755"
-                ),
-            ),
-            tags=names.tags("storage", names.physical("efs", "home")),
-            opts=on_efs,
-        )
-        datasets_ap = aws.efs.AccessPoint(
-            f"{name}-efs-datasets",
-            file_system_id=efs.id,
-            posix_user=aws.efs.AccessPointPosixUserArgs(uid=1000, gid=1000),
-            root_directory=aws.efs.AccessPointRootDirectoryArgs(
-                path="/datasets",
-                creation_info=aws.efs.AccessPointRootDirectoryCreationInfoArgs(
-                    owner_uid=1000, owner_gid=1000, permissions="0775"
-                ),
-            ),
-            tags=names.tags("storage", names.physical("efs", "datasets")),
-            opts=on_efs,
-        )
+            for key, point in sorted(args.access_points.items())
+        }
 
         # S3: access logs first, since every data bucket logs to it.
         # Server access logs are delivered by the S3 logging service, which the log bucket's policy must admit:
@@ -185,17 +207,19 @@ class Storage(pulumi.ComponentResource):
 
         self.kms_key_arn = key.arn
         self.efs_id = efs.id
+        self.efs_arn = efs.arn
         self.efs_security_group_id = efs_sg.id
-        self.home_access_point_id = home.id
-        self.datasets_access_point_id = datasets_ap.id
+        self.access_point_ids = pulumi.Output.all(**{k: p.id for k, p in points.items()}).apply(dict)
+        self.access_point_arns = pulumi.Output.all(**{k: p.arn for k, p in points.items()}).apply(dict)
         self.bucket_names = pulumi.Output.all(**{p: b.bucket for p, b in buckets.items()}).apply(dict)
         self.bucket_arns = pulumi.Output.all(**{p: b.arn for p, b in buckets.items()}).apply(dict)
         outputs: dict[str, pulumi.Input[object]] = {
             "kms_key_arn": self.kms_key_arn,
             "efs_id": self.efs_id,
+            "efs_arn": self.efs_arn,
             "efs_security_group_id": self.efs_security_group_id,
-            "home_access_point_id": self.home_access_point_id,
-            "datasets_access_point_id": self.datasets_access_point_id,
+            "access_point_ids": self.access_point_ids,
+            "access_point_arns": self.access_point_arns,
             "bucket_names": self.bucket_names,
             "bucket_arns": self.bucket_arns,
         }

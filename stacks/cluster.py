@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import pulumi
@@ -31,6 +32,8 @@ def declare_cluster(
     log_kms_key_arn: pulumi.Input[str] | None = None,
     laptop_security_group_id: pulumi.Input[str] | None = None,
     lustre_security_group_id: pulumi.Input[str] | None = None,
+    efs_file_system_arn: pulumi.Input[str] | None = None,
+    efs_read_only_access_point_arns: Sequence[pulumi.Input[str]] = (),
     provider: pulumi.ProviderResource,
 ) -> ClusterParts:
     """Declare EKS with access for admins, teams and the region's physical sites (node pools add their own)."""
@@ -113,6 +116,8 @@ def declare_cluster(
             ],
             laptop_security_group_id=laptop_security_group_id,
             lustre_security_group_id=lustre_security_group_id,
+            efs_file_system_arn=efs_file_system_arn,
+            efs_read_only_access_point_arns=efs_read_only_access_point_arns,
             max_nodes=max_nodes,
             max_cores=max_cores,
         ),

@@ -19,7 +19,7 @@ from components.charts.multikueue import multikueue_kubeconfig
 from components.charts.nodes import SITE_GPU_TAINT
 from components.cluster import kubeconfig_json, team_group
 from components.platform import Platform, PlatformArgs, PoolView, SiteView, TeamView
-from dlinfra.model import dns, hybrid_routing, instances, kueue, planner, sites
+from dlinfra.model import dns, hybrid_routing, instances, kueue, planner, sites, team_storage
 from dlinfra.model.fleet.schema import Fleet
 from dlinfra.model.naming import Names
 from dlinfra.model.stackroles import K8S_SUFFIX
@@ -69,7 +69,7 @@ def declare(ctx: StackContext) -> None:
             cluster_name=cluster_name,
             node_pools=pools,
             efs_file_system_id=regional.require_output("efs_id"),
-            efs_datasets_access_point_id=access_points.apply(lambda points: str(points["datasets"])),
+            efs_access_point_ids=access_points,
             termination_queue_url=regional.require_output("termination_queue_url"),
             quota_policy=ctx.fleet.environments[env].gpu_quotas,
             fleet_file=fleet_file,
@@ -112,7 +112,7 @@ def platform_args_from_fleet(
     cluster_name: pulumi.Input[str],
     node_pools: Mapping[str, PoolOutputs],
     efs_file_system_id: pulumi.Input[str],
-    efs_datasets_access_point_id: pulumi.Input[str],
+    efs_access_point_ids: pulumi.Input[Mapping[str, str]],
     termination_queue_url: pulumi.Input[str],
     quota_policy: kueue.QuotaPolicy,
     fleet_file: str | None = None,
@@ -167,7 +167,8 @@ def platform_args_from_fleet(
         overflow=kueue.overflow(fleet, quota_plan, source=fleet_file),
         multikueue_kubeconfigs=dict(multikueue_kubeconfigs or {}),
         efs_file_system_id=efs_file_system_id,
-        efs_datasets_access_point_id=efs_datasets_access_point_id,
+        efs_access_point_ids=efs_access_point_ids,
+        efs_volumes=team_storage.plan(fleet, env).volumes,
         termination_queue_url=termination_queue_url,
         kube_dns_ip=dns.kube_dns_ip(str(plan.cidr(f"service/{env}/{region}"))),
     )

@@ -10,7 +10,7 @@ from components.network import Network, NetworkArgs
 from components.platform_aws import PlatformAws, PlatformAwsArgs, PoolGroup
 from components.site_vpn import SiteVpn, SiteVpnArgs
 from components.transit import TransitHub, TransitHubArgs
-from dlinfra.model import ci, dns, planner, sites, stackroles
+from dlinfra.model import ci, dns, planner, sites, stackroles, team_storage
 from stacks.cluster import declare_cluster
 from stacks.compute import declare_pools
 from stacks.context import StackContext, aws_provider
@@ -143,6 +143,9 @@ def declare(ctx: StackContext) -> None:
         log_kms_key_arn=network.log_key_arn,
         laptop_security_group_id=laptop_group,
         lustre_security_group_id=storage.lustre_security_group_id,
+        efs_file_system_arn=storage.efs_arn,
+        # The datasets are read-only to the cluster, down to EFS: the node's role may not write through them.
+        efs_read_only_access_point_arns=[storage.access_point_arns.apply(lambda arns: arns[team_storage.DATASETS])],
         provider=provider,
     )
     cluster = parts.cluster
@@ -150,9 +153,8 @@ def declare(ctx: StackContext) -> None:
     pulumi.export("node_pools", {name: pool.group_name for name, pool in pools.items()})
     pulumi.export("storage_kms_key_arn", storage.kms_key_arn)
     pulumi.export("efs_id", storage.efs_id)
-    pulumi.export(
-        "efs_access_points", {"home": storage.home_access_point_id, "datasets": storage.datasets_access_point_id}
-    )
+    # Access point ids by key (dlinfra.model.team_storage): the in-cluster stack's volumes name them.
+    pulumi.export("efs_access_points", storage.access_point_ids)
     pulumi.export("buckets", storage.bucket_names)
     if storage.fsx_id is not None:
         pulumi.export("fsx_id", storage.fsx_id)
@@ -167,6 +169,10 @@ def declare(ctx: StackContext) -> None:
             names=names,
             cluster_name=cluster.name,
             pools={name: PoolGroup(name=pool.group_name, arn=pool.group_arn) for name, pool in pools.items()},
+            team_namespaces={team: fleet.team_namespace(team) for team in fleet.teams},
+            team_prefixes=team_storage.plan(fleet, env).s3_prefixes,
+            bucket_arns=storage.bucket_arns,
+            storage_key_arn=storage.kms_key_arn,
         ),
         opts=pulumi.ResourceOptions(providers=[provider], depends_on=[cluster]),
     )

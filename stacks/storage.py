@@ -6,6 +6,7 @@ import pulumi
 import pulumi_aws as aws
 
 from components.storage import FsxArgs, Storage, StorageArgs
+from dlinfra.model import team_storage
 from stacks.context import StackContext
 
 
@@ -29,6 +30,7 @@ def declare_storage(
             vpc_id=vpc_id,
             subnet_ids=private_subnet_ids,
             client_cidrs=[str(private[az]) for az in sorted(private)],
+            access_points=team_storage.plan(ctx.fleet, env).access_points,
             checkpoint_retention_days=spec.checkpoint_retention_days,
             fsx=FsxArgs(
                 storage_capacity_gib=spec.fsx.storage_capacity_gib, throughput_per_tib=spec.fsx.throughput_per_tib

@@ -28,6 +28,7 @@ _TITLES = {
     "ci-apply": "CI apply role",
     "ci-preview": "CI preview role",
     "team-role": "Team IAM roles",
+    "team-data": "Team data: EFS paths and S3 prefixes the team's pods may use",
     "vpn-group": "Laptop VPN groups (SAML)",
     "vpn-users": "Laptop VPN users (all groups)",
     "site": "Physical sites (LAN and hybrid nodes)",
@@ -42,7 +43,8 @@ def register(subparsers: Any, common: argparse.ArgumentParser) -> dict[str, Hand
     cmd = subparsers.add_parser(
         "access",
         parents=[common],
-        help="who can reach and do what: EKS access, RBAC, laptop VPN, sites, pod identities (from the plans)",
+        help="who can reach and do what: EKS access, RBAC, laptop VPN, sites, pod identities, teams' EFS paths and "
+        "S3 prefixes (from the plans)",
         description="Reads the offline plans (`dlinfra preview --all`). Example: dlinfra access --env prod --json",
     )
     cmd.add_argument("--env", help="one environment (default: every environment)")
@@ -118,7 +120,15 @@ def print_report(report: access.Report, console: Console) -> None:
                 continue
             table = Table(title=title, title_justify="left", show_lines=True)
             table.add_column("principal")
-            if kind == "pod-identity":
+            if kind == "team-data":
+                for column in ("region", "EFS path or S3 prefix", "access", "through"):
+                    table.add_column(column)
+                for p in rows:
+                    for g in p.data:
+                        where = g.location if g.store == "s3" else f"efs:{g.location}"
+                        through = g.via + (f" (POSIX user {g.identity})" if g.identity.isdigit() else "")
+                        table.add_row(*(Text(v) for v in (p.name, g.region, where, g.access, through)))
+            elif kind == "pod-identity":
                 table.add_column("IAM role")
                 table.add_column("allowed actions")
                 for p in rows:

@@ -225,6 +225,15 @@ def _vpc(cloud: FakeCloud, urn: str, rid: str, inputs: Mapping[str, Any], region
     }
 
 
+@special("aws:efs/fileSystem:FileSystem")
+@special("aws:efs/accessPoint:AccessPoint")
+def _efs_arn(cloud: FakeCloud, urn: str, rid: str, inputs: Mapping[str, Any], region: str | None) -> dict[str, Any]:
+    # EFS ARNs name the service elasticfilesystem (IAM conditions such as elasticfilesystem:AccessPointArn compare
+    # them): EFS API reference, "FileSystemDescription" and "AccessPointDescription".
+    kind = "file-system" if rid.startswith("fs-") else "access-point"
+    return {"arn": f"arn:{PARTITION}:elasticfilesystem:{region or ''}:{ACCOUNT_ID}:{kind}/{rid}"}
+
+
 @special("aws:ec2/vpnConnection:VpnConnection")
 def _vpn(cloud: FakeCloud, urn: str, rid: str, inputs: Mapping[str, Any], region: str | None) -> dict[str, Any]:
     out: dict[str, Any] = {}

@@ -1,4 +1,5 @@
-"""Who can reach and do what: EKS access, RBAC, laptop VPN, sites and pod identities, read from plan exports.
+"""Who can reach and do what: EKS access, RBAC, laptop VPN, sites, pod identities, and which EFS paths and S3
+prefixes each team may read or write (dlinfra.review.data_access), read from plan exports.
 
 Pure code over the offline plans (docs/plan-export.md): no pulumi import. The fleet only names principals
 (which team owns a role or a VPN group, which sites a hybrid node role serves, who holds a VPN certificate).
@@ -19,11 +20,14 @@ from typing import Any, Literal, get_args
 from dlinfra.checks.plans import Plan, load_plan
 from dlinfra.errors import DlinfraError
 from dlinfra.model.fleet.schema import Fleet
+from dlinfra.review.data_access import DataGrant, team_data
 
-SCHEMA = "dlinfra.access/v1"
+# v2 added `data` to every principal (and the team-data kind); from_json still reads v1, whose principals have none.
+SCHEMA = "dlinfra.access/v2"
+_READS = (SCHEMA, "dlinfra.access/v1")
 
-Kind = Literal["admin", "ci-apply", "ci-preview", "team-role", "vpn-group", "vpn-users", "site", "node-role",
-               "pod-identity", "service-account", "role"]  # fmt: skip
+Kind = Literal["admin", "ci-apply", "ci-preview", "team-role", "team-data", "vpn-group", "vpn-users", "site",
+               "node-role", "pod-identity", "service-account", "role"]  # fmt: skip
 KINDS: tuple[str, ...] = get_args(Kind)
 
 ACCESS_ENTRY = "aws:eks/accessEntry:AccessEntry"
@@ -99,6 +103,7 @@ class Principal:
     actions: tuple[str, ...] = ()  # IAM actions the role's inline policies allow
     managed_policies: tuple[str, ...] = ()  # AWS managed policies attached to the role
     also: tuple[str, ...] = ()  # other resources in the plans that name this role ("<type> <name>")
+    data: tuple[DataGrant, ...] = ()  # team-data: the EFS paths and S3 prefixes the team's pods may use
 
 
 Reach = Callable[[Principal], Sequence[NetworkAccess]]
@@ -131,13 +136,14 @@ def _plain(value: Any) -> Any:
 
 def from_json(data: Mapping[str, Any]) -> Report:
     """A report back from its JSON form (the inverse of Report.to_json)."""
-    if data.get("schema") != SCHEMA:
+    if data.get("schema") not in _READS:
         raise AccessError(f"schema is {data.get('schema')!r}, expected {SCHEMA!r}")
     principals = []
     for p in data["principals"]:
         fields = dict(p)
         fields["clusters"] = tuple(ClusterGrant(**g) for g in p["clusters"])
         fields["networks"] = tuple(NetworkAccess(**n) for n in p["networks"])
+        fields["data"] = tuple(DataGrant(**g) for g in p.get("data", ()))
         for key in ("members", "actions", "managed_policies", "also"):
             fields[key] = tuple(p[key])
         principals.append(Principal(**fields))
@@ -295,6 +301,7 @@ class _Draft:
     actions: set[str] = field(default_factory=set)
     managed_policies: set[str] = field(default_factory=set)
     also: set[str] = field(default_factory=set)
+    data: tuple[DataGrant, ...] = ()
 
 
 def _classify(fleet: Fleet | None, env: str, arn: str, entry_type: str, region: str) -> tuple[str, str, str | None]:
@@ -356,6 +363,8 @@ def build_report(
         _pod_identities(env, draft)
         _service_accounts(env, draft)
         _also_named(env, drafts.values())
+    for (env_name, team_name), grants in team_data(plans).items():
+        draft(env_name, "team-data", team_name, team=team_name).data = grants
     principals = []
     for d in drafts.values():
         p = Principal(
@@ -363,7 +372,7 @@ def build_report(
             region=d.region, members=tuple(sorted(d.members)),
             clusters=tuple(sorted(d.clusters, key=lambda g: (g.region, g.cluster, g.access, g.scope))),
             actions=tuple(sorted(d.actions)), managed_policies=tuple(sorted(d.managed_policies)),
-            also=tuple(sorted(d.also)),
+            also=tuple(sorted(d.also)), data=d.data,
         )  # fmt: skip
         networks = tuple(reach(p))
         principals.append(dataclasses.replace(p, networks=networks))

@@ -88,6 +88,7 @@ FREE: frozenset[str] = frozenset(
         "aws:ec2transitgateway/routeTablePropagation:RouteTablePropagation",
         "aws:ec2transitgateway/transitGateway:TransitGateway",
         "aws:efs/accessPoint:AccessPoint",
+        "aws:efs/fileSystemPolicy:FileSystemPolicy",
         "aws:efs/mountTarget:MountTarget",
         "aws:eks/accessEntry:AccessEntry",
         "aws:eks/accessPolicyAssociation:AccessPolicyAssociation",

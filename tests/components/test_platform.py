@@ -18,7 +18,7 @@ import pytest
 from components.charts import kueue as kueue_chart
 from components.cluster import team_group
 from components.platform import PlatformArgs, PoolView, SiteView, TeamView
-from dlinfra.model import kueue
+from dlinfra.model import kueue, team_storage
 from dlinfra.model.fleet.load import load_fleet
 from dlinfra.model.fleet.schema import Fleet
 from dlinfra.model.naming import Names
@@ -65,28 +65,46 @@ def test_team_namespaces_and_rbac(stacks: dict[str, Stack], fleet: Fleet) -> Non
         assert namespaces[fleet.team_namespace(team)].inputs["metadata"]["labels"]["dlinfra.io/team"] == team
 
 
-def test_efs_storage_class_and_datasets(stacks: dict[str, Stack], fleet: Fleet) -> None:
+def test_efs_storage_class_and_team_volumes(stacks: dict[str, Stack], fleet: Fleet) -> None:
+    """Every planned volume is a static PV onto its access point, mounted with IAM, reserved for its team's claim."""
     stack = stacks["prod-us-west-2"]
-    # The file system and access point are the regional stack's, read through StackReference.
-    fs_id, ap_id = stack.outputs["efs_id"], stack.outputs["efs_access_points"]["datasets"]
+    # The file system and access points are the regional stack's, read through StackReference.
+    fs_id, points = stack.outputs["efs_id"], stack.outputs["efs_access_points"]
     (storage_class,) = stack.of_type("kubernetes:storage.k8s.io/v1:StorageClass")
     assert storage_class.inputs["provisioner"] == "efs.csi.aws.com"
-    assert storage_class.inputs["parameters"]["provisioningMode"] == "efs-ap"
-    assert storage_class.inputs["parameters"]["fileSystemId"] == fs_id
-    assert storage_class.inputs["parameters"]["directoryPerms"] == "700"
+    assert storage_class.inputs["mountOptions"] == ["iam"]
+    parameters = storage_class.inputs["parameters"]
+    assert parameters["provisioningMode"] == "efs-ap" and parameters["fileSystemId"] == fs_id
+    assert parameters["directoryPerms"] == "700"
+    # Dynamic access points take ids below every team's and person's (dlinfra.model.team_storage).
+    assert int(parameters["gidRangeEnd"]) < min(team_storage.ID_BASES.values())
     volumes = {
         r.inputs["metadata"]["name"]: r.inputs["spec"] for r in stack.of_type("kubernetes:core/v1:PersistentVolume")
     }
     claims = {
-        r.inputs["metadata"]["namespace"]: r.inputs["spec"]
+        (r.inputs["metadata"]["namespace"], r.inputs["metadata"]["name"]): r.inputs["spec"]
         for r in stack.of_type("kubernetes:core/v1:PersistentVolumeClaim")
     }
-    assert set(claims) == {fleet.team_namespace(t) for t in fleet.teams}
-    for namespace, claim in claims.items():
+    expected = {
+        (fleet.team_namespace(t), claim)
+        for t, team in fleet.teams.items()
+        for claim in ("datasets", "team", *(f"home-{p}" for p in team.members))
+    }
+    assert set(claims) == expected
+    assert ("team-vision", "home-alice") in claims and ("team-language", "home-alice") not in claims
+    plan = team_storage.plan(fleet, "prod")
+    access_point = {(fleet.team_namespace(v.team), v.claim): v.access_point for v in plan.volumes}
+    for (namespace, name), claim in claims.items():
         volume = volumes[claim["volumeName"]]
-        assert volume["csi"] == {"driver": "efs.csi.aws.com", "volumeHandle": f"{fs_id}::{ap_id}", "readOnly": True}
-        assert volume["accessModes"] == claim["accessModes"] == ["ReadOnlyMany"]
-        assert volume["claimRef"] == {"namespace": namespace, "name": "datasets"}
+        key = access_point[(namespace, name)]
+        read_only = key == "datasets"
+        assert volume["csi"]["driver"] == "efs.csi.aws.com"
+        assert volume["csi"]["volumeHandle"] == f"{fs_id}::{points[key]}"
+        assert volume["csi"].get("readOnly", False) is read_only
+        assert volume["mountOptions"] == ["iam"]
+        mode = ["ReadOnlyMany"] if read_only else ["ReadWriteMany"]
+        assert volume["accessModes"] == claim["accessModes"] == mode
+        assert volume["claimRef"] == {"namespace": namespace, "name": name}
         assert volume["storageClassName"] == claim["storageClassName"] == ""
         assert volume["persistentVolumeReclaimPolicy"] == "Retain"
 
@@ -216,7 +234,7 @@ def _args(fleet: Fleet, **overrides: Any) -> PlatformArgs:
         "teams": {t: TeamView(namespace=f"team-{t}", group=team_group(t)) for t in fleet.teams},
         "quotas": quotas,
         "efs_file_system_id": FS_ID,
-        "efs_datasets_access_point_id": AP_ID,
+        "efs_access_point_ids": {"datasets": AP_ID},
         "termination_queue_url": "https://sqs.us-east-1.amazonaws.com/123456789012/q",
         "kube_dns_ip": "172.20.0.10",
     }

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from components.storage import FsxArgs
-from dlinfra.model import stackroles
+from dlinfra.model import stackroles, team_storage
 from dlinfra.model.fleet.load import load_fleet
 from dlinfra.offline import engine, plan_export
 from tests.conftest import REFERENCE_FLEET, REFERENCE_LOCK, ROOT
@@ -98,7 +98,7 @@ def test_efs_mount_target_in_every_az(stacks: dict, stack: str) -> None:
     cidrs = {r.inputs["cidrIpv4"] for r in rules}
     assert "0.0.0.0/0" not in cidrs and len(cidrs) == len(rules) == len(azs)
     paths = sorted(ap.inputs["rootDirectory"]["path"] for ap in _of(stacks[stack], "aws:efs/accessPoint:AccessPoint"))
-    assert paths == ["/datasets", "/home"]
+    assert paths == ["/datasets", "/home/alice", "/home/bob", "/teams/language", "/teams/robotics", "/teams/vision"]
     (backup,) = _of(stacks[stack], "aws:efs/backupPolicy:BackupPolicy")
     assert backup.inputs["backupPolicy"]["status"] == "ENABLED"
 
@@ -232,3 +232,78 @@ def test_lustre_linked_to_s3_takes_no_backups(stacks: dict) -> None:
             assert links, stack
             assert fs.inputs["automaticBackupRetentionDays"] == 0, stack
             assert "dailyAutomaticBackupStartTime" not in fs.inputs, stack
+
+
+CLIENT_ACTIONS = {f"elasticfilesystem:{a}" for a in ("ClientMount", "ClientWrite", "ClientRootAccess")}
+
+
+def _file_system_policy(res: list[plan_export.ResourceRecord]) -> dict[str, dict[str, Any]]:
+    (efs,) = _of(res, "aws:efs/fileSystem:FileSystem")
+    (policy,) = _of(res, "aws:efs/fileSystemPolicy:FileSystemPolicy")
+    assert policy.inputs["fileSystemId"] == efs.id and policy.inputs["bypassPolicyLockoutSafetyCheck"] is False
+    statements = json.loads(policy.inputs["policy"])["Statement"]
+    assert all(s["Resource"] == efs.outputs["arn"] for s in statements)
+    return {s["Sid"]: s for s in statements}
+
+
+@pytest.mark.parametrize("stack", _regional())
+def test_efs_policy_replaces_the_open_default(stacks: dict, stack: str) -> None:
+    """EFS guide, "Default EFS file system policy": without one, any client of a mount target is root. The policy
+    refuses clients without TLS, outside access points or mount targets, and root; it allows nobody anything."""
+    region = stack.split("-", 1)[1]
+    statements = _file_system_policy(stacks[stack])
+    assert all(s["Effect"] == "Deny" and s["Principal"] == {"AWS": "*"} for s in statements.values())
+    assert statements["DenyWithoutTls"]["Condition"] == {"Bool": {"aws:SecureTransport": "false"}}
+    assert statements["DenyOutsideAccessPoints"]["Condition"] == {
+        "StringNotLike": {
+            "elasticfilesystem:AccessPointArn": f"arn:aws:elasticfilesystem:{region}:123456789012:access-point/*"
+        }
+    }
+    assert statements["DenyOutsideMountTargets"]["Condition"] == {
+        "Bool": {"elasticfilesystem:AccessedViaMountTarget": "false"}
+    }
+    assert statements["DenyRootAccess"]["Action"] == ["elasticfilesystem:ClientRootAccess"]
+    assert "Condition" not in statements["DenyRootAccess"]
+    for sid in ("DenyWithoutTls", "DenyOutsideAccessPoints", "DenyOutsideMountTargets"):
+        assert set(statements[sid]["Action"]) == CLIENT_ACTIONS, sid
+
+
+@pytest.mark.parametrize("stack", _regional())
+def test_efs_policy_denies_no_api_action(stacks: dict, stack: str) -> None:
+    """The lockout guard: AWS Backup (elasticfilesystem:Backup), the CSI controller (CreateAccessPoint) and the
+    apply role (PutFileSystemPolicy) call EFS's API; a Deny naming "*" or any API action would refuse them."""
+    for statement in _file_system_policy(stacks[stack]).values():
+        actions = statement["Action"] if isinstance(statement["Action"], list) else [statement["Action"]]
+        assert set(actions) <= CLIENT_ACTIONS, statement["Sid"]
+
+
+@pytest.mark.parametrize("stack", _regional())
+def test_no_mount_target_before_the_policy(stacks: dict, stack: str) -> None:
+    (policy,) = _of(stacks[stack], "aws:efs/fileSystemPolicy:FileSystemPolicy")
+    for mount in _of(stacks[stack], "aws:efs/mountTarget:MountTarget"):
+        assert policy.urn in mount.dependencies, mount.name
+
+
+@pytest.mark.parametrize("stack", _regional())
+def test_access_points_enforce_an_identity_and_create_their_root(stacks: dict, stack: str) -> None:
+    """One access point per team and per person, each enforcing its POSIX identity and creating its root
+    directory owned by it (EFS guide, "Enforcing a user identity using an access point"; API reference,
+    "CreationInfo": without it a missing root directory fails every mount)."""
+    fleet = load_fleet(REFERENCE_FLEET).fleet
+    env = stack.split("-", 1)[0]
+    planned = team_storage.plan(fleet, env).access_points
+    points = {
+        ap.name.removeprefix("storage-efs-"): ap.inputs for ap in _of(stacks[stack], "aws:efs/accessPoint:AccessPoint")
+    }
+    assert set(points) == set(planned) == {"datasets", *(f"team-{t}" for t in fleet.teams), "home-alice", "home-bob"}
+    for key, inputs in points.items():
+        uid, gid = int(inputs["posixUser"]["uid"]), int(inputs["posixUser"]["gid"])
+        creation = inputs["rootDirectory"]["creationInfo"]
+        assert (int(creation["ownerUid"]), int(creation["ownerGid"])) == (uid, gid) != (0, 0), key
+        assert (uid, gid, inputs["rootDirectory"]["path"]) == (planned[key].uid, planned[key].gid, planned[key].path)
+    assert int(points["team-vision"]["posixUser"]["uid"]) == team_storage.posix_id("team", "vision")
+    assert int(points["home-alice"]["posixUser"]["uid"]) == team_storage.posix_id("person", "alice")
+    assert points["home-alice"]["rootDirectory"]["creationInfo"]["permissions"] == "0700"
+    assert points["team-vision"]["rootDirectory"]["creationInfo"]["permissions"] == "0770"
+    # The datasets keep the identity their files were first written with.
+    assert int(points["datasets"]["posixUser"]["uid"]) == 1000

@@ -260,11 +260,13 @@ def test_team_filter_and_table(plan_dir: Path, capsys: pytest.CaptureFixture[str
     assert code == 0
     assert {(p["kind"], p["team"]) for p in json.loads(out)["principals"]} == {
         ("team-role", "vision"),
+        ("team-data", "vision"),
         ("vpn-group", "vision"),
     }
     code, out, _ = run(capsys, "--plans", str(plan_dir), "--env", "prod")
     assert code == 0
     assert "Access in prod" in out and "cluster-admin" in out and "Access in staging" not in out
+    assert "Team data: EFS paths and S3 prefixes" in out
 
 
 def test_missing_plans_exit_2_naming_the_path_and_the_command(
@@ -284,3 +286,50 @@ def test_missing_plans_exit_2_naming_the_path_and_the_command(
 def test_unknown_environment_exits_2(plan_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
     code, _, err = run(capsys, "--plans", str(plan_dir), "--env", "qa")
     assert code == 2 and "unknown environment 'qa'" in err
+
+
+def _grants(report: access.Report, env: str, team: str) -> set[tuple[str, str, str, str]]:
+    """(region, store, location, access) of everything a team's pods may use."""
+    return {(g.region, g.store, g.location, g.access) for g in one(report, env, "team-data", team).data}
+
+
+def test_each_team_reads_and_writes_its_own_efs_paths_and_reads_the_datasets(report: access.Report) -> None:
+    efs = {(r, loc, a) for r, store, loc, a in _grants(report, "staging", "vision") if store == "efs"}
+    assert efs == {
+        ("us-west-2", "/datasets", "read"),
+        ("us-west-2", "/teams/vision", "read-write"),
+        ("us-west-2", "/home/alice", "read-write"),  # alice is a member of vision
+        ("us-west-2", "/dynamic/<a new directory per claim>", "read-write"),
+    }
+    robotics = {loc for _, store, loc, _ in _grants(report, "prod", "robotics") if store == "efs"}
+    assert robotics == {"/datasets", "/teams/robotics", "/dynamic/<a new directory per claim>"}
+    (home,) = [g for g in one(report, "staging", "team-data", "vision").data if g.location == "/home/alice"]
+    assert home.via == "claim home-alice in team-vision" and home.identity.isdigit()
+
+
+def test_each_team_writes_only_its_own_s3_prefix(report: access.Report, fleet: Fleet) -> None:
+    for env in ("prod", "staging"):
+        for team in fleet.teams:
+            s3 = {(loc, a) for _, store, loc, a in _grants(report, env, team) if store == "s3"}
+            written = {loc for loc, a in s3 if a == "read-write"}
+            assert written and all(loc.endswith(f"/teams/{team}/") for loc in written), (env, team, written)
+            read = {loc for loc, a in s3 if a == "read"}
+            assert read and all("-datasets-" in loc and loc.endswith("-123456789012/") for loc in read)
+            buckets = {loc.split("/")[2].rsplit("-", 2)[1] for loc in written}  # <prefix>-<purpose>-<account>
+            assert buckets == {"checkpoints", "datasets", "results"}, written
+
+
+def test_no_team_reaches_another_teams_directory_or_prefix(report: access.Report, fleet: Fleet) -> None:
+    for env in ("prod", "staging"):
+        for team in fleet.teams:
+            others = [t for t in fleet.teams if t != team]
+            members = set(fleet.teams[team].members)
+            for _, _, location, _ in _grants(report, env, team):
+                assert not any(f"/teams/{o}" in location for o in others), (team, location)
+                if location.startswith("/home/"):
+                    assert location.removeprefix("/home/") in members, (team, location)
+
+
+def test_a_v1_report_still_reads() -> None:
+    old = {"schema": "dlinfra.access/v1", "stacks": [], "principals": []}
+    assert access.from_json(old).principals == ()

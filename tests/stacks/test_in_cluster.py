@@ -23,6 +23,6 @@ def test_args_from_fleet_need_every_pool(fleet: Fleet) -> None:
     with pytest.raises(ValueError, match="pools cpu, interactive, train-h100 of prod/us-west-2 were not passed"):
         platform_args_from_fleet(
             fleet, plan, names=Names("dlinfra", "prod", "us-west-2"), provider=None,  # type: ignore[arg-type]
-            cluster_name="c", node_pools={}, efs_file_system_id=FS_ID, efs_datasets_access_point_id=AP_ID,
+            cluster_name="c", node_pools={}, efs_file_system_id=FS_ID, efs_access_point_ids={"datasets": AP_ID},
             termination_queue_url="q", quota_policy="guaranteed",
         )  # fmt: skip

@@ -365,6 +365,19 @@ class Team(Strict):
     # submitted to its `overflow` queue; a set: MultiKueue offers a job to all of them at once, and the first to
     # admit it runs it. Empty: the team's jobs stay in the region they are submitted to.
     overflow: tuple[str, ...] = ()
+    # People of the team (laptop-VPN user names): each gets a home directory on EFS, mounted in the team's
+    # namespace as the claim home-<person> (dlinfra.model.team_storage). A set: order changes nothing.
+    members: tuple[str, ...] = ()
+
+    @field_validator("members")
+    @classmethod
+    def _members(cls, v: tuple[str, ...]) -> tuple[str, ...]:
+        for person in v:
+            if not _PERSON.fullmatch(person):
+                raise ValueError(f"{person!r} is not a user name (lower-case letters, digits, '.', '_', '-')")
+        if len(set(v)) != len(v):
+            raise ValueError(f"lists a person twice: {', '.join(sorted(p for p in set(v) if v.count(p) > 1))}")
+        return tuple(sorted(v))
 
     @field_validator("overflow")
     @classmethod

@@ -155,4 +155,16 @@ RULES: tuple[ResourceRule | StackRule, ...] = (
         "mandatory",
         compute.reserved_capacity_no_placement_group,
     ),
+    StackRule(
+        "efs-file-system-policy",
+        "EFS file systems have a policy that denies clients without TLS or an access point and locks out no API caller",
+        "mandatory",
+        storage.efs_file_system_policy,
+    ),
+    StackRule(
+        "team-namespaces-volume-policy",
+        "Team namespaces are covered by an admission policy that denies inline nfs and host volumes",
+        "mandatory",
+        platform.team_namespaces_volume_policy,
+    ),
 )

@@ -1,4 +1,5 @@
-"""Rules for Kubernetes objects of the platform: team namespaces, Kueue wiring, tolerations of drain taints."""
+"""Rules for Kubernetes objects of the platform: team namespaces (Pod Security, the volume policy), Kueue wiring,
+tolerations of drain taints."""
 
 from __future__ import annotations
 
@@ -155,3 +156,92 @@ def drain_taints_not_tolerated(resource: Resource, ctx: Context) -> list[str]:
         f"the pod template tolerates {key}: its pods would start on nodes about to go into maintenance or be drained"
         for key in _drain_taints_tolerated(pod_spec.get("tolerations"))
     ]
+
+
+VAP = "kubernetes:admissionregistration.k8s.io/v1:ValidatingAdmissionPolicy"
+VAP_BINDING = "kubernetes:admissionregistration.k8s.io/v1:ValidatingAdmissionPolicyBinding"
+
+
+def _selects(selector: Any, labels: Mapping[str, Any]) -> bool:
+    """A label selector (matchLabels, matchExpressions) against labels; an absent or empty one selects all."""
+    selector = as_object(selector)
+    if any(labels.get(k) != v for k, v in as_object(selector.get("matchLabels")).items()):
+        return False
+    for e in as_objects(selector.get("matchExpressions")):
+        key, values = str(e.get("key")), [str(v) for v in as_list(e.get("values"))]
+        present = key in [str(k) for k in labels]
+        value = str(labels.get(key)) if present else None
+        ok = {
+            "In": present and value in values,
+            "NotIn": not present or value not in values,
+            "Exists": present,
+            "DoesNotExist": not present,
+        }.get(str(e.get("operator")), False)
+        if not ok:
+            return False
+    return True
+
+
+def _guards_pod_volumes(policy: Resource) -> bool:
+    """The policy matches pod creation, fails closed, and validates the pod's volumes."""
+    spec = as_object(policy.inputs.get("spec"))
+    if spec.get("failurePolicy") == "Ignore":
+        return False
+    rules = as_objects(as_object(spec.get("matchConstraints")).get("resourceRules"))
+    pods = any(
+        {"pods", "*"} & {str(r) for r in as_list(rule.get("resources"))}
+        and {"CREATE", "*"} & {str(o) for o in as_list(rule.get("operations"))}
+        and {"", "*"} & {str(g) for g in as_list(rule.get("apiGroups"))}
+        for rule in rules
+    )
+    return pods and any("volumes" in str(v.get("expression")) for v in as_objects(spec.get("validations")))
+
+
+def team_namespaces_volume_policy(resources: Sequence[Resource], ctx: Context) -> list[Violation]:
+    """Every team namespace is covered by a denying ValidatingAdmissionPolicy over pods' volumes.
+
+    Pod Security `baseline`, which team namespaces enforce, does not restrict volume types (Kubernetes "Pod Security
+    Standards": only `restricted` limits them), so without such a policy a team's pod may mount an inline `nfs`
+    volume, which kubelet mounts anonymously and around every EFS access point; EFS's file system policy then is the
+    only guard (EFS user guide, "Default EFS file system policy"). A policy acts only through a binding whose
+    validationActions include Deny and whose namespaceSelector selects the namespace, and it must fail closed
+    (Kubernetes "Validating Admission Policy": failurePolicy, validationActions, matchResources). That the CEL rule
+    refuses nfs and hostPath is tested with a CEL evaluator (tests/components/test_team_volumes.py).
+    """
+    namespaces = [
+        r
+        for r in resources
+        if r.type == K8S_NAMESPACE
+        and TEAM_LABEL in [str(k) for k in as_object(as_object(r.inputs.get("metadata")).get("labels"))]
+    ]
+    if not namespaces:
+        return []
+    policies = {
+        str(as_object(r.inputs.get("metadata")).get("name")): r
+        for r in resources
+        if r.type == VAP and _guards_pod_volumes(r)
+    }
+    selectors = []
+    for binding in (r for r in resources if r.type == VAP_BINDING):
+        spec = as_object(binding.inputs.get("spec"))
+        policy = policies.get(str(spec.get("policyName")))
+        if policy is None or "Deny" not in [str(a) for a in as_list(spec.get("validationActions"))]:
+            continue
+        constraints = as_object(as_object(policy.inputs.get("spec")).get("matchConstraints"))
+        selectors.append(
+            (as_object(spec.get("matchResources")).get("namespaceSelector"), constraints.get("namespaceSelector"))
+        )
+    out = []
+    for namespace in namespaces:
+        metadata = as_object(namespace.inputs.get("metadata"))
+        labels = {**as_object(metadata.get("labels")), "kubernetes.io/metadata.name": metadata.get("name")}
+        if not any(_selects(b, labels) and _selects(p, labels) for b, p in selectors):
+            out.append(
+                Violation(
+                    namespace.urn,
+                    f"team namespace {metadata.get('name')}: no ValidatingAdmissionPolicy denies pods' inline volumes "
+                    "here (baseline admits nfs and other network volumes, which bypass EFS access points): bind one "
+                    "with validationActions [Deny] whose namespaceSelector selects it",
+                )
+            )
+    return out

@@ -1,7 +1,9 @@
-"""Rules for what holds data: encryption at rest (EBS, EFS, FSx, S3), S3 public access and access logs."""
+"""Rules for what holds data: encryption at rest (EBS, EFS, FSx, S3), S3 public access and access logs, and
+the EFS file system policy."""
 
 from __future__ import annotations
 
+import fnmatch
 import json
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -204,3 +206,112 @@ def _json_or_object(value: Any) -> Mapping[str, Any]:
             return {}
         return parsed if isinstance(parsed, dict) else {}
     return as_object(value)
+
+
+EFS_FILE_SYSTEM_POLICY = "aws:efs/fileSystemPolicy:FileSystemPolicy"
+EFS_CLIENT_ACTIONS = (
+    "elasticfilesystem:ClientMount",
+    "elasticfilesystem:ClientWrite",
+    "elasticfilesystem:ClientRootAccess",
+)
+# Condition keys EFS sets only for NFS clients (EFS guide, "EFS condition keys for clients"); an API call never has
+# them, so a Deny of API actions conditioned on them, or negating them, refuses every API call.
+EFS_CLIENT_KEYS = ("elasticfilesystem:AccessPointArn", "elasticfilesystem:AccessedViaMountTarget")
+_NEGATED = ("StringNotEquals", "StringNotLike", "ArnNotEquals", "ArnNotLike")
+
+
+def _covers(actions: Any, action: str) -> bool:
+    return any(fnmatch.fnmatchcase(action, str(a)) for a in as_list(actions))
+
+
+def _everyone(principal: Any) -> bool:
+    return principal == "*" or "*" in as_list(as_object(principal).get("AWS"))
+
+
+def _conditions(statement: Mapping[str, Any]) -> list[tuple[str, str, Any]]:
+    """(operator, key, value) of every condition of a statement."""
+    return [
+        (str(op), str(key), value)
+        for op, keys in as_object(statement.get("Condition")).items()
+        for key, value in as_object(keys).items()
+    ]
+
+
+def _efs_policy_problems(doc: Mapping[str, Any]) -> list[str]:
+    statements = as_objects(doc.get("Statement"))
+    denies = [s for s in statements if s.get("Effect") == "Deny" and _everyone(s.get("Principal"))]
+    out = []
+    for s in statements:
+        if (
+            s.get("Effect") == "Allow"
+            and _everyone(s.get("Principal"))
+            and _covers(s.get("Action"), EFS_CLIENT_ACTIONS[0])
+        ):
+            out.append(
+                f"statement {s.get('Sid') or '?'} allows ClientMount to every principal: anonymous clients (no IAM) "
+                "mount too; allow named roles, or grant mounts in identity policies"
+            )
+    if not any(
+        _covers(s.get("Action"), EFS_CLIENT_ACTIONS[0])
+        and ("Bool", "aws:SecureTransport", "false") in [(o, k, str(v).lower()) for o, k, v in _conditions(s)]
+        for s in denies
+    ):
+        out.append(
+            'does not deny clients without TLS: add a Deny of the client actions on Bool aws:SecureTransport "false"'
+        )
+    if not any(
+        all(_covers(s.get("Action"), a) for a in EFS_CLIENT_ACTIONS)
+        and any(
+            k == EFS_CLIENT_KEYS[0] and (o in _NEGATED or (o == "Null" and str(v).lower() == "true"))
+            for o, k, v in _conditions(s)
+        )
+        for s in denies
+    ):
+        out.append(
+            "does not deny mounts outside access points: add a Deny of the client actions (root access included) "
+            "on StringNotLike elasticfilesystem:AccessPointArn"
+        )
+    for s in (s for s in statements if s.get("Effect") == "Deny"):
+        broad = [a for a in as_list(s.get("Action")) if not str(a).startswith("elasticfilesystem:Client")]
+        # An API call has none of the client keys: a negated or Null test on them matches it; all must match.
+        api_call_matches = all(
+            k in EFS_CLIENT_KEYS and (o in _NEGATED or (o == "Null" and str(v).lower() == "true"))
+            for o, k, v in _conditions(s)
+        )
+        if broad and api_call_matches:
+            out.append(
+                f"statement {s.get('Sid') or '?'} denies {', '.join(map(str, broad))} under a condition API calls "
+                "always meet: it locks out AWS Backup (elasticfilesystem:Backup), the EFS CSI controller and "
+                "PutFileSystemPolicy; deny only the client actions"
+            )
+    return out
+
+
+def efs_file_system_policy(resources: Sequence[Resource], ctx: Context) -> list[Violation]:
+    """Every EFS file system has a file system policy that denies clients without TLS and outside access points,
+    allows no anonymous client, and denies no API action under NFS-only conditions.
+
+    Sources: EFS user guide, "Using IAM to control file system data access" ("Default EFS file system policy":
+    without a policy any anonymous client of a mount target gets full, root access; the condition keys EFS sets for
+    NFS clients) and "Enforcing a user identity using an access point"; AWS managed policy
+    AWSBackupServiceLinkedRolePolicyForBackup (AWS Backup calls elasticfilesystem:Backup, an API action, which a
+    Deny conditioned on NFS-only keys refuses).
+    """
+    policies = [r for r in resources if r.type == EFS_FILE_SYSTEM_POLICY]
+    out = []
+    for fs in (r for r in resources if r.type == EFS_FILE_SYSTEM):
+        mine = [p for p in policies if refers_to(p, fs, "fileSystemId")]
+        if not mine:
+            out.append(
+                Violation(
+                    fs.urn,
+                    "EFS file system has no file system policy: EFS's default admits any client of a mount target, "
+                    "anonymous and as root; declare an aws.efs.FileSystemPolicy",
+                )
+            )
+        for policy in mine:
+            out += [
+                Violation(policy.urn, f"EFS file system policy {m}")
+                for m in _efs_policy_problems(_json_or_object(policy.inputs.get("policy")))
+            ]
+    return out

@@ -15,9 +15,12 @@ from policy.dlinfra_policy.rules.platform import (
     PSA_ENFORCE,
     RESOURCE_FLAVOR,
     TEAM_LABEL,
+    VAP,
+    VAP_BINDING,
     drain_taints_not_tolerated,
     multikueue_wired,
     team_namespaces_pod_security,
+    team_namespaces_volume_policy,
     tolerates,
 )
 from tests.policy.rules._resources import CTX, pass_and_fail, res
@@ -26,6 +29,25 @@ MAINTENANCE = "aws-node-termination-handler/scheduled-maintenance"
 GPU_TAINT = {"key": "nvidia.com/gpu", "value": "true", "effect": "NoSchedule"}
 JOB = "kubernetes:batch/v1:Job"
 TEAM_NS = {TEAM_LABEL: "a", "pod-security.kubernetes.io/warn": "restricted"}
+
+TEAM_A = res(K8S_NAMESPACE, "ns-a")(metadata={"name": "team-a", "labels": TEAM_NS | {PSA_ENFORCE: "baseline"}})
+VOLUME_POLICY = res(VAP, "vap")(
+    metadata={"name": "team-volumes"},
+    spec={
+        "failurePolicy": "Fail",
+        "matchConstraints": {"resourceRules": [{"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"],
+                                                "resources": ["pods"]}]},
+        "validations": [{"expression": "object.spec.volumes.all(v, !has(v.nfs))"}],
+    },
+)  # fmt: skip
+
+
+def binding(actions: list[str], selector: dict[str, object] | None = None, policy: str = "team-volumes") -> Resource:
+    match = {"namespaceSelector": selector or {"matchExpressions": [{"key": TEAM_LABEL, "operator": "Exists"}]}}
+    return res(VAP_BINDING, "vapb")(
+        metadata={"name": "team-volumes"},
+        spec={"policyName": policy, "validationActions": actions, "matchResources": match},
+    )
 
 
 # rule -> (resources that pass, resources that fail).
@@ -78,6 +100,10 @@ CASES: dict[str, tuple[list[Resource], list[Resource]]] = {
                 },
             ),
         ],
+    ),
+    "team-namespaces-volume-policy": (
+        [TEAM_A, VOLUME_POLICY, binding(["Deny"])],
+        [TEAM_A, VOLUME_POLICY, binding(["Audit"])],
     ),
 }
 
@@ -163,3 +189,39 @@ def test_policy_team_label_is_the_platforms() -> None:
     from components.charts import kueue
 
     assert TEAM_LABEL == kueue.TEAM_LABEL
+
+
+@pytest.mark.parametrize(
+    "resources",
+    [
+        [TEAM_A],  # no policy at all
+        [TEAM_A, binding(["Deny"])],  # a binding to a policy that does not exist
+        [TEAM_A, VOLUME_POLICY, binding(["Deny"], {"matchLabels": {"dlinfra.io/other": "x"}})],  # selects elsewhere
+        [TEAM_A, VOLUME_POLICY, binding(["Deny"], policy="other")],
+        # A policy that lets pods through when it cannot be evaluated guards nothing.
+        [TEAM_A, res(VAP, "vap")(metadata={"name": "team-volumes"},
+                                 spec={**VOLUME_POLICY.inputs["spec"], "failurePolicy": "Ignore"}), binding(["Deny"])],
+    ],
+)  # fmt: skip
+def test_team_namespaces_without_a_denying_volume_policy_are_flagged(resources: list[Resource]) -> None:
+    (found,) = team_namespaces_volume_policy(resources, CTX)
+    assert found.urn == TEAM_A.urn and "team-a" in found.message
+
+
+def test_namespaces_that_are_no_teams_need_no_volume_policy() -> None:
+    system = res(K8S_NAMESPACE, "ns")(metadata={"name": "kube-system"})
+    assert team_namespaces_volume_policy([system], CTX) == []
+
+
+def test_the_rule_passes_the_declared_stack_and_catches_the_binding_removed() -> None:
+    from pathlib import Path
+
+    from dlinfra.checks.plans import Plan
+    from tests import reference as ref
+
+    stack = "prod-us-west-2-k8s"
+    data = ref.runs()[stack].plan(ref.fleet().project)
+    resources = Plan(Path(f"{stack}.json"), stack, data).rule_resources()
+    assert team_namespaces_volume_policy(resources, CTX) == []
+    without = [r for r in resources if r.type != VAP_BINDING]
+    assert len(team_namespaces_volume_policy(without, CTX)) == len(ref.fleet().teams)

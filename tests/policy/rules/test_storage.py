@@ -4,15 +4,19 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from policy.dlinfra_policy.rules.compute import INSTANCE
 from policy.dlinfra_policy.rules.core import Resource
 from policy.dlinfra_policy.rules.storage import (
+    EFS_FILE_SYSTEM_POLICY,
     FSX_LUSTRE,
     S3_ACCOUNT_PUBLIC_ACCESS_BLOCK,
     S3_BLOCK_FLAGS,
     S3_POLICY,
     S3_PUBLIC_ACCESS_BLOCK,
     ebs_encrypted,
+    efs_file_system_policy,
     s3_encrypted,
     s3_no_public_access,
 )
@@ -37,6 +41,31 @@ LOG_POLICY = {
         },
     ]
 }
+
+
+EFS = res("aws:efs/fileSystem:FileSystem", "efs", id="fs-1")(encrypted=True)
+CLIENT = ["elasticfilesystem:ClientMount", "elasticfilesystem:ClientWrite", "elasticfilesystem:ClientRootAccess"]
+NO_TLS = {"Effect": "Deny", "Principal": "*", "Action": CLIENT, "Condition": {"Bool": {"aws:SecureTransport": "false"}}}
+OUTSIDE_APS = {
+    "Effect": "Deny",
+    "Principal": "*",
+    "Action": CLIENT,
+    "Condition": {
+        "StringNotLike": {"elasticfilesystem:AccessPointArn": "arn:aws:elasticfilesystem:*:1:access-point/*"}
+    },
+}
+ANYONE_MOUNTS = {  # the console's "prevent root access" example: every principal, anonymous included, may mount
+    "Effect": "Allow",
+    "Principal": {"AWS": "*"},
+    "Action": ["elasticfilesystem:ClientMount", "elasticfilesystem:ClientWrite"],
+    "Condition": {"Bool": {"elasticfilesystem:AccessedViaMountTarget": "true"}},
+}
+
+
+def efs_policy(*statements: dict[str, object]) -> Resource:
+    return res(EFS_FILE_SYSTEM_POLICY, "efs-policy", dependencies=[EFS.urn])(
+        fileSystemId="fs-1", policy=json.dumps({"Version": "2012-10-17", "Statement": list(statements)})
+    )
 
 
 # rule -> (resources that pass, resources that fail).
@@ -78,6 +107,10 @@ CASES: dict[str, tuple[list[Resource], list[Resource]]] = {
             res(SSE, dependencies=[LOG_BUCKET.urn])(bucket="dlinfra-logs", rules=KMS_RULE),
         ],
     ),
+    "efs-file-system-policy": (
+        [EFS, efs_policy(NO_TLS, OUTSIDE_APS)],
+        [EFS, efs_policy(NO_TLS)],
+    ),
 }
 
 
@@ -108,3 +141,54 @@ def test_s3_public_acl_and_account_block() -> None:
     public = res("aws:s3/bucket:Bucket", "web")(bucket="web", acl="public-read")
     found = s3_no_public_access([account, public], CTX)
     assert [v.message for v in found] == ["S3 bucket has the public ACL 'public-read'"]
+
+
+def test_an_efs_file_system_without_a_policy_is_flagged() -> None:
+    (found,) = efs_file_system_policy([EFS], CTX)
+    assert found.urn == EFS.urn and "admits any client of a mount target" in found.message
+
+
+@pytest.mark.parametrize(
+    ("statements", "expected"),
+    [
+        ((OUTSIDE_APS,), "does not deny clients without TLS"),
+        ((NO_TLS,), "does not deny mounts outside access points"),
+        ((NO_TLS, OUTSIDE_APS, ANYONE_MOUNTS), "allows ClientMount to every principal"),
+        # The lockout: API calls have no access point, so this Deny refuses AWS Backup and the CSI controller.
+        ((NO_TLS, {**OUTSIDE_APS, "Action": "*"}), "locks out AWS Backup"),
+        ((NO_TLS, OUTSIDE_APS, {"Effect": "Deny", "Principal": "*", "Action": "elasticfilesystem:*"}), "locks out"),
+    ],
+)
+def test_efs_policy_problems(statements: tuple[dict[str, object], ...], expected: str) -> None:
+    found = [v.message for v in efs_file_system_policy([EFS, efs_policy(*statements)], CTX)]
+    assert any(expected in m for m in found), found
+
+
+def test_a_tls_deny_of_every_action_locks_out_nobody() -> None:
+    """AWS's own "enforce in-transit encryption" example denies "*" without TLS: API calls use TLS."""
+    assert efs_file_system_policy([EFS, efs_policy({**NO_TLS, "Action": "*"}, OUTSIDE_APS)], CTX) == []
+
+
+def test_the_declared_policy_passes() -> None:
+    from components.efs_policy import file_system_policy
+
+    doc = file_system_policy(
+        "arn:aws:elasticfilesystem:us-west-2:1:file-system/fs-1", "arn:aws:elasticfilesystem:us-west-2:1:access-point/*"
+    )
+    policy = res(EFS_FILE_SYSTEM_POLICY, dependencies=[EFS.urn])(fileSystemId="fs-1", policy=json.dumps(doc))
+    assert efs_file_system_policy([EFS, policy], CTX) == []
+
+
+def test_the_rule_passes_the_declared_stack_and_catches_the_policy_removed() -> None:
+    from pathlib import Path
+
+    from dlinfra.checks.plans import Plan
+    from tests import reference as ref
+
+    stack = "prod-us-west-2"
+    data = ref.runs()[stack].plan(ref.fleet().project)
+    resources = Plan(Path(f"{stack}.json"), stack, data).rule_resources()
+    assert efs_file_system_policy(resources, CTX) == []
+    without = [r for r in resources if r.type != EFS_FILE_SYSTEM_POLICY]
+    (found,) = efs_file_system_policy(without, CTX)
+    assert "no file system policy" in found.message
