@@ -12,6 +12,9 @@ from typing import Any
 import pytest
 import yaml
 
+# No test reaches the network: sockets may only reach loopback, and boto3 never asks instance metadata.
+pytest_plugins = ["tests.netguard", "pytester"]
+
 ROOT = Path(__file__).resolve().parent.parent
 # Tests read a frozen copy of the reference fleet, never the lab's own fleet.yaml,
 # so a lab that edits its fleet keeps a green suite.
