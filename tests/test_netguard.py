@@ -18,12 +18,12 @@ import pytest
 
 
 def test_connects_to_test_net():
-    socket.create_connection(("192.0.2.1", 80), timeout=1)
+    socket.create_connection(("192.0.2.1", 80), timeout=1)  # refused at once: no wait
 
 
 def test_swallows_the_refusal():
     try:
-        socket.create_connection(("192.0.2.1", 443), timeout=1)
+        socket.create_connection(("192.0.2.1", 443), timeout=1)  # refused at once: no wait
     except OSError:
         pass  # what boto3's instance-metadata probe does with a refused connection
 
@@ -43,7 +43,7 @@ def test_resolves_a_name():
 
 def test_stays_on_loopback():
     with socket.create_server(("127.0.0.1", 0)) as server:
-        socket.create_connection(server.getsockname()[:2], timeout=5).close()
+        socket.create_connection(server.getsockname()[:2], timeout=60).close()
 """
 
 
@@ -70,7 +70,7 @@ def test_a_test_that_reaches_the_network_fails(pytester: pytest.Pytester, monkey
 def test_the_guard_refuses_before_anything_is_sent() -> None:
     try:
         with pytest.raises(netguard.ForeignNetworkError, match=r"192\.0\.2\.1:80"):
-            socket.create_connection(("192.0.2.1", 80), timeout=1)
+            socket.create_connection(("192.0.2.1", 80), timeout=1)  # refused at once: no wait
         with socket.socket(socket.AF_INET6, socket.SOCK_STREAM) as sock, pytest.raises(netguard.ForeignNetworkError):
             sock.connect_ex(("2001:db8::1", 80, 0, 0))
         assert netguard.ATTEMPTS == ["connect 192.0.2.1:80", "connect 2001:db8::1:80"]
@@ -80,7 +80,7 @@ def test_the_guard_refuses_before_anything_is_sent() -> None:
 
 def test_loopback_unix_sockets_and_literals_are_allowed() -> None:
     with socket.create_server(("127.0.0.1", 0)) as server:
-        socket.create_connection(server.getsockname()[:2], timeout=5).close()
+        socket.create_connection(server.getsockname()[:2], timeout=60).close()
     if socket.has_ipv6:
         try:
             server6 = socket.create_server(("::1", 0), family=socket.AF_INET6)
@@ -88,7 +88,7 @@ def test_loopback_unix_sockets_and_literals_are_allowed() -> None:
             server6 = None  # no IPv6 loopback on this machine
         if server6 is not None:
             with server6:
-                socket.create_connection(server6.getsockname()[:2], timeout=5).close()
+                socket.create_connection(server6.getsockname()[:2], timeout=60).close()
     left, right = socket.socketpair()
     with left, right:
         left.sendall(b"x")
