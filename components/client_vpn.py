@@ -2,7 +2,9 @@
 
 Two ways in, never a key shared by every laptop: federated sign-in (SAML, e.g. IAM Identity Center) with
 authorization rules per team group, or one client certificate per person whose common name a client connect
-handler checks against the fleet's list, so removing a person refuses their next connection.
+handler checks against the fleet's list, so removing a person refuses their next connection; the same apply ends
+their open sessions (a sweep Lambda invoked once per change of the list), and every session ends at the session
+timeout, which for federated sign-in is when the IdP decides again.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ _EARLY_RENEWAL_DAYS = 30
 # resolves it; laptops check the certificate's common name (verify-x509-name), which stays as it was.
 SERVER_DOMAIN_SUFFIX = "clientvpn.internal"
 CONNECT_HANDLER = Path(__file__).parent / "lambdas" / "client_vpn_connect.py"
+SWEEP = Path(__file__).parent / "lambdas" / "client_vpn_sweep.py"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -43,7 +46,10 @@ class ClientVpnArgs:
     remote_cidrs: Mapping[str, str]  # stable key -> CIDR beyond the VPC (other regions, sites), via the VPC
     log_kms_key_arn: pulumi.Input[str]  # KMS key for the connection log group (Network.log_key_arn)
     log_retention_days: int = 365  # days connection logs are kept; a value CloudWatch Logs accepts
-    session_timeout_hours: Literal[8, 10, 12, 24] = 12  # a laptop reconnects after this long
+    # Hours after which every session ends and the person signs in again: the IdP (federated sign-in) or the
+    # connect handler (certificates) decides anew. 8 is the shortest AWS allows (8, 10, 12 or 24; EC2 API
+    # reference, CreateClientVpnEndpoint SessionTimeoutHours): someone removed in the IdP is out within a workday.
+    session_timeout_hours: Literal[8, 10, 12, 24] = 8
     ca_validity_days: int = 3650  # the endpoint's private CA
     cert_validity_days: int = 730  # server and client certificates; re-issued 30 days before expiry
     saml_provider_arn: str | None = None  # federated sign-in through this IAM SAML provider; or:
@@ -215,6 +221,10 @@ class ClientVpn(pulumi.ComponentResource):
             transport_protocol="udp",
             vpn_port=443,
             session_timeout_hours=args.session_timeout_hours,
+            # At the timeout the session ends and the client asks the person to connect again, which signs them in
+            # anew. Explicit: AWS documents true as the default (EC2 API reference, CreateClientVpnEndpoint
+            # DisconnectOnSessionTimeout), the provider's docstring says false.
+            disconnect_on_session_timeout=True,
             self_service_portal="enabled" if args.self_service_saml_provider_arn else "disabled",
             security_group_ids=[security_group.id],
             vpc_id=args.vpc_id,
@@ -256,6 +266,9 @@ class ClientVpn(pulumi.ComponentResource):
                     description=f"{key} through the VPC ({az})",
                     opts=child,
                 )
+
+        if not federated:
+            self._sweep(name, args, endpoint_name, endpoint, handler)
 
         self.endpoint_id = endpoint.id
         self.security_group_id = security_group.id
@@ -341,6 +354,98 @@ class ClientVpn(pulumi.ComponentResource):
             logging_config=aws.lambda_.FunctionLoggingConfigArgs(log_format="Text", log_group=logs.name),
             tags=tags,
             opts=pulumi.ResourceOptions(parent=self, depends_on=[policy]),
+        )
+
+    def _sweep(
+        self,
+        name: str,
+        args: ClientVpnArgs,
+        endpoint_name: str,
+        endpoint: aws.ec2clientvpn.Endpoint,
+        handler: aws.lambda_.Function,
+    ) -> aws.lambda_.Invocation:
+        """End the open sessions of people no longer listed, on the apply that removes them.
+
+        The connect handler only judges new connections; AWS leaves existing ones alone when it changes (AWS
+        Client VPN administrator guide, "Connection authorization"). The invocation's input holds the list, and a
+        change of input replaces a CREATE_ONLY invocation, which invokes the function again
+        (terraform-provider-aws lambda/invocation.go, customizeDiffInputChangeWithCreateOnlyScope).
+        """
+        names = args.names
+        function_name = names.physical("client-vpn", "sweep", max_len=64)
+        tags = names.tags("vpn", function_name)
+        child = pulumi.ResourceOptions(parent=self)
+        logs = aws.cloudwatch.LogGroup(
+            f"{name}-sweep-logs",
+            name=f"/aws/lambda/{function_name}",
+            retention_in_days=args.log_retention_days,
+            kms_key_id=args.log_kms_key_arn,
+            tags=tags,
+            opts=child,
+        )
+        role = aws.iam.Role(
+            f"{name}-sweep-role",
+            name=function_name,
+            assume_role_policy=service_trust("lambda.amazonaws.com"),
+            tags=tags,
+            opts=child,
+        )
+        policy = aws.iam.RolePolicy(
+            f"{name}-sweep-policy",
+            role=role.id,
+            name="end-removed-sessions",
+            policy=pulumi.Output.json_dumps(
+                {
+                    "Version": "2012-10-17",
+                    "Statement": [
+                        {
+                            "Sid": "Logs",
+                            "Effect": "Allow",
+                            "Action": ["logs:CreateLogStream", "logs:PutLogEvents"],
+                            "Resource": pulumi.Output.concat(logs.arn, ":*"),
+                        },
+                        {
+                            "Sid": "Traces",  # X-Ray takes no resource-level scoping
+                            "Effect": "Allow",
+                            "Action": ["xray:PutTraceSegments", "xray:PutTelemetryRecords"],
+                            "Resource": "*",
+                        },
+                        {
+                            # Both take the client-vpn-endpoint resource type (Service Authorization Reference,
+                            # Amazon EC2): the function sees and ends this endpoint's connections, no other's.
+                            "Sid": "EndConnections",
+                            "Effect": "Allow",
+                            "Action": ["ec2:DescribeClientVpnConnections", "ec2:TerminateClientVpnConnections"],
+                            "Resource": endpoint.arn,
+                        },
+                    ],
+                }
+            ),
+            opts=pulumi.ResourceOptions(parent=role),
+        )
+        function = aws.lambda_.Function(
+            f"{name}-sweep",
+            name=function_name,
+            description=f"Ends the open sessions of people no longer listed for {endpoint_name}",
+            runtime="python3.12",
+            handler=f"{SWEEP.stem}.handler",
+            code=pulumi.AssetArchive({SWEEP.name: pulumi.FileAsset(str(SWEEP))}),
+            role=role.arn,
+            timeout=60,  # a page of connections and one terminate call each
+            memory_size=128,
+            reserved_concurrent_executions=1,  # one apply at a time invokes it
+            tracing_config=aws.lambda_.FunctionTracingConfigArgs(mode="Active"),
+            logging_config=aws.lambda_.FunctionLoggingConfigArgs(log_format="Text", log_group=logs.name),
+            tags=tags,
+            opts=pulumi.ResourceOptions(parent=self, depends_on=[policy]),
+        )
+        return aws.lambda_.Invocation(
+            f"{name}-sweep-run",
+            function_name=function.name,
+            input=pulumi.Output.json_dumps({"endpoint_id": endpoint.id, "allowed": sorted(args.users)}),
+            lifecycle_scope="CREATE_ONLY",
+            # After the handler holds the new list: a client that reconnects at once is refused.
+            opts=pulumi.ResourceOptions(parent=self, depends_on=[handler]),
         )
 
 

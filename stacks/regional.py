@@ -11,6 +11,7 @@ from components.platform_aws import PlatformAws, PlatformAwsArgs, PoolGroup
 from components.site_vpn import SiteVpn, SiteVpnArgs
 from components.transit import TransitHub, TransitHubArgs
 from dlinfra.model import ci, dns, planner, sites, stackroles, team_storage
+from dlinfra.model.fleet.checks import ADMINS_ACCESS_KEY
 from stacks.cluster import declare_cluster
 from stacks.compute import declare_pools
 from stacks.context import StackContext, aws_provider
@@ -107,7 +108,7 @@ def declare(ctx: StackContext) -> None:
         saml = environment.client_vpn.saml
         groups = {t: team.vpn_group for t, team in fleet.teams.items() if team.vpn_group} if saml else {}
         if saml is not None and saml.admin_group:
-            groups["admins"] = saml.admin_group
+            groups[ADMINS_ACCESS_KEY] = saml.admin_group
         client_vpn = ClientVpn(
             "client-vpn",
             ClientVpnArgs(

@@ -11,6 +11,10 @@ from typing import Any
 
 import pytest
 import yaml
+from hypothesis import settings
+
+# No test reaches the network: sockets may only reach loopback, and boto3 never asks instance metadata.
+pytest_plugins = ["tests.netguard", "pytester"]
 
 ROOT = Path(__file__).resolve().parent.parent
 # Tests read a frozen copy of the reference fleet, never the lab's own fleet.yaml,
@@ -18,6 +22,11 @@ ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = ROOT / "tests" / "fixtures"
 REFERENCE_FLEET = FIXTURES / "fleet.yaml"
 REFERENCE_LOCK = FIXTURES / "cidr-lock.yaml"
+# Hypothesis fails an example that runs over its deadline (200 ms by default): on a busy machine that fails correct
+# code. Examples here may take as long as they take; how many run is bounded by each test's max_examples.
+settings.register_profile("dlinfra", deadline=None)
+settings.load_profile("dlinfra")
+
 # Cluster-version support checks depend on the date: the suite runs on a pinned one, so it stays green as the
 # calendar moves (dlinfra.model.eks.today reads it).
 TEST_TODAY = "2026-11-22"

@@ -153,19 +153,25 @@ def check_checkov(root: Path) -> Finding:
 
 
 def check_aws() -> Finding:
-    """Credentials from boto3's usual chain; only when some exist, one sts:GetCallerIdentity with a short timeout."""
+    """Credentials from boto3's chain without the instance metadata service; only when some exist, one
+    sts:GetCallerIdentity with a short timeout."""
     import boto3
     from botocore.config import Config
     from botocore.exceptions import BotoCoreError, ClientError
 
     fix = "only needed for pulumi up and what-happened: aws configure sso (or set AWS_PROFILE)"
     try:
-        session = boto3.Session()
+        session = boto3.Session(botocore_session=_session_without_instance_metadata())
         credentials = session.get_credentials()
     except (BotoCoreError, ClientError, ValueError) as exc:
         return Finding("AWS credentials", "broken", str(exc), fix)
     if credentials is None:
-        return Finding("AWS credentials", "missing", "none found (env, profile, SSO, instance role)", fix)
+        return Finding(
+            "AWS credentials",
+            "missing",
+            "no credentials (environment, config and credentials files, SSO; instance metadata not asked)",
+            fix,
+        )
     config = Config(connect_timeout=TIMEOUT, read_timeout=TIMEOUT, retries={"max_attempts": 1})
     try:
         sts = session.client("sts", region_name=session.region_name or "us-east-1", config=config)
@@ -178,3 +184,18 @@ def check_aws() -> Finding:
             "check the network and that the credentials have not expired (aws sso login)",
         )
     return Finding("AWS credentials", "ok", f"{arn} ({credentials.method})")
+
+
+def _session_without_instance_metadata() -> Any:
+    """A botocore session whose credential chain stops before the instance metadata service.
+
+    With nothing else found, boto3's chain ends by asking 169.254.169.254 for an instance role (botocore's
+    InstanceMetadataProvider, method "iam-role"), which off EC2 sends packets that wait for a timeout. doctor
+    runs on laptops and CI: it reports what is configured, and says that it did not ask.
+    """
+    import botocore.session
+    from botocore.credentials import InstanceMetadataProvider
+
+    session = botocore.session.get_session()
+    session.get_component("credential_provider").remove(InstanceMetadataProvider.METHOD)
+    return session

@@ -45,6 +45,7 @@ NOT_COUNTED: Mapping[str, str] = {
     "aws:cloudwatch/eventTarget:EventTarget": "EventBridge custom events",
     "aws:kms/key:Key": "KMS keys (per key-month) and requests",
     "aws:lambda/function:Function": "Lambda requests and duration",
+    "aws:lambda/invocation:Invocation": "Lambda requests and duration",
     "aws:codebuild/project:Project": "CodeBuild build minutes (CI runner)",
     "aws:codebuild/webhook:Webhook": "CodeBuild build minutes (CI runner)",
     "aws:sqs/queue:Queue": "SQS requests",

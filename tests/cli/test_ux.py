@@ -279,6 +279,18 @@ def test_doctor_reports_tools_on_path_and_a_broken_install(
     assert code == 1 and "no_such_module_here" in out
 
 
+def test_doctor_without_credentials_says_so_without_asking_instance_metadata(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    # Even where AWS_EC2_METADATA_DISABLED is not set (a laptop), doctor never probes 169.254.169.254: the network
+    # guard (tests/netguard.py) fails this test if anything tries to connect.
+    _no_aws(monkeypatch, tmp_path)
+    monkeypatch.delenv("AWS_EC2_METADATA_DISABLED")
+    finding = cli_doctor.check_aws()
+    assert finding.status == "missing" and finding.detail.startswith("no credentials")
+    assert "instance metadata not asked" in finding.detail
+
+
 def test_doctor_with_credentials_and_no_network_answers_quickly(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:

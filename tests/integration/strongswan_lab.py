@@ -19,6 +19,15 @@ def private_run(prelude: str = "") -> str:
 
 PRIVATE_RUN = private_run()
 
+# The longest any one wait for an event may last before a test gives up: a daemon starting, an SA, a log line, a
+# BGP session, a route, a guest job's step. Every wait polls and returns as soon as the event happens, so a green
+# run is no slower for it; the bound only sets how long a broken run takes to fail. It must hold on a loaded machine
+# (two shared cores, qemu's TCG) where what takes a second alone can take tens: a 5 s bound once failed a correct
+# run there. Measured figures (failover times) are asserted as figures with their documented ranges, not as waits.
+WAIT_SECONDS = 120
+# A command that itself waits up to WAIT_SECONDS (swanctl --terminate --timeout, a guest job with one wait).
+COMMAND_SECONDS = 2 * WAIT_SECONDS
+
 
 def charon_conf(plugins: str, socket: Path, log: Path, extra: str = "", include: Path | None = None) -> str:
     """strongswan.conf for one test charon: only these plugins, its own vici socket and log file.

@@ -31,7 +31,15 @@ from dlinfra.render.kernel import XFRM_SCRIPT, render_nftables, render_sysctl, r
 from dlinfra.render.site_vpn import SiteVpnView, Tunnel
 from dlinfra.render.strongswan import render_charon, render_swanctl
 from tests.integration import aws_side
-from tests.integration.strongswan_lab import charon_conf, esp_states, is_up, parse_sas, private_run
+from tests.integration.strongswan_lab import (
+    COMMAND_SECONDS,
+    WAIT_SECONDS,
+    charon_conf,
+    esp_states,
+    is_up,
+    parse_sas,
+    private_run,
+)
 from tests.integration.xfrm_vm import GuestVm
 
 pytestmark = pytest.mark.vpn_peer
@@ -106,7 +114,7 @@ stop_pids() {{
     for f in "$@"; do [ -e $f ] || continue; kill $(cat $f) 2>/dev/null || :; done
     for f in "$@"; do
         [ -e $f ] || continue; i=0
-        while kill -0 $(cat $f) 2>/dev/null && [ $i -lt 50 ]; do i=$((i + 1)); sleep 0.1; done
+        while kill -0 $(cat $f) 2>/dev/null && [ $i -lt {WAIT_SECONDS * 10} ]; do i=$((i + 1)); sleep 0.1; done
         rm -f $f
     done
 }}
@@ -123,7 +131,7 @@ class RouteLab:
     config: Path  # on the share: the rendered files and the AWS side's
     routing: str = ""  # what FRR runs now: "static", "bgp" or "" (none)
 
-    def sh(self, script: str, what: str, timeout: float = 90.0) -> str:
+    def sh(self, script: str, what: str, timeout: float = COMMAND_SECONDS) -> str:
         result = self.vm.run(PRELUDE + f"cfg={self.config}\n" + script, timeout=timeout)
         if result.returncode != 0:
             pytest.fail(f"{what} failed in the guest ({result.returncode}):\n{result.stdout}{result.stderr}\n"
@@ -137,14 +145,14 @@ class RouteLab:
             "ip -n site -d link show; ip -n site route; ip -n aws route; ip -n site xfrm state | grep -c '^src'\n"
             'for side in site aws; do [ -S $run/frr-$side/bgpd.vty ] || continue; echo "--- $side bgp"\n'
             "vtysh --vty_socket $run/frr-$side -c 'show bgp summary' -c 'show bgp ipv4 unicast' || :; done",
-            timeout=30,
+            timeout=WAIT_SECONDS,
         )
         return result.stdout[-12000:]
 
     def json(self, script: str, what: str) -> Any:
         return json.loads(self.sh(script, what))
 
-    def poll(self, what: str, probe: Callable[[], Any], seconds: float = 60.0) -> Any:
+    def poll(self, what: str, probe: Callable[[], Any], seconds: float = WAIT_SECONDS) -> Any:
         """probe() until truthy; each probe is a guest job (a few tenths of a second under TCG)."""
         for _ in range(int(seconds)):
             if value := probe():
@@ -167,7 +175,8 @@ class RouteLab:
                 f"ip -n aws route replace {p} nexthop dev xfrm1 nexthop dev xfrm2\n" for p in (LAN, POD_RANGE)
             )
         self.routing = ""
-        self.sh(stop + start, f"starting FRR ({routing})")
+        # Stopping up to five daemons and starting five, each wait up to WAIT_SECONDS.
+        self.sh(stop + start, f"starting FRR ({routing})", timeout=10 * WAIT_SECONDS)
         self.routing = routing
 
     @staticmethod
@@ -179,7 +188,7 @@ class RouteLab:
             lines += [
                 f"daemon {side} $run/frr-{side}-{name}.pid {d}/{name}.out {shlex.quote(private_run())}"
                 f" {argv} -z {d}/zserv.api",
-                f"wait_until 30 '{name} in {side}' '[ -S {d}/{name}.vty ]'",
+                f"wait_until {WAIT_SECONDS} '{name} in {side}' '[ -S {d}/{name}.vty ]'",
             ]
         lines.append(f"vty {side} --inputfile $cfg/{conf}")
         return "\n".join(lines) + "\n"
@@ -286,11 +295,11 @@ def setup_script(config: Path) -> str:
         f"daemon site $run/charon-site.pid $run/site/charon.out {shlex.quote(private_run(site_prelude))}"
         " /usr/lib/ipsec/charon",
         "unset STRONGSWAN_CONF",
-        "wait_until 30 charons '[ -S $run/site/charon.vici ] && [ -S $run/aws/charon.vici ]'",
+        f"wait_until {WAIT_SECONDS} charons '[ -S $run/site/charon.vici ] && [ -S $run/aws/charon.vici ]'",
         "sw aws --load-all --noprompt --file $cfg/aws/swanctl.conf >/dev/null",
         "sw site --load-all --noprompt --file $cfg/swanctl.conf >/dev/null",
-        "wait_until 60 'both tunnels' '[ $(sw site --list-sas | grep -c INSTALLED) -ge 2 ]'",
-        "wait_until 30 'xfrm1 and xfrm2 up' 'ip -n site -o link show xfrm1 | grep -q ,UP && "
+        f"wait_until {WAIT_SECONDS} 'both tunnels' '[ $(sw site --list-sas | grep -c INSTALLED) -ge 2 ]'",
+        f"wait_until {WAIT_SECONDS} 'xfrm1 and xfrm2 up' 'ip -n site -o link show xfrm1 | grep -q ,UP && "
         "ip -n site -o link show xfrm2 | grep -q ,UP'",
     ]
     return "\n".join(lines) + "\n"
@@ -350,12 +359,13 @@ def lab(xfrm_guest: GuestVm) -> Iterator[RouteLab]:
     write_config(config)
     lab = RouteLab(xfrm_guest, config)
     try:
-        lab.sh(setup_script(config), "bringing up the lab", timeout=120)
+        # Three waits, each up to WAIT_SECONDS, and the steps between them.
+        lab.sh(setup_script(config), "bringing up the lab", timeout=4 * WAIT_SECONDS)
         yield lab
     finally:
         xfrm_guest.run(
             PRELUDE + "stop_pids $run/*.pid\nfor ns in site aws lan; do ip netns delete $ns 2>/dev/null || :; done\n",
-            timeout=60,
+            timeout=COMMAND_SECONDS,
         )
 
 
@@ -408,13 +418,14 @@ def wait_for_ecmp(lab: RouteLab) -> None:
 
 def wait_for_bgp(lab: RouteLab) -> None:
     both = {aws_inside(1): "Established", aws_inside(2): "Established"}
-    lab.poll("BGP established with both AWS inside addresses", lambda: lab.established() == both, 90)
+    lab.poll("BGP established with both AWS inside addresses", lambda: lab.established() == both)
 
 
 def ping_through_esp(lab: RouteLab, ns: str, source: str, destination: str) -> None:
     before = lab.esp("site")
     out = lab.sh(
-        f"ip netns exec {ns} ping -n -c 3 -i 0.2 -W 2 -w 8 -I {source} {destination} || :", f"ping {destination}"
+        f"ip netns exec {ns} ping -n -c 3 -i 0.2 -W 5 -w {WAIT_SECONDS} -I {source} {destination} || :",
+        f"ping {destination}",
     )
     assert " 0% packet loss" in out, f"ping {source} -> {destination}:\n{out}\n{lab.diagnostics()}"
     after = lab.esp("site")
@@ -509,7 +520,7 @@ END
 silent_at=$(now)
 down= moved= aws_moved= resumed=
 [ "$aws_before" = xfrm{silent} ] || aws_moved=none
-end=$(( $(date +%s) + 75 ))
+end=$(( $(date +%s) + {WAIT_SECONDS} ))
 while [ $(date +%s) -lt $end ]; do
     # Each time is read just before its own check: one round of checks takes a second or more under TCG.
     [ -n "$down" ] || {{ t=$(now); ip -n site -o link show xfrm{silent} | grep -q ',UP' || down=$t; }}
@@ -533,7 +544,7 @@ base=$(echoes {silent})
 returned_at=$(now)
 ip netns exec aws nft delete table inet dlinfra_silence
 up= bgp= ecmp= back=
-end=$(( $(date +%s) + 90 ))
+end=$(( $(date +%s) + {WAIT_SECONDS} ))
 while [ $(date +%s) -lt $end ]; do
     # Each time is read just before its own check: one round of checks takes a second or more under TCG.
     [ -n "$up" ] || {{ t=$(now); ! ip -n site -o link show xfrm{silent} | grep -q ',UP' || up=$t; }}
@@ -580,10 +591,10 @@ def test_failover_within_30_seconds_when_an_aws_endpoint_goes_silent_then_recove
     assert int(counts[silent - 1]) >= 5, counts
     log_lines = int(lab.sh("wc -l < $run/site/charon.log", "log size"))
 
-    out = lab.sh(silence_script(silent), "silencing an AWS endpoint", timeout=150)
+    out = lab.sh(silence_script(silent), "silencing an AWS endpoint")
     t = _times(out.strip().splitlines()[-1])
     if not (t["down"] and t["moved"] and t["resumed"]):
-        pytest.fail(f"no failover within 75 s:\n{out}\n{lab.diagnostics()}", pytrace=False)
+        pytest.fail(f"no failover within {WAIT_SECONDS} s:\n{out}\n{lab.diagnostics()}", pytrace=False)
     down, moved, resumed = (_since(t, k, "silent_at") for k in ("down", "moved", "resumed"))
     if t["aws_before"] is None and out.startswith(f"aws_before=xfrm{other}"):
         aws_route = f"AWS's route back to the LAN was on tunnel {other} already"
@@ -606,7 +617,7 @@ def test_failover_within_30_seconds_when_an_aws_endpoint_goes_silent_then_recove
     # time or DPD timeout, whichever comes first (AWS's own timers, not the site's to shorten).
     assert resumed <= FAILOVER_LIMIT + 3, report
 
-    out = lab.sh(recovery_script(silent), "the endpoint returning", timeout=150)
+    out = lab.sh(recovery_script(silent), "the endpoint returning")
     lines = out.strip().splitlines()
     r = _times(next(line for line in lines if line.startswith("returned_at=")))
     if not (r["up"] and r["bgp"] and r["ecmp"]):
@@ -625,7 +636,7 @@ def test_failover_within_30_seconds_when_an_aws_endpoint_goes_silent_then_recove
 
 # --- 7. AWS-initiated rekeys -----------------------------------------------------------------------------
 REKEY_SCRIPT = f"""\
-ip netns exec lan ping -n -i 0.1 -W 2 -c 100 {VPC_HOST} > $run/rekey-ping.txt 2>&1 </dev/null &
+ip netns exec lan ping -n -i 0.1 -W {WAIT_SECONDS} -c 100 {VPC_HOST} > $run/rekey-ping.txt 2>&1 </dev/null &
 pid=$!
 sleep 1
 # AWS rekeys on its own schedule (rekey margin and fuzz); here both tunnels' CHILD_SAs and IKE_SAs at once.
@@ -643,7 +654,7 @@ def test_aws_initiated_rekeys_lose_no_packets(lab: RouteLab) -> None:
     wait_for_bgp(lab)
     wait_for_ecmp(lab)
     log_lines = int(lab.sh("wc -l < $run/site/charon.log", "log size"))
-    out = lab.sh(REKEY_SCRIPT, "pinging across AWS-initiated rekeys", timeout=120)
+    out = lab.sh(REKEY_SCRIPT, "pinging across AWS-initiated rekeys")
     log = lab.sh(f"tail -n +{log_lines + 1} $run/site/charon.log", "site log")
     print(f"\nAWS-initiated IKE and CHILD rekeys of both tunnels during 100 pings: {out.strip().splitlines()[0]}")
     assert "100 packets transmitted, 100 received, 0% packet loss" in out, out

@@ -37,7 +37,15 @@ from dlinfra.render.kernel import XFRM_SCRIPT
 from dlinfra.render.site_vpn import SiteVpnView, Tunnel
 from dlinfra.render.strongswan import render_charon, render_swanctl
 from tests.integration import aws_side
-from tests.integration.strongswan_lab import IkeSa, charon_conf, is_up, parse_sas, private_run
+from tests.integration.strongswan_lab import (
+    COMMAND_SECONDS,
+    WAIT_SECONDS,
+    IkeSa,
+    charon_conf,
+    is_up,
+    parse_sas,
+    private_run,
+)
 
 pytestmark = pytest.mark.vpn_peer
 
@@ -55,12 +63,13 @@ VPC_HOST = "10.0.0.10"  # host 10 of the first remote CIDR (the lab fixture adds
 PSKS = {1: "test.psk.tunnel1", 2: "test.psk.tunnel2"}
 TUNNELS = ("aws-tunnel1", "aws-tunnel2")
 
-WAIT_SECONDS = 10.0  # bound for any single wait: a daemon, an SA, a log line, a BGP session
 # What an IKEv2 PSK tunnel over libipsec needs, and no more: strongSwan 5.9.8 moved IKE's PRF+ into
 # kdf; kernel-libipsec does ESP, kernel-netlink the routes and addresses.
 CHARON_PLUGINS = "nonce openssl kdf kernel-libipsec kernel-netlink socket-default vici updown"
 
 T = TypeVar("T")
+# swanctl --terminate waits this long for the SA to go, and fails the command when it has not.
+TERMINATE_SECONDS = str(WAIT_SECONDS)
 
 
 def make_view(routing: str = "static", tunnel_mode: str = "policy") -> SiteVpnView:
@@ -139,7 +148,7 @@ def _run(*argv: str, check: bool = True, env: dict[str, str] | None = None) -> s
         argv,
         capture_output=True,
         text=True,
-        timeout=WAIT_SECONDS,
+        timeout=COMMAND_SECONDS,
         check=check,
         env={"PATH": SEARCH_PATH, "LC_ALL": "C", **(env or {})},
     )
@@ -157,7 +166,7 @@ def _wait_for(what: str, probe: Callable[[], T | None], diagnostics: Callable[[]
 
 def ping(ns: str, source: str, destination: str) -> subprocess.CompletedProcess[str]:
     """Three pings from source to destination inside ns, bounded in time."""
-    argv = ["ip", "netns", "exec", ns, "ping", "-n", "-c", "3", "-i", "0.2", "-W", "2", "-w", "5"]
+    argv = ["ip", "netns", "exec", ns, "ping", "-n", "-c", "3", "-i", "0.2", "-W", "5", "-w", str(WAIT_SECONDS)]
     return _run(*argv, "-I", source, destination, check=False)
 
 
@@ -254,10 +263,10 @@ class Daemon:
         if self.process.poll() is None:
             self.process.send_signal(signal.SIGTERM)
             try:
-                self.process.wait(timeout=5)
+                self.process.wait(timeout=WAIT_SECONDS)
             except subprocess.TimeoutExpired:
                 self.process.kill()
-                self.process.wait(timeout=5)
+                self.process.wait(timeout=WAIT_SECONDS)
 
 
 class Charon(Daemon):
@@ -373,7 +382,7 @@ def test_rendered_site_config_brings_up_both_tunnels_and_carries_traffic(lab: La
 def test_site_reopens_a_tunnel_that_aws_closes(lab: Lab, tmp_path: Path) -> None:
     with charons(lab, tmp_path) as (site, aws):
         before = bring_up(site, aws, make_view())
-        aws.swanctl("--terminate", "--ike", "aws-peer-tunnel2", "--timeout", "5")
+        aws.swanctl("--terminate", "--ike", "aws-peer-tunnel2", "--timeout", TERMINATE_SECONDS)
 
         def reopened() -> dict[str, IkeSa] | None:
             sas = site.all_up(*TUNNELS)
@@ -396,7 +405,7 @@ def test_traffic_moves_to_the_other_tunnel_when_one_stays_down(lab: Lab, tmp_pat
         # AWS loses that tunnel for good: its endpoint forgets the tunnel and closes the SA, so the
         # site's attempt to reopen it is refused.
         aws.load(aws_peer(view, other))
-        aws.swanctl("--terminate", "--ike", f"aws-peer-tunnel{carrying}", "--timeout", "5")
+        aws.swanctl("--terminate", "--ike", f"aws-peer-tunnel{carrying}", "--timeout", TERMINATE_SECONDS)
         wait_for_log(site, aws, rf"<aws-tunnel{carrying}\|\d+> received NO_PROPOSAL_CHOSEN")
         assert site.up(f"aws-tunnel{carrying}") is None
         before = site.packets_out(f"aws-tunnel{other}")
@@ -427,8 +436,8 @@ def test_traffic_fails_over_within_30_seconds_when_an_aws_endpoint_goes_silent(l
         other = 3 - carrying
         silent = AWS_TUNNEL_IPS[carrying]
         output = tmp_path / "ping.out"
-        argv = ["ip", "netns", "exec", lab.site_ns, "ping", "-n", "-D", "-O", "-i", "0.2", "-W", "1", "-w", "60",
-                "-I", SITE_LAN_HOST, VPC_HOST]  # fmt: skip
+        argv = ["ip", "netns", "exec", lab.site_ns, "ping", "-n", "-D", "-O", "-i", "0.2", "-W", "1",
+                "-w", str(COMMAND_SECONDS), "-I", SITE_LAN_HOST, VPC_HOST]  # fmt: skip
         with output.open("w") as out:
             pinger = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env={"PATH": SEARCH_PATH})
         try:
@@ -440,7 +449,7 @@ def test_traffic_fails_over_within_30_seconds_when_an_aws_endpoint_goes_silent(l
             _run(*sysctl, "net.ipv4.conf.veth-aws.promote_secondaries=1")
             silent_at = time.time()
             _run("ip", "-n", lab.aws_ns, "addr", "del", f"{silent}/24", "dev", "veth-aws")
-            deadline = time.monotonic() + 45
+            deadline = time.monotonic() + WAIT_SECONDS
             # The site's side: its packets leave through the other tunnel (the IPsec policies moved to its SA).
             while site.packets_out(f"aws-tunnel{other}") < baseline + 3:
                 if time.monotonic() > deadline:
@@ -455,7 +464,7 @@ def test_traffic_fails_over_within_30_seconds_when_an_aws_endpoint_goes_silent(l
                 time.sleep(0.1)
         finally:
             pinger.terminate()
-            pinger.wait(timeout=5)
+            pinger.wait(timeout=WAIT_SECONDS)
         end_to_end = resumed - silent_at
         print(f"\nAWS endpoint {silent} silent: the site sends through tunnel {other} after {site_moved:.1f} s "
               f"(rendered worst case {budget.seconds:.1f} s = dpd_delay {budget.dpd_delay:.0f} s + 1 s clock + "
@@ -472,7 +481,7 @@ def test_traffic_fails_over_within_30_seconds_when_an_aws_endpoint_goes_silent(l
         returned_at = time.monotonic()
         _run("ip", "-n", lab.aws_ns, "addr", "add", f"{silent}/24", "dev", "veth-aws")
         while site.up(f"aws-tunnel{carrying}") is None:
-            if time.monotonic() - returned_at > budget.ike_give_up + 10:
+            if time.monotonic() - returned_at > budget.ike_give_up + WAIT_SECONDS:
                 pytest.fail(f"tunnel {carrying} did not come back\n{logs(site, aws)}")
             time.sleep(0.2)
         print(f"tunnel {carrying} back {time.monotonic() - returned_at:.1f} s after its endpoint returned")
@@ -484,8 +493,9 @@ def test_aws_initiated_rekeys_lose_no_packets(lab: Lab, tmp_path: Path) -> None:
     with charons(lab, tmp_path, view) as (site, aws):
         bring_up(site, aws, view)
         output = tmp_path / "ping.out"
-        argv = ["ip", "netns", "exec", lab.site_ns, "ping", "-n", "-D", "-i", "0.1", "-W", "1", "-c", "60",
-                "-I", SITE_LAN_HOST, VPC_HOST]  # fmt: skip
+        # -c 60: ping ends at the 60th reply; -W only bounds the wait for a reply that is late (a loaded machine).
+        argv = ["ip", "netns", "exec", lab.site_ns, "ping", "-n", "-D", "-i", "0.1", "-W", str(WAIT_SECONDS),
+                "-c", "60", "-I", SITE_LAN_HOST, VPC_HOST]  # fmt: skip
         with output.open("w") as out:
             pinger = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env={"PATH": SEARCH_PATH})
         try:
@@ -494,11 +504,11 @@ def test_aws_initiated_rekeys_lose_no_packets(lab: Lab, tmp_path: Path) -> None:
             for n in (1, 2):
                 aws.swanctl("--rekey", "--child", f"aws-peer-tunnel{n}")
                 aws.swanctl("--rekey", "--ike", f"aws-peer-tunnel{n}")
-            pinger.wait(timeout=30)
+            pinger.wait(timeout=WAIT_SECONDS)
         finally:
             if pinger.poll() is None:
                 pinger.terminate()
-                pinger.wait(timeout=5)
+                pinger.wait(timeout=WAIT_SECONDS)
         text = output.read_text()
         assert "60 packets transmitted, 60 received, 0% packet loss" in text, text[-500:]
         # Each tunnel's IKE_SA was rekeyed in place and its CHILD_SA replaced by a new one, all while the
@@ -534,7 +544,7 @@ def test_route_based_rendering_drives_the_interface_hook_with_each_tunnels_if_id
         assert sorted(calls.read_text().splitlines()) == ["updown up-client 1", "updown up-client 2"]
         # AWS closes tunnel 2: its interface goes down. (Its return is the VM harness's to show: without if_id,
         # kernel-libipsec routes everything into tunnel 1's 0.0.0.0/0 SA, IKE to endpoint 2 included.)
-        aws.swanctl("--terminate", "--ike", "aws-peer-tunnel2", "--timeout", "5")
+        aws.swanctl("--terminate", "--ike", "aws-peer-tunnel2", "--timeout", TERMINATE_SECONDS)
         _wait_for("tunnel 2's down event", lambda: len(calls.read_text().splitlines()) >= 3, lambda: logs(site, aws))
         assert calls.read_text().splitlines()[2] == "updown down-client 2"
     finally:

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.strongswan_lab import PRIVATE_RUN, charon_conf, esp_states, is_up, parse_sas
+from tests.integration.strongswan_lab import PRIVATE_RUN, WAIT_SECONDS, charon_conf, esp_states, is_up, parse_sas
 from tests.integration.xfrm_vm import GuestVm
 
 pytestmark = pytest.mark.vpn_peer
@@ -27,7 +27,6 @@ SIDES = {"left": ("192.0.2.1", "10.1.0.1"), "right": ("192.0.2.2", "10.2.0.1")}
 PLUGINS = "nonce openssl kdf kernel-netlink socket-default vici"
 # Route-based: charon must not route the 0.0.0.0/0 selectors itself; the XFRM interface routes do.
 CHARON_EXTRA = "    install_routes = no"
-WAIT_SECONDS = 20  # under TCG, module loading and the first IKE exchange take a few seconds
 # Sockets and logs live on the guest's tmpfs (a unix socket cannot be bound on the 9p share).
 GUEST_RUN = Path("/tmp/dlinfra-xfrm-smoke")
 
@@ -128,7 +127,8 @@ def guest_script(config: Path, out: Path) -> str:
         "swanctl left --load-all --noprompt --file $run/left/swanctl.conf >/dev/null",
         wait_until("swanctl left --list-sas | grep -q INSTALLED", "an INSTALLED CHILD_SA"),
         "mark child_sa",
-        f"ip netns exec left ping -n -c 3 -i 0.2 -W 2 -w 5 -I {SIDES['left'][1]} {SIDES['right'][1]} > $out/ping.txt"
+        f"ip netns exec left ping -n -c 3 -i 0.2 -W 5 -w {WAIT_SECONDS} -I {SIDES['left'][1]} {SIDES['right'][1]}"
+        " > $out/ping.txt"
         " || echo $? > $out/ping.failed",
         "mark ping",
         "for side in left right; do",
@@ -160,7 +160,8 @@ def test_ping_crosses_esp_bound_to_xfrm_interfaces(xfrm_guest: GuestVm) -> None:
         (config / side / "strongswan.conf").write_text(conf)
         (config / side / "swanctl.conf").write_text(swanctl_conf(side, peer))
 
-    result = xfrm_guest.run(guest_script(config, out), timeout=WAIT_SECONDS * 3)
+    # Two waits and a ping, each up to WAIT_SECONDS, and the steps between them.
+    result = xfrm_guest.run(guest_script(config, out), timeout=WAIT_SECONDS * 4)
     logs = "\n".join(f"--- {p.name} ---\n{p.read_text()[-3000:]}" for p in sorted(out.glob("*.log")))
     if (out / "timing.txt").exists():
         print(f"\nguest uptime per step:\n{(out / 'timing.txt').read_text()}")

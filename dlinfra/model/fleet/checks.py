@@ -16,6 +16,8 @@ from dlinfra.model.fleet.schema import (
 )
 from dlinfra.model.regions import known_regions, region_of_zone
 
+# The laptop VPN's authorization rules for saml.admin_group go by this name beside the teams' (stacks/regional.py).
+ADMINS_ACCESS_KEY = "admins"
 # Hybrid nodes take one pod block each (Cilium's maskSize; dlinfra.model.hybrid_routing.NODE_POD_PREFIX says why /25).
 _NODE_POD_PREFIX = 25
 
@@ -130,6 +132,7 @@ def _cross_checks(fleet: Fleet) -> Iterator[FleetError]:
                     "manager); list the regions jobs may overflow to",
                     key=key,
                 )
+    yield from _team_references(fleet)
     namespaces: dict[str, str] = {}
     for team in fleet.teams:
         ns = fleet.team_namespace(team)
@@ -152,6 +155,69 @@ def _eks_zone_checks(fleet: Fleet, region: str) -> Iterator[FleetError]:
                 key=f"regions.{region}.azs",
             )
             return
+
+
+def _team_references(fleet: Fleet) -> Iterator[FleetError]:
+    """A team's overflow regions have clusters, and its IAM role and IdP group are its own: every cluster gives an
+    access entry to each team's role, and every federated laptop VPN an authorization rule to each team's group."""
+    in_environments = {region for env in fleet.environments.values() for region in env.regions}
+    for team, spec in fleet.teams.items():
+        for region in spec.overflow:
+            if region in fleet.regions and region not in in_environments:
+                yield FleetError(
+                    f"{region} is in no environment's regions: there is no cluster there for jobs to overflow to",
+                    key=f"teams.{team}.overflow",
+                )
+    # EKS: "An IAM principal can't be included in more than one access entry" (EKS guide "Create access entries").
+    # Teams' roles get an entry in every environment's cluster, beside its admins' and CI's.
+    principals: dict[str, str] = {}
+    for env_name, env in fleet.environments.items():
+        for arn in env.kubernetes.admin_role_arns:
+            principals.setdefault(arn, f"in environments.{env_name}.kubernetes.admin_role_arns")
+        if env.ci is not None:
+            for field in ("apply_role_arn", "preview_role_arn"):
+                principals.setdefault(getattr(env.ci, field), f"environments.{env_name}.ci.{field}")
+    for team, spec in fleet.teams.items():
+        if spec.role_arn is None:
+            continue
+        other = principals.setdefault(spec.role_arn, f"team {team}'s role")
+        if other != f"team {team}'s role":
+            yield FleetError(
+                f"{spec.role_arn} is also {other}: EKS gives an IAM principal one access entry per cluster, so the "
+                "team needs a role of its own",
+                key=f"teams.{team}.role_arn",
+            )
+    # Client VPN authorization rules are one per destination and group (terraform-provider-aws
+    # ec2/vpnclient_authorization_rule.go: the rule's id is endpoint, CIDR and group): two names for one group
+    # would declare the same rule twice, and removing either would revoke the other's access.
+    saml_admins = {
+        env.client_vpn.saml.admin_group: env_name
+        for env_name, env in fleet.environments.items()
+        if env.client_vpn is not None and env.client_vpn.saml is not None and env.client_vpn.saml.admin_group
+    }
+    groups: dict[str, str] = {}
+    for team, spec in fleet.teams.items():
+        key = f"teams.{team}"
+        if team == ADMINS_ACCESS_KEY and saml_admins:
+            yield FleetError(
+                f"the laptop VPN names its admin_group's rules {ADMINS_ACCESS_KEY!r} (environments."
+                f"{next(iter(saml_admins.values()))}.client_vpn.saml.admin_group); give the team another name",
+                key=key,
+            )
+        if spec.vpn_group is None:
+            continue
+        if spec.vpn_group in saml_admins:
+            yield FleetError(
+                f"{spec.vpn_group} is environments.{saml_admins[spec.vpn_group]}.client_vpn.saml.admin_group too: "
+                "one group's rules would be declared twice; give the team its own IdP group",
+                key=f"{key}.vpn_group",
+            )
+        other = groups.setdefault(spec.vpn_group, team)
+        if other != team:
+            yield FleetError(
+                f"{spec.vpn_group} is also team {other}'s vpn_group; each team needs its own IdP group",
+                key=f"{key}.vpn_group",
+            )
 
 
 def _site_checks(fleet: Fleet) -> Iterator[FleetError]:
@@ -211,12 +277,11 @@ def _pool_checks(fleet: Fleet, env_name: str, env: Environment) -> Iterator[Flee
             if region not in used:
                 yield FleetError(f"pool does not run in {region!r}", key=f"{key}.zones.{region}")
                 return
-            bad = [z for z in zones if z not in fleet.azs(region)]
-            if bad:
-                yield FleetError(
-                    f"{', '.join(bad)} not among the AZs the fleet uses in {region} ({', '.join(fleet.azs(region))})",
-                    key=f"{key}.zones.{region}",
-                )
+            for zone in zones:
+                problem = _zone_problem(fleet, region, zone)
+                if problem:
+                    yield FleetError(problem, key=f"{key}.zones.{region}")
+                    return
             if pool.efa and len(zones) != 1:
                 yield FleetError(
                     f"an EFA pool lives in one AZ (one cluster placement group); got {len(zones)}: {', '.join(zones)}",
@@ -253,6 +318,23 @@ def _reservation_zone_checks(
             f"reservation {cr.id} is in {cr.zone_id} ({az}) but the pool runs in {', '.join(pool.zones[region])}",
             key=key,
         )
+
+
+def _zone_problem(fleet: Fleet, region: str, zone: str) -> str | None:
+    """Why `zone` cannot be one of the fleet's AZs in `region` (it belongs to another region, is beyond the
+    region's `azs`, or is no AZ at all), or None when it is one."""
+    used = fleet.azs(region)
+    if zone in used:
+        return None
+    if zone in known_regions()[region].azs:
+        return (
+            f"{zone} is not among the {len(used)} AZs the fleet uses in {region} ({', '.join(used)}); raise "
+            f"regions.{region}.azs or pick one of those"
+        )
+    home = next((name for name, spec in known_regions().items() if zone in spec.azs), None)
+    if home is not None:
+        return f"{zone} is an AZ of {home}, not of {region}; the AZs the fleet uses in {region}: {', '.join(used)}"
+    return f"{zone} is not an AZ of {region}; the AZs the fleet uses there: {', '.join(used)}"
 
 
 def _instance_checks(key: str, pool: NodePool) -> Iterator[FleetError]:

@@ -170,6 +170,15 @@ _SAML_PROVIDER_ARN = re.compile(r"arn:aws[a-z-]*:iam::\d{12}:saml-provider/[\w+=
 _PERSON = re.compile(r"[a-z][a-z0-9._-]{0,62}")
 
 
+def access_group_id(v: str) -> str:
+    """An IdP group id a Client VPN authorization rule can name: the AWS provider refuses a comma in
+    access_group_id, since it joins endpoint, CIDR and group with commas into the rule's id
+    (terraform-provider-aws ec2/vpnclient_authorization_rule.go)."""
+    if "," in v:
+        raise ValueError(f"{v!r} holds a comma, which an authorization rule's access_group_id may not")
+    return v
+
+
 class SamlSpec(Strict):
     """Laptop VPN by federated sign-in (SAML 2.0, e.g. IAM Identity Center): people, not shared keys."""
 
@@ -183,6 +192,11 @@ class SamlSpec(Strict):
         if v is not None and not _SAML_PROVIDER_ARN.fullmatch(v):
             raise ValueError(f"{v!r} is not an IAM SAML provider ARN (arn:aws:iam::<12 digits>:saml-provider/<name>)")
         return v
+
+    @field_validator("admin_group")
+    @classmethod
+    def _group(cls, v: str | None) -> str | None:
+        return None if v is None else access_group_id(v)
 
 
 class ClientVpnSpec(Strict):
@@ -385,6 +399,11 @@ class Team(Strict):
         if len(set(v)) != len(v):
             raise ValueError(f"lists a region twice: {', '.join(sorted(r for r in set(v) if v.count(r) > 1))}")
         return tuple(sorted(v))
+
+    @field_validator("vpn_group")
+    @classmethod
+    def _group(cls, v: str | None) -> str | None:
+        return None if v is None else access_group_id(v)
 
     @field_validator("role_arn")
     @classmethod
