@@ -1,11 +1,12 @@
 """Platform: the objects inside a region's EKS cluster, declared by its in-cluster stack (`<env>-<region>-k8s`).
 
 Add-ons from pinned Helm charts (NVIDIA device plugin, DCGM exporter, cluster-autoscaler, node termination
-handler, Kueue, NodeLocal DNSCache, and Cilium for hybrid nodes) and our own objects: team namespaces with RBAC,
-Kueue flavors and queues with the teams' GPU quotas, and the EFS storage class and shared datasets volume. Their
-AWS side (Pod Identity roles, the interruption queue and its EventBridge rules) is components/platform_aws.py, in
-the regional stack: only this part needs the private EKS endpoint. The charts' values are components/charts/.
-One component and its checked arguments: one concern that reads best whole (about 630 lines).
+handler, Kueue, NodeLocal DNSCache, and Cilium for hybrid nodes) and our own objects: team namespaces with RBAC
+and the admission policy that sends their GPU pods through Kueue, Kueue flavors and queues with the teams' GPU
+quotas, and the EFS storage class and shared datasets volume. Their AWS side (Pod Identity roles, the
+interruption queue and its EventBridge rules) is components/platform_aws.py, in the regional stack: only this
+part needs the private EKS endpoint. The charts' values are components/charts/.
+One component and its checked arguments: one concern that reads best whole (about 650 lines).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from components.charts import (
     autoscaler,
     cilium,
     efa,
+    gpu_admission,
     multikueue,
     node_local_dns,
     nvidia,
@@ -228,6 +230,7 @@ class Platform(pulumi.ComponentResource):
         self._release("node-local-dns", node_local_dns.node_local_dns_values(args.kube_dns_ip))
         kueue_release = self._release("kueue", kueue_chart.kueue_values())
         namespaces = self._teams()
+        self._gpu_admission()
         queues = self._queues(kueue_release, namespaces)
         self.multikueue_token = None
         if args.overflow is not None:
@@ -385,6 +388,22 @@ class Platform(pulumi.ComponentResource):
                     opts=self._k8s(depends_on=[ns]),
                 )
         return namespaces
+
+    def _gpu_admission(self) -> None:
+        """No GPU pod in a team namespace starts without Kueue's admission (components/charts/gpu_admission.py)."""
+        controllers = sorted({pinned.SYSTEM_NAMESPACE} | {s.namespace for s in pinned.load_addons().values()})
+        policy = k8s.admissionregistration.v1.ValidatingAdmissionPolicy(
+            f"{self._name}-gpu-admission",
+            metadata=self._meta(gpu_admission.POLICY_NAME),
+            spec=gpu_admission.policy_spec(kueue_chart.team_namespace_selector(), controllers),
+            opts=self._k8s(),
+        )
+        k8s.admissionregistration.v1.ValidatingAdmissionPolicyBinding(
+            f"{self._name}-gpu-admission-binding",
+            metadata=self._meta(gpu_admission.POLICY_NAME),
+            spec=gpu_admission.binding_spec(),
+            opts=self._k8s(depends_on=[policy]),
+        )
 
     # Kueue --------------------------------------------------------------------------------------------------
     def _custom(
