@@ -137,4 +137,10 @@ RULES: tuple[ResourceRule | StackRule, ...] = (
         "mandatory",
         platform.drain_taints_not_tolerated,
     ),
+    StackRule(
+        "gpu-pods-queued",
+        "GPU workloads in team namespaces go through Kueue, and an admission policy refuses those that do not",
+        "mandatory",
+        platform.gpu_pods_queued,
+    ),
 )
