@@ -6,7 +6,7 @@ and the admission policy that sends their GPU pods through Kueue, Kueue flavors 
 quotas, and the EFS storage class and shared datasets volume. Their AWS side (Pod Identity roles, the
 interruption queue and its EventBridge rules) is components/platform_aws.py, in the regional stack: only this
 part needs the private EKS endpoint. The charts' values are components/charts/.
-One component and its checked arguments: one concern that reads best whole (about 650 lines).
+One component and its checked arguments: one concern that reads best whole (about 665 lines).
 """
 
 from __future__ import annotations
@@ -34,6 +34,7 @@ from components.charts import (
 )
 from components.charts import kueue as kueue_chart
 from components.charts.nodes import SITE_LABEL, Taint
+from components.crd_wait import CrdWait
 from dlinfra.model import hybrid_routing, kueue
 from dlinfra.model.fleet.schema import RESERVED_NAMESPACES
 from dlinfra.model.naming import Names
@@ -136,6 +137,9 @@ class PlatformArgs:
     overflow: kueue.OverflowPlan | None = None  # MultiKueue of the environment; None: every job stays local
     # The manager's kubeconfig of each worker region (secret outputs of the workers' in-cluster stacks).
     multikueue_kubeconfigs: Mapping[str, pulumi.Input[str]] = field(default_factory=dict)
+    # This cluster's kubeconfig, as its provider has it: waits for the CRDs Cilium's operator registers (CrdWait).
+    # Required where sites are homed.
+    kubeconfig: pulumi.Input[str] | None = None
 
     def __post_init__(self) -> None:
         try:
@@ -169,6 +173,8 @@ class PlatformArgs:
                 f"multikueue_kubeconfigs: regions {sorted(self.multikueue_kubeconfigs)}, but this cluster's workers "
                 f"are {sorted(wanted)}"
             )
+        if self.sites and self.kubeconfig is None:
+            raise ValueError("kubeconfig: sites are homed here, and Cilium's objects wait for its CRDs through it")
         if self.overflow is not None and self.overflow.teams_of(self.region) and not self.quotas.flavors:
             raise ValueError("overflow: this region takes overflowing jobs but has no GPU queues")
         planned = {f.source_name for f in self.quotas.flavors if f.source == "pool"}
@@ -303,6 +309,15 @@ class Platform(pulumi.ComponentResource):
     def _cilium(self) -> None:
         """Cilium on hybrid nodes: one IP pool per site, its nodes pinned to it, announcing it to the gateway."""
         release = self._release("cilium", cilium.cilium_values())
+        if self._args.kubeconfig is None:
+            raise ValueError("kubeconfig: sites are homed here, and Cilium's objects wait for its CRDs through it")
+        # The chart ships no CRDs: the operator registers them once elected leader, after Helm's wait may be over.
+        crds = CrdWait(
+            f"{self._name}-cilium-crds",
+            self._args.kubeconfig,
+            [cilium.crd_name(kind) for kind in cilium.CILIUM_KINDS],
+            opts=pulumi.ResourceOptions(parent=self, depends_on=[release]),
+        )
         for site, view in self._args.sites.items():
             name = hybrid_routing.pool_name(site)
             labels = {SITE_LABEL: site}  # what the advertisement and the peer config select on
@@ -324,8 +339,7 @@ class Platform(pulumi.ComponentResource):
                     kind=kind,
                     metadata=self._meta(name, namespace, labels),
                     spec=spec,
-                    # The chart installs the CRDs.
-                    opts=self._k8s(depends_on=[release]),
+                    opts=self._k8s(depends_on=[release, crds]),
                 )
 
     # cluster-autoscaler -------------------------------------------------------------------------------------
