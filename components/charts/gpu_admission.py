@@ -16,7 +16,9 @@ A GPU pod in a team namespace is admitted when
   job. A person cannot pass for such a controller: EKS access entries refuse user names starting with "system:"
   (EKS user guide, "Create access entries"), and the `edit` role lets a team impersonate only its own namespace's
   service accounts.
-Only Kueue's controller may remove the gate afterwards.
+Only Kueue's controller may remove the gate afterwards. And a pod Kueue queues as a pod may not name the `overflow`
+queue: MultiKueue workers grant the manager the job kinds only (components/charts/multikueue.py), so such a pod
+would hold the team's overflow quota without ever running.
 """
 
 from __future__ import annotations
@@ -27,8 +29,10 @@ from typing import Any
 import pulumi_kubernetes as k8s
 
 from components.charts.kueue import ADMISSION_GATE, KUEUE_FRAMEWORKS
+from dlinfra.model.kueue import OVERFLOW_QUEUE
 
 POLICY_NAME = "dlinfra-gpu-pods-through-kueue"
+QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 GPU_RESOURCE_PREFIX = "nvidia.com/"  # nvidia.com/gpu, and the MIG or shared resources the device plugin may offer
 # Kueue's controller: the chart's service account "<release>-controller-manager" (release "kueue", addons.yaml
 # namespace kueue-system; charts/kueue/templates/rbac/service_account.yaml).
@@ -102,6 +106,13 @@ def validations() -> list[tuple[str, str]]:
             "a pod that requests GPUs in a team namespace must be admitted by Kueue: it has no "
             f"{ADMISSION_GATE} scheduling gate and was not made by a controller for a job Kueue manages; "
             "submit it as a Job or JobSet, or as a Pod, Deployment or StatefulSet that Kueue queues",
+        ),
+        (
+            f"request.operation != 'CREATE' || !variables.gated || !has(object.metadata.labels) || "
+            f"!('{QUEUE_LABEL}' in object.metadata.labels) || "
+            f"object.metadata.labels['{QUEUE_LABEL}'] != '{OVERFLOW_QUEUE}'",
+            f"the {OVERFLOW_QUEUE} queue takes jobs (batch Jobs, JobSets, Kubeflow and Ray jobs), not Pods, "
+            "Deployments or StatefulSets: other regions run none of those for this one; use the default queue",
         ),
         (
             "request.operation != 'UPDATE' || !variables.wasGated || variables.gated || "

@@ -41,6 +41,11 @@ def _pod(
     return {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": spec}
 
 
+def _labelled(pod: dict[str, Any], queue: str) -> dict[str, Any]:
+    pod["metadata"]["labels"] = {"kueue.x-k8s.io/queue-name": queue, "app": "x"}
+    return pod
+
+
 def _review(policy: dict[str, Any], request: dict[str, Any], obj: Any, old: Any = None) -> list[str]:
     """The messages of the validations a request fails; [] when it is admitted or the policy does not apply."""
     env = celpy.Environment()
@@ -92,6 +97,9 @@ def policy(stacks: dict[str, Stack]) -> dict[str, Any]:
         ("gated Deployment pod", REPLICASET_CONTROLLER, _pod(gated=True, owner=("apps/v1", "ReplicaSet")), True),
         ("ungated StatefulSet pod", "system:serviceaccount:kube-system:statefulset-controller",
          _pod(owner=("apps/v1", "StatefulSet")), False),
+        ("queued pod sent to overflow", TEAM_USER, _labelled(_pod(gated=True), "overflow"), False),
+        ("queued pod sent to its default queue", TEAM_USER, _labelled(_pod(gated=True), "default"), True),
+        ("pod of a Job sent to overflow", JOB_CONTROLLER, _labelled(_pod(owner=("batch/v1", "Job")), "overflow"), True),
         ("owner that is not the controller", JOB_CONTROLLER, {
             **_pod(), "metadata": {"name": "p", "ownerReferences": [
                 {"apiVersion": "batch/v1", "kind": "Job", "name": "j", "uid": "u"}]}}, False),
