@@ -1,11 +1,12 @@
 """Platform: the objects inside a region's EKS cluster, declared by its in-cluster stack (`<env>-<region>-k8s`).
 
 Add-ons from pinned Helm charts (NVIDIA device plugin, DCGM exporter, cluster-autoscaler, node termination
-handler, Kueue, NodeLocal DNSCache, and Cilium for hybrid nodes) and our own objects: team namespaces with RBAC,
-Kueue flavors and queues with the teams' GPU quotas, and the teams' EFS volumes and volume policy (declared by
-components/team_volumes.py). Their
-AWS side (Pod Identity roles, the interruption queue and its EventBridge rules) is components/platform_aws.py, in
-the regional stack: only this part needs the private EKS endpoint. The charts' values are components/charts/.
+handler, Kueue, NodeLocal DNSCache, and Cilium for hybrid nodes) and our own objects: team namespaces with RBAC
+and the admission policy that sends their GPU pods through Kueue, Kueue flavors and queues with the teams' GPU
+quotas, and the teams' EFS volumes and volume policy (declared by components/team_volumes.py). Their AWS side (Pod
+Identity roles, the interruption queue and its EventBridge rules) is components/platform_aws.py, in the regional
+stack: only this part needs the private EKS endpoint. The charts' values are components/charts/.
+One component and its checked arguments: one concern that reads best whole.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from components.charts import (
     autoscaler,
     cilium,
     efa,
+    gpu_admission,
     multikueue,
     node_local_dns,
     nvidia,
@@ -33,6 +35,7 @@ from components.charts import (
 )
 from components.charts import kueue as kueue_chart
 from components.charts.nodes import SITE_LABEL, Taint
+from components.crd_wait import CrdWait
 from dlinfra.model import hybrid_routing, kueue, team_storage
 from dlinfra.model.fleet.schema import RESERVED_NAMESPACES
 from dlinfra.model.naming import Names
@@ -131,6 +134,9 @@ class PlatformArgs:
     overflow: kueue.OverflowPlan | None = None  # MultiKueue of the environment; None: every job stays local
     # The manager's kubeconfig of each worker region (secret outputs of the workers' in-cluster stacks).
     multikueue_kubeconfigs: Mapping[str, pulumi.Input[str]] = field(default_factory=dict)
+    # This cluster's kubeconfig, as its provider has it: waits for the CRDs Cilium's operator registers (CrdWait).
+    # Required where sites are homed.
+    kubeconfig: pulumi.Input[str] | None = None
 
     def __post_init__(self) -> None:
         try:
@@ -167,6 +173,8 @@ class PlatformArgs:
                 f"multikueue_kubeconfigs: regions {sorted(self.multikueue_kubeconfigs)}, but this cluster's workers "
                 f"are {sorted(wanted)}"
             )
+        if self.sites and self.kubeconfig is None:
+            raise ValueError("kubeconfig: sites are homed here, and Cilium's objects wait for its CRDs through it")
         if self.overflow is not None and self.overflow.teams_of(self.region) and not self.quotas.flavors:
             raise ValueError("overflow: this region takes overflowing jobs but has no GPU queues")
         planned = {f.source_name for f in self.quotas.flavors if f.source == "pool"}
@@ -228,6 +236,7 @@ class Platform(pulumi.ComponentResource):
         self._release("node-local-dns", node_local_dns.node_local_dns_values(args.kube_dns_ip))
         kueue_release = self._release("kueue", kueue_chart.kueue_values())
         namespaces = self._teams()
+        self._gpu_admission()
         queues = self._queues(kueue_release, namespaces)
         self.multikueue_token = None
         if args.overflow is not None:
@@ -308,6 +317,15 @@ class Platform(pulumi.ComponentResource):
     def _cilium(self) -> None:
         """Cilium on hybrid nodes: one IP pool per site, its nodes pinned to it, announcing it to the gateway."""
         release = self._release("cilium", cilium.cilium_values())
+        if self._args.kubeconfig is None:
+            raise ValueError("kubeconfig: sites are homed here, and Cilium's objects wait for its CRDs through it")
+        # The chart ships no CRDs: the operator registers them once elected leader, after Helm's wait may be over.
+        crds = CrdWait(
+            f"{self._name}-cilium-crds",
+            self._args.kubeconfig,
+            [cilium.crd_name(kind) for kind in cilium.CILIUM_KINDS],
+            opts=pulumi.ResourceOptions(parent=self, depends_on=[release]),
+        )
         for site, view in self._args.sites.items():
             name = hybrid_routing.pool_name(site)
             labels = {SITE_LABEL: site}  # what the advertisement and the peer config select on
@@ -329,8 +347,7 @@ class Platform(pulumi.ComponentResource):
                     kind=kind,
                     metadata=self._meta(name, namespace, labels),
                     spec=spec,
-                    # The chart installs the CRDs.
-                    opts=self._k8s(depends_on=[release]),
+                    opts=self._k8s(depends_on=[release, crds]),
                 )
 
     # cluster-autoscaler -------------------------------------------------------------------------------------
@@ -393,6 +410,22 @@ class Platform(pulumi.ComponentResource):
                     opts=self._k8s(depends_on=[ns]),
                 )
         return namespaces
+
+    def _gpu_admission(self) -> None:
+        """No GPU pod in a team namespace starts without Kueue's admission (components/charts/gpu_admission.py)."""
+        controllers = sorted({pinned.SYSTEM_NAMESPACE} | {s.namespace for s in pinned.load_addons().values()})
+        policy = k8s.admissionregistration.v1.ValidatingAdmissionPolicy(
+            f"{self._name}-gpu-admission",
+            metadata=self._meta(gpu_admission.POLICY_NAME),
+            spec=gpu_admission.policy_spec(kueue_chart.team_namespace_selector(), controllers),
+            opts=self._k8s(),
+        )
+        k8s.admissionregistration.v1.ValidatingAdmissionPolicyBinding(
+            f"{self._name}-gpu-admission-binding",
+            metadata=self._meta(gpu_admission.POLICY_NAME),
+            spec=gpu_admission.binding_spec(),
+            opts=self._k8s(depends_on=[policy]),
+        )
 
     # Kueue --------------------------------------------------------------------------------------------------
     def _custom(

@@ -74,6 +74,7 @@ def declare(ctx: StackContext) -> None:
             quota_policy=ctx.fleet.environments[env].gpu_quotas,
             fleet_file=fleet_file,
             multikueue_kubeconfigs=kubeconfigs,
+            kubeconfig=kubeconfig,
         ),
         opts=pulumi.ResourceOptions(providers=[provider]),
     )
@@ -117,6 +118,7 @@ def platform_args_from_fleet(
     quota_policy: kueue.QuotaPolicy,
     fleet_file: str | None = None,
     multikueue_kubeconfigs: Mapping[str, pulumi.Input[str]] | None = None,
+    kubeconfig: pulumi.Input[str] | None = None,
 ) -> PlatformArgs:
     """PlatformArgs of a region from the fleet, its address plan and the regional stack's pools (no resources)."""
     env, region = names.environment, names.region
@@ -166,6 +168,7 @@ def platform_args_from_fleet(
         quotas=quota_plan.region(region),
         overflow=kueue.overflow(fleet, quota_plan, source=fleet_file),
         multikueue_kubeconfigs=dict(multikueue_kubeconfigs or {}),
+        kubeconfig=kubeconfig,
         efs_file_system_id=efs_file_system_id,
         efs_access_point_ids=efs_access_point_ids,
         efs_volumes=team_storage.plan(fleet, env).volumes,

@@ -11,9 +11,23 @@ from dlinfra.model import hybrid_routing
 # ones promoted in cilium/cilium#37765, v2alpha1 deprecated); CiliumPodIPPool is still cilium.io/v2alpha1 there.
 CILIUM_API = "cilium.io/v2"
 CILIUM_POOL_API = "cilium.io/v2alpha1"
+# The cilium.io kinds declared per site (Platform._cilium): their CRDs must be served before they are created.
+CILIUM_KINDS = (
+    "CiliumPodIPPool",
+    "CiliumNodeConfig",
+    "CiliumBGPClusterConfig",
+    "CiliumBGPPeerConfig",
+    "CiliumBGPAdvertisement",
+)
 CILIUM_GATEWAY_PEER = "site-gateway"  # the one BGP peer of a site's nodes
 # IPs a node reserves ahead in its site's pool; more blocks are allocated as pods need them.
 CILIUM_PRE_ALLOCATION = 8
+
+
+def crd_name(kind: str) -> str:
+    """The CustomResourceDefinition of a cilium.io kind: its lower-case plural (CiliumPodIPPool ->
+    ciliumpodippools.cilium.io, as the chart's operator ClusterRole names them)."""
+    return f"{kind.lower()}s.cilium.io"
 
 
 def cilium_values() -> dict[str, Any]:

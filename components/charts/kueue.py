@@ -7,8 +7,10 @@ from typing import Any
 
 import yaml
 
+from components.charts import pinned
 from components.charts.nodes import COMPUTE_TYPE_LABEL, GPU_PRODUCT_LABEL, POOL_LABEL, SITE_LABEL, Taint
 from dlinfra.model import kueue
+from dlinfra.model.fleet.schema import RESERVED_NAMESPACES
 
 TEAM_LABEL = "dlinfra.io/team"  # on team namespaces: Kueue manages every job in them (kueue_manager_config)
 LOCAL_QUEUE = "default"  # Kueue sends jobs without a queue-name label to the LocalQueue named "default"
@@ -25,6 +27,33 @@ KUEUE_FRAMEWORKS = (
     "ray.io/rayjob",
     "ray.io/raycluster",
 )
+# Kueue's pod-based integrations (Kueue v0.19.2 apis/config/v1beta2 Integrations.Frameworks; docs "Run Plain Pods",
+# "Run A Deployment", "Run A StatefulSet"). The frameworks list replaces Kueue's defaults, so without these a bare
+# Pod, Deployment or StatefulSet in a team namespace is never queued and no quota holds it. With them Kueue's pod
+# webhook gates every pod there (scheduling gate kueue.x-k8s.io/admission) until its workload is admitted; pods of a
+# job kind above are left to that job's integration ("Pods that belong to other API resources managed by Kueue are
+# excluded"). The chart sets the pod webhook's failurePolicy to Fail only when "pod" is listed here
+# (charts/kueue/templates/webhook/manifests.yaml), so it is listed, not left implied by "deployment".
+# They stay in the cluster they are submitted to: MultiKueue workers grant the manager the job kinds only.
+KUEUE_POD_FRAMEWORKS = ("pod", "deployment", "statefulset", "leaderworkerset.x-k8s.io/leaderworkerset")
+ADMISSION_GATE = "kueue.x-k8s.io/admission"  # the scheduling gate Kueue's pod webhook adds (pod/constants)
+
+
+def system_namespaces() -> tuple[str, ...]:
+    """Namespaces Kueue must never manage, whatever their labels: the cluster's own and every add-on's."""
+    return tuple(sorted(RESERVED_NAMESPACES | {spec.namespace for spec in pinned.load_addons().values()}))
+
+
+def team_namespace_selector() -> dict[str, Any]:
+    """The team namespaces, and never a system one even if it were labelled by mistake: with the pod integration
+    on, Kueue's pod webhook (failurePolicy Fail) would otherwise hold the system's own pods. Kueue refuses a
+    managedJobsNamespaceSelector that matches kube-system or its own namespace (v0.19.2 pkg/config/validation.go)."""
+    return {
+        "matchExpressions": [
+            {"key": TEAM_LABEL, "operator": "Exists"},
+            {"key": "kubernetes.io/metadata.name", "operator": "NotIn", "values": list(system_namespaces())},
+        ]
+    }
 
 
 def kueue_manager_config() -> dict[str, Any]:
@@ -37,10 +66,13 @@ def kueue_manager_config() -> dict[str, Any]:
         "webhook": {"port": 9443},
         "leaderElection": {"leaderElect": True, "resourceName": "c1f6bfd2.kueue.x-k8s.io"},
         "clientConnection": {"qps": 300, "burst": 500},
-        # Every job in a team namespace is queued (the LocalQueue "default" catches unlabelled ones), so a
-        # team cannot bypass its quota by omitting the queue name; other namespaces are left alone.
+        # Every job and pod in a team namespace is queued (the LocalQueue "default" catches unlabelled ones:
+        # Kueue docs "Setup default LocalQueue", stable since v0.17), so a team cannot bypass its quota by omitting
+        # the queue name; other namespaces are left alone. The chart copies this selector into its webhooks'
+        # namespaceSelector, and for the pod-based integrations it is a strong exemption: nothing outside it is
+        # ever managed (apis/config/v1beta2 ManagedJobsNamespaceSelector).
         "manageJobsWithoutQueueName": True,
-        "managedJobsNamespaceSelector": {"matchExpressions": [{"key": TEAM_LABEL, "operator": "Exists"}]},
+        "managedJobsNamespaceSelector": team_namespace_selector(),
         # Quotas cover GPUs only; CPU, memory and EFA requests are not Kueue's business here.
         "resources": {"quotaCheckStrategy": "IgnoreUndeclared"},
         # A gang whose pods cannot all start (capacity shortage) gives its quota back and requeues; the timeout
@@ -50,7 +82,7 @@ def kueue_manager_config() -> dict[str, Any]:
             "blockAdmission": False,
             "requeuingStrategy": {"timestamp": "Eviction", "backoffBaseSeconds": 60, "backoffMaxSeconds": 3600},
         },
-        "integrations": {"frameworks": list(KUEUE_FRAMEWORKS)},
+        "integrations": {"frameworks": [*KUEUE_FRAMEWORKS, *KUEUE_POD_FRAMEWORKS]},
     }
 
 

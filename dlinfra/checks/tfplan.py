@@ -262,9 +262,10 @@ PROVIDER_SOURCES: Mapping[str, str] = {
     "tls": "registry.terraform.io/hashicorp/tls",
 }
 
-# Not exported: component resources and Pulumi's own (providers, stack references) have no cloud object;
-# Kubernetes objects are scanned by checkov's kubernetes framework on the rendered manifests instead.
-NOT_EXPORTED_PREFIXES = ("dlinfra:", "pulumi:")
+# Not exported: component resources, Pulumi's own (providers, stack references) and our dynamic resources
+# (components/crd_wait.py: a wait, no object) have no cloud object; Kubernetes objects are scanned by checkov's
+# kubernetes framework on the rendered manifests instead.
+NOT_EXPORTED_PREFIXES = ("dlinfra:", "pulumi:", "pulumi-python:dynamic:")
 KUBERNETES_PREFIX = "kubernetes:"
 
 _MAP_KEYS = frozenset({"tags", "tagsAll"})  # maps even when the SDK cannot say (tags are always maps)

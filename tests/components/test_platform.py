@@ -259,6 +259,9 @@ def test_args_from_the_fleet_are_accepted(fleet: Fleet) -> None:
         ({"teams": {"vision": TeamView(namespace="kube-system", group="g"),
                     "language": TeamView(namespace="x", group="g"), "robotics": TeamView(namespace="y", group="g")}},
          "teams.vision.namespace: 'kube-system' belongs"),
+        # Cilium's objects wait for the CRDs its operator registers (components/crd_wait.py), through it.
+        ({"sites": {"s": SiteView(gpu_nodes=0, gpus_per_node=8, gpu_model="H100", pod_cidr="10.9.1.0/24", asn=65000,
+                                  gateway_ip="10.9.0.1")}}, "kubeconfig: sites are homed here"),
     ],
 )  # fmt: skip
 def test_bad_args(fleet: Fleet, overrides: dict[str, Any], message: str) -> None:

@@ -24,6 +24,11 @@ VAP = "kubernetes:admissionregistration.k8s.io/v1:ValidatingAdmissionPolicy"
 BINDING = "kubernetes:admissionregistration.k8s.io/v1:ValidatingAdmissionPolicyBinding"
 
 
+def _named(policies: list[Any]) -> list[Any]:
+    """The volume policy among the stack's admission policies (Kueue's GPU policy is another)."""
+    return [p for p in policies if p.inputs["metadata"]["name"] == team_volumes.VOLUME_POLICY]
+
+
 @pytest.fixture(scope="module")
 def admits() -> Callable[[Mapping[str, Any]], bool]:
     """The declared policy's rule as a function of a pod (skips without cel-python locally, fails in CI)."""
@@ -34,7 +39,7 @@ def admits() -> Callable[[Mapping[str, Any]], bool]:
         if os.environ.get("CI") == "true":
             pytest.fail(f"{message}: in CI a check that cannot run is a failure")
         pytest.skip(message)
-    (policy,) = ref.of_type(ref.runs()[STACK], VAP)
+    (policy,) = _named(ref.of_type(ref.runs()[STACK], VAP))
     (validation,) = policy.inputs["spec"]["validations"]
     env = celpy.Environment()
     program = env.program(env.compile(validation["expression"]))
@@ -115,8 +120,8 @@ def _selects(selector: Mapping[str, Any], labels: Mapping[str, str]) -> bool:
 
 def test_the_policy_denies_pods_in_every_team_namespace_and_nowhere_else() -> None:
     run = ref.runs()[STACK]
-    (policy,) = ref.of_type(run, VAP)
-    (binding,) = ref.of_type(run, BINDING)
+    (policy,) = _named(ref.of_type(run, VAP))
+    (binding,) = [b for b in ref.of_type(run, BINDING) if b.inputs["spec"]["policyName"] == team_volumes.VOLUME_POLICY]
     spec = policy.inputs["spec"]
     assert spec["failurePolicy"] == "Fail"
     (rule,) = spec["matchConstraints"]["resourceRules"]

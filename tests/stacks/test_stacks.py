@@ -34,6 +34,7 @@ def _of_type(result: plan_export.StackResult, type_: str) -> list[plan_export.Re
 
 
 REGIONAL = ("prod-us-west-2", "prod-us-east-1", "prod-eu-west-1", "staging-us-west-2")
+CILIUM_POOL = "kubernetes:cilium.io/v2alpha1:CiliumPodIPPool"  # declared where sites are homed
 
 
 def test_every_stack_runs_in_dependency_order(results: dict[str, plan_export.StackResult]) -> None:
@@ -96,7 +97,11 @@ def test_in_cluster_stack_reads_its_region_and_declares_only_kubernetes_objects(
     kubeconfig = __import__("json").loads(k8s_provider.inputs["kubeconfig"])
     assert kubeconfig["clusters"][0]["cluster"]["server"] == results[regional].outputs["cluster_endpoint"]
     assert kubeconfig["users"][0]["user"]["exec"]["args"][-1] == regional.split("-", 1)[1]
-    custom = [r for r in result.resources if r.custom and not r.type.startswith("pulumi:")]
+    # The one other custom resource: the wait for Cilium's CRDs where sites are homed, through the same kubeconfig.
+    waits = [r for r in result.resources if r.type == "pulumi-python:dynamic:Resource"]
+    assert [r.name for r in waits] == (["platform-cilium-crds"] if _of_type(result, CILIUM_POOL) else [])
+    assert all(r.inputs["kubeconfig"] == k8s_provider.inputs["kubeconfig"] for r in waits)
+    custom = [r for r in result.resources if r.custom and not r.type.startswith("pulumi:") and r not in waits]
     assert custom and all(r.type.startswith("kubernetes:") for r in custom)
     for r in custom:
         assert r.provider == f"{k8s_provider.urn}::{k8s_provider.id}", r.name

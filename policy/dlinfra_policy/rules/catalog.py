@@ -167,4 +167,10 @@ RULES: tuple[ResourceRule | StackRule, ...] = (
         "mandatory",
         platform.team_namespaces_volume_policy,
     ),
+    StackRule(
+        "gpu-pods-queued",
+        "GPU workloads in team namespaces go through Kueue, and an admission policy refuses those that do not",
+        "mandatory",
+        platform.gpu_pods_queued,
+    ),
 )

@@ -6,6 +6,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+import yaml
+
 from dlinfra.model.fleet.labels import DRAIN_TAINT_KEYS
 
 from .core import Context, Resource, Violation, as_list, as_object, as_objects
@@ -26,6 +28,10 @@ TEAM_LABEL = "dlinfra.io/team"  # components/charts/kueue.py TEAM_LABEL: a team'
 PSA_ENFORCE = "pod-security.kubernetes.io/enforce"
 KUEUE_CUSTOM = "kubernetes:kueue.x-k8s.io/v1beta2:"  # Kueue kinds as typed resources: <this><Kind>
 MULTIKUEUE_CONTROLLER = "kueue.x-k8s.io/multikueue"  # components/charts/multikueue.py
+HELM_RELEASE = "kubernetes:helm.sh/v3:Release"
+KUEUE_GATE = "kueue.x-k8s.io/admission"  # the scheduling gate Kueue's pod webhook adds until admission
+# The integrations that queue what a team may run on GPUs besides job kinds: bare Pods, Deployments, StatefulSets.
+QUEUED_FRAMEWORKS = ("batch/job", "pod", "deployment", "statefulset")
 
 
 def team_namespaces_pod_security(resource: Resource, ctx: Context) -> list[str]:
@@ -244,4 +250,113 @@ def team_namespaces_volume_policy(resources: Sequence[Resource], ctx: Context) -
                     "with validationActions [Deny] whose namespaceSelector selects it",
                 )
             )
+    return out
+
+
+def _team_namespaces(resources: Sequence[Resource]) -> list[Resource]:
+    return [
+        r
+        for r in resources
+        if r.type == K8S_NAMESPACE
+        and TEAM_LABEL in [str(k) for k in as_object(as_object(r.inputs.get("metadata")).get("labels"))]
+    ]
+
+
+def _selects_teams_only(selector: Mapping[str, Any]) -> bool:
+    """Does a label selector require the team label (and so pick team namespaces and nothing else)?"""
+    labels = [str(k) for k in as_object(selector.get("matchLabels"))]
+    required = [
+        e.get("key") for e in as_objects(selector.get("matchExpressions")) if e.get("operator") in ("Exists", "In")
+    ]
+    return TEAM_LABEL in labels or TEAM_LABEL in required
+
+
+def _kueue_config_problems(release: Resource) -> list[str]:
+    config_yaml = as_object(as_object(release.inputs.get("values")).get("managerConfig")).get(
+        "controllerManagerConfigYaml"
+    )
+    if not isinstance(config_yaml, str):
+        return ["no managerConfig.controllerManagerConfigYaml: Kueue's own defaults queue batch Jobs only"]
+    try:
+        config = as_object(yaml.safe_load(config_yaml))
+    except yaml.YAMLError as exc:
+        return [f"managerConfig.controllerManagerConfigYaml is not YAML: {exc}"]
+    out = []
+    frameworks = [str(f) for f in as_list(as_object(config.get("integrations")).get("frameworks"))]
+    missing = [f for f in QUEUED_FRAMEWORKS if f not in frameworks]
+    if missing:
+        out.append(
+            f"integrations.frameworks lacks {', '.join(missing)}: the list replaces Kueue's defaults, so such "
+            "workloads in a team namespace start without a queue or a quota"
+        )
+    if config.get("manageJobsWithoutQueueName") is not True:
+        out.append("manageJobsWithoutQueueName is not true: a workload without a queue name is not queued")
+    if not _selects_teams_only(as_object(config.get("managedJobsNamespaceSelector"))):
+        out.append(
+            f"managedJobsNamespaceSelector does not require the {TEAM_LABEL} label: Kueue would manage other "
+            "namespaces' pods (system ones included) or none"
+        )
+    return out
+
+
+def _guards_gpu_pods(policy: Mapping[str, Any]) -> bool:
+    """Does a ValidatingAdmissionPolicy check pod creation in team namespaces against Kueue's gate, failing closed?"""
+    spec = as_object(policy.get("spec"))
+    constraints = as_object(spec.get("matchConstraints"))
+    pods = any(
+        "pods" in as_list(rule.get("resources"))
+        and any(op in ("CREATE", "*") for op in as_list(rule.get("operations")))
+        for rule in as_objects(constraints.get("resourceRules"))
+    )
+    expressions = [str(e.get("expression")) for key in ("variables", "validations") for e in as_objects(spec.get(key))]
+    return (
+        pods
+        and _selects_teams_only(as_object(constraints.get("namespaceSelector")))
+        and spec.get("failurePolicy", "Fail") == "Fail"
+        and bool(as_objects(spec.get("validations")))
+        and any(KUEUE_GATE in e for e in expressions)
+    )
+
+
+def gpu_pods_queued(resources: Sequence[Resource], ctx: Context) -> list[Violation]:
+    """Every GPU workload in a team namespace goes through Kueue, and what tries not to is refused.
+
+    - Kueue's configuration queues bare Pods, Deployments and StatefulSets as well as Jobs, in the team namespaces
+      and only there: integrations.frameworks replaces Kueue's defaults, manageJobsWithoutQueueName queues what
+      names no queue, managedJobsNamespaceSelector scopes both (Kueue v0.19.2 apis/config/v1beta2
+      configuration_types.go; Kueue docs "Run Plain Pods" and "Setup manageJobsWithoutQueueName").
+    - A bound ValidatingAdmissionPolicy, failing closed, checks pods in team namespaces against Kueue's scheduling
+      gate, so a pod that escapes the webhook is refused (Kubernetes docs "Validating Admission Policy"; Kueue
+      docs "Setup a Job Admission Policy"). A ResourceQuota cannot stand in: it counts admitted pods too.
+    """
+    teams = _team_namespaces(resources)
+    if not teams:
+        return []
+    anchor = teams[0].urn
+    out = []
+    releases = [r for r in resources if r.type == HELM_RELEASE and "kueue" in str(r.inputs.get("chart", ""))]
+    if not releases:
+        out.append(Violation(anchor, "team namespaces but no Kueue release: nothing queues their GPU workloads"))
+    for release in releases:
+        out += [Violation(release.urn, f"Kueue: {m}") for m in _kueue_config_problems(release)]
+    guards = {
+        str(as_object(r.inputs.get("metadata")).get("name"))
+        for r in resources
+        if r.type == VAP and _guards_gpu_pods(r.inputs)
+    }
+    bound = {
+        str(spec.get("policyName"))
+        for r in resources
+        if r.type == VAP_BINDING
+        for spec in [as_object(r.inputs.get("spec"))]
+        if "Deny" in as_list(spec.get("validationActions"))
+    }
+    if not guards & bound:
+        out.append(
+            Violation(
+                anchor,
+                "no ValidatingAdmissionPolicy bound with Deny checks pods in team namespaces against Kueue's "
+                f"{KUEUE_GATE} gate: a GPU pod that escapes Kueue's webhook would start unqueued",
+            )
+        )
     return out

@@ -140,3 +140,35 @@ def test_cilium_schema_catches_mistakes(manifest: dict[str, Any], message: str) 
     validator = jsonschema.Draft202012Validator(json.loads(CILIUM_SCHEMA.read_text()))
     errors = [e.message for e in validator.iter_errors(manifest)]
     assert any(message in e for e in errors), errors
+
+
+def test_cilium_objects_wait_for_the_crds_its_operator_registers(stacks: dict[str, Stack]) -> None:
+    """The chart ships no CRDs (Cilium 1.18.12: no crds/ folder, operator.skipCRDCreation false, the operator's
+    ClusterRole may create CRDs): every cilium.io object waits for a CrdWait on its kind's CRD, after the release."""
+    for name, stack in stacks.items():
+        objects = [r for r in stack.resources if r.type.startswith("kubernetes:cilium.io/")]
+        waits = [r for r in stack.resources if r.type == "pulumi-python:dynamic:Resource" and r.name.endswith("-crds")]
+        if not objects:
+            assert not waits, name
+            continue
+        (wait,) = waits
+        assert stack.by_name["platform-cilium"].urn in wait.dependencies
+        crds = wait.inputs["crds"]
+        for record in objects:
+            assert wait.urn in record.dependencies, record.name
+            assert cilium.crd_name(record.type.rsplit(":", 1)[1]) in crds, record.name
+        assert sorted({r.type.rsplit(":", 1)[1] for r in objects}) == sorted(cilium.CILIUM_KINDS)
+        # The kubeconfig the stack's Kubernetes provider uses: exec authentication, no credentials in it.
+        (provider,) = stack.of_type("pulumi:providers:kubernetes")
+        assert wait.inputs["kubeconfig"] == provider.inputs["kubeconfig"]
+
+
+def test_crd_names_are_the_operators() -> None:
+    """As the pinned chart's operator ClusterRole names them (cilium 1.18.12, cilium-operator/clusterrole.yaml)."""
+    assert [cilium.crd_name(k) for k in cilium.CILIUM_KINDS] == [
+        "ciliumpodippools.cilium.io",
+        "ciliumnodeconfigs.cilium.io",
+        "ciliumbgpclusterconfigs.cilium.io",
+        "ciliumbgppeerconfigs.cilium.io",
+        "ciliumbgpadvertisements.cilium.io",
+    ]

@@ -9,7 +9,7 @@ import jsonschema
 import pytest
 import yaml
 
-from components.charts.kueue import KUEUE_API
+from components.charts.kueue import KUEUE_API, TEAM_LABEL, kueue_manager_config
 from dlinfra.model import kueue
 from dlinfra.model.fleet.schema import Fleet
 from tests.components._platform import KUEUE_SCHEMA, Stack, nominal_gpus, regional_stacks
@@ -104,4 +104,62 @@ def test_kueue_objects_wait_for_the_kueue_chart(stacks: dict[str, Stack]) -> Non
 def test_kueue_schema_catches_mistakes(manifest: dict[str, Any], message: str) -> None:
     validator = jsonschema.Draft202012Validator(json.loads(KUEUE_SCHEMA.read_text()))
     errors = [e.message for e in validator.iter_errors(manifest)]
+    assert any(message in e for e in errors), errors
+
+
+CONFIG_SCHEMA = KUEUE_SCHEMA.parent / "config.kueue.x-k8s.io-v1beta2.json"
+
+
+def _declared_config(stack: Stack) -> dict[str, Any]:
+    config = yaml.safe_load(stack.release("kueue")["values"]["managerConfig"]["controllerManagerConfigYaml"])
+    assert isinstance(config, dict)
+    return config
+
+
+def _selects(selector: dict[str, Any], labels: dict[str, str]) -> bool:
+    """Kubernetes label selector semantics for the operators the configuration uses (Exists, NotIn)."""
+    for e in selector["matchExpressions"]:
+        assert e["operator"] in ("Exists", "NotIn"), e
+        if e["operator"] == "Exists" and e["key"] not in labels:
+            return False
+        if e["operator"] == "NotIn" and labels.get(e["key"]) in e["values"]:
+            return False
+    return True
+
+
+@pytest.mark.parametrize("stack_name", regional_stacks())
+def test_kueue_queues_every_workload_of_team_namespaces(stacks: dict[str, Stack], stack_name: str) -> None:
+    """Kueue manages bare Pods, Deployments and StatefulSets as well as jobs, in team namespaces and nowhere else."""
+    config = _declared_config(stacks[stack_name])
+    jsonschema.Draft202012Validator(json.loads(CONFIG_SCHEMA.read_text())).validate(config)
+    frameworks = config["integrations"]["frameworks"]
+    assert {"batch/job", "pod", "deployment", "statefulset"} <= set(frameworks)
+    assert config["manageJobsWithoutQueueName"] is True
+    selector = config["managedJobsNamespaceSelector"]
+    name = "kubernetes.io/metadata.name"
+    assert _selects(selector, {name: "team-vision", TEAM_LABEL: "vision"})
+    assert not _selects(selector, {name: "team-vision"})  # a namespace that is not a team's
+    # Kueue refuses a selector that matches kube-system or its own namespace when the pod integration is on
+    # (v0.19.2 pkg/config/validation.go); ours keeps every system and add-on namespace out even if labelled.
+    for system in ("kube-system", "kueue-system", "default", "kube-public"):
+        assert not _selects(selector, {name: system}) and not _selects(selector, {name: system, TEAM_LABEL: "x"})
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"integrations": {"frameworks": ["batch/job", "pods"]}}, "'pods' is not one of"),
+        ({"integrations": {"frameworks": ["pod", "pod"]}}, "has non-unique elements"),
+        ({"managedJobsNamespaceSelector": {"matchExpressions": [{"key": "a", "operator": "Present"}]}},
+         "'Present' is not one of"),
+        ({"manageJobsWithoutQueueName": "yes"}, "'yes' is not of type 'boolean'"),
+        # v1beta1's integrations.podOptions is gone from v1beta2: managedJobsNamespaceSelector replaces it.
+        ({"integrations": {"frameworks": ["pod"], "podOptions": {}}}, "Additional properties are not allowed"),
+    ],
+)  # fmt: skip
+def test_kueue_config_schema_catches_mistakes(change: dict[str, Any], message: str) -> None:
+    config = kueue_manager_config() | change
+    errors = [
+        e.message for e in jsonschema.Draft202012Validator(json.loads(CONFIG_SCHEMA.read_text())).iter_errors(config)
+    ]
     assert any(message in e for e in errors), errors

@@ -9,6 +9,7 @@ import pytest
 from dlinfra.model.fleet.labels import DRAIN_TAINT_KEYS
 from policy.dlinfra_policy.rules.core import Resource
 from policy.dlinfra_policy.rules.platform import (
+    HELM_RELEASE,
     K8S_NAMESPACE,
     KUEUE_CUSTOM,
     MULTIKUEUE_CONTROLLER,
@@ -18,6 +19,7 @@ from policy.dlinfra_policy.rules.platform import (
     VAP,
     VAP_BINDING,
     drain_taints_not_tolerated,
+    gpu_pods_queued,
     multikueue_wired,
     team_namespaces_pod_security,
     team_namespaces_volume_policy,
@@ -50,6 +52,53 @@ def binding(actions: list[str], selector: dict[str, object] | None = None, polic
     )
 
 
+# A stack with a team namespace, Kueue queueing its pods and the admission policy behind it (spelled out here, not
+# taken from the components, so the rule is checked against what Kueue and Kubernetes read).
+TEAM_SELECTOR = {"matchExpressions": [{"key": "dlinfra.io/team", "operator": "Exists"}]}
+KUEUE_CONFIG = {
+    "apiVersion": "config.kueue.x-k8s.io/v1beta2",
+    "kind": "Configuration",
+    "manageJobsWithoutQueueName": True,
+    "managedJobsNamespaceSelector": TEAM_SELECTOR,
+    "integrations": {"frameworks": ["batch/job", "jobset.x-k8s.io/jobset", "pod", "deployment", "statefulset"]},
+}
+GATE_CHECK = (
+    "has(object.spec.schedulingGates) && object.spec.schedulingGates.exists(g, g.name == 'kueue.x-k8s.io/admission')"
+)
+
+
+def _kueue_release(config: dict[str, Any] | None = None) -> Resource:
+    import yaml
+
+    values = {"managerConfig": {"controllerManagerConfigYaml": yaml.safe_dump(config or KUEUE_CONFIG)}}
+    return res(HELM_RELEASE, "kueue")(name="kueue", chart="oci://registry.k8s.io/kueue/charts/kueue", values=values)
+
+
+def _gate_policy(**spec: Any) -> Resource:
+    base = {
+        "failurePolicy": "Fail",
+        "matchConstraints": {
+            "namespaceSelector": TEAM_SELECTOR,
+            "resourceRules": [
+                {"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE", "UPDATE"], "resources": ["pods"]}
+            ],
+        },
+        "variables": [{"name": "gated", "expression": GATE_CHECK}],
+        "validations": [{"expression": "variables.gated", "message": "queue it"}],
+    }
+    return res(VAP, "gpu")(metadata={"name": "gpu"}, spec=base | spec)
+
+
+def _binding(*actions: str) -> Resource:
+    return res(VAP_BINDING, "gpu-binding")(
+        metadata={"name": "gpu"}, spec={"policyName": "gpu", "validationActions": list(actions)}
+    )
+
+
+TEAM_NAMESPACE = res(K8S_NAMESPACE, "ns")(metadata={"name": "team-a", "labels": TEAM_NS | {PSA_ENFORCE: "baseline"}})
+QUEUED = [TEAM_NAMESPACE, _kueue_release(), _gate_policy(), _binding("Deny")]
+
+
 # rule -> (resources that pass, resources that fail).
 CASES: dict[str, tuple[list[Resource], list[Resource]]] = {
     "team-namespaces-pod-security": (
@@ -74,6 +123,18 @@ CASES: dict[str, tuple[list[Resource], list[Resource]]] = {
             res("kubernetes:batch/v1:CronJob")(
                 spec={"jobTemplate": {"spec": {"template": {"spec": {"tolerations": [{"operator": "Exists"}]}}}}}
             ),
+        ],
+    ),
+    "gpu-pods-queued": (
+        [
+            *QUEUED,
+            res(K8S_NAMESPACE, "kube-system")(metadata={"name": "kube-system"}),
+        ],
+        [
+            TEAM_NAMESPACE,
+            _kueue_release(KUEUE_CONFIG | {"integrations": {"frameworks": ["batch/job"]}}),
+            _gate_policy(),
+            _binding("Deny"),
         ],
     ),
     "multikueue-wired": (
@@ -225,3 +286,51 @@ def test_the_rule_passes_the_declared_stack_and_catches_the_binding_removed() ->
     assert team_namespaces_volume_policy(resources, CTX) == []
     without = [r for r in resources if r.type != VAP_BINDING]
     assert len(team_namespaces_volume_policy(without, CTX)) == len(ref.fleet().teams)
+
+
+def test_a_stack_without_team_namespaces_needs_no_queueing() -> None:
+    assert gpu_pods_queued([res(K8S_NAMESPACE)(metadata={"name": "kube-system"})], CTX) == []
+
+
+@pytest.mark.parametrize(
+    ("stack", "message"),
+    [
+        ([TEAM_NAMESPACE, _gate_policy(), _binding("Deny")], "no Kueue release"),
+        ([TEAM_NAMESPACE, _kueue_release(KUEUE_CONFIG | {"manageJobsWithoutQueueName": False}), _gate_policy(),
+          _binding("Deny")], "manageJobsWithoutQueueName is not true"),
+        ([TEAM_NAMESPACE, _kueue_release(KUEUE_CONFIG | {"managedJobsNamespaceSelector": {}}), _gate_policy(),
+          _binding("Deny")], "does not require the dlinfra.io/team label"),
+        ([TEAM_NAMESPACE, _kueue_release()], "no ValidatingAdmissionPolicy bound with Deny"),
+        ([TEAM_NAMESPACE, _kueue_release(), _gate_policy()], "no ValidatingAdmissionPolicy bound with Deny"),
+        ([TEAM_NAMESPACE, _kueue_release(), _gate_policy(), _binding("Warn", "Audit")], "bound with Deny"),
+        ([TEAM_NAMESPACE, _kueue_release(), _gate_policy(failurePolicy="Ignore"), _binding("Deny")],
+         "bound with Deny"),
+        ([TEAM_NAMESPACE, _kueue_release(), _gate_policy(variables=[], validations=[{"expression": "true"}]),
+          _binding("Deny")], "bound with Deny"),
+        ([TEAM_NAMESPACE, _kueue_release(), _gate_policy(matchConstraints={"resourceRules": [
+            {"operations": ["CREATE"], "resources": ["pods"]}]}), _binding("Deny")], "bound with Deny"),
+    ],
+)  # fmt: skip
+def test_each_gap_in_gpu_queueing_is_named(stack: list[Resource], message: str) -> None:
+    found = [v.message for v in gpu_pods_queued(stack, CTX)]
+    assert any(message in m for m in found), found
+
+
+def test_the_platforms_kueue_and_admission_policy_pass() -> None:
+    """What components/ declares for the reference fleet satisfies the rule, and fails it without the policy."""
+    from dlinfra.model.fleet.load import load_fleet
+    from tests.components._platform import platform_stacks
+    from tests.conftest import REFERENCE_FLEET
+
+    stack = platform_stacks(load_fleet(REFERENCE_FLEET).fleet)["prod-us-west-2"]
+    declared = [Resource(urn=r.urn, type=r.type, name=r.name, inputs=r.inputs) for r in stack.resources]
+    assert _team_namespaces_in(declared) and gpu_pods_queued(declared, CTX) == []
+    without_policy = [r for r in declared if r.type != VAP]
+    assert [v.message for v in gpu_pods_queued(without_policy, CTX)] == [
+        "no ValidatingAdmissionPolicy bound with Deny checks pods in team namespaces against Kueue's "
+        "kueue.x-k8s.io/admission gate: a GPU pod that escapes Kueue's webhook would start unqueued"
+    ]
+
+
+def _team_namespaces_in(resources: list[Resource]) -> list[Resource]:
+    return [r for r in resources if r.type == K8S_NAMESPACE and TEAM_LABEL in r.inputs["metadata"].get("labels", {})]

@@ -1,0 +1,170 @@
+"""The admission policy behind Kueue, as declared: its CEL evaluated by cel-python against sample admission requests
+(a bare GPU pod refused, a queued one admitted, a CPU pod untouched, ...), the way the API server evaluates a
+ValidatingAdmissionPolicy (Kubernetes docs, "Validating Admission Policy": match conditions, then variables in order,
+then every validation)."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import celpy
+import pytest
+
+from components.charts import gpu_admission
+from components.charts.kueue import KUEUE_FRAMEWORKS
+from tests.components._platform import Stack
+
+POLICY = "kubernetes:admissionregistration.k8s.io/v1:ValidatingAdmissionPolicy"
+BINDING = "kubernetes:admissionregistration.k8s.io/v1:ValidatingAdmissionPolicyBinding"
+TEAM_USER = "arn:aws:sts::111122223333:assumed-role/team-vision/alice"  # a team's IAM role, as EKS names it
+JOB_CONTROLLER = "system:serviceaccount:kube-system:job-controller"
+REPLICASET_CONTROLLER = "system:serviceaccount:kube-system:replicaset-controller"
+GATE = {"name": "kueue.x-k8s.io/admission"}
+
+
+def _pod(
+    gpus: int | None = 1, *, gated: bool = False, owner: tuple[str, str] | None = None, init: bool = False
+) -> dict[str, Any]:
+    resources = {"limits": {"nvidia.com/gpu": str(gpus)}} if gpus is not None else {"requests": {"cpu": "2"}}
+    container = {"name": "train", "image": "train:1", "resources": resources}
+    spec: dict[str, Any] = {"containers": [{"name": "main", "image": "main:1"}]}
+    spec["initContainers" if init else "containers"] = [container]
+    if gated:
+        spec["schedulingGates"] = [GATE]
+    metadata: dict[str, Any] = {"name": "p", "namespace": "team-vision"}
+    if owner is not None:
+        api_version, kind = owner
+        metadata["ownerReferences"] = [
+            {"apiVersion": api_version, "kind": kind, "name": "j", "uid": "u", "controller": True}
+        ]
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": spec}
+
+
+def _labelled(pod: dict[str, Any], queue: str) -> dict[str, Any]:
+    pod["metadata"]["labels"] = {"kueue.x-k8s.io/queue-name": queue, "app": "x"}
+    return pod
+
+
+def _review(policy: dict[str, Any], request: dict[str, Any], obj: Any, old: Any = None) -> list[str]:
+    """The messages of the validations a request fails; [] when it is admitted or the policy does not apply."""
+    env = celpy.Environment()
+
+    def evaluate(expression: str, activation: dict[str, Any]) -> bool:
+        result = env.program(env.compile(expression)).evaluate(
+            {name: celpy.json_to_cel(value) for name, value in activation.items()}
+        )
+        assert isinstance(result, celpy.celtypes.BoolType), (expression, result)
+        return bool(result)
+
+    spec = policy["spec"]
+    activation = {"object": obj, "oldObject": old, "request": request}
+    if not all(evaluate(c["expression"], activation) for c in spec["matchConditions"]):
+        return []
+    variables: dict[str, bool] = {}
+    for variable in spec["variables"]:  # in order: each may read the ones before it
+        variables[variable["name"]] = evaluate(variable["expression"], activation | {"variables": variables})
+    activation["variables"] = variables
+    return [v["message"] for v in spec["validations"] if not evaluate(v["expression"], activation)]
+
+
+def _create(user: str) -> dict[str, Any]:
+    return {"operation": "CREATE", "userInfo": {"username": user}, "namespace": "team-vision"}
+
+
+@pytest.fixture(scope="module")
+def policy(stacks: dict[str, Stack]) -> dict[str, Any]:
+    (declared,) = [
+        p for p in stacks["prod-us-west-2"].of_type(POLICY) if p.inputs["metadata"]["name"] == gpu_admission.POLICY_NAME
+    ]
+    return dict(declared.inputs)
+
+
+@pytest.mark.parametrize(
+    ("case", "user", "pod", "admitted"),
+    [
+        ("bare GPU pod", TEAM_USER, _pod(), False),
+        ("GPU pod Kueue gated", TEAM_USER, _pod(gated=True), True),
+        ("CPU pod", TEAM_USER, _pod(None), True),
+        ("GPU init container", TEAM_USER, _pod(init=True), False),
+        ("pod of an admitted batch Job", JOB_CONTROLLER, _pod(owner=("batch/v1", "Job")), True),
+        ("pod of a RayCluster", "system:serviceaccount:kube-system:kuberay", _pod(owner=("ray.io/v1", "RayCluster")),
+         True),
+        # A person names a Job as owner: Kueue's pod webhook leaves it ungated, the policy does not.
+        ("bare pod claiming a Job owner", TEAM_USER, _pod(owner=("batch/v1", "Job")), False),
+        ("team service account claiming a Job owner", "system:serviceaccount:team-vision:runner",
+         _pod(owner=("batch/v1", "Job")), False),
+        # A Deployment's pods when Kueue's pod integrations were off: the ReplicaSet is no job Kueue suspends.
+        ("ungated Deployment pod", REPLICASET_CONTROLLER, _pod(owner=("apps/v1", "ReplicaSet")), False),
+        ("gated Deployment pod", REPLICASET_CONTROLLER, _pod(gated=True, owner=("apps/v1", "ReplicaSet")), True),
+        ("ungated StatefulSet pod", "system:serviceaccount:kube-system:statefulset-controller",
+         _pod(owner=("apps/v1", "StatefulSet")), False),
+        ("queued pod sent to overflow", TEAM_USER, _labelled(_pod(gated=True), "overflow"), False),
+        ("queued pod sent to its default queue", TEAM_USER, _labelled(_pod(gated=True), "default"), True),
+        ("pod of a Job sent to overflow", JOB_CONTROLLER, _labelled(_pod(owner=("batch/v1", "Job")), "overflow"), True),
+        ("owner that is not the controller", JOB_CONTROLLER, {
+            **_pod(), "metadata": {"name": "p", "ownerReferences": [
+                {"apiVersion": "batch/v1", "kind": "Job", "name": "j", "uid": "u"}]}}, False),
+    ],
+)  # fmt: skip
+def test_policy_admits_only_pods_kueue_admits(
+    policy: dict[str, Any], case: str, user: str, pod: dict[str, Any], admitted: bool
+) -> None:
+    failed = _review(policy, _create(user), pod)
+    assert (failed == []) is admitted, (case, failed)
+
+
+@pytest.mark.parametrize(
+    ("user", "admitted"),
+    [(gpu_admission.KUEUE_CONTROLLER, True), (TEAM_USER, False), (JOB_CONTROLLER, False)],
+)
+def test_only_kueue_removes_the_gate(policy: dict[str, Any], user: str, admitted: bool) -> None:
+    old = _pod(gated=True)
+    new = copy.deepcopy(old)
+    del new["spec"]["schedulingGates"]
+    update = {"operation": "UPDATE", "userInfo": {"username": user}, "namespace": "team-vision"}
+    failed = _review(policy, update, new, old)
+    assert (failed == []) is admitted, failed
+    # Any other update of a gated pod, by anyone, is not this policy's business.
+    relabelled = copy.deepcopy(old)
+    relabelled["metadata"]["labels"] = {"x": "y"}
+    assert _review(policy, update, relabelled, old) == []
+
+
+def _selects(selector: dict[str, Any], labels: dict[str, str]) -> bool:
+    """Kubernetes label selector semantics for matchExpressions (Exists, NotIn)."""
+    for e in selector["matchExpressions"]:
+        present = e["key"] in labels
+        if e["operator"] == "Exists" and not present:
+            return False
+        if e["operator"] == "NotIn" and present and labels[e["key"]] in e["values"]:
+            return False
+        assert e["operator"] in ("Exists", "NotIn"), e
+    return True
+
+
+def test_policy_binds_in_team_namespaces_only(stacks: dict[str, Stack], policy: dict[str, Any]) -> None:
+    constraints = policy["spec"]["matchConstraints"]
+    assert constraints["resourceRules"] == [
+        {"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE", "UPDATE"], "resources": ["pods"]}
+    ]
+    assert policy["spec"]["failurePolicy"] == "Fail"
+    selector = constraints["namespaceSelector"]
+    name = "kubernetes.io/metadata.name"
+    assert _selects(selector, {name: "team-vision", "dlinfra.io/team": "vision"})
+    for system in ("kube-system", "kueue-system", "default"):
+        assert not _selects(selector, {name: system})
+        assert not _selects(selector, {name: system, "dlinfra.io/team": "x"})  # labelled by mistake
+    (binding,) = [
+        b
+        for b in stacks["prod-us-west-2"].of_type(BINDING)
+        if b.inputs["spec"]["policyName"] == gpu_admission.POLICY_NAME
+    ]
+    assert binding.inputs["spec"] == {"policyName": policy["metadata"]["name"], "validationActions": ["Deny"]}
+    assert stacks["prod-us-west-2"].by_name["platform-gpu-admission"].urn in binding.dependencies
+
+
+def test_every_kueue_job_kind_names_its_pods_owner() -> None:
+    assert set(gpu_admission.POD_OWNERS) == set(KUEUE_FRAMEWORKS)
+    with pytest.raises(ValueError, match="controller_namespaces"):
+        gpu_admission.variables([])
