@@ -416,7 +416,7 @@ def first_reply_after(output: Path, after: float) -> float | None:
     return None
 
 
-def test_traffic_fails_over_within_30_seconds_when_an_aws_endpoint_goes_silent(lab: Lab, tmp_path: Path) -> None:
+def test_traffic_fails_over_when_an_aws_endpoint_goes_silent(lab: Lab, tmp_path: Path) -> None:
     """AWS's endpoint maintenance: the endpoint of the carrying tunnel stops answering, without a word."""
     view = make_view()
     budget = failover_budget(render_charon(view), render_swanctl(view), render_frr(view))
@@ -427,7 +427,7 @@ def test_traffic_fails_over_within_30_seconds_when_an_aws_endpoint_goes_silent(l
         other = 3 - carrying
         silent = AWS_TUNNEL_IPS[carrying]
         output = tmp_path / "ping.out"
-        argv = ["ip", "netns", "exec", lab.site_ns, "ping", "-n", "-D", "-O", "-i", "0.2", "-W", "1", "-w", "60",
+        argv = ["ip", "netns", "exec", lab.site_ns, "ping", "-n", "-D", "-O", "-i", "0.2", "-W", "1", "-w", "90",
                 "-I", SITE_LAN_HOST, VPC_HOST]  # fmt: skip
         with output.open("w") as out:
             pinger = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env={"PATH": SEARCH_PATH})
@@ -440,14 +440,15 @@ def test_traffic_fails_over_within_30_seconds_when_an_aws_endpoint_goes_silent(l
             _run(*sysctl, "net.ipv4.conf.veth-aws.promote_secondaries=1")
             silent_at = time.time()
             _run("ip", "-n", lab.aws_ns, "addr", "del", f"{silent}/24", "dev", "veth-aws")
-            deadline = time.monotonic() + 45
+            deadline = time.monotonic() + budget.end_to_end + 15
             # The site's side: its packets leave through the other tunnel (the IPsec policies moved to its SA).
             while site.packets_out(f"aws-tunnel{other}") < baseline + 3:
                 if time.monotonic() > deadline:
                     pytest.fail(f"the site kept sending into the dead tunnel\n{logs(site, aws)}")
                 time.sleep(0.1)
             site_moved = time.time() - silent_at
-            # End to end: replies come back too once AWS's side has cleared the dead tunnel (its DPD timeout).
+            # End to end: replies come back too once AWS's side has cleared the dead tunnel (its DPD timeout: a
+            # static site, so nothing else tells AWS).
             # A reply a second after the silence began cannot have crossed the dead tunnel.
             while (resumed := first_reply_after(output, silent_at + 1.0)) is None:
                 if time.monotonic() > deadline or pinger.poll() is not None:
@@ -458,16 +459,17 @@ def test_traffic_fails_over_within_30_seconds_when_an_aws_endpoint_goes_silent(l
             pinger.wait(timeout=5)
         end_to_end = resumed - silent_at
         print(f"\nAWS endpoint {silent} silent: the site sends through tunnel {other} after {site_moved:.1f} s "
-              f"(rendered worst case {budget.seconds:.1f} s = dpd_delay {budget.dpd_delay:.0f} s + 1 s clock + "
+              f"(rendered worst case {budget.site:.1f} s = dpd_delay {budget.dpd_delay:.0f} s + 1 s clock + "
               f"IKE give-up {budget.ike_give_up:.1f} s); replies resume after {end_to_end:.1f} s "
-              "(the AWS side's 30 s DPD timeout)")  # fmt: skip
+              f"(AWS's DPD: worst case {budget.aws:.1f} s)")  # fmt: skip
         # The rendered retransmission schedule is what charon ran (3 retransmissions, not the default 5).
         assert re.search(rf"<aws-tunnel{carrying}\|\d+> giving up after 3 retransmits", site.log_text()), logs(
             site, aws
         )
         # Polling swanctl for the counters adds a few tenths of a second (more on a loaded machine).
-        assert site_moved <= 30 and site_moved <= budget.seconds + 2 and budget.seconds <= 30
-        assert end_to_end <= 30 + 3  # AWS's DPD timeout, plus the few seconds the lab's polling adds
+        assert site_moved <= 30 and site_moved <= budget.site + 2 and budget.site <= 30
+        # AWS's DPD, plus the test charon's whole-second clock and the few seconds the lab's polling adds.
+        assert end_to_end <= budget.end_to_end + 1 + 3
         # The endpoint returns: the site, still retrying (dpd_action restart, keyingtries 0), reopens the tunnel.
         returned_at = time.monotonic()
         _run("ip", "-n", lab.aws_ns, "addr", "add", f"{silent}/24", "dev", "veth-aws")
