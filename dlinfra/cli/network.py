@@ -276,19 +276,25 @@ def _failover_lines(tunnel_mode: str, budget: FailoverBudget) -> list[str]:
     aws_dpd = budget.aws_dpd_idle + budget.aws_dpd_timeout
     if budget.bgp_hold is None:
         routing = "static routing"
+        # AWS publishes when its DPD gives up after its first keep-alive, not when it sends that: an estimate.
         aws = (
-            f"AWS's DPD: a keep-alive after about {budget.aws_dpd_idle:.0f} s of silence, the gateway dead "
-            f"{budget.aws_dpd_timeout:.0f} s later; a static VPN has nothing faster"
+            f"after about {budget.aws:.0f} s (AWS's DPD: a keep-alive after about {budget.aws_dpd_idle:.0f} s of "
+            f"silence, the gateway dead {budget.aws_dpd_timeout:.0f} s later; a static VPN has nothing faster)"
         )
+        both = f"after about {budget.end_to_end:.0f} s"
     else:
         routing = "BGP"
         site += f"; the {budget.bgp_hold:.0f} s BGP hold timer as backstop"
-        aws = f"its {budget.bgp_hold:.0f} s BGP hold timer; its DPD would take {aws_dpd:.0f} s"
+        aws = (
+            f"within {budget.aws:.1f} s (its {budget.bgp_hold:.0f} s BGP hold timer; its DPD would take about "
+            f"{aws_dpd:.0f} s)"
+        )
+        both = f"within {budget.end_to_end:.1f} s"
     return [
         f"tunnels: {tunnel_mode}-based, {routing}; when an AWS endpoint goes silent, traffic leaves its tunnel",
         f"  from the gateway within {budget.site:.1f} s ({site})",
-        f"  from AWS within {budget.aws:.1f} s ({aws})",
-        f"  both ways within {budget.end_to_end:.1f} s",
+        f"  from AWS {aws}",
+        f"  both ways {both}",
     ]
 
 

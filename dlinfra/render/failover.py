@@ -39,7 +39,8 @@ class FailoverBudget:
 
     @property
     def aws(self) -> float:
-        """Until AWS sends its return traffic over the other tunnel."""
+        """Until AWS sends its return traffic over the other tunnel (by DPD an estimate: AWS does not publish when
+        it sends its first keep-alive; by BGP a bound)."""
         # AWS's DPD (timeout action clear) takes the tunnel and its routes down; that is all a static VPN has.
         # With BGP, AWS also withdraws the site's routes from the tunnel when its hold timer runs out, which
         # runs from the last keepalive it got, so at most the hold time into the silence.
