@@ -27,6 +27,7 @@ from dlinfra.model import planner, stackroles
 from dlinfra.model.fleet.load import load_fleet
 from dlinfra.model.fleet.schema import Fleet
 from dlinfra.ops import onboarding, site_files, stack_outputs
+from dlinfra.render.failover import FailoverBudget
 from dlinfra.render.openvpn import ClientVpnProfile, render_ovpn
 
 out = Console(highlight=False, soft_wrap=True)
@@ -256,13 +257,8 @@ def _site_render(args: argparse.Namespace) -> int:
     for role, path in rendered.files.items():
         note = " (mode 0600: holds the pre-shared keys)" if role == "swanctl" else ""
         out.print(f"wrote {path}{note}", markup=False)
-    budget = rendered.failover
-    out.print(
-        f"tunnels: {rendered.view.tunnel_mode}-based; a silent AWS endpoint is routed around within "
-        f"{budget.seconds:.1f} s (DPD after {budget.dpd_delay:.0f} s, charon gives up "
-        f"{budget.ike_give_up:.1f} s later)",
-        markup=False,
-    )
+    for line in _failover_lines(rendered.view.tunnel_mode, rendered.failover):
+        out.print(line, markup=False)
     out.print(
         f"\nNext steps ({site_files.ONBOARDING_GUIDE}): copy {out_dir}/ to the machines and, in that directory, run",
         markup=False,
@@ -272,6 +268,34 @@ def _site_render(args: argparse.Namespace) -> int:
         for command in step.commands:
             out.print(f"    {command}", markup=False)
     return 0
+
+
+def _failover_lines(tunnel_mode: str, budget: FailoverBudget) -> list[str]:
+    """What `site render` says about failover: each direction's worst case for this site's routing."""
+    site = f"DPD probe after {budget.dpd_delay:.0f} s, charon gives up {budget.ike_give_up:.1f} s later"
+    aws_dpd = budget.aws_dpd_idle + budget.aws_dpd_timeout
+    if budget.bgp_hold is None:
+        routing = "static routing"
+        # AWS publishes when its DPD gives up after its first keep-alive, not when it sends that: an estimate.
+        aws = (
+            f"after about {budget.aws:.0f} s (AWS's DPD: a keep-alive after about {budget.aws_dpd_idle:.0f} s of "
+            f"silence, the gateway dead {budget.aws_dpd_timeout:.0f} s later; a static VPN has nothing faster)"
+        )
+        both = f"after about {budget.end_to_end:.0f} s"
+    else:
+        routing = "BGP"
+        site += f"; the {budget.bgp_hold:.0f} s BGP hold timer as backstop"
+        aws = (
+            f"within {budget.aws:.1f} s (its {budget.bgp_hold:.0f} s BGP hold timer; its DPD would take about "
+            f"{aws_dpd:.0f} s)"
+        )
+        both = f"within {budget.end_to_end:.1f} s"
+    return [
+        f"tunnels: {tunnel_mode}-based, {routing}; when an AWS endpoint goes silent, traffic leaves its tunnel",
+        f"  from the gateway within {budget.site:.1f} s ({site})",
+        f"  from AWS {aws}",
+        f"  both ways {both}",
+    ]
 
 
 def _outputs(args: argparse.Namespace, fleet: Fleet, env: str, region: str) -> tuple[Mapping[str, Any], str]:

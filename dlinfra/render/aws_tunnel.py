@@ -26,9 +26,18 @@ AWS_PHASE2_LIFETIME_SECONDS: Final = 3600  # AWS default and maximum
 AWS_REKEY_MARGIN_TIME_SECONDS: Final = 270
 AWS_REKEY_FUZZ_PERCENTAGE: Final = 100  # AWS default
 AWS_REPLAY_WINDOW_SIZE: Final = 1024  # AWS default; the site renders the same window
-AWS_DPD_TIMEOUT_SECONDS: Final = 30  # AWS minimum and default
+# AWS's minimum (provider docstring: "equal or higher than 30"; AWS's pages give 30 or 40 as the default). AWS's
+# pages also read it two ways: the user guide ("Tunnel options for your Site-to-Site VPN connection") has a 30 s
+# timeout declare the peer dead 30 s after the first failed keep-alive, the EC2 API reference
+# (ModifyVpnTunnelOptionsSpecification) has 40 s do that. dlinfra.render.failover takes the later reading.
+AWS_DPD_TIMEOUT_SECONDS: Final = 30
+# AWS does not publish when it sends its first keep-alive; "Site-to-Site VPN tunnel initiation options" says an
+# idle tunnel may go down after "usually 10 seconds". The failover figures count 10 s of silence before it.
+AWS_DPD_IDLE_SECONDS: Final = 10
 # The site gateway owns (re)establishment (it initiates and retries forever); AWS re-initiating as
-# well would race it into duplicate IKE_SAs, so AWS only clears and waits.
+# well would race it into duplicate IKE_SAs, so AWS only clears and waits. Clearing also takes the tunnel
+# down and removes its routes ("Site-to-Site VPN tunnel initiation options"): on a static site, that is the only
+# thing that moves AWS's return traffic off a tunnel whose far end went silent ("none" would never move it).
 AWS_DPD_TIMEOUT_ACTION: Final = "clear"
 AWS_STARTUP_ACTION: Final = "add"
 

@@ -10,7 +10,8 @@ import jinja2
 
 # Bumped whenever the rendered files change shape, so a gateway's file says which generator wrote it.
 # 2: route-based tunnels (XFRM interfaces), charon retransmission settings, sysctl and nftables files.
-FORMAT_VERSION: Final = 2
+# 3: the XFRM script refuses link-local traffic no tunnel carries (an unreachable route for 169.254.0.0/16).
+FORMAT_VERSION: Final = 3
 
 
 @functools.cache

@@ -6,13 +6,17 @@ import ipaddress
 from typing import Any, Final
 
 from dlinfra.render.gateway_templates import render_template
-from dlinfra.render.site_vpn import SiteVpnView
+from dlinfra.render.site_vpn import LINK_LOCAL, SiteVpnView
 
 # TCP MSS clamped on the tunnels: fits every algorithm AWS is configured with, with or without NAT-T
 # (AWS "Best practices for your customer gateway device", MTU/MSS table; docs/site-onboarding.md).
 TUNNEL_MSS: Final = 1382
 # Where the gateway cookbook installs the rendered XFRM interface script; charon's updown calls it.
 XFRM_SCRIPT: Final = "/usr/local/sbin/dlinfra-xfrm"
+# The metric of the gateway's unreachable route for the whole link-local range (the tunnels' inside /30s), the
+# kernel's largest: more specific routes (a tunnel's /30 while its interface is up) and any other route for the
+# range win, and less specific ones, the default route above all, lose to it.
+LINK_LOCAL_FALLBACK_METRIC: Final = 2**32 - 1
 
 
 def xfrm_interfaces(view: SiteVpnView) -> list[dict[str, Any]]:
@@ -39,6 +43,8 @@ def render_xfrm_script(view: SiteVpnView) -> str | None:
         "dlinfra-xfrm.sh.j2",
         site=view.site,
         interfaces=xfrm_interfaces(view),
+        link_local=str(LINK_LOCAL),
+        link_local_metric=LINK_LOCAL_FALLBACK_METRIC,
         # The inner packets' MTU that the clamped MSS fits: MSS + 20 (IPv4) + 20 (TCP) bytes of headers.
         mtu=TUNNEL_MSS + 40,
     )

@@ -23,9 +23,11 @@ from dlinfra.render.aws_tunnel import (
 # "route": XFRM interfaces and routing (default); "policy": traffic selectors pick the tunnel.
 TUNNEL_MODES: Final = ("route", "policy")
 
+# Every tunnel's inside /30 comes from the link-local range (AWS, VpnTunnelOptionsSpecification.TunnelInsideCidr).
+LINK_LOCAL: Final = ipaddress.IPv4Network("169.254.0.0/16")
+
 # Input checks. Values end up verbatim in config files, so they are validated strictly (that also
 # rules out injecting config syntax through a name).
-_LINK_LOCAL: Final = ipaddress.IPv4Network("169.254.0.0/16")
 # AWS's pre-shared key rule. A leading '0' is also what would make strongSwan read "0x..." as hex or
 # "0s..." as base64, so keys AWS accepts are always taken literally.
 _PSK_RE: Final = re.compile(r"[A-Za-z0-9._]{8,64}")
@@ -83,7 +85,7 @@ class Tunnel:
         where = f"Tunnel {self.number}"
         _ipv4(f"{where} outside_ip", self.outside_ip)
         inside = _ipv4_net(f"{where} inside_cidr", self.inside_cidr)
-        if inside.prefixlen != 30 or not inside.subnet_of(_LINK_LOCAL):
+        if inside.prefixlen != 30 or not inside.subnet_of(LINK_LOCAL):
             raise ValueError(f"{where} inside_cidr: {inside} must be a /30 inside 169.254.0.0/16")
         if inside in AWS_RESERVED_INSIDE_CIDRS:
             raise ValueError(f"{where} inside_cidr: {inside} is reserved by AWS; choose another /30 in 169.254.0.0/16")
@@ -133,7 +135,7 @@ class SiteVpnView:
                 f"SiteVpnView.connection_name: {self.connection_name!r} must be lower-case letters, digits and '-'"
             )
         public = _ipv4("SiteVpnView.local_public_ip", self.local_public_ip)
-        if public in _LINK_LOCAL or public.is_loopback or public.is_multicast or public.is_unspecified:
+        if public in LINK_LOCAL or public.is_loopback or public.is_multicast or public.is_unspecified:
             raise ValueError(f"SiteVpnView.local_public_ip: {public} cannot be a customer gateway address")
         lan = _ipv4_net("SiteVpnView.lan_cidr", self.lan_cidr)
         if not self.remote_cidrs:
@@ -143,7 +145,7 @@ class SiteVpnView:
         local = [lan, *pods]
         for name, nets in (("lan_cidr", [lan]), ("pod_cidrs", pods), ("remote_cidrs", remote)):
             for net in nets:
-                if net.overlaps(_LINK_LOCAL):
+                if net.overlaps(LINK_LOCAL):
                     raise ValueError(f"SiteVpnView.{name}: {net} overlaps 169.254.0.0/16, kept for tunnel inside CIDRs")
         for net in remote:
             for mine in local:

@@ -63,13 +63,13 @@ VPC_HOST = "10.0.0.10"  # host 10 of the first remote CIDR (the lab fixture adds
 PSKS = {1: "test.psk.tunnel1", 2: "test.psk.tunnel2"}
 TUNNELS = ("aws-tunnel1", "aws-tunnel2")
 
+# swanctl --terminate waits this long for the SA to go, and fails the command when it has not.
+TERMINATE_SECONDS = str(WAIT_SECONDS)
 # What an IKEv2 PSK tunnel over libipsec needs, and no more: strongSwan 5.9.8 moved IKE's PRF+ into
 # kdf; kernel-libipsec does ESP, kernel-netlink the routes and addresses.
 CHARON_PLUGINS = "nonce openssl kdf kernel-libipsec kernel-netlink socket-default vici updown"
 
 T = TypeVar("T")
-# swanctl --terminate waits this long for the SA to go, and fails the command when it has not.
-TERMINATE_SECONDS = str(WAIT_SECONDS)
 
 
 def make_view(routing: str = "static", tunnel_mode: str = "policy") -> SiteVpnView:
@@ -425,7 +425,7 @@ def first_reply_after(output: Path, after: float) -> float | None:
     return None
 
 
-def test_traffic_fails_over_within_30_seconds_when_an_aws_endpoint_goes_silent(lab: Lab, tmp_path: Path) -> None:
+def test_traffic_fails_over_when_an_aws_endpoint_goes_silent(lab: Lab, tmp_path: Path) -> None:
     """AWS's endpoint maintenance: the endpoint of the carrying tunnel stops answering, without a word."""
     view = make_view()
     budget = failover_budget(render_charon(view), render_swanctl(view), render_frr(view))
@@ -449,14 +449,15 @@ def test_traffic_fails_over_within_30_seconds_when_an_aws_endpoint_goes_silent(l
             _run(*sysctl, "net.ipv4.conf.veth-aws.promote_secondaries=1")
             silent_at = time.time()
             _run("ip", "-n", lab.aws_ns, "addr", "del", f"{silent}/24", "dev", "veth-aws")
-            deadline = time.monotonic() + WAIT_SECONDS
+            deadline = time.monotonic() + budget.end_to_end + WAIT_SECONDS
             # The site's side: its packets leave through the other tunnel (the IPsec policies moved to its SA).
             while site.packets_out(f"aws-tunnel{other}") < baseline + 3:
                 if time.monotonic() > deadline:
                     pytest.fail(f"the site kept sending into the dead tunnel\n{logs(site, aws)}")
                 time.sleep(0.1)
             site_moved = time.time() - silent_at
-            # End to end: replies come back too once AWS's side has cleared the dead tunnel (its DPD timeout).
+            # End to end: replies come back too once AWS's side has cleared the dead tunnel (its DPD timeout: a
+            # static site, so nothing else tells AWS).
             # A reply a second after the silence began cannot have crossed the dead tunnel.
             while (resumed := first_reply_after(output, silent_at + 1.0)) is None:
                 if time.monotonic() > deadline or pinger.poll() is not None:
@@ -467,16 +468,17 @@ def test_traffic_fails_over_within_30_seconds_when_an_aws_endpoint_goes_silent(l
             pinger.wait(timeout=WAIT_SECONDS)
         end_to_end = resumed - silent_at
         print(f"\nAWS endpoint {silent} silent: the site sends through tunnel {other} after {site_moved:.1f} s "
-              f"(rendered worst case {budget.seconds:.1f} s = dpd_delay {budget.dpd_delay:.0f} s + 1 s clock + "
+              f"(rendered worst case {budget.site:.1f} s = dpd_delay {budget.dpd_delay:.0f} s + 1 s clock + "
               f"IKE give-up {budget.ike_give_up:.1f} s); replies resume after {end_to_end:.1f} s "
-              "(the AWS side's 30 s DPD timeout)")  # fmt: skip
+              f"(AWS's DPD: worst case {budget.aws:.1f} s)")  # fmt: skip
         # The rendered retransmission schedule is what charon ran (3 retransmissions, not the default 5).
         assert re.search(rf"<aws-tunnel{carrying}\|\d+> giving up after 3 retransmits", site.log_text()), logs(
             site, aws
         )
         # Polling swanctl for the counters adds a few tenths of a second (more on a loaded machine).
-        assert site_moved <= 30 and site_moved <= budget.seconds + 2 and budget.seconds <= 30
-        assert end_to_end <= 30 + 3  # AWS's DPD timeout, plus the few seconds the lab's polling adds
+        assert site_moved <= 30 and site_moved <= budget.site + 2 and budget.site <= 30
+        # AWS's DPD, plus the test charon's whole-second clock and the few seconds the lab's polling adds.
+        assert end_to_end <= budget.end_to_end + 1 + 3
         # The endpoint returns: the site, still retrying (dpd_action restart, keyingtries 0), reopens the tunnel.
         returned_at = time.monotonic()
         _run("ip", "-n", lab.aws_ns, "addr", "add", f"{silent}/24", "dev", "veth-aws")
@@ -493,7 +495,6 @@ def test_aws_initiated_rekeys_lose_no_packets(lab: Lab, tmp_path: Path) -> None:
     with charons(lab, tmp_path, view) as (site, aws):
         bring_up(site, aws, view)
         output = tmp_path / "ping.out"
-        # -c 60: ping ends at the 60th reply; -W only bounds the wait for a reply that is late (a loaded machine).
         argv = ["ip", "netns", "exec", lab.site_ns, "ping", "-n", "-D", "-i", "0.1", "-W", str(WAIT_SECONDS),
                 "-c", "60", "-I", SITE_LAN_HOST, VPC_HOST]  # fmt: skip
         with output.open("w") as out:

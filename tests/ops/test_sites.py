@@ -244,6 +244,9 @@ def test_site_add_then_preview_then_render(repo: Repo, tmp_path: Path) -> None:
     out_dir = tmp_path / "render"
     rendered = repo.run("site", "render", "nyc1", "--offline", "--out", str(out_dir))
     assert rendered.code == 0, rendered.err
+    # BGP: AWS moves when its hold timer runs out, before its DPD would.
+    assert "  from AWS within 30.0 s (its 30 s BGP hold timer; its DPD would take about 40 s)\n" in rendered.out
+    assert "  both ways within 30.0 s\n" in rendered.out
     swanctl = out_dir / "swanctl.conf"
     assert stat.S_IMODE(swanctl.stat().st_mode) == 0o600
     text = swanctl.read_text()
@@ -308,7 +311,14 @@ def test_static_site_routes_aws_statically_and_peers_only_with_its_hybrid_nodes(
         "sysctl-dlinfra-gateway.conf",
     ]
     assert stat.S_IMODE((tmp_path / "ams1" / "dlinfra-xfrm").stat().st_mode) == 0o755
-    assert "tunnels: route-based; a silent AWS endpoint is routed around within 25.2 s" in result.out
+    # A static VPN leaves AWS nothing but its dead-peer detection: about 40 s, not a BGP hold time.
+    assert (
+        "tunnels: route-based, static routing; when an AWS endpoint goes silent, traffic leaves its tunnel\n"
+        "  from the gateway within 25.2 s (DPD probe after 10 s, charon gives up 14.2 s later)\n"
+        "  from AWS after about 40 s (AWS's DPD: a keep-alive after about 10 s of silence, the gateway dead 30 s later;"
+        " a static VPN has nothing faster)\n"
+        "  both ways after about 40 s\n"
+    ) in result.out
     frr = (tmp_path / "ams1" / "frr.conf").read_text()
     # BGP only with the nodes; AWS's networks through both tunnel interfaces, statically.
     assert "bgp listen range" in frr and "169.254." not in frr

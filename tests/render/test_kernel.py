@@ -60,6 +60,18 @@ def test_xfrm_script_creates_each_tunnels_interface_with_the_customer_inside_add
     assert not [c for c in calls if c.endswith(" up")]
 
 
+def test_xfrm_script_refuses_link_local_traffic_that_no_tunnel_carries(tmp_path: Path) -> None:
+    calls = _run_script(tmp_path, "start")
+    # Before the interfaces (and so before FRR or charon can send to an inside address): with a tunnel's
+    # interface down, its /30 is gone and its BGP session's last segments would take the default route in clear.
+    unreachable = "ip route replace unreachable 169.254.0.0/16 metric 4294967295"
+    assert calls[0] == unreachable
+    assert calls.count(unreachable) == 1
+    # Stopping leaves it: without the interfaces, nothing link-local may leave at all.
+    (tmp_path / "stop").mkdir()
+    assert not [c for c in _run_script(tmp_path / "stop", "stop") if "route" in c]
+
+
 @pytest.mark.parametrize(("verb", "state"), [("up-client", "up"), ("down-client", "down")])
 def test_charon_updown_follows_the_sa_on_the_tunnels_interface(tmp_path: Path, verb: str, state: str) -> None:
     calls = _run_script(tmp_path, "updown", env={"PLUTO_VERB": verb, "PLUTO_IF_ID_OUT": "2"})

@@ -12,6 +12,8 @@ from collections.abc import Sequence
 from pathlib import Path
 
 HERE = Path(__file__).parent
+# charon's updown hook for the AWS side (executable): a tunnel's interface follows its CHILD_SA.
+UPDOWN = HERE / "updown"
 
 
 def _fill(name: str, **values: str) -> str:
@@ -24,11 +26,23 @@ def strongswan_conf() -> str:
     return (HERE / "strongswan.conf").read_text()
 
 
-def swanctl_conf(*, number: int, aws_outside: str, site_outside: str, psk: str) -> str:
-    """swanctl.conf for AWS's endpoint of tunnel `number` (1 or 2)."""
+def updown_script() -> str:
+    """The updown hook's text, for a lab that installs it elsewhere (the XFRM guest's share)."""
+    return UPDOWN.read_text()
+
+
+def swanctl_conf(*, number: int, aws_outside: str, site_outside: str, psk: str, updown: Path = UPDOWN) -> str:
+    """swanctl.conf for AWS's endpoint of tunnel `number` (1 or 2); `updown`: where its updown hook is."""
     for value in (aws_outside, site_outside):
         ipaddress.IPv4Address(value)
-    return _fill("swanctl.conf", number=str(number), aws_outside=aws_outside, site_outside=site_outside, psk=psk)
+    return _fill(
+        "swanctl.conf",
+        number=str(number),
+        aws_outside=aws_outside,
+        site_outside=site_outside,
+        psk=psk,
+        updown=str(updown),
+    )
 
 
 def frr_conf(*, aws_asn: int, site_asn: int, inside_cidrs: Sequence[str], networks: Sequence[str]) -> str:
