@@ -272,6 +272,18 @@ BAD = [
         id="ci-actor-listed-twice",
     ),
     pytest.param(
+        _delete("environments.prod.ci.runner_actor_ids"),
+        "environments.prod.ci.runner_actor_ids",
+        "Field required",
+        id="ci-runner-without-actors",
+    ),
+    pytest.param(
+        _set("environments.staging.ci.runner_actor_ids", []),
+        "environments.staging.ci.runner_actor_ids",
+        "needs at least one GitHub account id",
+        id="ci-runner-with-no-actors",
+    ),
+    pytest.param(
         _set("environments.prod.ci.runner_actor_ids", ["octocat"]),
         "environments.prod.ci.runner_actor_ids.0",
         "Input should be a valid integer",
