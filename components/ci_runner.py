@@ -51,7 +51,11 @@ class CiRunnerArgs:
     compute_type: str = "BUILD_GENERAL1_SMALL"  # 3 GB, 2 vCPUs: enough for `pulumi up` of the in-cluster stack
     image: str = DEFAULT_IMAGE  # CodeBuild curated image; one actions/setup-python has Python builds for
     timeout_minutes: int = 120  # a job's limit; Helm releases with `atomic` can take long (CodeBuild: 5..2160)
-    concurrent_build_limit: int = 2  # jobs at once; the in-cluster stack is applied one at a time anyway
+    # Jobs at once. A project's limit may not exceed the account's concurrent builds quota for its compute type, which
+    # is 1 on new accounts (CodeBuild "Quotas for AWS CodeBuild"; terraform-provider-aws PR 37748: "Project-level
+    # concurrent build limit cannot exceed the account-level concurrent build limit of 1"). apply.yml's k8s job runs
+    # max-parallel 1 anyway. `dlinfra check` compares it with the quota (limit-codebuild-linux-small-builds).
+    concurrent_build_limit: int = 1
     log_retention_days: int = 365  # days build logs are kept; a value CloudWatch Logs accepts
 
     def __post_init__(self) -> None:

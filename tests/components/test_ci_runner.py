@@ -57,6 +57,9 @@ def test_runners_run_in_the_private_subnets_under_the_labels_the_workflows_use(s
         group = named(result, f"{stackroles.RUNNER_COMPONENTS[purpose]}-sg")
         assert inputs["vpcConfig"]["securityGroupIds"] == [group.id]
         assert inputs["environment"]["privilegedMode"] is False
+        # One build at a time: a new account's concurrent builds quota is 1, and a project's limit above the quota
+        # fails to apply (terraform-provider-aws PR 37748); apply.yml's k8s job runs max-parallel 1.
+        assert inputs["concurrentBuildLimit"] == 1
         assert inputs["source"] == {
             "type": "GITHUB",
             "location": ci_spec.repository,
@@ -83,6 +86,12 @@ def test_the_workflows_are_the_ones_the_filters_name() -> None:
     # YAML reads `on:` as True. apply.yml runs from the default branch only; preview.yml from pull requests.
     assert apply[True]["push"]["branches"] == [ci.DEFAULT_BRANCH] and set(apply[True]) == {"push", "workflow_dispatch"}
     assert list(preview[True]) == ["pull_request"]
+    # The runner project takes one build at a time (CiRunnerArgs.concurrent_build_limit): so do the jobs on it.
+    assert (
+        apply["jobs"]["k8s"]["strategy"]["max-parallel"]
+        == preview["jobs"]["preview-in-vpc"]["strategy"]["max-parallel"]
+        == 1
+    )
 
 
 # What a fork's pull request can make GitHub queue: any workflow name (it may edit the workflows), from a head branch
