@@ -431,6 +431,9 @@ class Fleet(Strict):
     sites: Mapping[Name, Site] = Field(default_factory=dict)
     teams: Mapping[Name, Team] = Field(default_factory=dict)
     quotas: QuotaValues = Field(default_factory=dict)  # raised in every region of every account the fleet uses
+    # Whether the default VPC AWS creates in every region of a new account has been deleted in the accounts the
+    # fleet uses; while it remains it counts against VPCs per Region (`dlinfra check`, docs/limits.md).
+    default_vpc_deleted: bool = False
 
     @field_validator("quotas")
     @classmethod
