@@ -4,11 +4,15 @@ The EKS endpoint is private, so the in-cluster stack (`<env>-<region>-k8s`) can 
 real, from inside the VPC. CodeBuild starts an ephemeral runner per queued workflow job whose `runs-on` names the
 project (`codebuild-<project>-${{ github.run_id }}-${{ github.run_attempt }}`; AWS CodeBuild user guide, "Tutorial:
 Configure a CodeBuild-hosted GitHub Actions runner") and that the webhook's filters admit. Each region has one
-runner per purpose (dlinfra.model.ci): apply.yml's jobs from the default branch, and preview.yml's pull-request jobs
-where previews are real; separate projects, roles and security groups, so pull-request code never runs where
-applies do. The runner's own role is minimal: it can write its logs, attach to the VPC and use the GitHub
-connection, nothing else. The workflow jobs get their AWS identity by OIDC (the fleet's apply or preview role), so
-what a job may change is decided by that role and its EKS access entry.
+runner per purpose (dlinfra.model.ci): apply.yml's jobs, and preview.yml's where previews are real; separate
+projects, roles and security groups. The webhook admits a job when its workflow has exactly the runner's workflow
+name and one of the fleet's `ci.runner_actor_ids` started it: the only filters CodeBuild documents for queued
+workflow jobs. A fork's pull request (from any branch name) never reaches a runner; a listed account's pull
+request that names its workflow `apply` does. Organizations can close that too by registering the runners in a
+runner group restricted to selected workflows (README, "Only trusted workflows get the in-VPC runners"). The
+runner's own role is minimal: it can write its logs, attach to the VPC and use the GitHub connection, nothing else.
+The workflow jobs get their AWS identity by OIDC (the fleet's apply or preview role), so what a job may change is
+decided by that role's trust and its EKS access entry.
 """
 
 from __future__ import annotations
@@ -47,7 +51,11 @@ class CiRunnerArgs:
     compute_type: str = "BUILD_GENERAL1_SMALL"  # 3 GB, 2 vCPUs: enough for `pulumi up` of the in-cluster stack
     image: str = DEFAULT_IMAGE  # CodeBuild curated image; one actions/setup-python has Python builds for
     timeout_minutes: int = 120  # a job's limit; Helm releases with `atomic` can take long (CodeBuild: 5..2160)
-    concurrent_build_limit: int = 2  # jobs at once; the in-cluster stack is applied one at a time anyway
+    # Jobs at once. A project's limit may not exceed the account's concurrent builds quota for its compute type, which
+    # is 1 on new accounts (CodeBuild "Quotas for AWS CodeBuild"; terraform-provider-aws PR 37748: "Project-level
+    # concurrent build limit cannot exceed the account-level concurrent build limit of 1"). apply.yml's k8s job runs
+    # max-parallel 1 anyway. `dlinfra check` compares it with the quota (limit-codebuild-linux-small-builds).
+    concurrent_build_limit: int = 1
     log_retention_days: int = 365  # days build logs are kept; a value CloudWatch Logs accepts
 
     def __post_init__(self) -> None:
@@ -65,9 +73,20 @@ class CiRunnerArgs:
         if problem is not None:
             raise ValueError(f"image: {problem}")
         types = {f.type for f in self.filters if not f.exclude}
-        if ci.WebhookFilter("EVENT", ci.JOB_QUEUED) not in self.filters or "WORKFLOW_NAME" not in types:
-            # Without them any workflow job that names the runner's label runs inside the VPC.
-            raise ValueError(f"filters: need EVENT {ci.JOB_QUEUED} and a WORKFLOW_NAME filter, got {self.filters}")
+        if (
+            ci.WebhookFilter("EVENT", ci.JOB_QUEUED) not in self.filters
+            or not {"WORKFLOW_NAME", "ACTOR_ACCOUNT_ID"} <= types
+        ):
+            # Without them any workflow job that names the runner's label, from anyone, runs inside the VPC.
+            raise ValueError(
+                f"filters: need EVENT {ci.JOB_QUEUED}, a WORKFLOW_NAME and an ACTOR_ACCOUNT_ID filter, "
+                f"got {self.filters}"
+            )
+        unguarded = ci.unguarded_filters(self.filters)
+        if unguarded:
+            # CodeBuild documents them for other events only (API reference, "WebhookFilter"): on a queued workflow
+            # job they either never pass (the runner never starts) or are not evaluated (they guard nothing).
+            raise ValueError(f"filters: {sorted({f.type for f in unguarded})} do not apply to workflow jobs")
 
 
 class CiRunner(pulumi.ComponentResource):
@@ -187,8 +206,8 @@ class CiRunner(pulumi.ComponentResource):
             f"{name}-webhook",
             project_name=project.name,
             build_type="BUILD",
-            # Only its own workflow's queued jobs (and for apply, from the default branch): any other job that asks
-            # for the label stays queued on GitHub. The runner never builds pushes or pull requests by itself.
+            # Only its own workflow's queued jobs, started by a listed account: any other job that asks for the label
+            # stays queued on GitHub. The runner never builds pushes or pull requests by itself.
             filter_groups=[
                 aws.codebuild.WebhookFilterGroupArgs(
                     filters=[

@@ -433,7 +433,10 @@ class ClientVpn(pulumi.ComponentResource):
             role=role.arn,
             timeout=60,  # a page of connections and one terminate call each
             memory_size=128,
-            reserved_concurrent_executions=1,  # one apply at a time invokes it
+            # No reserved concurrency: reserving fails when it would leave the account fewer than 100 unreserved
+            # executions (Lambda developer guide, "Configuring reserved concurrency for a function"), and new
+            # accounts start below 1,000 ("Lambda quotas": reduced concurrency), so even 1 can break the apply. One
+            # apply at a time invokes it anyway. `dlinfra check` counts reservations (limit-lambda-concurrent-...).
             tracing_config=aws.lambda_.FunctionTracingConfigArgs(mode="Active"),
             logging_config=aws.lambda_.FunctionLoggingConfigArgs(log_format="Text", log_group=logs.name),
             tags=tags,

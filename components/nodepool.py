@@ -16,6 +16,7 @@ import pulumi_aws as aws
 from components import security_groups as sg
 from components.iam import service_trust
 from dlinfra.model import instances
+from dlinfra.model.fleet.pools import RESERVATION_GROUP_TAG
 from dlinfra.model.naming import Names
 
 TEMPLATES = Path(__file__).parent / "templates"
@@ -59,6 +60,9 @@ class NodePoolArgs:
     efa: bool = False  # EFA interfaces on every network card; on on-demand capacity, in one cluster placement group
     capacity_reservation_id: str | None = None  # target this reservation (or capacity block)
     capacity_block: bool = False  # the reservation is an EC2 capacity block (market type capacity-block)
+    # The cluster placement group the reservation was created in (fleet: capacity_reservations.<region>
+    # .placement_group); the nodes launch into it. None: no placement group on reserved capacity.
+    reservation_placement_group: str | None = None
     spot: bool = False  # mixed instances: on-demand base, spot above it
     on_demand_base: int = 0  # with spot: instances always on demand
     on_demand_percentage_above_base: int = 0  # with spot: percent on demand above the base
@@ -105,6 +109,12 @@ class NodePoolArgs:
                 raise ValueError(f"{self.pool}: cluster_dns: {address!r} is not an IPv4 address") from None
         if self.capacity_block and self.capacity_reservation_id is None:
             raise ValueError(f"{self.pool}: capacity_block needs capacity_reservation_id")
+        on_reservation = self.capacity_reservation_id is not None and not self.capacity_block
+        if self.reservation_placement_group is not None and not on_reservation:
+            raise ValueError(
+                f"{self.pool}: reservation_placement_group: only for a capacity reservation (not a Capacity Block) "
+                "created in that placement group"
+            )
 
     @property
     def primary(self) -> instances.InstanceType:
@@ -288,9 +298,16 @@ class NodePool(pulumi.ComponentResource):
         # outside a placement group can never be in ours ("Capacity Reservations in cluster placement groups":
         # it must be created in the group). The placement constraint would then cause insufficient-capacity
         # errors while paid capacity sits free; AWS ParallelCluster refuses the combination for the same reason
-        # (PlacementGroupCapacityTypeValidator, PlacementGroupCapacityReservationValidator). Rule
+        # (PlacementGroupCapacityTypeValidator, PlacementGroupCapacityReservationValidator). A reservation created
+        # in a cluster placement group (AWS's way to reserve EFA capacity together) is the exception: its instances
+        # launch into that group, named with the reservation ("Launch instances into an existing Capacity
+        # Reservation": choose the cluster placement group and the reservation). Rule
         # `reserved-capacity-no-placement-group`.
         placement_group = None
+        group_name: pulumi.Input[str] | None = args.reservation_placement_group
+        reservation_group = (
+            {RESERVATION_GROUP_TAG: args.reservation_placement_group} if args.reservation_placement_group else {}
+        )
         if args.efa and args.capacity_reservation_id is None:
             placement_group = aws.ec2.PlacementGroup(
                 f"{name}-placement",
@@ -299,6 +316,7 @@ class NodePool(pulumi.ComponentResource):
                 tags=tags,
                 opts=child,
             )
+            group_name = placement_group.name
 
         user_data = render_user_data(
             pool=args.pool,
@@ -364,7 +382,7 @@ class NodePool(pulumi.ComponentResource):
                     ),
                 )
             ],
-            placement=aws.ec2.LaunchTemplatePlacementArgs(group_name=placement_group.name) if placement_group else None,
+            placement=aws.ec2.LaunchTemplatePlacementArgs(group_name=group_name) if group_name is not None else None,
             capacity_reservation_specification=capacity,
             instance_market_options=market,
             monitoring=aws.ec2.LaunchTemplateMonitoringArgs(enabled=True),
@@ -378,7 +396,9 @@ class NodePool(pulumi.ComponentResource):
                 )
                 for kind in ("instance", "volume", "network-interface")
             ],
-            tags=names.tags(component, lt_name),
+            # The group its reservation was declared in, for the rule that admits a placement group on reserved
+            # capacity only when the two match.
+            tags=names.tags(component, lt_name, extra=reservation_group),
             opts=child,
         )
 

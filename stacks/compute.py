@@ -60,6 +60,7 @@ def declare_pools(
                 efa=pool.efa,
                 capacity_reservation_id=reservation.id if reservation else None,
                 capacity_block=bool(reservation and reservation.type == "capacity_block"),
+                reservation_placement_group=reservation.placement_group if reservation else None,
                 spot=pool.spot is not None,
                 on_demand_base=pool.spot.on_demand_base if pool.spot else 0,
                 on_demand_percentage_above_base=pool.spot.on_demand_percentage_above_base if pool.spot else 0,

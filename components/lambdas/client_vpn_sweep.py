@@ -12,14 +12,25 @@ It runs with the Lambda runtime's boto3 and no configuration: the event carries 
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
-from typing import Any, Protocol
+import functools
+import time
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any, Protocol, TypeVar
 
 # Connection states still carrying traffic (ClientVpnConnectionStatus, EC2 API reference): "active", and
 # "failed-to-terminate", a connection an earlier terminate did not end.
 OPEN_STATES = frozenset({"active", "failed-to-terminate"})
 # What TerminateClientVpnConnections may answer for a connection it is ending (TerminateConnectionStatus).
 ENDING_STATES = frozenset({"terminating", "terminated"})
+# The apply creates the function's role and inline policy just before it invokes the function, and IAM changes take
+# a while to be seen everywhere (IAM user guide, "Troubleshoot IAM": changes that I make are not always immediately
+# visible), so the first calls can be refused. EC2 refuses with UnauthorizedOperation (EC2 API reference, "Error
+# codes"); AccessDenied and AccessDeniedException are the other services' spelling of it. Those are retried.
+DENIED = frozenset({"UnauthorizedOperation", "AccessDenied", "AccessDeniedException"})
+# Seconds between tries: about 30 s in all, inside the function's 60 s timeout (components/client_vpn.py).
+BACKOFF = (1.0, 2.0, 4.0, 8.0, 15.0)
+
+T = TypeVar("T")
 
 
 class Ec2(Protocol):
@@ -28,6 +39,25 @@ class Ec2(Protocol):
     def describe_client_vpn_connections(self, **kwargs: Any) -> Mapping[str, Any]: ...
 
     def terminate_client_vpn_connections(self, **kwargs: Any) -> Mapping[str, Any]: ...
+
+
+def error_code(exc: BaseException) -> str:
+    """The AWS error code of a botocore ClientError (its `response`), or "" for any other exception."""
+    response = getattr(exc, "response", None)
+    return str(response.get("Error", {}).get("Code", "")) if isinstance(response, Mapping) else ""
+
+
+def until_authorized(call: Callable[[], T], *, sleep: Callable[[float], None] = time.sleep) -> T:
+    """`call()`, tried again after each pause of BACKOFF while AWS refuses it as unauthorized; any other error, or
+    a refusal after the last pause, is raised."""
+    for pause in BACKOFF:
+        try:
+            return call()
+        except Exception as exc:
+            if error_code(exc) not in DENIED:
+                raise
+            sleep(pause)
+    return call()
 
 
 def stale(connections: Iterable[Mapping[str, Any]], allowed: frozenset[str]) -> list[Mapping[str, Any]]:
@@ -39,26 +69,31 @@ def stale(connections: Iterable[Mapping[str, Any]], allowed: frozenset[str]) -> 
     ]
 
 
-def sweep(ec2: Ec2, endpoint_id: str, allowed: frozenset[str]) -> list[dict[str, str]]:
+def sweep(
+    ec2: Ec2, endpoint_id: str, allowed: frozenset[str], *, sleep: Callable[[float], None] = time.sleep
+) -> list[dict[str, str]]:
     """Terminate every open connection of a person not on the list; returns what was ended.
 
     Terminates by connection id: with certificate sign-in a connection carries the certificate's common name and
     no user name, and TerminateClientVpnConnections' Username form only ends up to five of a user's connections.
+    Each call is retried for a while when refused as unauthorized (the role's policy may not be visible yet).
     Raises when AWS does not report a connection as ending, so the apply that ran it fails where people see it.
     """
     connections: list[Mapping[str, Any]] = []
     request: dict[str, Any] = {"ClientVpnEndpointId": endpoint_id}
     while True:  # DescribeClientVpnConnections pages its answer (NextToken)
-        page = ec2.describe_client_vpn_connections(**request)
+        page = until_authorized(functools.partial(ec2.describe_client_vpn_connections, **request), sleep=sleep)
         connections += page.get("Connections", [])
         if not page.get("NextToken"):
             break
         request["NextToken"] = page["NextToken"]
     ended = []
     for connection in stale(connections, allowed):
-        answer = ec2.terminate_client_vpn_connections(
-            ClientVpnEndpointId=endpoint_id, ConnectionId=connection["ConnectionId"]
+        cid = connection["ConnectionId"]
+        terminate = functools.partial(
+            ec2.terminate_client_vpn_connections, ClientVpnEndpointId=endpoint_id, ConnectionId=cid
         )
+        answer = until_authorized(terminate, sleep=sleep)
         for status in answer.get("ConnectionStatuses", []):
             state = status.get("CurrentStatus", {}).get("Code")
             if state not in ENDING_STATES:
@@ -66,7 +101,7 @@ def sweep(ec2: Ec2, endpoint_id: str, allowed: frozenset[str]) -> list[dict[str,
                     f"{endpoint_id}: connection {status.get('ConnectionId')} of {connection.get('CommonName')!r} "
                     f"is {state}, not ending; terminate it by hand (aws ec2 terminate-client-vpn-connections)"
                 )
-        ended.append({"connection_id": connection["ConnectionId"], "common_name": connection.get("CommonName", "")})
+        ended.append({"connection_id": cid, "common_name": connection.get("CommonName", "")})
     return ended
 
 

@@ -228,5 +228,5 @@ def print_limits(summary: dict[str, Any], console: Console) -> None:
         code = f"{row['service']}/{row['code']}" if row["code"] else "no code"
         adjustable = "adjustable" if row["adjustable"] else "not adjustable"
         console.print(
-            f"  {result:9} {use:>13}  {row['key']:34} {default}, {adjustable}, {code}", markup=False, highlight=False
+            f"  {result:9} {use:>18}  {row['key']:34} {default}, {adjustable}, {code}", markup=False, highlight=False
         )

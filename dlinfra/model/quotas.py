@@ -34,7 +34,10 @@ Per = Literal[
     "client-vpn-association",
     "cluster",
     "subnet",
+    "build-project",
 ]
+# Which instances a vCPU quota counts: On-Demand (reservations included) or Spot.
+Market = Literal["on-demand", "spot"]
 
 
 class QuotaTableError(DlinfraError):
@@ -48,13 +51,18 @@ class Quota(BaseModel):
 
     key: str  # stable name; findings are `limit-<key>`
     name: str  # as the source page (and the Service Quotas console) names it
-    service: Literal["vpc", "ec2", "eks", "kubernetes"]  # Service Quotas service code, or Kubernetes' own
+    # Service Quotas service code, or Kubernetes' own
+    service: Literal["vpc", "ec2", "eks", "lambda", "codebuild", "kubernetes"]
     code: str | None = Field(pattern=CODE_PATTERN)  # Service Quotas code; None: none to request
-    default: int | None = Field(gt=0)  # AWS's default; None: the counted thing's own size
+    default: int | None = Field(ge=0)  # AWS's default (0: none until raised); None: the counted thing's own size
     adjustable: bool
     per: Per  # what one count covers
     source: str = Field(min_length=10)  # page title and address
     note: str = ""
+    # vCPU quotas only: the instance families they count (a regular expression matched against the whole family,
+    # "p5" of p5.48xlarge), and which instances (on-demand or spot).
+    families: str | None = None
+    market: Market | None = None
 
     @model_validator(mode="after")
     def _consistent(self) -> Quota:
@@ -64,7 +72,18 @@ class Quota(BaseModel):
             raise ValueError("code: Kubernetes' limits are not AWS service quotas")
         if "https://" not in self.source:
             raise ValueError("source: name the page and its address")
+        if (self.families is None) != (self.market is None):
+            raise ValueError("families and market: a vCPU quota gives both, any other quota neither")
+        if self.families is not None:
+            try:
+                re.compile(self.families)
+            except re.error as exc:
+                raise ValueError(f"families: not a regular expression: {exc}") from None
         return self
+
+    def counts_family(self, family: str) -> bool:
+        """Whether this vCPU quota counts instances of a family ("p5", "m7i")."""
+        return self.families is not None and re.fullmatch(self.families, family) is not None
 
     def request_hint(self, wanted: int) -> str:
         """How to raise it to `wanted`, or why it cannot be."""
@@ -75,7 +94,8 @@ class Quota(BaseModel):
         return (
             f"adjustable: request an increase (Service Quotas {self.service}/{self.code}: aws service-quotas "
             f"request-service-quota-increase --service-code {self.service} --quota-code {self.code} "
-            f"--desired-value {wanted})"
+            f"--desired-value {wanted}), then write the value AWS applied in the fleet "
+            f"(quotas: {{{self.code}: {wanted}}}, or regions.<region>.quotas)"
         )
 
 

@@ -19,7 +19,8 @@ from dlinfra.model.naming import Names
 
 K8S_SUFFIX = "k8s"
 # The in-VPC runners' CodeBuild projects: Names.physical(RUNNER_COMPONENTS[purpose]). Apply and preview are
-# separate projects with separate roles, so pull-request code never runs where applies do.
+# separate projects with separate roles, so the preview runner's pull-request jobs never run where applies do
+# (which jobs reach each runner: dlinfra.model.ci).
 RUNNER_COMPONENTS: dict[Purpose, str] = {"apply": "ci-apply", "preview": "ci-preview"}
 
 

@@ -218,7 +218,7 @@ def _cidrs(n: int) -> dict[str, Any]:
 
 # (quota, builder, n under, n near, n over): near is >= 80% of the default, over is above it.
 CASES = [
-    ("vpcs-per-region", per_region(VPC), 3, 4, 6),
+    ("vpcs-per-region", per_region(VPC), 2, 3, 5),  # plus the default VPC
     ("elastic-ips-per-region", per_region(EIP), 3, 4, 6),
     ("transit-gateways-per-region", per_region(TGW), 2, 5, 6),
     ("client-vpn-endpoints-per-region", per_region(CVPN), 1, 4, 7),
@@ -246,6 +246,8 @@ def _expected(quota: str, n: int) -> int:
         return n * 234
     if quota == "subnet-addresses":
         return n * 240 + 1
+    if quota == "vpcs-per-region":
+        return n + 1  # the default VPC, which the fleet does not say was deleted
     return n
 
 
@@ -275,17 +277,29 @@ def test_a_count_over_a_quota_aws_will_not_raise_blocks_and_one_it_will_only_war
 
 def test_quotas_per_region_are_counted_per_account() -> None:
     plans = per_region(VPC)(6)  # 3 in prod, 3 in staging
-    (shared,) = _verdicts(plans, "vpcs-per-region")
+    gone = Config(default_vpc_deleted=True)
+    (shared,) = _verdicts(plans, "vpcs-per-region", gone)
     assert shared.usage.used == 6 and shared.state == "over" and "the shared account" in shared.usage.scope
     assert shared.usage.how.endswith("prod-us-west-2 3, staging-us-west-2 3")
-    apart = _verdicts(plans, "vpcs-per-region", Config(accounts={"prod": "111111111111"}))
+    apart = _verdicts(plans, "vpcs-per-region", Config(accounts={"prod": "111111111111"}, default_vpc_deleted=True))
     assert sorted((v.usage.scope, v.usage.used, v.state) for v in apart) == [
         ("us-west-2 (111111111111)", 3, "ok"),
         ("us-west-2 (the shared account)", 3, "ok"),
     ]
     other_region = [*per_region(VPC)(3), Stack("prod-eu-west-1").plan]
     other_region[-1]["resources"] = per_region(VPC)(3)[0]["resources"]
-    assert sorted(v.usage.used for v in _verdicts(other_region, "vpcs-per-region")) == [1, 3]
+    assert sorted(v.usage.used for v in _verdicts(other_region, "vpcs-per-region", gone)) == [1, 3]
+
+
+def test_the_default_vpc_counts_in_each_account_and_region_until_the_fleet_says_it_was_deleted() -> None:
+    # AWS creates a default VPC in every region of a new account (Amazon VPC user guide, "Default VPCs").
+    plans = per_region(VPC)(4)
+    (kept,) = _verdicts(plans, "vpcs-per-region")
+    assert (kept.usage.used, kept.state) == (5, "near") and kept.usage.how.endswith("; the default VPC 1")
+    apart = _verdicts(plans, "vpcs-per-region", Config(accounts={"prod": "111111111111"}))
+    assert sorted(v.usage.used for v in apart) == [3, 3]  # each account has its own
+    (deleted,) = _verdicts(plans, "vpcs-per-region", Config(default_vpc_deleted=True))
+    assert deleted.usage.used == 4
 
 
 def test_raised_quotas_from_the_fleet_are_the_limit() -> None:
@@ -459,6 +473,10 @@ def test_reference_plans_reach_no_blocking_limit_and_report_the_shared_elastic_i
     peak = {k: max(v.usage.used for v in result.verdicts if v.quota.key == k) for k in quota_data.table().quotas}
     assert peak["nodes-per-cluster"] == 16 + 12 + 40 + 16  # train-h100, interactive, cpu, sjc1's machines
     assert peak["interface-endpoints-per-vpc"] == 8 and peak["client-vpn-authorization-rules"] == 28
+    # us-east-1's 16 p5.48xlarge (us-west-2's run on a Capacity Block, which On-Demand quotas do not count).
+    assert peak["ec2-on-demand-p-vcpus"] == 16 * 192
+    assert peak["vpcs-per-region"] == 3  # prod's and staging's in us-west-2, and the default VPC
+    assert peak["lambda-concurrent-executions"] == 10 + 100  # the Client VPN handler's reservation; 100 unreserved
     # eu-west-1a: cpu 14 x m7i.4xlarge (240), interactive 4 x g5.12xlarge (750), train-a100 8 x p4d (750), 13 ENIs.
     assert peak["subnet-addresses"] == 14 * 240 + 4 * 750 + 8 * 750 + 13
 

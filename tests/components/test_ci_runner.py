@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 import yaml
@@ -56,6 +57,9 @@ def test_runners_run_in_the_private_subnets_under_the_labels_the_workflows_use(s
         group = named(result, f"{stackroles.RUNNER_COMPONENTS[purpose]}-sg")
         assert inputs["vpcConfig"]["securityGroupIds"] == [group.id]
         assert inputs["environment"]["privilegedMode"] is False
+        # One build at a time: a new account's concurrent builds quota is 1, and a project's limit above the quota
+        # fails to apply (terraform-provider-aws PR 37748); apply.yml's k8s job runs max-parallel 1.
+        assert inputs["concurrentBuildLimit"] == 1
         assert inputs["source"] == {
             "type": "GITHUB",
             "location": ci_spec.repository,
@@ -82,32 +86,77 @@ def test_the_workflows_are_the_ones_the_filters_name() -> None:
     # YAML reads `on:` as True. apply.yml runs from the default branch only; preview.yml from pull requests.
     assert apply[True]["push"]["branches"] == [ci.DEFAULT_BRANCH] and set(apply[True]) == {"push", "workflow_dispatch"}
     assert list(preview[True]) == ["pull_request"]
+    # The runner project takes one build at a time (CiRunnerArgs.concurrent_build_limit): so do the jobs on it.
+    assert (
+        apply["jobs"]["k8s"]["strategy"]["max-parallel"]
+        == preview["jobs"]["preview-in-vpc"]["strategy"]["max-parallel"]
+        == 1
+    )
 
 
-# What a pull request can make GitHub queue: any workflow name (it may edit the workflows), from its own branch.
+# What a fork's pull request can make GitHub queue: any workflow name (it may edit the workflows), from a head branch
+# its author names, `main` included; its sender is the fork's author, on no list.
+FORK = 4242
 PULL_REQUEST_JOBS = [
-    ci.WorkflowJob(workflow, "refs/heads/add-pool", actor_id=583231)
+    ci.WorkflowJob(workflow, ref, actor_id=FORK)
     for workflow in ("preview", "apply", "offline", "anything")
+    for ref in ("refs/heads/add-pool", "refs/heads/main")
 ]
+
+
+def _codebuild_admits(groups: list[list[ci.WebhookFilter]], job: ci.WorkflowJob, *, strict: bool = False) -> bool:
+    """CodeBuild's documented evaluation of a queued workflow job (API reference, "WebhookFilter"): EVENT,
+    WORKFLOW_NAME and ACTOR_ACCOUNT_ID are read; HEAD_REF works with push and pull-request events only. What CodeBuild
+    does with it on a workflow job is not documented: either it is not evaluated (keeps nothing out) or, `strict`,
+    it never passes (keeps everything out)."""
+    values = {"WORKFLOW_NAME": job.workflow, "ACTOR_ACCOUNT_ID": str(job.actor_id)}
+    for group in groups:
+        passed = []
+        for f in group:
+            if f.type == "EVENT":
+                passed.append(job.event in [e.strip() for e in f.pattern.split(",")])
+            elif f.type in values:
+                passed.append((re.search(f.pattern, values[f.type]) is not None) != f.exclude)
+            elif strict:
+                passed.append(False)
+        if any(f.type == "EVENT" for f in group) and all(passed):
+            return True
+    return False
 
 
 @pytest.mark.parametrize("stack", ["prod-us-west-2", "staging-us-west-2"])
 def test_no_pull_request_job_reaches_the_apply_runner(stack: str) -> None:
     groups = _groups(runs()[stack], "apply")
-    assert groups == [list(ci.webhook_filters("apply"))]
+    env, _ = env_region(stack)
+    ci_spec = fleet().environments[env].ci
+    assert ci_spec is not None
+    assert groups == [list(ci.webhook_filters("apply", actor_ids=ci_spec.runner_actor_ids))]
+    # A fork's pull request from its own `main`, with a workflow renamed `apply`, is among these.
+    assert ci.WorkflowJob("apply", "refs/heads/main", FORK) in PULL_REQUEST_JOBS
     for job in PULL_REQUEST_JOBS:
+        assert not _codebuild_admits(groups, job), job
         assert not ci.admits(groups, job), job
-    # Neither does a workflow that merely calls itself apply, pushed to the default branch; apply's own jobs do.
-    assert not ci.admits(groups, ci.WorkflowJob("apply-copy", "refs/heads/main", 1))
-    assert ci.admits(groups, ci.WorkflowJob("apply", "refs/heads/main", 583231))
+    member = ci_spec.runner_actor_ids[0]
+    # apply's own jobs, pushed to main by a member, start the runner whichever way CodeBuild treats a filter it does
+    # not document for workflow jobs: so none may be there (a HEAD_REF would either guard nothing or stop every apply).
+    push = ci.WorkflowJob("apply", "refs/heads/main", member)
+    assert _codebuild_admits(groups, push) and _codebuild_admits(groups, push, strict=True)
+    # A workflow that merely calls itself after apply does not.
+    assert not _codebuild_admits(groups, ci.WorkflowJob("apply-copy", "refs/heads/main", member))
+    # What the filters cannot tell apart (README, "Only trusted workflows get the in-VPC runners"): a listed
+    # account's own pull request that names a workflow `apply` reaches the runner; a runner group restricted to
+    # selected workflows closes that in an organization.
+    assert _codebuild_admits(groups, ci.WorkflowJob("apply", "refs/heads/add-pool", member))
 
 
 def test_the_preview_runner_takes_previews_only() -> None:
     groups = _groups(runs()["staging-us-west-2"], "preview")
-    assert ci.admits(groups, ci.WorkflowJob("preview", "refs/heads/add-pool", 583231))
-    assert not ci.admits(groups, ci.WorkflowJob("apply", "refs/heads/add-pool", 583231))
-    assert not ci.admits(groups, ci.WorkflowJob("preview", "refs/heads/main", 583231))
-    assert not ci.admits(groups, ci.WorkflowJob("offline", "refs/heads/add-pool", 583231))
+    member = fleet().environments["staging"].ci.runner_actor_ids[0]  # type: ignore[union-attr]
+    job = ci.WorkflowJob("preview", "refs/heads/add-pool", member)
+    assert _codebuild_admits(groups, job) and _codebuild_admits(groups, job, strict=True)
+    assert not _codebuild_admits(groups, ci.WorkflowJob("preview", "refs/heads/main", FORK))
+    assert not _codebuild_admits(groups, ci.WorkflowJob("apply", "refs/heads/add-pool", member))
+    assert not _codebuild_admits(groups, ci.WorkflowJob("offline", "refs/heads/add-pool", member))
 
 
 def test_an_in_cluster_preview_runs_on_the_preview_runner() -> None:
@@ -154,7 +203,7 @@ def test_each_runner_has_its_own_minimal_role_trusting_only_its_project() -> Non
 BASE = {
     "names": Names("dlinfra", "prod", "us-west-2"),
     "purpose": "apply",
-    "filters": ci.webhook_filters("apply"),
+    "filters": ci.webhook_filters("apply", actor_ids=(9919,)),
     "vpc_id": "vpc-1",
     "vpc_cidr": "10.2.0.0/16",
     "subnet_ids": {"us-west-2a": "subnet-a"},
@@ -178,7 +227,16 @@ BASE = {
             "actions/setup-python has no Python builds",
         ),
         ({"image": "ubuntu:22.04"}, "image: 'ubuntu:22.04' is not a curated image in dlinfra/data/codebuild_images"),
-        ({"filters": ci.webhook_filters("apply")[:1]}, "filters: need EVENT WORKFLOW_JOB_QUEUED and a WORKFLOW_NAME"),
+        ({"filters": ci.webhook_filters("apply", actor_ids=(9919,))[:2]}, "filters: need EVENT WORKFLOW_JOB_QUEUED, a"),
+        (
+            {
+                "filters": (
+                    *ci.webhook_filters("apply", actor_ids=(9919,)),
+                    ci.WebhookFilter("HEAD_REF", "^refs/heads/main$"),
+                )
+            },
+            r"filters: \['HEAD_REF'\] do not apply to workflow jobs",
+        ),
     ],
 )
 def test_bad_args_name_the_field(change: dict[str, object], message: str) -> None:

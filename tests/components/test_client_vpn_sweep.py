@@ -14,6 +14,7 @@ from typing import Any
 
 import boto3
 import pytest
+from botocore.exceptions import ClientError
 from botocore.stub import Stubber
 
 from components.lambdas import client_vpn_sweep as sweep
@@ -83,6 +84,35 @@ def test_a_connection_aws_does_not_end_fails_the_apply(ec2: tuple[Any, Stubber])
         sweep.sweep(client, ENDPOINT, frozenset({"alice"}))
 
 
+def test_a_refusal_while_the_roles_policy_propagates_is_retried_for_a_while(ec2: tuple[Any, Stubber]) -> None:
+    # The apply creates the role's inline policy just before the invocation; IAM shows it everywhere only after a
+    # while (IAM user guide, "Troubleshoot IAM"), and EC2 meanwhile answers UnauthorizedOperation.
+    client, stubber = ec2
+    for _ in range(2):
+        stubber.add_client_error("describe_client_vpn_connections", "UnauthorizedOperation", http_status_code=403)
+    stubber.add_response("describe_client_vpn_connections", {"Connections": [connection("c-2", "bob")]})
+    stubber.add_client_error("terminate_client_vpn_connections", "AccessDenied", http_status_code=403)
+    stubber.add_response("terminate_client_vpn_connections", ending("c-2"))
+    pauses: list[float] = []
+    ended = sweep.sweep(client, ENDPOINT, frozenset({"alice"}), sleep=pauses.append)
+    assert ended == [{"connection_id": "c-2", "common_name": "bob"}]
+    assert pauses == [1.0, 2.0, 1.0]  # each call starts its own short backoff
+
+
+def test_the_retries_are_bounded_and_other_errors_are_not_retried(ec2: tuple[Any, Stubber]) -> None:
+    client, stubber = ec2
+    for _ in range(len(sweep.BACKOFF) + 1):
+        stubber.add_client_error("describe_client_vpn_connections", "UnauthorizedOperation", http_status_code=403)
+    pauses: list[float] = []
+    with pytest.raises(ClientError, match="UnauthorizedOperation"):
+        sweep.sweep(client, ENDPOINT, frozenset({"alice"}), sleep=pauses.append)
+    assert pauses == list(sweep.BACKOFF) and sum(pauses) < 60  # within the function's timeout
+    stubber.add_client_error("describe_client_vpn_connections", "InvalidClientVpnEndpointId.NotFound")
+    with pytest.raises(ClientError, match="NotFound"):
+        sweep.sweep(client, ENDPOINT, frozenset({"alice"}), sleep=pauses.append)
+    assert len(pauses) == len(sweep.BACKOFF)
+
+
 def test_the_handler_takes_the_endpoint_and_the_list_from_its_event(
     ec2: tuple[Any, Stubber], monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -106,6 +136,9 @@ def test_the_apply_that_changes_the_list_ends_the_removed_peoples_sessions() -> 
     assert run.inputs["lifecycleScope"] == "CREATE_ONLY"
     after = {**run.inputs, "input": json.dumps({"endpoint_id": endpoint.id, "allowed": ["alice"]})}
     assert replacement.table().forced(INVOCATION, run.inputs, after)[0] == ["input"]
+    # No reserved concurrency: reserving even 1 fails on an account whose concurrency quota leaves fewer than 100
+    # unreserved (Lambda developer guide, "Configuring reserved concurrency for a function").
+    assert function.inputs.get("reservedConcurrentExecutions", -1) == -1
     # It may see and end this endpoint's connections, and no other's.
     policy = json.loads(named(result, "client-vpn-sweep-policy").inputs["policy"])
     (ec2,) = [s for s in policy["Statement"] if "ec2:TerminateClientVpnConnections" in s["Action"]]

@@ -258,6 +258,11 @@ def _names():  # type: ignore[no-untyped-def]
         ({"kind": "gpu", "instance_types": ["g6.xlarge"], "spot": True}, "GPU pools run on demand"),
         ({"cluster_dns": ()}, "cluster_dns: at least one address"),
         ({"cluster_dns": ("169.254.20.10", "kube-dns")}, "cluster_dns: 'kube-dns' is not an IPv4 address"),
+        ({"reservation_placement_group": "pg"}, "reservation_placement_group: only for a capacity reservation"),
+        (
+            {"reservation_placement_group": "pg", "capacity_reservation_id": "cr-1", "capacity_block": True},
+            "reservation_placement_group: only for a capacity reservation",
+        ),
     ],
 )
 def test_bad_args(overrides: dict, message: str) -> None:
@@ -306,4 +311,24 @@ def test_pool_on_a_capacity_reservation_gets_no_placement_group(tmp_path: Path) 
     (lt,) = [r for r in result.resources if r.name == "pool-train-h100-lt"]
     assert lt.inputs["capacityReservationSpecification"]["capacityReservationTarget"]["capacityReservationId"]
     assert "instanceMarketOptions" not in lt.inputs and "placement" not in lt.inputs
+    assert not [r for r in result.resources if r.type == "aws:ec2/placementGroup:PlacementGroup"]
+
+
+def test_pool_on_a_reservation_made_in_a_cluster_placement_group_launches_into_that_group(tmp_path: Path) -> None:
+    """AWS's way to reserve EFA capacity together (EC2 guide, "Capacity Reservations in cluster placement groups"):
+    the instances must launch into the reservation's group ("Launch instances into an existing Capacity
+    Reservation"), which the fleet names; dlinfra makes no group of its own."""
+    fleet = tmp_path / "fleet.yaml"
+    text = REFERENCE_FLEET.read_text()
+    assert "type: capacity_block}" in text
+    fleet.write_text(text.replace("type: capacity_block}", "type: reservation, placement_group: lab-h100-cpg}"))
+    program = tmp_path / "program.py"
+    program.write_text(textwrap.dedent(PROGRAM.format(root=str(ROOT))))
+    role = stackroles.StackRole("regional", "prod", "us-west-2")
+    config = CONFIG | {"dlinfra:fleet": str(fleet)}
+    result = engine.run_stack(ROOT, role, project="dlinfra", config=config, stack_exports={}, program=program)
+    (lt,) = [r for r in result.resources if r.name == "pool-train-h100-lt"]
+    assert lt.inputs["placement"] == {"groupName": "lab-h100-cpg"}
+    assert lt.inputs["capacityReservationSpecification"]["capacityReservationTarget"]["capacityReservationId"]
+    assert lt.inputs["tags"]["reservation-placement-group"] == "lab-h100-cpg"  # what the rule compares with
     assert not [r for r in result.resources if r.type == "aws:ec2/placementGroup:PlacementGroup"]

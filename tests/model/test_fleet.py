@@ -218,6 +218,18 @@ BAD = [
         id="reservation-by-az-name",
     ),
     pytest.param(
+        _set("environments.prod.node_pools.train-h100.capacity_reservations.us-west-2.placement_group", "pg-h100"),
+        "environments.prod.node_pools.train-h100.capacity_reservations.us-west-2.placement_group",
+        "a capacity_block takes no placement group (got 'pg-h100')",
+        id="capacity-block-in-a-placement-group",
+    ),
+    pytest.param(
+        _set("environments.prod.node_pools.train-h100.capacity_reservations.us-west-2.placement_group", "my group"),
+        "environments.prod.node_pools.train-h100.capacity_reservations.us-west-2.placement_group",
+        "String should match pattern",
+        id="placement-group-name-with-a-space",
+    ),
+    pytest.param(
         _set("environments.prod.node_pools.train-h100.capacity_reservations.us-west-2.zone_id", "use1-az1"),
         "environments.prod.node_pools.train-h100.capacity_reservations.us-west-2.zone_id",
         "reservation cr-0a1b2c3d4e5f60718: use1-az1 is not a zone of us-west-2: it is a zone of us-east-1",
@@ -270,6 +282,18 @@ BAD = [
         "environments.prod.ci.runner_actor_ids",
         "[583231] listed twice",
         id="ci-actor-listed-twice",
+    ),
+    pytest.param(
+        _delete("environments.prod.ci.runner_actor_ids"),
+        "environments.prod.ci.runner_actor_ids",
+        "Field required",
+        id="ci-runner-without-actors",
+    ),
+    pytest.param(
+        _set("environments.staging.ci.runner_actor_ids", []),
+        "environments.staging.ci.runner_actor_ids",
+        "needs at least one GitHub account id",
+        id="ci-runner-with-no-actors",
     ),
     pytest.param(
         _set("environments.prod.ci.runner_actor_ids", ["octocat"]),

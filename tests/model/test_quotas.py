@@ -35,6 +35,16 @@ FIGURES = [
     ("nodes-per-cluster", "kubernetes", None, 5000, False),
     ("pods-per-cluster", "kubernetes", None, 150000, False),
     ("subnet-addresses", "vpc", None, None, False),
+    ("network-interfaces-per-region", "vpc", "L-DF5E4CA3", 5000, True),
+    ("lambda-concurrent-executions", "lambda", "L-B99A9384", 1000, True),
+    ("codebuild-linux-small-builds", "codebuild", "L-9D07B6EF", 1, True),
+    ("ec2-on-demand-standard-vcpus", "ec2", "L-1216C47A", 5, True),
+    ("ec2-on-demand-g-vt-vcpus", "ec2", "L-DB2E81BA", 0, True),
+    ("ec2-on-demand-p-vcpus", "ec2", "L-417A185B", 0, True),
+    ("ec2-spot-standard-vcpus", "ec2", "L-34B43A08", 5, True),
+    ("ec2-spot-g-vt-vcpus", "ec2", "L-3819A6DF", 0, True),
+    ("ec2-spot-p-vcpus", "ec2", "L-7212CCBC", 0, True),
+    ("ec2-spot-p5-vcpus", "ec2", "L-C4BD4855", 0, True),
 ]
 
 
@@ -61,6 +71,7 @@ def test_every_quota_is_pinned_by_a_figure_and_cites_its_page() -> None:
             "client-vpn-association",
             "cluster",
             "subnet",
+            "build-project",
         )
 
 
@@ -68,14 +79,15 @@ def test_the_raw_table_has_the_documented_fields() -> None:
     raw = yaml.safe_load((ROOT / "dlinfra" / "data" / "quotas.yaml").read_text())
     fields = {"name", "service", "code", "default", "adjustable", "per", "source"}
     for key, entry in raw["quotas"].items():
-        assert fields <= set(entry) <= fields | {"note"}, key
+        assert fields <= set(entry) <= fields | {"note", "families", "market"}, key
 
 
 def test_request_hint_names_the_code_or_says_why_not() -> None:
     table = quotas.table().quotas
     assert table["vpcs-per-region"].request_hint(7) == (
         "adjustable: request an increase (Service Quotas vpc/L-F678F1CE: aws service-quotas "
-        "request-service-quota-increase --service-code vpc --quota-code L-F678F1CE --desired-value 7)"
+        "request-service-quota-increase --service-code vpc --quota-code L-F678F1CE --desired-value 7), then write "
+        "the value AWS applied in the fleet (quotas: {L-F678F1CE: 7}, or regions.<region>.quotas)"
     )
     assert table["nodes-per-cluster"].request_hint(6000) == "not adjustable: change the plan"
 
@@ -106,7 +118,9 @@ def test_good_entry_parses() -> None:
         (_table(adjustable=False), r"code: only an adjustable quota has a code"),
         (_table(service="kubernetes"), r"code: Kubernetes' limits are not AWS service quotas"),
         (_table(source="somewhere, trust me"), r"source: name the page and its address"),
-        (_table(default=0), r"default: Input should be greater than 0"),
+        (_table(default=-1), r"default: Input should be greater than or equal to 0"),
+        (_table(families="p\\d.*"), r"families and market: a vCPU quota gives both"),
+        (_table(families="p[", market="spot"), r"families: not a regular expression"),
         (_table(per="galaxy"), r"per: Input should be"),
         (_table(colour="red"), r"colour: Extra inputs are not permitted"),
         ("quotas: {}\n", r"expected `read_on` and a mapping"),
@@ -139,14 +153,15 @@ def _fleet_with(tmp_path: Path, old: str, new: str) -> Path:
 
 
 def test_fleet_takes_accounts_and_raised_quotas(tmp_path: Path) -> None:
-    path = _fleet_with(tmp_path, "environments:\n", "quotas: {L-0263D0A3: 10}\nenvironments:\n")
+    path = _fleet_with(tmp_path, "quotas:\n", "quotas:\n  L-0263D0A3: 10\n")
     path.write_text(
         path.read_text()
         .replace("    azs: 3\n", "    azs: 3\n    quotas: {L-F678F1CE: 12}\n", 1)
         .replace("  prod:\n", "  prod:\n    account: '111122223333'\n", 1)
     )
     fleet = load_fleet(path).fleet
-    assert fleet.quotas == {"L-0263D0A3": 10}
+    reference = load_fleet(ROOT / "tests" / "fixtures" / "fleet.yaml").fleet.quotas
+    assert fleet.quotas == {**reference, "L-0263D0A3": 10}
     assert fleet.regions[fleet.primary_region].quotas == {"L-F678F1CE": 12}
     assert fleet.environments["prod"].account == "111122223333" and fleet.environments["staging"].account is None
 
@@ -154,9 +169,9 @@ def test_fleet_takes_accounts_and_raised_quotas(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("old", "new", "expected"),
     [
-        ("environments:\n", "quotas: {L-12345678: 3}\nenvironments:\n", r"quotas: L-12345678 is not a quota dlinfra"),
-        ("environments:\n", "quotas: {vpcs: 3}\nenvironments:\n", r"quotas: 'vpcs' is not a Service Quotas code"),
-        ("environments:\n", "quotas: {L-0263D0A3: 0}\nenvironments:\n", r"quotas.L-0263D0A3: Input should be greater"),
+        ("quotas:\n", "quotas:\n  L-12345678: 3\n", r"quotas: L-12345678 is not a quota dlinfra"),
+        ("quotas:\n", "quotas:\n  vpcs: 3\n", r"quotas: 'vpcs' is not a Service Quotas code"),
+        ("quotas:\n", "quotas:\n  L-0263D0A3: 0\n", r"quotas.L-0263D0A3: Input should be greater"),
         ("  prod:\n", "  prod:\n    account: '1234'\n", r"environments.prod.account: String should match"),
         ("    azs: 3\n", "    azs: 3\n    quotas: {L-00000000: 1}\n", r"quotas: L-00000000 is not a quota"),
     ],

@@ -8,7 +8,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from dlinfra.checks.limits import compute, network
+from dlinfra.checks.limits import compute, network, services
 from dlinfra.checks.limits.scope import Config, Usage, stacks
 from dlinfra.model import instances
 from dlinfra.model import quotas as quota_data
@@ -25,6 +25,9 @@ class Verdict:
 
     @property
     def share(self) -> float:
+        """The count as a share of the limit; a limit of 0 (a quota not raised yet) is full at any count."""
+        if not self.limit:
+            return math.inf if self.usage.used else 0.0
         return self.usage.used / self.limit
 
     @property
@@ -49,9 +52,9 @@ class Verdict:
         else:
             figure = f"AWS default {q.default}"
         wanted = max(math.ceil(u.used / quota_data.NEAR), self.limit + 1)
+        share = f" ({round(100 * self.share)}%)" if self.limit else ""
         return (
-            f"{u.used} of {self.limit} ({round(100 * self.share)}%) {verb} {q.name} in {u.scope}: {u.how}. "
-            f"{figure}; {q.request_hint(wanted)}"
+            f"{u.used} of {self.limit}{share} {verb} {q.name} in {u.scope}: {u.how}. {figure}; {q.request_hint(wanted)}"
         )
 
 
@@ -63,8 +66,12 @@ COUNTS = (
     network.count_transit_peering,
     network.count_interface_endpoints,
     network.count_client_vpn,
+    network.count_network_interfaces,
     compute.count_clusters,
     compute.count_subnet_addresses,
+    compute.count_vcpus,
+    services.count_lambda_concurrency,
+    services.count_build_limits,
 )
 
 
@@ -96,7 +103,7 @@ def analyse(plans: Sequence[Mapping[str, Any]], config: Config) -> Limits:
         quota = table.quotas[u.quota]
         limit, raised = quota_data.applied(quota, u.region, config.raised, config.raised_in)
         limit = limit if limit is not None else u.capacity
-        if not limit:
+        if limit is None or (not limit and quota.default is None):
             notes.append(f"{quota.name} in {u.scope}: no limit to compare with (empty subnet?)")
             continue
         verdicts.append(Verdict(usage=u, quota=quota, limit=limit, raised=raised))

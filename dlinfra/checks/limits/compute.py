@@ -1,5 +1,6 @@
 """Compute limits counted over the plans, every pool at its maximum size: per cluster its control-plane security
-groups, remote networks, nodes and pods; per pool subnet the addresses its nodes' VPC CNI and other interfaces take."""
+groups, remote networks, nodes and pods; per pool subnet the addresses its nodes' VPC CNI and other interfaces take;
+per account and region the vCPUs of each EC2 instance quota, On-Demand and Spot."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from typing import Any
 
 from dlinfra.checks.limits.scope import Stack, Usage, by_id, flat, label, name_of, number
 from dlinfra.model import instances
+from dlinfra.model import quotas as quota_data
 
 # AWS reserves the first four addresses and the last of every subnet (Amazon VPC User Guide, "Subnet CIDR blocks").
 SUBNET_RESERVED = 5
@@ -49,6 +51,32 @@ class _Pool:
     subnets: tuple[str, ...]
     types: tuple[str, ...]  # known instance types it may launch
     unknown: tuple[str, ...]  # types the instance table lacks
+    template: Mapping[str, Any]  # its launch template's inputs ({} when the plan has none)
+
+    @property
+    def capacity_block(self) -> bool:
+        """Whether it launches into an EC2 Capacity Block (market type capacity-block)."""
+        return (self.template.get("instanceMarketOptions") or {}).get("marketType") == "capacity-block"
+
+    @property
+    def markets(self) -> tuple[int, int]:
+        """(on-demand, spot) instances at its maximum size. A mixed-instances split is counted at its worst for
+        each: the on-demand base plus the share above it rounded up, and the rest with the share rounded down."""
+        mixed = self.group["inputs"].get("mixedInstancesPolicy") or {}
+        spread = mixed.get("instancesDistribution")
+        if not spread:
+            return self.max_size, 0
+        base = min(self.max_size, number(spread.get("onDemandBaseCapacity")))
+        above = self.max_size - base
+        share = number(spread.get("onDemandPercentageAboveBaseCapacity", 100))
+        return base + math.ceil(above * share / 100), above - math.floor(above * share / 100)
+
+    @property
+    def interfaces(self) -> int:
+        """Network interfaces a node holds at its max pods: the VPC CNI's on card 0 (the primary among them), and
+        one more per further network card the launch template gives an interface (EFA pools: one per card)."""
+        cards = {number(n.get("networkCardIndex")) for n in self.template.get("networkInterfaces") or ()}
+        return max((instances.lookup(t).max_enis for t in self.types), default=0) + len(cards - {0})
 
 
 def pools(s: Stack) -> list[_Pool]:
@@ -72,6 +100,7 @@ def pools(s: Stack) -> list[_Pool]:
                 subnets=tuple(i.get("vpcZoneIdentifiers") or ()),
                 types=known,
                 unknown=tuple(n for n in wanted if n not in known),
+                template=template.get("inputs") or {},
             )
         )
     return out
@@ -166,4 +195,39 @@ def count_subnet_addresses(stacks: Sequence[Stack]) -> Iterator[Usage]:
                 used=used,
                 how=", ".join(parts),
                 capacity=cidr.num_addresses - SUBNET_RESERVED,
+            )
+
+
+def count_vcpus(stacks: Sequence[Stack]) -> Iterator[Usage]:
+    """vCPUs per account and region for each EC2 instance quota, every pool at its maximum size: on-demand and
+    reserved instances against the On-Demand quotas, spot against the Spot ones; Capacity Block pools apart."""
+    vcpu_quotas = [q for q in quota_data.table().quotas.values() if q.market is not None]
+    regions: dict[tuple[str, str], list[tuple[Stack, _Pool]]] = {}
+    for s in stacks:
+        if s.region:
+            regions.setdefault((s.account, s.region), []).extend((s, p) for p in pools(s))
+    for (account, region), found in sorted(regions.items()):
+        for quota in vcpu_quotas:
+            used, parts = 0, []
+            for s, p in found:
+                kinds = [instances.lookup(t) for t in p.types]
+                sizes = [k.vcpus for k in kinds if quota.counts_family(k.family)]
+                if not sizes:
+                    continue
+                if p.capacity_block:
+                    if quota.market == "on-demand":
+                        parts.append(f"{s.name} {name_of(p.group)} on a Capacity Block, not counted")
+                    continue
+                nodes = p.markets[0 if quota.market == "on-demand" else 1]
+                if nodes:
+                    used += nodes * max(sizes)
+                    parts.append(f"{s.name} {name_of(p.group)} {nodes} x {max(sizes)}")
+            yield Usage(
+                quota=quota.key,
+                region=region,
+                scope=f"{region} ({account})",
+                stack="",
+                resource="",
+                used=used,
+                how=f"{quota.market} vCPUs: " + (", ".join(parts) or "no pool"),
             )

@@ -1,6 +1,7 @@
-"""Network quotas counted over the plans: VPCs, Elastic IPs, transit gateways and Client VPN endpoints per account
-and region, routes per route table, rules per security group, security groups per interface, peering attachments
-per transit gateway, interface endpoints per VPC, and the Client VPN's routes and authorization rules."""
+"""Network quotas counted over the plans: VPCs, Elastic IPs, transit gateways, Client VPN endpoints and network
+interfaces per account and region, routes per route table, rules per security group, security groups per
+interface, peering attachments per transit gateway, interface endpoints per VPC, and the Client VPN's routes and
+authorization rules."""
 
 from __future__ import annotations
 
@@ -8,7 +9,8 @@ from collections import defaultdict
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
-from dlinfra.checks.limits.scope import Stack, Usage, by_id, label, name_of
+from dlinfra.checks.limits import compute
+from dlinfra.checks.limits.scope import Stack, Usage, by_id, flat, label, name_of
 
 # Inputs that list the security groups of a resource's interfaces; the security group types list referenced groups.
 _SG_KEYS = ("securityGroupIds", "vpcSecurityGroupIds", "securityGroups")
@@ -19,8 +21,11 @@ _SG_TYPES = (
 )
 
 
-def _per_region(stacks: Sequence[Stack], quota: str, type_: str, what: str) -> Iterator[Usage]:
-    """Resources of a type per account and region, across every stack that declares them there."""
+def _per_region(
+    stacks: Sequence[Stack], quota: str, type_: str, what: str, extra: tuple[str, int] | None = None
+) -> Iterator[Usage]:
+    """Resources of a type per account and region, across every stack that declares them there, plus `extra`
+    (what, how many) once in each account and region that has any."""
     groups: dict[tuple[str, str], list[tuple[str, int]]] = defaultdict(list)
     for s in stacks:
         count = len(s.of(type_))
@@ -28,6 +33,10 @@ def _per_region(stacks: Sequence[Stack], quota: str, type_: str, what: str) -> I
             groups[(s.account, s.region)].append((s.name, count))
     for (account, region), parts in sorted(groups.items()):
         used = sum(n for _, n in parts)
+        how = f"{what}: " + ", ".join(f"{stack} {n}" for stack, n in parts)
+        if extra is not None:
+            used += extra[1]
+            how += f"; {extra[0]} {extra[1]}"
         yield Usage(
             quota=quota,
             region=region,
@@ -35,18 +44,74 @@ def _per_region(stacks: Sequence[Stack], quota: str, type_: str, what: str) -> I
             stack=parts[0][0] if len(parts) == 1 else "",
             resource="",
             used=used,
-            how=f"{what}: " + ", ".join(f"{stack} {n}" for stack, n in parts),
+            how=how,
         )
 
 
 def count_per_region(stacks: Sequence[Stack]) -> Iterator[Usage]:
-    """VPCs, Elastic IPs, transit gateways and Client VPN endpoints per account and region."""
-    yield from _per_region(stacks, "vpcs-per-region", "aws:ec2/vpc:Vpc", "VPCs, plus the default VPC if it remains")
+    """VPCs (and the default VPC while it remains), Elastic IPs, transit gateways and Client VPN endpoints per
+    account and region."""
+    # AWS creates a default VPC in every region of a new account ("Default VPCs"); it counts until deleted.
+    default = ("the default VPC", 1) if any(s.default_vpc for s in stacks) else None
+    yield from _per_region(stacks, "vpcs-per-region", "aws:ec2/vpc:Vpc", "VPCs", default)
     yield from _per_region(stacks, "elastic-ips-per-region", "aws:ec2/eip:Eip", "Elastic IPs (NAT gateways)")
     tgw = "aws:ec2transitgateway/transitGateway:TransitGateway"
     yield from _per_region(stacks, "transit-gateways-per-region", tgw, "transit gateways")
     cvpn = "aws:ec2clientvpn/endpoint:Endpoint"
     yield from _per_region(stacks, "client-vpn-endpoints-per-region", cvpn, "Client VPN endpoints")
+
+
+# Inputs that place a resource's interfaces in subnets, one per subnet named. Route table associations, Client VPN
+# routes and subnets themselves name a subnet without an interface in it; pools (and their launch templates) are
+# counted as their nodes.
+_SUBNET_KEYS = ("subnetId", "subnetIds", "subnets")
+_NO_INTERFACE = (
+    "aws:ec2/routeTableAssociation:RouteTableAssociation",
+    "aws:ec2clientvpn/route:Route",
+    "aws:autoscaling/group:Group",
+    "aws:ec2/launchTemplate:LaunchTemplate",
+    "aws:ec2/subnet:Subnet",
+)
+
+
+def _subnet_interfaces(resource: Mapping[str, Any]) -> int:
+    """Interfaces a resource places: one per subnet it names."""
+    if resource["type"] in _NO_INTERFACE:
+        return 0
+    named: set[str] = set()
+    for key, value in flat(resource["inputs"]):
+        if key in _SUBNET_KEYS:
+            named |= {str(v) for v in value} if isinstance(value, list) else {str(value)} if value else set()
+    return len(named)
+
+
+def count_network_interfaces(stacks: Sequence[Stack]) -> Iterator[Usage]:
+    """Network interfaces per account and region: every node of every pool at its maximum size, with the VPC CNI's
+    interfaces at max pods and one per further EFA network card, and one per subnet for every other resource."""
+    regions: dict[tuple[str, str], list[str]] = defaultdict(list)
+    used: dict[tuple[str, str], int] = defaultdict(int)
+    for s in stacks:
+        if not s.region:
+            continue
+        key = (s.account, s.region)
+        for p in compute.pools(s):
+            if p.types and p.max_size:
+                used[key] += p.max_size * p.interfaces
+                regions[key].append(f"{name_of(p.group)} {p.max_size} x {p.interfaces}")
+        others = sum(_subnet_interfaces(r) for r in s.resources)
+        if others:
+            used[key] += others
+            regions[key].append(f"{others} others in {s.name}")
+    for (account, region), parts in sorted(regions.items()):
+        yield Usage(
+            quota="network-interfaces-per-region",
+            region=region,
+            scope=f"{region} ({account})",
+            stack="",
+            resource="",
+            used=used[(account, region)],
+            how="nodes x interfaces, other resources one per subnet: " + ", ".join(parts),
+        )
 
 
 def count_routes(stacks: Sequence[Stack]) -> Iterator[Usage]:

@@ -20,6 +20,7 @@ class Config:
     accounts: Mapping[str, str] = field(default_factory=dict)  # environment -> account (absent: the shared one)
     raised: quota_data.QuotaValues = field(default_factory=dict)  # fleet `quotas`: code -> applied value
     raised_in: Mapping[str, quota_data.QuotaValues] = field(default_factory=dict)  # region -> code -> value
+    default_vpc_deleted: bool = False  # fleet `default_vpc_deleted`: no account keeps AWS's default VPCs
 
     @classmethod
     def of(cls, fleet: Fleet) -> Config:
@@ -28,6 +29,7 @@ class Config:
             accounts={n: e.account for n, e in fleet.environments.items() if e.account},
             raised=dict(fleet.quotas),
             raised_in={r: dict(s.quotas) for r, s in fleet.regions.items() if s.quotas},
+            default_vpc_deleted=fleet.default_vpc_deleted,
         )
 
     def account(self, environment: str | None) -> str:
@@ -59,6 +61,7 @@ class Stack:
     region: str | None
     account: str
     resources: Sequence[Mapping[str, Any]]
+    default_vpc: bool = True  # its account still has the default VPC AWS creates in every region
 
     def of(self, *types: str) -> list[Mapping[str, Any]]:
         """Its resources of these types, in plan order."""
@@ -78,6 +81,7 @@ def stacks(plans: Sequence[Mapping[str, Any]], config: Config) -> list[Stack]:
                 region=role.get("region"),
                 account=config.account(role.get("environment")),
                 resources=[r for r in plan["resources"] if r.get("custom", True)],
+                default_vpc=not config.default_vpc_deleted,
             )
         )
     return out

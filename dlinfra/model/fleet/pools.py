@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Literal
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, ValidationInfo, field_validator, model_validator
 
 from dlinfra.model.fleet.base import Strict
 from dlinfra.model.fleet.labels import (
@@ -49,6 +49,11 @@ class Taint(Strict):
         return v
 
 
+# The launch template tag that says which cluster placement group its reservation was created in: the rule
+# `reserved-capacity-no-placement-group` admits a placement group on reserved capacity only when it matches.
+RESERVATION_GROUP_TAG = "reservation-placement-group"
+
+
 class CapacityReservation(Strict):
     """An EC2 capacity reservation or capacity block a pool targets in one region."""
 
@@ -57,6 +62,12 @@ class CapacityReservation(Strict):
     # an AZ name means another zone in another account (dlinfra/data/regions.yaml). Must be one of the pool's.
     zone_id: str = Field(pattern=ZONE_ID.pattern)
     type: Literal["reservation", "capacity_block"] = "reservation"
+    # The name of the cluster placement group the reservation was created in (its PlacementGroupArn), when it was:
+    # AWS's way to reserve EFA capacity close together (EC2 guide, "Capacity Reservations in cluster placement
+    # groups"), and the pool's instances must then launch into that group ("Launch instances into an existing
+    # Capacity Reservation"). None: a reservation made outside any group, whose pool names no group. A placement
+    # group name is up to 255 ASCII characters (EC2 API reference, CreatePlacementGroup).
+    placement_group: str | None = Field(None, pattern=r"^[!-~]{1,255}$")
 
     @model_validator(mode="before")
     @classmethod
@@ -68,6 +79,18 @@ class CapacityReservation(Strict):
                 "accounts"
             )
         return data
+
+    @field_validator("placement_group")
+    @classmethod
+    def _block_in_no_group(cls, v: str | None, info: ValidationInfo) -> str | None:
+        if v is not None and info.data.get("type") == "capacity_block":
+            # A Capacity Block's instances are placed together already, and a placement constraint outside it can
+            # fail with insufficient capacity while the block sits free (EC2 guide, "Capacity Blocks for ML").
+            raise ValueError(
+                f"a capacity_block takes no placement group (got {v!r}): its instances are placed close together "
+                "already"
+            )
+        return v
 
 
 class SpotSpec(Strict):

@@ -122,13 +122,20 @@ class CiSpec(Strict):
     # decrypt this environment's state, so leave it false where the state holds secrets that matter (prod).
     pull_request_preview: bool = False
     # GitHub account ids (the numeric `id` of api.github.com/users/<login>) whose workflow jobs the in-VPC runners
-    # take; empty: anyone the workflow and branch filters admit. Set it where people outside the lab can open pull
-    # requests (CodeBuild user guide, "Best practices for using webhooks": ACTOR_ACCOUNT_ID filters).
-    runner_actor_ids: tuple[Annotated[int, Field(strict=True, ge=1)], ...] = ()
+    # take; required, at least one. With the exact workflow name it is the only filter CodeBuild documents for a
+    # queued workflow job (API reference, "WebhookFilter": HEAD_REF works with push and pull-request events only),
+    # so it is what keeps a fork's pull request, from any branch name, off the runners (CodeBuild user guide,
+    # "Best practices for using webhooks": ACTOR_ACCOUNT_ID filters).
+    runner_actor_ids: tuple[Annotated[int, Field(strict=True, ge=1)], ...]
 
     @field_validator("runner_actor_ids")
     @classmethod
     def _actor_ids(cls, v: tuple[int, ...]) -> tuple[int, ...]:
+        if not v:
+            raise ValueError(
+                "needs at least one GitHub account id (api.github.com/users/<login> .id): the runners take only "
+                "jobs those accounts start"
+            )
         if len(set(v)) != len(v):
             raise ValueError(f"{sorted(i for i in set(v) if v.count(i) > 1)} listed twice")
         return v
@@ -424,6 +431,9 @@ class Fleet(Strict):
     sites: Mapping[Name, Site] = Field(default_factory=dict)
     teams: Mapping[Name, Team] = Field(default_factory=dict)
     quotas: QuotaValues = Field(default_factory=dict)  # raised in every region of every account the fleet uses
+    # Whether the default VPC AWS creates in every region of a new account has been deleted in the accounts the
+    # fleet uses; while it remains it counts against VPCs per Region (`dlinfra check`, docs/limits.md).
+    default_vpc_deleted: bool = False
 
     @field_validator("quotas")
     @classmethod

@@ -139,7 +139,8 @@ RULES: tuple[ResourceRule | StackRule, ...] = (
     ),
     ResourceRule(
         "ci-runner-webhook-narrowed",
-        "CodeBuild runner webhooks admit only their workflow's jobs, and the apply workflow's from the default branch",
+        "CodeBuild runner webhooks admit only their workflow's jobs (exact WORKFLOW_NAME) from listed accounts "
+        "(ACTOR_ACCOUNT_ID), and hold no filter CodeBuild does not evaluate on workflow jobs (HEAD_REF)",
         "mandatory",
         ci.runner_webhook_narrowed,
     ),

@@ -3,7 +3,11 @@
 CodeBuild starts a runner inside the VPC for every queued workflow job its webhook's filter groups admit (AWS
 CodeBuild user guide, "GitHub webhook events" and "Tutorial: Configure a CodeBuild-hosted GitHub Actions runner";
 API reference, "WebhookFilter"). Any workflow, in any branch or pull request, can ask for the runner's label, so a
-webhook that admits every WORKFLOW_JOB_QUEUED event runs untrusted code next to the EKS API and the sites.
+webhook that admits every WORKFLOW_JOB_QUEUED event runs untrusted code next to the EKS API and the sites. For
+those events the API reference documents two narrowing filters, WORKFLOW_NAME ("Works with WORKFLOW_JOB_QUEUED
+events only") and ACTOR_ACCOUNT_ID; HEAD_REF "works with ... push, ... pull request ... events", so on a workflow
+job it guards nothing a pull request's author cannot pick (a fork's own `main`), or it keeps the runner from ever
+starting.
 """
 
 from __future__ import annotations
@@ -14,20 +18,13 @@ from .core import Context, Resource, as_objects, is_true
 
 WEBHOOK = "aws:codebuild/webhook:Webhook"
 _UNTRUSTED = "untrusted"  # a workflow name no runner is for
-# Refs a pull request or a pushed branch can have that merely resemble the default branch.
-_OTHER_REFS = (
-    "refs/heads/feature",
-    f"refs/heads/{ci.DEFAULT_BRANCH}-copy",
-    f"refs/heads/copy-{ci.DEFAULT_BRANCH}",
-    f"refs/tags/{ci.DEFAULT_BRANCH}",
-    "refs/pull/1/merge",
-)
+_STRANGER = 1  # a GitHub account id on no list: a fork's author
 
 
 def runner_webhook_narrowed(resource: Resource, ctx: Context) -> list[str]:
-    """A runner webhook names its workflow and filters on the branch, and no job of the apply workflow from any ref
-    but the default branch passes it: so a pull request can reach neither the apply runner nor, by copying the
-    apply workflow's name, any other."""
+    """Every runner filter group names its workflow exactly (WORKFLOW_NAME ^name$) and lists the accounts whose jobs
+    it takes (ACTOR_ACCOUNT_ID ^(id|...)$), and holds no filter CodeBuild does not evaluate on workflow jobs
+    (HEAD_REF and the like): so a fork's pull request reaches no runner, whatever its branch or workflow name."""
     if resource.type != WEBHOOK:
         return []
     groups = [
@@ -46,24 +43,31 @@ def runner_webhook_narrowed(resource: Resource, ctx: Context) -> list[str]:
     for number, group in enumerate(runner_groups, start=1):
         if not any(f.type == "WORKFLOW_NAME" and not f.exclude for f in group):
             out.append(f"runner filter group {number} admits every workflow's jobs: add a WORKFLOW_NAME filter")
-        if not any(f.type == "HEAD_REF" for f in group):
-            out.append(f"runner filter group {number} admits jobs from every branch: add a HEAD_REF filter")
-    # Judge workflow names and refs as if every actor were admitted: a lab member's pull request is untrusted code
-    # for the apply runner too.
+        actors = [f for f in group if f.type == "ACTOR_ACCOUNT_ID" and not f.exclude]
+        if not actors:
+            out.append(
+                f"runner filter group {number} admits jobs anyone starts, a fork's pull request included: add an "
+                "ACTOR_ACCOUNT_ID filter listing the accounts (fleet: environments.<env>.ci.runner_actor_ids)"
+            )
+        for f in actors:
+            if not ci.ACTOR_PATTERN.fullmatch(f.pattern):
+                out.append(
+                    f"runner filter group {number}: ACTOR_ACCOUNT_ID {f.pattern!r} is not a list of numeric GitHub "
+                    "ids anchored at both ends (^(id|id)$)"
+                )
+        for f in ci.unguarded_filters(group):
+            out.append(
+                f"runner filter group {number}: {f.type} is not a guard on WORKFLOW_JOB_QUEUED events (CodeBuild "
+                "documents it for other events; a pull request's author picks the branch name): remove it and rely "
+                "on WORKFLOW_NAME and ACTOR_ACCOUNT_ID"
+            )
+    # Judge workflow names as if every actor were admitted: the actor list is the other, separate guard.
     probe = [[f for f in g if f.type != "ACTOR_ACCOUNT_ID"] for g in runner_groups]
-    default = f"refs/heads/{ci.DEFAULT_BRANCH}"
     names = sorted({_UNTRUSTED} | {n for w in ci.WORKFLOWS.values() for n in (f"{w}-copy", f"copy-{w}")})
     for name in names:
-        if ci.admits(probe, ci.WorkflowJob(name, default, 1)):
+        if ci.admits(probe, ci.WorkflowJob(name, f"refs/heads/{ci.DEFAULT_BRANCH}", _STRANGER)):
             out.append(
                 f"admits jobs of workflow {name!r}: a WORKFLOW_NAME filter must name the runner's workflow exactly "
                 "(^name$)"
-            )
-    apply = ci.WORKFLOWS["apply"]
-    for ref in _OTHER_REFS:
-        if ci.admits(probe, ci.WorkflowJob(apply, ref, 1)):
-            out.append(
-                f"admits the {apply} workflow's jobs from {ref}: the apply runner takes jobs from {default} only "
-                f"(HEAD_REF ^{default}$), so no pull request reaches it"
             )
     return out

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from dlinfra.model.fleet.pools import RESERVATION_GROUP_TAG
+
 from .core import Context, Resource, Violation, as_int, as_list, as_object, as_objects, has_key, is_true, tags_of
 
 LAUNCH_TEMPLATE = "aws:ec2/launchTemplate:LaunchTemplate"
@@ -178,14 +180,17 @@ def _placement_group(resource: Resource) -> str:
 
 
 def reserved_capacity_no_placement_group(resources: Sequence[Resource], ctx: Context) -> list[Violation]:
-    """Nothing that launches into a Capacity Block, or a reservation made outside a placement group, names one.
+    """Nothing that launches into a Capacity Block names a placement group, and nothing that targets a reservation
+    names one but the group the reservation was created in.
 
     A Capacity Block's instances are placed close together already, and a placement constraint outside the
     reservation can fail with insufficient capacity while paid capacity sits free (EC2 guide "Capacity Blocks
     for ML"; AWS ParallelCluster PlacementGroupCapacityTypeValidator). A reservation joins a placement group
     only when it is created in it (EC2 guide "Capacity Reservations in cluster placement groups";
-    PlacementGroupCapacityReservationValidator), so a target is fine only with a reservation of this stack made
-    in a placement group.
+    PlacementGroupCapacityReservationValidator), and its instances must then launch into that group ("Launch
+    instances into an existing Capacity Reservation"). So a target is fine with a reservation of this stack made
+    in a placement group, or with the group the fleet declares its reservation was created in (the launch
+    template's `reservation-placement-group` tag, dlinfra.model.fleet.pools).
     """
     in_groups = [r for r in resources if r.type == CAPACITY_RESERVATION and has_key(r.inputs, "placementGroupArn")]
     out: list[Violation] = []
@@ -194,6 +199,7 @@ def reserved_capacity_no_placement_group(resources: Sequence[Resource], ctx: Con
         if not group:
             continue
         block, reservation = _reserved_capacity(resource)
+        declared = tags_of(resource).get(RESERVATION_GROUP_TAG)
         if block:
             out.append(
                 Violation(
@@ -203,6 +209,15 @@ def reserved_capacity_no_placement_group(resources: Sequence[Resource], ctx: Con
                     "capacity while the block sits free; drop the placement group",
                 )
             )
+        elif reservation and declared:
+            if declared != group:
+                out.append(
+                    Violation(
+                        resource.urn,
+                        f"targets capacity reservation {reservation}, created in placement group {declared}, but "
+                        f"names placement group {group}: launch into the reservation's own group",
+                    )
+                )
         elif reservation and not any(
             c.urn in resource.dependencies or (c.id and c.id == reservation) for c in in_groups
         ):
@@ -211,7 +226,8 @@ def reserved_capacity_no_placement_group(resources: Sequence[Resource], ctx: Con
                     resource.urn,
                     f"targets capacity reservation {reservation} and names placement group {group}: a reservation "
                     "made outside the group never fits in it, so launches can fail while reserved capacity sits "
-                    "free; drop the placement group (or create the reservation in it)",
+                    "free; drop the placement group (or declare the group the reservation was created in: "
+                    "capacity_reservations.<region>.placement_group)",
                 )
             )
     return out

@@ -39,6 +39,14 @@ BLOCK = {
 }
 PLACED = {"placement": {"groupName": "dlinfra-prod-usw2-pg-train"}}
 CR = "aws:ec2/capacityReservation:CapacityReservation"
+# A reservation the fleet says was created in a cluster placement group, and a template that launches into it
+# (EC2 guide, "Capacity Reservations in cluster placement groups"; "Launch instances into an existing Capacity
+# Reservation").
+IN_ITS_GROUP = {
+    "capacityReservationSpecification": BLOCK["capacityReservationSpecification"],
+    "placement": {"groupName": "lab-h100-cpg"},
+    "tags": {"Name": "lt", "reservation-placement-group": "lab-h100-cpg"},
+}
 
 
 # rule -> (resources that pass, resources that fail).
@@ -72,8 +80,14 @@ CASES: dict[str, tuple[list[Resource], list[Resource]]] = {
         ],
     ),
     "reserved-capacity-no-placement-group": (
-        [res(LT, "block")(**BLOCK), res(LT, "on-demand-efa")(**PLACED)],
-        [res(LT, "block")(**BLOCK, **PLACED)],
+        [res(LT, "block")(**BLOCK), res(LT, "on-demand-efa")(**PLACED), res(LT, "in-its-group")(**IN_ITS_GROUP)],
+        [
+            res(LT, "block")(**BLOCK, **PLACED),
+            # Launching into another group than the reservation's.
+            res(LT, "other-group")(**{**IN_ITS_GROUP, **PLACED}),
+            # A Capacity Block takes no group, whatever the tag says.
+            res(LT, "block-tagged")(**{**IN_ITS_GROUP, "instanceMarketOptions": {"marketType": "capacity-block"}}),
+        ],
     ),
 }
 
@@ -131,3 +145,10 @@ def test_reserved_capacity_no_placement_group_details() -> None:
     (found,) = reserved_capacity_no_placement_group([instance], CTX)
     assert found.message.startswith("launches into Capacity Block cr-0a1b2c3d4e5f60718 and placement group pg-0123")
     assert reserved_capacity_no_placement_group([res(INSTANCE)(**BLOCK)], CTX) == []
+    # A reservation declared in a group admits that group only.
+    assert reserved_capacity_no_placement_group([res(LT)(**IN_ITS_GROUP)], CTX) == []
+    (found,) = reserved_capacity_no_placement_group([res(LT)(**{**IN_ITS_GROUP, **PLACED})], CTX)
+    assert found.message == (
+        "targets capacity reservation cr-0a1b2c3d4e5f60718, created in placement group lab-h100-cpg, but names "
+        "placement group dlinfra-prod-usw2-pg-train: launch into the reservation's own group"
+    )
