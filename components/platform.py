@@ -21,12 +21,11 @@ from typing import Literal
 import pulumi
 import pulumi_kubernetes as k8s
 
-from components import team_volumes
+from components import admission, team_volumes
 from components.charts import (
     autoscaler,
     cilium,
     efa,
-    gpu_admission,
     multikueue,
     node_local_dns,
     nvidia,
@@ -236,7 +235,16 @@ class Platform(pulumi.ComponentResource):
         self._release("node-local-dns", node_local_dns.node_local_dns_values(args.kube_dns_ip))
         kueue_release = self._release("kueue", kueue_chart.kueue_values())
         namespaces = self._teams()
-        self._gpu_admission()
+        # No GPU pod in a team namespace starts without Kueue's admission, and no job hides under another's.
+        admission.declare(
+            name,
+            controller_namespaces=sorted(
+                {pinned.SYSTEM_NAMESPACE} | {s.namespace for s in pinned.load_addons().values()}
+            ),
+            frameworks=kueue_chart.KUEUE_FRAMEWORKS,
+            opts=self._k8s,
+            meta=self._meta,
+        )
         queues = self._queues(kueue_release, namespaces)
         self.multikueue_token = None
         if args.overflow is not None:
@@ -410,22 +418,6 @@ class Platform(pulumi.ComponentResource):
                     opts=self._k8s(depends_on=[ns]),
                 )
         return namespaces
-
-    def _gpu_admission(self) -> None:
-        """No GPU pod in a team namespace starts without Kueue's admission (components/charts/gpu_admission.py)."""
-        controllers = sorted({pinned.SYSTEM_NAMESPACE} | {s.namespace for s in pinned.load_addons().values()})
-        policy = k8s.admissionregistration.v1.ValidatingAdmissionPolicy(
-            f"{self._name}-gpu-admission",
-            metadata=self._meta(gpu_admission.POLICY_NAME),
-            spec=gpu_admission.policy_spec(kueue_chart.team_namespace_selector(), controllers),
-            opts=self._k8s(),
-        )
-        k8s.admissionregistration.v1.ValidatingAdmissionPolicyBinding(
-            f"{self._name}-gpu-admission-binding",
-            metadata=self._meta(gpu_admission.POLICY_NAME),
-            spec=gpu_admission.binding_spec(),
-            opts=self._k8s(depends_on=[policy]),
-        )
 
     # Kueue --------------------------------------------------------------------------------------------------
     def _custom(

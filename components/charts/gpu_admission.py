@@ -19,6 +19,15 @@ A GPU pod in a team namespace is admitted when
 Only Kueue's controller may remove the gate afterwards. And a pod Kueue queues as a pod may not name the `overflow`
 queue: MultiKueue workers grant the manager the job kinds only (components/charts/multikueue.py), so such a pod
 would hold the team's overflow quota without ever running.
+
+The trust in those controllers' pods holds only while every such job was itself queued, and Kueue queues a job only
+when no ancestor it manages owns it: its job webhook leaves a job unsuspended when FindAncestorJobManagedByKueue
+finds one through controller ownerReferences (Kueue v0.19.2 pkg/controller/jobframework/utils.go
+WorkloadShouldBeSuspended, which counts the child in the ancestor's workload), and its reconciler suspends a child
+only while that ancestor is not admitted (reconciler.go shouldSuspendChildJob). A team member could create a
+CPU-only Job, wait for its admission, then a GPU Job naming it as controller: the job controller would make the GPU
+pods, and the pod policy would trust them. So a second policy (JOB_OWNERS_POLICY_NAME) lets only the controllers
+trusted above create a job of a kind Kueue manages with a controller ownerReference, or add or change one.
 """
 
 from __future__ import annotations
@@ -28,10 +37,11 @@ from typing import Any
 
 import pulumi_kubernetes as k8s
 
-from components.charts.kueue import ADMISSION_GATE, KUEUE_FRAMEWORKS
+from components.charts.kueue import ADMISSION_GATE, KUEUE_FRAMEWORKS, framework_resources
 from dlinfra.model.kueue import OVERFLOW_QUEUE
 
 POLICY_NAME = "dlinfra-gpu-pods-through-kueue"
+JOB_OWNERS_POLICY_NAME = "dlinfra-job-owners-set-by-controllers"
 QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 GPU_RESOURCE_PREFIX = "nvidia.com/"  # nvidia.com/gpu, and the MIG or shared resources the device plugin may offer
 # Kueue's controller: the chart's service account "<release>-controller-manager" (release "kueue", addons.yaml
@@ -76,21 +86,26 @@ def match_condition() -> str:
     )
 
 
-def variables(controller_namespaces: Sequence[str]) -> dict[str, str]:
-    """The policy's named CEL expressions, in order (each may use those before it)."""
+def _by_controller(controller_namespaces: Sequence[str]) -> str:
+    """CEL: is the requester kube-controller-manager or a service account of a trusted controller namespace?"""
     if not controller_namespaces:
         raise ValueError("controller_namespaces: name at least kube-system, where the job controller runs")
     namespaces = ", ".join(f"'{ns}'" for ns in sorted(controller_namespaces))
+    return (
+        f"request.userInfo.username == '{CONTROLLER_MANAGER}' || [{namespaces}].exists(ns, "
+        "request.userInfo.username.startsWith('system:serviceaccount:' + ns + ':'))"
+    )
+
+
+def variables(controller_namespaces: Sequence[str]) -> dict[str, str]:
+    """The policy's named CEL expressions, in order (each may use those before it)."""
     owners = " || ".join(
         f"(o.apiVersion.startsWith('{group}/') && o.kind == '{kind}')" for group, kind in sorted(set(pod_owners()))
     )
     return {
         "gated": _gated("object"),
         "wasGated": f"request.operation == 'UPDATE' && {_gated('oldObject')}",  # oldObject: UPDATE only
-        "byController": (
-            f"request.userInfo.username == '{CONTROLLER_MANAGER}' || [{namespaces}].exists(ns, "
-            "request.userInfo.username.startsWith('system:serviceaccount:' + ns + ':'))"
-        ),
+        "byController": _by_controller(controller_namespaces),
         "forQueuedJob": (
             "has(object.metadata.ownerReferences) && object.metadata.ownerReferences.exists(o, "
             f"has(o.controller) && o.controller && ({owners}))"
@@ -158,10 +173,69 @@ def policy_spec(
     )
 
 
-def binding_spec() -> k8s.admissionregistration.v1.ValidatingAdmissionPolicyBindingSpecArgs:
-    """Enforce the policy: refuse, never only warn or audit."""
+def binding_spec(
+    policy_name: str = POLICY_NAME,
+) -> k8s.admissionregistration.v1.ValidatingAdmissionPolicyBindingSpecArgs:
+    """Enforce a policy: refuse, never only warn or audit."""
     return k8s.admissionregistration.v1.ValidatingAdmissionPolicyBindingSpecArgs(
-        policy_name=POLICY_NAME, validation_actions=["Deny"]
+        policy_name=policy_name, validation_actions=["Deny"]
+    )
+
+
+# --- who may make a job another job's child ----------------------------------------------------------------------
+def job_owner_variables(controller_namespaces: Sequence[str]) -> dict[str, str]:
+    """The job-owner policy's named CEL expressions. Kueue follows controller references only
+    (FindAncestorJobManagedByKueue walks metav1.GetControllerOf), so other ownerReferences stay free; removing
+    one is free too (the garbage collector does, and a job without an owner is queued on its own)."""
+    same = "p.apiVersion == o.apiVersion && p.kind == o.kind && p.name == o.name && p.uid == o.uid"
+    return {
+        "byController": _by_controller(controller_namespaces),
+        "newControllerOwner": (
+            "has(object.metadata.ownerReferences) && object.metadata.ownerReferences.exists(o, "
+            "has(o.controller) && o.controller && !(request.operation == 'UPDATE' && "
+            "has(oldObject.metadata.ownerReferences) && oldObject.metadata.ownerReferences.exists(p, "
+            f"has(p.controller) && p.controller && {same})))"
+        ),
+    }
+
+
+def job_owner_validations() -> list[tuple[str, str]]:
+    """(CEL expression, message) of the job-owner policy's one rule."""
+    return [
+        (
+            "!variables.newControllerOwner || variables.byController",
+            "only a trusted controller may create a job with a controller ownerReference, or add or change one: "
+            "Kueue leaves a job whose owner it manages unsuspended and uncounted, so it would run outside the "
+            "team's quota; submit the job on its own (it is queued) or through its operator",
+        )
+    ]
+
+
+def job_owner_policy_spec(
+    namespace_selector: Mapping[str, Any], controller_namespaces: Sequence[str], frameworks: Sequence[str]
+) -> k8s.admissionregistration.v1.ValidatingAdmissionPolicySpecArgs:
+    """The policy over creates and updates of every job kind Kueue manages (`frameworks`, "<group>/<kind>") in the
+    namespaces the selector picks. A rule may name a resource whose CRD is not installed: it then matches nothing."""
+    admission = k8s.admissionregistration.v1
+    return admission.ValidatingAdmissionPolicySpecArgs(
+        failure_policy="Fail",  # fail closed
+        match_constraints=admission.MatchResourcesArgs(
+            namespace_selector=_selector_args(namespace_selector),
+            resource_rules=[
+                admission.NamedRuleWithOperationsArgs(
+                    api_groups=[group], api_versions=["*"], operations=["CREATE", "UPDATE"], resources=[resource]
+                )
+                for group, resource in framework_resources(frameworks)
+            ],
+        ),
+        variables=[
+            admission.VariableArgs(name=name, expression=expression)
+            for name, expression in job_owner_variables(controller_namespaces).items()
+        ],
+        validations=[
+            admission.ValidationArgs(expression=expression, message=message, reason="Forbidden")
+            for expression, message in job_owner_validations()
+        ],
     )
 
 

@@ -39,6 +39,16 @@ KUEUE_POD_FRAMEWORKS = ("pod", "deployment", "statefulset", "leaderworkerset.x-k
 ADMISSION_GATE = "kueue.x-k8s.io/admission"  # the scheduling gate Kueue's pod webhook adds (pod/constants)
 
 
+def framework_resources(frameworks: Sequence[str] = KUEUE_FRAMEWORKS) -> list[tuple[str, str]]:
+    """(API group, resource) of job kinds as Kueue names them: "batch/job" -> ("batch", "jobs"); each of ours
+    forms its plural with an "s" (pytorchjobs, rayclusters, trainjobs: the operators' CRDs)."""
+    out = []
+    for framework in frameworks:
+        group, kind = framework.rsplit("/", 1)
+        out.append((group, f"{kind}s"))
+    return out
+
+
 def system_namespaces() -> tuple[str, ...]:
     """Namespaces Kueue must never manage, whatever their labels: the cluster's own and every add-on's."""
     return tuple(sorted(RESERVED_NAMESPACES | {spec.namespace for spec in pinned.load_addons().values()}))
