@@ -436,11 +436,10 @@ class Platform(pulumi.ComponentResource):
     def _queues(
         self, release: k8s.helm.v3.Release, namespaces: Mapping[str, k8s.core.v1.Namespace]
     ) -> dict[str, k8s.apiextensions.CustomResource]:
-        """Flavors, the cohort and every team's ClusterQueue and LocalQueue; the ClusterQueues by team."""
+        """Flavors, the cohort and every team's ClusterQueue and LocalQueue; the ClusterQueues by team. A region
+        without GPU capacity still queues its teams' pods (kueue_chart.NO_GPU_FLAVOR says why)."""
         args, quotas = self._args, self._args.quotas
         queues: dict[str, k8s.apiextensions.CustomResource] = {}
-        if not quotas.flavors:
-            return queues  # no GPU capacity in this region: nothing to queue for
         flavors = []
         for flavor in quotas.flavors:
             source = args.pools[flavor.source_name] if flavor.source == "pool" else args.sites[flavor.source_name]
@@ -454,14 +453,17 @@ class Platform(pulumi.ComponentResource):
                     [release],
                 )
             )
-        cohort = self._custom("cohort", "Cohort", kueue.COHORT, kueue_chart.cohort_spec(quotas), flavors)
+        if flavors:
+            above = [self._custom("cohort", "Cohort", kueue.COHORT, kueue_chart.cohort_spec(quotas), flavors)]
+        else:
+            above = [self._custom("flavor-no-gpus", "ResourceFlavor", kueue_chart.NO_GPU_FLAVOR, {}, [release])]
         for team, view in args.teams.items():
             queue = self._custom(
                 f"queue-{team}",
                 "ClusterQueue",
                 team,
                 kueue_chart.cluster_queue_spec(team, view.namespace, quotas),
-                [cohort],
+                above,
             )
             queues[team] = queue
             self._custom(

@@ -14,6 +14,12 @@ from dlinfra.model.fleet.schema import RESERVED_NAMESPACES
 
 TEAM_LABEL = "dlinfra.io/team"  # on team namespaces: Kueue manages every job in them (kueue_manager_config)
 LOCAL_QUEUE = "default"  # Kueue sends jobs without a queue-name label to the LocalQueue named "default"
+# The flavor of a region without GPU capacity: no nodes, zero GPUs. Its teams' queues must exist all the same: with
+# manageJobsWithoutQueueName and the pod integration, Kueue gates every pod of a team namespace, and one whose
+# workload finds no LocalQueue is never admitted (Kueue v0.19.2 pkg/controller/jobs/pod/pod_webhook.go). A
+# ClusterQueue needs a resource group to cover nvidia.com/gpu at all (each group has one flavor at least: the CRD's
+# minItems), and with quotaCheckStrategy IgnoreUndeclared the CPU-only pods it admits need nothing else.
+NO_GPU_FLAVOR = "no-gpus"
 KUEUE_API = "kueue.x-k8s.io/v1beta2"  # the storage version of the pinned Kueue; v1beta1 is deprecated there
 
 # The job kinds Kueue manages (its integrations), as "<API group>/<kind in lower case>"; MultiKueue workers grant
@@ -129,7 +135,14 @@ def gpu_group(quotas: Mapping[str, tuple[int, int | None]]) -> dict[str, Any]:
 
 
 def cluster_queue_spec(team: str, namespace: str, quotas: kueue.RegionQuotas) -> dict[str, Any]:
-    """A team's ClusterQueue: its nominal GPUs per flavor, borrowing up to each flavor's size, reclaim by preemption."""
+    """A team's ClusterQueue: its nominal GPUs per flavor, borrowing up to each flavor's size, reclaim by preemption.
+    In a region without GPU capacity: zero GPUs of NO_GPU_FLAVOR, no cohort (nothing to lend or borrow)."""
+    if not quotas.flavors:
+        return {
+            "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": namespace}},
+            "queueingStrategy": "BestEffortFIFO",
+            "resourceGroups": [gpu_group({NO_GPU_FLAVOR: (0, None)})],
+        }
     group = gpu_group(
         {f.name: (quotas.nominal[team][f.name], f.gpus - quotas.nominal[team][f.name]) for f in quotas.flavors}
     )

@@ -429,3 +429,45 @@ def gpu_pods_queued(resources: Sequence[Resource], ctx: Context) -> list[Violati
             )
         )
     return out
+
+
+LOCAL_QUEUE = "default"  # components/charts/kueue.py LOCAL_QUEUE: where Kueue sends what names no queue
+
+
+def team_namespaces_have_local_queue(resources: Sequence[Resource], ctx: Context) -> list[Violation]:
+    """Every team namespace has the LocalQueue `default`, feeding a ClusterQueue of the same stack.
+
+    Kueue manages every pod and job of a team namespace (manageJobsWithoutQueueName, with the pod integration:
+    Kueue v0.19.2 pkg/controller/jobs/pod/pod_webhook.go gates each pod), and sends what names no queue to the
+    namespace's LocalQueue `default` (Kueue docs "Setup default LocalQueue"). Without it, or without the ClusterQueue
+    it names, their workloads are never admitted, so every pod there, CPU-only ones included, waits forever: a region
+    without GPU capacity still needs its teams' queues.
+    """
+    cluster_queues = set(_kueue_named(resources, "ClusterQueue"))
+    local_queues: dict[str, str] = {}
+    for r in resources:
+        if r.type != f"{KUEUE_CUSTOM}LocalQueue":
+            continue
+        metadata = as_object(r.inputs.get("metadata"))
+        if metadata.get("name") == LOCAL_QUEUE:
+            local_queues[str(metadata.get("namespace"))] = str(as_object(r.inputs.get("spec")).get("clusterQueue"))
+    out = []
+    for namespace in _team_namespaces(resources):
+        name = str(as_object(namespace.inputs.get("metadata")).get("name"))
+        if name not in local_queues:
+            out.append(
+                Violation(
+                    namespace.urn,
+                    f"team namespace {name}: no LocalQueue {LOCAL_QUEUE!r}, so Kueue admits none of its pods and jobs "
+                    "(even CPU-only ones wait behind its gate forever); declare one, feeding the team's ClusterQueue",
+                )
+            )
+        elif local_queues[name] not in cluster_queues:
+            out.append(
+                Violation(
+                    namespace.urn,
+                    f"team namespace {name}: its LocalQueue {LOCAL_QUEUE!r} feeds ClusterQueue "
+                    f"{local_queues[name]!r}, which this stack does not declare: nothing there is admitted",
+                )
+            )
+    return out

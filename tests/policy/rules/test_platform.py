@@ -21,6 +21,7 @@ from policy.dlinfra_policy.rules.platform import (
     drain_taints_not_tolerated,
     gpu_pods_queued,
     multikueue_wired,
+    team_namespaces_have_local_queue,
     team_namespaces_pod_security,
     team_namespaces_volume_policy,
     tolerates,
@@ -42,6 +43,15 @@ VOLUME_POLICY = res(VAP, "vap")(
         "validations": [{"expression": "object.spec.volumes.all(v, !has(v.nfs))"}],
     },
 )  # fmt: skip
+
+
+CLUSTER_QUEUE_A = res(f"{KUEUE_CUSTOM}ClusterQueue", "cq")(metadata={"name": "a"}, spec={"resourceGroups": []})
+
+
+def local_queue(namespace: str, cluster_queue: str = "a") -> Resource:
+    return res(f"{KUEUE_CUSTOM}LocalQueue", f"lq-{namespace}")(
+        metadata={"name": "default", "namespace": namespace}, spec={"clusterQueue": cluster_queue}
+    )
 
 
 def binding(actions: list[str], selector: dict[str, object] | None = None, policy: str = "team-volumes") -> Resource:
@@ -191,7 +201,23 @@ CASES: dict[str, tuple[list[Resource], list[Resource]]] = {
         [TEAM_A, VOLUME_POLICY, binding(["Deny"])],
         [TEAM_A, VOLUME_POLICY, binding(["Audit"])],
     ),
+    "team-namespaces-have-local-queue": (
+        [TEAM_A, CLUSTER_QUEUE_A, local_queue("team-a"), res(K8S_NAMESPACE, "kube-system")(metadata={"name": "x"})],
+        [TEAM_A, CLUSTER_QUEUE_A, local_queue("team-b")],
+    ),
 }
+
+
+def test_a_local_queue_must_feed_a_declared_cluster_queue() -> None:
+    assert team_namespaces_have_local_queue([TEAM_A, CLUSTER_QUEUE_A, local_queue("team-a")], CTX) == []
+    (missing,) = team_namespaces_have_local_queue([TEAM_A, CLUSTER_QUEUE_A], CTX)
+    assert "team namespace team-a: no LocalQueue 'default'" in missing.message
+    (dangling,) = team_namespaces_have_local_queue([TEAM_A, local_queue("team-a")], CTX)
+    assert "feeds ClusterQueue 'a', which this stack does not declare" in dangling.message
+    other_name = res(f"{KUEUE_CUSTOM}LocalQueue", "lq2")(
+        metadata={"name": "overflow", "namespace": "team-a"}, spec={"clusterQueue": "a"}
+    )
+    assert len(team_namespaces_have_local_queue([TEAM_A, CLUSTER_QUEUE_A, other_name], CTX)) == 1
 
 
 test_rule_passes_good_resources, test_rule_flags_bad_resources = pass_and_fail(CASES)
