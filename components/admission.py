@@ -25,7 +25,11 @@ def declare(
     selector = kueue_chart.team_namespace_selector()
     admission = k8s.admissionregistration.v1
     for key, policy_name, spec in (
-        ("gpu-admission", gpu_admission.POLICY_NAME, gpu_admission.policy_spec(selector, controller_namespaces)),
+        (
+            "gpu-admission",
+            gpu_admission.POLICY_NAME,
+            gpu_admission.policy_spec(selector, controller_namespaces, frameworks),
+        ),
         (
             "job-owners",
             gpu_admission.JOB_OWNERS_POLICY_NAME,

@@ -35,7 +35,7 @@ from components.charts import (
 from components.charts import kueue as kueue_chart
 from components.charts.nodes import SITE_LABEL, Taint
 from components.crd_wait import CrdWait
-from dlinfra.model import hybrid_routing, kueue, team_storage
+from dlinfra.model import hybrid_routing, job_operators, kueue, team_storage
 from dlinfra.model.fleet.schema import RESERVED_NAMESPACES
 from dlinfra.model.naming import Names
 
@@ -136,8 +136,12 @@ class PlatformArgs:
     # This cluster's kubeconfig, as its provider has it: waits for the CRDs Cilium's operator registers (CrdWait).
     # Required where sites are homed.
     kubeconfig: pulumi.Input[str] | None = None
+    # Job operators the lab installed, name -> namespace (fleet kubernetes.job_operators): Kueue queues their kinds,
+    # the admission policies trust their service accounts. Empty: batch Jobs only.
+    job_operators: Mapping[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
+        job_operators.frameworks(self.job_operators)  # refuses an unknown operator
         try:
             ipaddress.IPv4Address(self.kube_dns_ip)
         except ValueError:
@@ -233,15 +237,16 @@ class Platform(pulumi.ComponentResource):
         )
         # Every node, cloud and hybrid: kubelets list its address first (dlinfra.model.dns.node_dns_servers).
         self._release("node-local-dns", node_local_dns.node_local_dns_values(args.kube_dns_ip))
-        kueue_release = self._release("kueue", kueue_chart.kueue_values())
+        self._frameworks = job_operators.frameworks(args.job_operators)
+        kueue_release = self._release("kueue", kueue_chart.kueue_values(self._frameworks))
         namespaces = self._teams()
-        # No GPU pod in a team namespace starts without Kueue's admission, and no job hides under another's.
+        # No GPU pod in a team namespace starts without Kueue's admission, and no job hides under another's. Trusted
+        # controllers: the cluster's, the add-ons' and the job operators the fleet names.
+        addons = {pinned.SYSTEM_NAMESPACE} | {s.namespace for s in pinned.load_addons().values()}
         admission.declare(
             name,
-            controller_namespaces=sorted(
-                {pinned.SYSTEM_NAMESPACE} | {s.namespace for s in pinned.load_addons().values()}
-            ),
-            frameworks=kueue_chart.KUEUE_FRAMEWORKS,
+            controller_namespaces=sorted(addons | set(args.job_operators.values())),
+            frameworks=self._frameworks,
             opts=self._k8s,
             meta=self._meta,
         )
@@ -558,8 +563,8 @@ class Platform(pulumi.ComponentResource):
         )
         roles = {}
         for key, role_name, rules in (
-            ("read", multikueue.MULTIKUEUE_READ_ROLE, multikueue.multikueue_read_rules()),
-            ("write", multikueue.MULTIKUEUE_WRITE_ROLE, multikueue.multikueue_write_rules()),
+            ("read", multikueue.MULTIKUEUE_READ_ROLE, multikueue.multikueue_read_rules(self._frameworks)),
+            ("write", multikueue.MULTIKUEUE_WRITE_ROLE, multikueue.multikueue_write_rules(self._frameworks)),
         ):
             roles[key] = k8s.rbac.v1.ClusterRole(
                 f"{self._name}-multikueue-{key}",

@@ -11,11 +11,12 @@ bypassed Kueue (its scopes are priority class, QoS and termination, never schedu
 
 A GPU pod in a team namespace is admitted when
 - it carries Kueue's scheduling gate: Kueue removes it only when the pod's workload is admitted, or
-- a controller of the cluster or of an add-on made it for the job kind that owns it, and Kueue holds that job
-  suspended until admitted (batch Jobs, RayClusters, Kubeflow jobs): their controllers make pods only for a running
-  job. A person cannot pass for such a controller: EKS access entries refuse user names starting with "system:"
-  (EKS user guide, "Create access entries"), and the `edit` role lets a team impersonate only its own namespace's
-  service accounts.
+- a controller of the cluster, of an add-on, or of a job operator the fleet names (dlinfra.model.job_operators)
+  made it for a job kind Kueue manages, and Kueue holds that job suspended until admitted (batch Jobs, and the
+  JobSet, Kubeflow and Ray kinds of named operators only): their controllers make pods only for a running job.
+  A person cannot pass for such a controller: EKS access entries refuse user names starting with "system:" (EKS
+  user guide, "Create access entries"), and the `edit` role lets a team impersonate only its own namespace's
+  service accounts (and validate refuses an operator in a team's namespace).
 Only Kueue's controller may remove the gate afterwards. And a pod Kueue queues as a pod may not name the `overflow`
 queue: MultiKueue workers grant the manager the job kinds only (components/charts/multikueue.py), so such a pod
 would hold the team's overflow quota without ever running.
@@ -37,7 +38,7 @@ from typing import Any
 
 import pulumi_kubernetes as k8s
 
-from components.charts.kueue import ADMISSION_GATE, KUEUE_FRAMEWORKS, framework_resources
+from components.charts.kueue import ADMISSION_GATE, framework_resources
 from dlinfra.model.kueue import OVERFLOW_QUEUE
 
 POLICY_NAME = "dlinfra-gpu-pods-through-kueue"
@@ -51,7 +52,7 @@ KUEUE_CONTROLLER = "system:serviceaccount:kueue-system:kueue-controller-manager"
 # (--use-service-account-credentials); EKS runs each controller as kube-system:<controller>.
 CONTROLLER_MANAGER = "system:kube-controller-manager"
 
-# For each job kind Kueue manages (KUEUE_FRAMEWORKS): the controller object its pods belong to, as
+# For each job kind Kueue may manage (dlinfra.model.job_operators): the controller object its pods belong to, as
 # (API group, kind). JobSets and TrainJobs run their pods through batch Jobs, RayJobs through a RayCluster.
 POD_OWNERS: Mapping[str, tuple[str, str]] = {
     "batch/job": ("batch", "Job"),
@@ -97,10 +98,11 @@ def _by_controller(controller_namespaces: Sequence[str]) -> str:
     )
 
 
-def variables(controller_namespaces: Sequence[str]) -> dict[str, str]:
+def variables(controller_namespaces: Sequence[str], frameworks: Sequence[str]) -> dict[str, str]:
     """The policy's named CEL expressions, in order (each may use those before it)."""
     owners = " || ".join(
-        f"(o.apiVersion.startsWith('{group}/') && o.kind == '{kind}')" for group, kind in sorted(set(pod_owners()))
+        f"(o.apiVersion.startsWith('{group}/') && o.kind == '{kind}')"
+        for group, kind in sorted(set(pod_owners(frameworks)))
     )
     return {
         "gated": _gated("object"),
@@ -120,13 +122,14 @@ def validations() -> list[tuple[str, str]]:
             "request.operation != 'CREATE' || variables.gated || (variables.byController && variables.forQueuedJob)",
             "a pod that requests GPUs in a team namespace must be admitted by Kueue: it has no "
             f"{ADMISSION_GATE} scheduling gate and was not made by a controller for a job Kueue manages; "
-            "submit it as a Job or JobSet, or as a Pod, Deployment or StatefulSet that Kueue queues",
+            "submit it as a Job (or a kind of a job operator the fleet names), or as a Pod, Deployment or StatefulSet "
+            "that Kueue queues",
         ),
         (
             f"request.operation != 'CREATE' || !variables.gated || !has(object.metadata.labels) || "
             f"!('{QUEUE_LABEL}' in object.metadata.labels) || "
             f"object.metadata.labels['{QUEUE_LABEL}'] != '{OVERFLOW_QUEUE}'",
-            f"the {OVERFLOW_QUEUE} queue takes jobs (batch Jobs, JobSets, Kubeflow and Ray jobs), not Pods, "
+            f"the {OVERFLOW_QUEUE} queue takes jobs (batch Jobs and the kinds of named job operators), not Pods, "
             "Deployments or StatefulSets: other regions run none of those for this one; use the default queue",
         ),
         (
@@ -137,16 +140,16 @@ def validations() -> list[tuple[str, str]]:
     ]
 
 
-def pod_owners() -> list[tuple[str, str]]:
+def pod_owners(frameworks: Sequence[str]) -> list[tuple[str, str]]:
     """The controllers whose ungated GPU pods are trusted: one per job kind Kueue manages."""
-    missing = [f for f in KUEUE_FRAMEWORKS if f not in POD_OWNERS]
+    missing = [f for f in frameworks if f not in POD_OWNERS]
     if missing:
         raise ValueError(f"POD_OWNERS: no pod owner for Kueue frameworks {missing}")
-    return [POD_OWNERS[f] for f in KUEUE_FRAMEWORKS]
+    return [POD_OWNERS[f] for f in frameworks]
 
 
 def policy_spec(
-    namespace_selector: Mapping[str, Any], controller_namespaces: Sequence[str]
+    namespace_selector: Mapping[str, Any], controller_namespaces: Sequence[str], frameworks: Sequence[str]
 ) -> k8s.admissionregistration.v1.ValidatingAdmissionPolicySpecArgs:
     """The policy over pod creates and updates in the namespaces the selector picks (the team namespaces)."""
     admission = k8s.admissionregistration.v1
@@ -164,7 +167,7 @@ def policy_spec(
         match_conditions=[admission.MatchConditionArgs(name="requests-gpus", expression=match_condition())],
         variables=[
             admission.VariableArgs(name=name, expression=expression)
-            for name, expression in variables(controller_namespaces).items()
+            for name, expression in variables(controller_namespaces, frameworks).items()
         ],
         validations=[
             admission.ValidationArgs(expression=expression, message=message, reason="Forbidden")

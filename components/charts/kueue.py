@@ -22,17 +22,9 @@ LOCAL_QUEUE = "default"  # Kueue sends jobs without a queue-name label to the Lo
 NO_GPU_FLAVOR = "no-gpus"
 KUEUE_API = "kueue.x-k8s.io/v1beta2"  # the storage version of the pinned Kueue; v1beta1 is deprecated there
 
-# The job kinds Kueue manages (its integrations), as "<API group>/<kind in lower case>"; MultiKueue workers grant
-# the manager these and nothing else.
-KUEUE_FRAMEWORKS = (
-    "batch/job",
-    "jobset.x-k8s.io/jobset",
-    "kubeflow.org/pytorchjob",
-    "kubeflow.org/mpijob",
-    "trainer.kubeflow.org/trainjob",
-    "ray.io/rayjob",
-    "ray.io/raycluster",
-)
+# The job kinds Kueue manages (its integrations) are batch Jobs plus those of the job operators the fleet names
+# (dlinfra.model.job_operators.frameworks: environments.<env>.kubernetes.job_operators), as "<API group>/<kind in
+# lower case>"; MultiKueue workers grant the manager these and nothing else.
 # Kueue's pod-based integrations (Kueue v0.19.2 apis/config/v1beta2 Integrations.Frameworks; docs "Run Plain Pods",
 # "Run A Deployment", "Run A StatefulSet"). The frameworks list replaces Kueue's defaults, so without these a bare
 # Pod, Deployment or StatefulSet in a team namespace is never queued and no quota holds it. With them Kueue's pod
@@ -45,7 +37,7 @@ KUEUE_POD_FRAMEWORKS = ("pod", "deployment", "statefulset", "leaderworkerset.x-k
 ADMISSION_GATE = "kueue.x-k8s.io/admission"  # the scheduling gate Kueue's pod webhook adds (pod/constants)
 
 
-def framework_resources(frameworks: Sequence[str] = KUEUE_FRAMEWORKS) -> list[tuple[str, str]]:
+def framework_resources(frameworks: Sequence[str]) -> list[tuple[str, str]]:
     """(API group, resource) of job kinds as Kueue names them: "batch/job" -> ("batch", "jobs"); each of ours
     forms its plural with an "s" (pytorchjobs, rayclusters, trainjobs: the operators' CRDs)."""
     out = []
@@ -72,8 +64,9 @@ def team_namespace_selector() -> dict[str, Any]:
     }
 
 
-def kueue_manager_config() -> dict[str, Any]:
-    """Kueue's controller configuration (config.kueue.x-k8s.io/v1beta2), replacing the chart's default."""
+def kueue_manager_config(frameworks: Sequence[str]) -> dict[str, Any]:
+    """Kueue's controller configuration (config.kueue.x-k8s.io/v1beta2), replacing the chart's default; `frameworks`:
+    the job kinds it manages (dlinfra.model.job_operators.frameworks), before the pod-based ones."""
     return {
         "apiVersion": "config.kueue.x-k8s.io/v1beta2",
         "kind": "Configuration",
@@ -98,15 +91,16 @@ def kueue_manager_config() -> dict[str, Any]:
             "blockAdmission": False,
             "requeuingStrategy": {"timestamp": "Eviction", "backoffBaseSeconds": 60, "backoffMaxSeconds": 3600},
         },
-        "integrations": {"frameworks": [*KUEUE_FRAMEWORKS, *KUEUE_POD_FRAMEWORKS]},
+        "integrations": {"frameworks": [*frameworks, *KUEUE_POD_FRAMEWORKS]},
     }
 
 
-def kueue_values() -> dict[str, Any]:
+def kueue_values(frameworks: Sequence[str]) -> dict[str, Any]:
     """Kueue: two replicas (its admission webhooks fail closed), our manager configuration."""
+    config = kueue_manager_config(frameworks)
     return {
         "controllerManager": {"replicas": 2, "podDisruptionBudget": {"enabled": True, "minAvailable": 1}},
-        "managerConfig": {"controllerManagerConfigYaml": yaml.safe_dump(kueue_manager_config(), sort_keys=False)},
+        "managerConfig": {"controllerManagerConfigYaml": yaml.safe_dump(config, sort_keys=False)},
     }
 
 

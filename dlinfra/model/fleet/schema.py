@@ -11,6 +11,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, Field, field_validator, model_validator
 
+from dlinfra.model import job_operators
 from dlinfra.model.fleet.base import Name, Strict
 from dlinfra.model.fleet.labels import (
     label_value_problem,
@@ -31,6 +32,9 @@ _CGW_ASN_MAX = 2147483647
 _ACTIVATION_LIMIT = 1000
 # Namespaces the cluster and its add-ons own; a team namespace there would share them.
 RESERVED_NAMESPACES = frozenset({"default", "kube-system", "kube-public", "kube-node-lease", "kueue-system"})
+# Namespaces that hold no controller of their own (Kubernetes docs "Namespaces": the initial namespaces).
+_SHARED_NAMESPACES = frozenset({"default", "kube-public", "kube-node-lease"})
+_NAMESPACE = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
 
 
 def is_rfc1918(net: ipaddress.IPv4Network) -> bool:
@@ -85,6 +89,11 @@ class KubernetesSpec(Strict):
     upgrade_policy: Literal["standard", "extended"] | None = None
     admin_role_arns: tuple[str, ...] = ()  # IAM roles given cluster-admin access entries
     public_access_cidrs: tuple[ipaddress.IPv4Network, ...] = ()  # empty: private endpoint only
+    # Job operators the lab installs itself (dlinfra.model.job_operators: jobset, kubeflow-trainer, kuberay, ...),
+    # each with the namespace its controller runs in: Kueue queues their job kinds, and the admission policies trust
+    # pods and child jobs made by service accounts of those namespaces. Empty: batch Jobs (and queued Pods,
+    # Deployments, StatefulSets) only.
+    job_operators: Mapping[str, str] = Field(default_factory=dict)
 
     @field_validator("admin_role_arns")
     @classmethod
@@ -93,6 +102,25 @@ class KubernetesSpec(Strict):
             if not re.fullmatch(r"arn:aws[a-z-]*:iam::\d{12}:role/[\w+=,.@/-]{1,512}", arn):
                 raise ValueError(f"{arn!r} is not an IAM role ARN (arn:aws:iam::<12 digits>:role/<name>)")
         return tuple(sorted(v))  # order in the file changes nothing declared
+
+    @field_validator("job_operators")
+    @classmethod
+    def _operators(cls, v: Mapping[str, str]) -> Mapping[str, str]:
+        for name, namespace in v.items():
+            operator = job_operators.OPERATORS.get(name)
+            if operator is None:
+                raise ValueError(f"unknown job operator {name!r}; known: {', '.join(job_operators.OPERATORS)}")
+            if not _NAMESPACE.fullmatch(namespace):
+                raise ValueError(f"{name}: {namespace!r} is not a namespace name (a DNS label: RFC 1123)")
+            if namespace in _SHARED_NAMESPACES:
+                raise ValueError(
+                    f"{name}: {namespace!r} is no operator's own namespace; every service account there would be "
+                    "trusted to make GPU pods outside the queues"
+                )
+            missing = [r for r in operator.requires if r not in v]
+            if missing:
+                raise ValueError(f"{name} creates the kinds of {', '.join(missing)}: name that operator too")
+        return dict(sorted(v.items()))  # order in the file changes nothing declared
 
     @field_validator("public_access_cidrs")
     @classmethod

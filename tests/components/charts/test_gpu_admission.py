@@ -12,7 +12,7 @@ import celpy
 import pytest
 
 from components.charts import gpu_admission
-from components.charts.kueue import KUEUE_FRAMEWORKS
+from dlinfra.model import job_operators
 from tests.components._platform import Stack
 
 POLICY = "kubernetes:admissionregistration.k8s.io/v1:ValidatingAdmissionPolicy"
@@ -88,8 +88,10 @@ def policy(stacks: dict[str, Stack]) -> dict[str, Any]:
         ("CPU pod", TEAM_USER, _pod(None), True),
         ("GPU init container", TEAM_USER, _pod(init=True), False),
         ("pod of an admitted batch Job", JOB_CONTROLLER, _pod(owner=("batch/v1", "Job")), True),
+        # No job operator is named in the reference fleet, so Kueue queues no RayCluster: its pods are not trusted,
+        # even from a trusted namespace (test_named_operators_kinds_are_queued_and_their_controllers_trusted).
         ("pod of a RayCluster", "system:serviceaccount:kube-system:kuberay", _pod(owner=("ray.io/v1", "RayCluster")),
-         True),
+         False),
         # A person names a Job as owner: Kueue's pod webhook leaves it ungated, the policy does not.
         ("bare pod claiming a Job owner", TEAM_USER, _pod(owner=("batch/v1", "Job")), False),
         ("team service account claiming a Job owner", "system:serviceaccount:team-vision:runner",
@@ -165,9 +167,9 @@ def test_policy_binds_in_team_namespaces_only(stacks: dict[str, Stack], policy: 
 
 
 def test_every_kueue_job_kind_names_its_pods_owner() -> None:
-    assert set(gpu_admission.POD_OWNERS) == set(KUEUE_FRAMEWORKS)
+    assert set(gpu_admission.POD_OWNERS) == set(job_operators.all_frameworks())
     with pytest.raises(ValueError, match="controller_namespaces"):
-        gpu_admission.variables([])
+        gpu_admission.variables([], ("batch/job",))
 
 
 # --- who may make a job another job's child -----------------------------------------------------------------------
@@ -283,7 +285,7 @@ def test_job_owner_policy_covers_every_kueue_job_kind_in_team_namespaces(
     assert all(r["operations"] == ["CREATE", "UPDATE"] and r["apiVersions"] == ["*"] for r in rules)
     covered = {(group, resource) for r in rules for group in r["apiGroups"] for resource in r["resources"]}
     assert ("batch", "jobs") in covered
-    assert covered == {(f.rsplit("/", 1)[0], f.rsplit("/", 1)[1] + "s") for f in KUEUE_FRAMEWORKS}
+    assert covered == {("batch", "jobs")}  # the reference fleet names no job operator: Kueue manages batch Jobs
     selector = spec["matchConstraints"]["namespaceSelector"]
     assert _selects(selector, {"kubernetes.io/metadata.name": "team-vision", "dlinfra.io/team": "vision"})
     assert not _selects(selector, {"kubernetes.io/metadata.name": "kube-system", "dlinfra.io/team": "x"})
@@ -294,3 +296,65 @@ def test_job_owner_policy_covers_every_kueue_job_kind_in_team_namespaces(
     ]
     assert binding.inputs["spec"] == {"policyName": gpu_admission.JOB_OWNERS_POLICY_NAME, "validationActions": ["Deny"]}
     assert stacks["prod-us-west-2"].by_name["platform-job-owners"].urn in binding.dependencies
+
+
+# --- job operators the fleet names: Kueue queues their kinds, the policies trust their namespaces -----------------
+KUBERAY = "system:serviceaccount:ray-system:kuberay-operator"
+JOBSET = "system:serviceaccount:jobset-system:jobset-controller-manager"
+
+
+@pytest.fixture(scope="module")
+def with_operators(tmp_path_factory: pytest.TempPathFactory) -> Stack:
+    """prod-eu-west-1 with JobSet and KubeRay installed by the lab (kubernetes.job_operators)."""
+    import shutil
+
+    import yaml
+
+    from dlinfra.model import stackroles
+    from dlinfra.model.fleet.load import load_fleet
+    from dlinfra.offline import engine
+    from tests.conftest import REFERENCE_FLEET, REFERENCE_LOCK, ROOT
+
+    tmp = tmp_path_factory.mktemp("operators")
+    data = yaml.safe_load(REFERENCE_FLEET.read_text())
+    data["environments"]["prod"]["kubernetes"]["job_operators"] = {"kuberay": "ray-system", "jobset": "jobset-system"}
+    path = tmp / "fleet.yaml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    shutil.copy(REFERENCE_LOCK, tmp / "cidr-lock.yaml")
+    config = {"dlinfra:fleet": str(path), "dlinfra:lock": str(tmp / "cidr-lock.yaml")}
+    fleet = load_fleet(path).fleet
+    roles = [r for r in stackroles.roles(fleet) if r.name in ("prod-eu-west-1", "prod-eu-west-1-k8s")]
+    results = {r.role.name: r for r in engine.run_all(ROOT, roles, project="dlinfra", config=config)}
+    return Stack(results["prod-eu-west-1"], results["prod-eu-west-1-k8s"])
+
+
+def _declared(stack: Stack, name: str) -> dict[str, Any]:
+    (declared,) = [p for p in stack.of_type(POLICY) if p.inputs["metadata"]["name"] == name]
+    return dict(declared.inputs)
+
+
+def test_named_operators_kinds_are_queued_and_their_controllers_trusted(with_operators: Stack) -> None:
+    import yaml
+
+    config = yaml.safe_load(with_operators.release("kueue")["values"]["managerConfig"]["controllerManagerConfigYaml"])
+    assert config["integrations"]["frameworks"][:4] == [
+        "batch/job", "jobset.x-k8s.io/jobset", "ray.io/rayjob", "ray.io/raycluster"
+    ]  # fmt: skip
+    pods = _declared(with_operators, gpu_admission.POLICY_NAME)
+    ray_pod = _pod(owner=("ray.io/v1", "RayCluster"))
+    assert _review(pods, _create(KUBERAY), ray_pod) == []  # KubeRay makes a RayCluster's pods
+    assert _review(pods, _create(TEAM_USER), ray_pod) != []
+    jobs = _declared(with_operators, gpu_admission.JOB_OWNERS_POLICY_NAME)
+    rules = jobs["spec"]["matchConstraints"]["resourceRules"]
+    covered = {(group, resource) for r in rules for group in r["apiGroups"] for resource in r["resources"]}
+    assert covered == {("batch", "jobs"), ("jobset.x-k8s.io", "jobsets"), ("ray.io", "rayjobs"),
+                       ("ray.io", "rayclusters")}  # fmt: skip
+    child = _job("worker", _owner("jobset.x-k8s.io/v1alpha2", "JobSet", "train"), gpus=8)
+    assert _review(jobs, _create(JOBSET), child) == []  # the JobSet controller makes a JobSet's Jobs
+    assert _review(jobs, _create(TEAM_USER), child) != []
+
+
+def test_an_operator_the_fleet_does_not_name_is_not_trusted(stacks: dict[str, Stack]) -> None:
+    """Reference fleet: no operator named, so a KubeRay installed by hand in ray-system makes no GPU pod."""
+    pods = _declared(stacks["prod-eu-west-1"], gpu_admission.POLICY_NAME)
+    assert _review(pods, _create(KUBERAY), _pod(owner=("ray.io/v1", "RayCluster"))) != []
