@@ -18,7 +18,8 @@ LOCAL_QUEUE = "default"  # Kueue sends jobs without a queue-name label to the Lo
 # manageJobsWithoutQueueName and the pod integration, Kueue gates every pod of a team namespace, and one whose
 # workload finds no LocalQueue is never admitted (Kueue v0.19.2 pkg/controller/jobs/pod/pod_webhook.go). A
 # ClusterQueue needs a resource group to cover nvidia.com/gpu at all (each group has one flavor at least: the CRD's
-# minItems), and with quotaCheckStrategy IgnoreUndeclared the CPU-only pods it admits need nothing else.
+# minItems), and with quotaCheckStrategy IgnoreUndeclared (the QuotaCheckStrategy feature, Beta and on by default
+# since Kueue v0.19.0: its release notes) the CPU-only pods it admits need nothing else.
 NO_GPU_FLAVOR = "no-gpus"
 KUEUE_API = "kueue.x-k8s.io/v1beta2"  # the storage version of the pinned Kueue; v1beta1 is deprecated there
 
