@@ -9,6 +9,10 @@ quick retries (pulumi/pulumi-kubernetes issue 1446). Objects that depend on a Cr
 
 A Pulumi dynamic resource: its provider runs in the deployment (never in a preview, which calls no create) and
 reads the cluster with the kubernetes client through the same kubeconfig the stack's Kubernetes provider uses.
+Pulumi pickles the provider by reference (`components.crd_wait.CrdWaitProvider`: pulumi/dynamic/dynamic.py
+serialize_provider, dill) and unpickles it in `python -m pulumi.dynamic`, started from the project's venv in stacks/
+(Pulumi.yaml main), where the project root is not on sys.path: every venv that runs pulumi has the project installed
+(`pip install --no-deps -e .`: .ci/setup and the workflows; tests/test_workflows.py).
 """
 
 from __future__ import annotations

@@ -21,12 +21,11 @@ from typing import Literal
 import pulumi
 import pulumi_kubernetes as k8s
 
-from components import team_volumes
+from components import admission, team_volumes
 from components.charts import (
     autoscaler,
     cilium,
     efa,
-    gpu_admission,
     multikueue,
     node_local_dns,
     nvidia,
@@ -36,7 +35,7 @@ from components.charts import (
 from components.charts import kueue as kueue_chart
 from components.charts.nodes import SITE_LABEL, Taint
 from components.crd_wait import CrdWait
-from dlinfra.model import hybrid_routing, kueue, team_storage
+from dlinfra.model import hybrid_routing, job_operators, kueue, team_storage
 from dlinfra.model.fleet.schema import RESERVED_NAMESPACES
 from dlinfra.model.naming import Names
 
@@ -137,8 +136,12 @@ class PlatformArgs:
     # This cluster's kubeconfig, as its provider has it: waits for the CRDs Cilium's operator registers (CrdWait).
     # Required where sites are homed.
     kubeconfig: pulumi.Input[str] | None = None
+    # Job operators the lab installed, name -> namespace (fleet kubernetes.job_operators): Kueue queues their kinds,
+    # the admission policies trust their service accounts. Empty: batch Jobs only.
+    job_operators: Mapping[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
+        job_operators.frameworks(self.job_operators)  # refuses an unknown operator
         try:
             ipaddress.IPv4Address(self.kube_dns_ip)
         except ValueError:
@@ -234,9 +237,19 @@ class Platform(pulumi.ComponentResource):
         )
         # Every node, cloud and hybrid: kubelets list its address first (dlinfra.model.dns.node_dns_servers).
         self._release("node-local-dns", node_local_dns.node_local_dns_values(args.kube_dns_ip))
-        kueue_release = self._release("kueue", kueue_chart.kueue_values())
+        self._frameworks = job_operators.frameworks(args.job_operators)
+        kueue_release = self._release("kueue", kueue_chart.kueue_values(self._frameworks))
         namespaces = self._teams()
-        self._gpu_admission()
+        # No GPU pod in a team namespace starts without Kueue's admission, and no job hides under another's. Trusted
+        # controllers: the cluster's, the add-ons' and the job operators the fleet names.
+        addons = {pinned.SYSTEM_NAMESPACE} | {s.namespace for s in pinned.load_addons().values()}
+        admission.declare(
+            name,
+            controller_namespaces=sorted(addons | set(args.job_operators.values())),
+            frameworks=self._frameworks,
+            opts=self._k8s,
+            meta=self._meta,
+        )
         queues = self._queues(kueue_release, namespaces)
         self.multikueue_token = None
         if args.overflow is not None:
@@ -411,22 +424,6 @@ class Platform(pulumi.ComponentResource):
                 )
         return namespaces
 
-    def _gpu_admission(self) -> None:
-        """No GPU pod in a team namespace starts without Kueue's admission (components/charts/gpu_admission.py)."""
-        controllers = sorted({pinned.SYSTEM_NAMESPACE} | {s.namespace for s in pinned.load_addons().values()})
-        policy = k8s.admissionregistration.v1.ValidatingAdmissionPolicy(
-            f"{self._name}-gpu-admission",
-            metadata=self._meta(gpu_admission.POLICY_NAME),
-            spec=gpu_admission.policy_spec(kueue_chart.team_namespace_selector(), controllers),
-            opts=self._k8s(),
-        )
-        k8s.admissionregistration.v1.ValidatingAdmissionPolicyBinding(
-            f"{self._name}-gpu-admission-binding",
-            metadata=self._meta(gpu_admission.POLICY_NAME),
-            spec=gpu_admission.binding_spec(),
-            opts=self._k8s(depends_on=[policy]),
-        )
-
     # Kueue --------------------------------------------------------------------------------------------------
     def _custom(
         self, key: str, kind: str, name: str, spec: dict[str, object], depends_on: Sequence[pulumi.Resource],
@@ -444,11 +441,10 @@ class Platform(pulumi.ComponentResource):
     def _queues(
         self, release: k8s.helm.v3.Release, namespaces: Mapping[str, k8s.core.v1.Namespace]
     ) -> dict[str, k8s.apiextensions.CustomResource]:
-        """Flavors, the cohort and every team's ClusterQueue and LocalQueue; the ClusterQueues by team."""
+        """Flavors, the cohort and every team's ClusterQueue and LocalQueue; the ClusterQueues by team. A region
+        without GPU capacity still queues its teams' pods (kueue_chart.NO_GPU_FLAVOR says why)."""
         args, quotas = self._args, self._args.quotas
         queues: dict[str, k8s.apiextensions.CustomResource] = {}
-        if not quotas.flavors:
-            return queues  # no GPU capacity in this region: nothing to queue for
         flavors = []
         for flavor in quotas.flavors:
             source = args.pools[flavor.source_name] if flavor.source == "pool" else args.sites[flavor.source_name]
@@ -462,14 +458,17 @@ class Platform(pulumi.ComponentResource):
                     [release],
                 )
             )
-        cohort = self._custom("cohort", "Cohort", kueue.COHORT, kueue_chart.cohort_spec(quotas), flavors)
+        if flavors:
+            above = [self._custom("cohort", "Cohort", kueue.COHORT, kueue_chart.cohort_spec(quotas), flavors)]
+        else:
+            above = [self._custom("flavor-no-gpus", "ResourceFlavor", kueue_chart.NO_GPU_FLAVOR, {}, [release])]
         for team, view in args.teams.items():
             queue = self._custom(
                 f"queue-{team}",
                 "ClusterQueue",
                 team,
                 kueue_chart.cluster_queue_spec(team, view.namespace, quotas),
-                [cohort],
+                above,
             )
             queues[team] = queue
             self._custom(
@@ -564,8 +563,8 @@ class Platform(pulumi.ComponentResource):
         )
         roles = {}
         for key, role_name, rules in (
-            ("read", multikueue.MULTIKUEUE_READ_ROLE, multikueue.multikueue_read_rules()),
-            ("write", multikueue.MULTIKUEUE_WRITE_ROLE, multikueue.multikueue_write_rules()),
+            ("read", multikueue.MULTIKUEUE_READ_ROLE, multikueue.multikueue_read_rules(self._frameworks)),
+            ("write", multikueue.MULTIKUEUE_WRITE_ROLE, multikueue.multikueue_write_rules(self._frameworks)),
         ):
             roles[key] = k8s.rbac.v1.ClusterRole(
                 f"{self._name}-multikueue-{key}",

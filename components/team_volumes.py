@@ -14,6 +14,11 @@
   capability, which the research images and EFA training pods do not do (tests/fixtures/k8s/efa-training-pod.yaml).
   ValidatingAdmissionPolicy is GA in admissionregistration.k8s.io/v1 since Kubernetes 1.30 (Kubernetes docs,
   "Validating Admission Policy"); the fleet runs 1.33.
+- The claims stay: a member with `edit` may delete claims in the team's namespace, and a deleted claim leaves its
+  Retain volume Released, reserved by uid for a claim that no longer exists, so the next apply's new claim never
+  binds (Kubernetes docs "Persistent Volumes": Retain, Released). A second policy (CLAIM_POLICY) lets only those
+  who may delete PersistentVolumes (cluster admins, the apply role: never `edit`) delete the claims this program
+  manages, or strip the label that marks them; the apply removes a member's claim when the fleet does.
 """
 
 from __future__ import annotations
@@ -53,6 +58,21 @@ VOLUME_MESSAGE = (
     + ", ".join(ALLOWED_VOLUME_SOURCES)
     + f" (no inline {EFS_DRIVER}); nfs, hostPath and other host or network volumes are refused"
 )
+
+CLAIM_POLICY = "dlinfra-team-claims-kept"
+MANAGED_BY = ("app.kubernetes.io/managed-by", "pulumi-dlinfra")  # the label Platform._meta gives every object
+# CEL's authorizer asks the API server's own authorizers (RBAC and EKS access policies) about the requester
+# (Kubernetes docs, "Validating Admission Policy": the `authorizer` variable). PersistentVolumes are cluster-scoped:
+# the `edit` role of a namespace cannot delete them, cluster admins and the apply role can.
+ADMIN_CHECK = "authorizer.group('').resource('persistentvolumes').check('delete').allowed()"
+
+
+def _managed(obj: str) -> str:
+    key, value = MANAGED_BY
+    return (
+        f"has({obj}.metadata.labels) && '{key}' in {obj}.metadata.labels && {obj}.metadata.labels['{key}'] == '{value}'"
+    )
+
 
 Options = Callable[..., pulumi.ResourceOptions]
 Meta = Callable[..., k8s.meta.v1.ObjectMetaArgs]
@@ -131,6 +151,7 @@ def declare(
             opts=opts(depends_on=[namespace_resource]),
         )
     _volume_policy(name, opts, meta)
+    _claim_policy(name, opts, meta)
     return storage_class
 
 
@@ -179,5 +200,49 @@ def _volume_policy(name: str, opts: Options, meta: Meta) -> None:
         f"{name}-volume-policy-binding",
         metadata=meta(VOLUME_POLICY),
         spec=volume_policy_binding_spec(),
+        opts=opts(depends_on=[policy]),
+    )
+
+
+def claim_policy_spec() -> k8s.admissionregistration.v1.ValidatingAdmissionPolicySpecArgs:
+    """Deleting a managed claim, or taking its label off, only by someone who may delete PersistentVolumes. On a
+    DELETE, `oldObject` is the claim (Kubernetes docs, "Validating Admission Policy": object is null then)."""
+    admission = k8s.admissionregistration.v1
+    return admission.ValidatingAdmissionPolicySpecArgs(
+        failure_policy="Fail",
+        match_constraints=admission.MatchResourcesArgs(
+            resource_rules=[
+                admission.NamedRuleWithOperationsArgs(
+                    api_groups=[""], api_versions=["v1"], operations=["DELETE", "UPDATE"],
+                    resources=["persistentvolumeclaims"],
+                )
+            ]
+        ),
+        match_conditions=[admission.MatchConditionArgs(name="managed-claim", expression=_managed("oldObject"))],
+        variables=[admission.VariableArgs(name="admin", expression=ADMIN_CHECK)],
+        validations=[
+            admission.ValidationArgs(
+                expression=f"variables.admin || (request.operation == 'UPDATE' && {_managed('object')})",
+                message="the team's claims (datasets, team, home-<person>) come and go with the fleet: deleting one "
+                "leaves its volume Released and the next apply's claim unbound; remove the person from the fleet "
+                "instead, or ask an admin",
+                reason="Forbidden",
+            )
+        ],
+    )  # fmt: skip
+
+
+def _claim_policy(name: str, opts: Options, meta: Meta) -> None:
+    policy = k8s.admissionregistration.v1.ValidatingAdmissionPolicy(
+        f"{name}-claim-policy", metadata=meta(CLAIM_POLICY), spec=claim_policy_spec(), opts=opts()
+    )
+    k8s.admissionregistration.v1.ValidatingAdmissionPolicyBinding(
+        f"{name}-claim-policy-binding",
+        metadata=meta(CLAIM_POLICY),
+        spec=k8s.admissionregistration.v1.ValidatingAdmissionPolicyBindingSpecArgs(
+            policy_name=CLAIM_POLICY,
+            validation_actions=["Deny"],
+            match_resources=volume_policy_binding_spec().match_resources,
+        ),
         opts=opts(depends_on=[policy]),
     )

@@ -169,6 +169,7 @@ def platform_args_from_fleet(
         overflow=kueue.overflow(fleet, quota_plan, source=fleet_file),
         multikueue_kubeconfigs=dict(multikueue_kubeconfigs or {}),
         kubeconfig=kubeconfig,
+        job_operators=fleet.environments[env].kubernetes.job_operators,
         efs_file_system_id=efs_file_system_id,
         efs_access_point_ids=efs_access_point_ids,
         efs_volumes=team_storage.plan(fleet, env).volumes,

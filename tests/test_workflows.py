@@ -229,3 +229,56 @@ def test_setup_python_on_amazon_linux_is_refused() -> None:
     assert python_problems({"apply.yml:k8s": job}, {"aws/codebuild/standard:7.0"}) == [
         "apply.yml:k8s: image:ubuntu-9.9 is not in dlinfra/data/codebuild_images.yaml"
     ]
+
+
+# --- every venv that runs pulumi has the project installed -------------------------------------------------------
+# Pulumi starts the Python dynamic provider (components/crd_wait.py) as `python -u -m pulumi.dynamic` from the
+# project's virtualenv (Pulumi.yaml runtime.options.virtualenv; pulumi/pulumi's pulumi-resource-pulumi-python
+# launcher) in the program's directory, stacks/ (Pulumi.yaml main; sdk/go/common/resource/plugin/plugin.go execPlugin
+# sets cmd.Dir to it), and unpickles the provider by reference (pulumi/dynamic/dynamic.py serialize_provider, dill):
+# `components` must be importable there, which only installing the project makes it
+# (tests/components/test_crd_wait.py proves both halves).
+INSTALLS_PROJECT = re.compile(r"^\s*\.venv/bin/python -m pip install\b.*\s--no-deps\s.*-e \.\s*$", re.MULTILINE)
+
+
+def _runs_pulumi(step: dict[str, Any]) -> bool:
+    return str(step.get("uses", "")).startswith("pulumi/actions@") or bool(
+        re.search(r"(^|[\s;&|(])pulumi\s", str(step.get("run", "")))
+    )
+
+
+def project_install_problems(path: Path) -> list[str]:
+    """Jobs of a workflow that run pulumi before a step installed the project into .venv."""
+    assert yaml.safe_load((ROOT / "Pulumi.yaml").read_text())["runtime"]["options"]["virtualenv"] == ".venv"
+    out = []
+    for name, job in _load(path)["jobs"].items():
+        installed = False
+        for step in job.get("steps", []):
+            if _runs_pulumi(step) and not installed:
+                out.append(f"{path.name}:{name}: runs pulumi without `pip install --no-deps -e .` into .venv")
+                break
+            installed = installed or bool(INSTALLS_PROJECT.search(str(step.get("run", ""))))
+    return out
+
+
+def test_every_job_that_runs_pulumi_installs_the_project_first() -> None:
+    runners = {
+        f"{p.name}:{n}"
+        for p in WORKFLOWS
+        for n, j in _load(p)["jobs"].items()
+        if any(map(_runs_pulumi, j.get("steps", [])))
+    }
+    assert runners == {"apply.yml:regional", "apply.yml:k8s", "apply.yml:global", "preview.yml:preview",
+                       "preview.yml:preview-in-vpc"}  # fmt: skip
+    assert [problem for path in WORKFLOWS for problem in project_install_problems(path)] == []
+
+
+def test_a_job_running_pulumi_on_requirements_only_is_refused(tmp_path: Path) -> None:
+    text = (ROOT / ".github" / "workflows" / "apply.yml").read_text()
+    assert INSTALLS_PROJECT.search(text)
+    stripped = tmp_path / "apply.yml"
+    stripped.write_text(INSTALLS_PROJECT.sub("", text))
+    assert sorted(project_install_problems(stripped)) == [
+        f"apply.yml:{job}: runs pulumi without `pip install --no-deps -e .` into .venv"
+        for job in ("global", "k8s", "regional")
+    ]

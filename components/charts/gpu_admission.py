@@ -11,14 +11,24 @@ bypassed Kueue (its scopes are priority class, QoS and termination, never schedu
 
 A GPU pod in a team namespace is admitted when
 - it carries Kueue's scheduling gate: Kueue removes it only when the pod's workload is admitted, or
-- a controller of the cluster or of an add-on made it for the job kind that owns it, and Kueue holds that job
-  suspended until admitted (batch Jobs, RayClusters, Kubeflow jobs): their controllers make pods only for a running
-  job. A person cannot pass for such a controller: EKS access entries refuse user names starting with "system:"
-  (EKS user guide, "Create access entries"), and the `edit` role lets a team impersonate only its own namespace's
-  service accounts.
+- a controller of the cluster, of an add-on, or of a job operator the fleet names (dlinfra.model.job_operators)
+  made it for a job kind Kueue manages, and Kueue holds that job suspended until admitted (batch Jobs, and the
+  JobSet, Kubeflow and Ray kinds of named operators only): their controllers make pods only for a running job.
+  A person cannot pass for such a controller: EKS access entries refuse user names starting with "system:" (EKS
+  user guide, "Create access entries"), and the `edit` role lets a team impersonate only its own namespace's
+  service accounts (and validate refuses an operator in a team's namespace).
 Only Kueue's controller may remove the gate afterwards. And a pod Kueue queues as a pod may not name the `overflow`
 queue: MultiKueue workers grant the manager the job kinds only (components/charts/multikueue.py), so such a pod
 would hold the team's overflow quota without ever running.
+
+The trust in those controllers' pods holds only while every such job was itself queued, and Kueue queues a job only
+when no ancestor it manages owns it: its job webhook leaves a job unsuspended when FindAncestorJobManagedByKueue
+finds one through controller ownerReferences (Kueue v0.19.2 pkg/controller/jobframework/utils.go
+WorkloadShouldBeSuspended, which counts the child in the ancestor's workload), and its reconciler suspends a child
+only while that ancestor is not admitted (reconciler.go shouldSuspendChildJob). A team member could create a
+CPU-only Job, wait for its admission, then a GPU Job naming it as controller: the job controller would make the GPU
+pods, and the pod policy would trust them. So a second policy (JOB_OWNERS_POLICY_NAME) lets only the controllers
+trusted above create a job of a kind Kueue manages with a controller ownerReference, or add or change one.
 """
 
 from __future__ import annotations
@@ -28,10 +38,11 @@ from typing import Any
 
 import pulumi_kubernetes as k8s
 
-from components.charts.kueue import ADMISSION_GATE, KUEUE_FRAMEWORKS
+from components.charts.kueue import ADMISSION_GATE, framework_resources
 from dlinfra.model.kueue import OVERFLOW_QUEUE
 
 POLICY_NAME = "dlinfra-gpu-pods-through-kueue"
+JOB_OWNERS_POLICY_NAME = "dlinfra-job-owners-set-by-controllers"
 QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 GPU_RESOURCE_PREFIX = "nvidia.com/"  # nvidia.com/gpu, and the MIG or shared resources the device plugin may offer
 # Kueue's controller: the chart's service account "<release>-controller-manager" (release "kueue", addons.yaml
@@ -41,7 +52,7 @@ KUEUE_CONTROLLER = "system:serviceaccount:kueue-system:kueue-controller-manager"
 # (--use-service-account-credentials); EKS runs each controller as kube-system:<controller>.
 CONTROLLER_MANAGER = "system:kube-controller-manager"
 
-# For each job kind Kueue manages (KUEUE_FRAMEWORKS): the controller object its pods belong to, as
+# For each job kind Kueue may manage (dlinfra.model.job_operators): the controller object its pods belong to, as
 # (API group, kind). JobSets and TrainJobs run their pods through batch Jobs, RayJobs through a RayCluster.
 POD_OWNERS: Mapping[str, tuple[str, str]] = {
     "batch/job": ("batch", "Job"),
@@ -76,21 +87,27 @@ def match_condition() -> str:
     )
 
 
-def variables(controller_namespaces: Sequence[str]) -> dict[str, str]:
-    """The policy's named CEL expressions, in order (each may use those before it)."""
+def _by_controller(controller_namespaces: Sequence[str]) -> str:
+    """CEL: is the requester kube-controller-manager or a service account of a trusted controller namespace?"""
     if not controller_namespaces:
         raise ValueError("controller_namespaces: name at least kube-system, where the job controller runs")
     namespaces = ", ".join(f"'{ns}'" for ns in sorted(controller_namespaces))
+    return (
+        f"request.userInfo.username == '{CONTROLLER_MANAGER}' || [{namespaces}].exists(ns, "
+        "request.userInfo.username.startsWith('system:serviceaccount:' + ns + ':'))"
+    )
+
+
+def variables(controller_namespaces: Sequence[str], frameworks: Sequence[str]) -> dict[str, str]:
+    """The policy's named CEL expressions, in order (each may use those before it)."""
     owners = " || ".join(
-        f"(o.apiVersion.startsWith('{group}/') && o.kind == '{kind}')" for group, kind in sorted(set(pod_owners()))
+        f"(o.apiVersion.startsWith('{group}/') && o.kind == '{kind}')"
+        for group, kind in sorted(set(pod_owners(frameworks)))
     )
     return {
         "gated": _gated("object"),
         "wasGated": f"request.operation == 'UPDATE' && {_gated('oldObject')}",  # oldObject: UPDATE only
-        "byController": (
-            f"request.userInfo.username == '{CONTROLLER_MANAGER}' || [{namespaces}].exists(ns, "
-            "request.userInfo.username.startsWith('system:serviceaccount:' + ns + ':'))"
-        ),
+        "byController": _by_controller(controller_namespaces),
         "forQueuedJob": (
             "has(object.metadata.ownerReferences) && object.metadata.ownerReferences.exists(o, "
             f"has(o.controller) && o.controller && ({owners}))"
@@ -105,13 +122,14 @@ def validations() -> list[tuple[str, str]]:
             "request.operation != 'CREATE' || variables.gated || (variables.byController && variables.forQueuedJob)",
             "a pod that requests GPUs in a team namespace must be admitted by Kueue: it has no "
             f"{ADMISSION_GATE} scheduling gate and was not made by a controller for a job Kueue manages; "
-            "submit it as a Job or JobSet, or as a Pod, Deployment or StatefulSet that Kueue queues",
+            "submit it as a Job (or a kind of a job operator the fleet names), or as a Pod, Deployment or StatefulSet "
+            "that Kueue queues",
         ),
         (
             f"request.operation != 'CREATE' || !variables.gated || !has(object.metadata.labels) || "
             f"!('{QUEUE_LABEL}' in object.metadata.labels) || "
             f"object.metadata.labels['{QUEUE_LABEL}'] != '{OVERFLOW_QUEUE}'",
-            f"the {OVERFLOW_QUEUE} queue takes jobs (batch Jobs, JobSets, Kubeflow and Ray jobs), not Pods, "
+            f"the {OVERFLOW_QUEUE} queue takes jobs (batch Jobs and the kinds of named job operators), not Pods, "
             "Deployments or StatefulSets: other regions run none of those for this one; use the default queue",
         ),
         (
@@ -122,16 +140,16 @@ def validations() -> list[tuple[str, str]]:
     ]
 
 
-def pod_owners() -> list[tuple[str, str]]:
+def pod_owners(frameworks: Sequence[str]) -> list[tuple[str, str]]:
     """The controllers whose ungated GPU pods are trusted: one per job kind Kueue manages."""
-    missing = [f for f in KUEUE_FRAMEWORKS if f not in POD_OWNERS]
+    missing = [f for f in frameworks if f not in POD_OWNERS]
     if missing:
         raise ValueError(f"POD_OWNERS: no pod owner for Kueue frameworks {missing}")
-    return [POD_OWNERS[f] for f in KUEUE_FRAMEWORKS]
+    return [POD_OWNERS[f] for f in frameworks]
 
 
 def policy_spec(
-    namespace_selector: Mapping[str, Any], controller_namespaces: Sequence[str]
+    namespace_selector: Mapping[str, Any], controller_namespaces: Sequence[str], frameworks: Sequence[str]
 ) -> k8s.admissionregistration.v1.ValidatingAdmissionPolicySpecArgs:
     """The policy over pod creates and updates in the namespaces the selector picks (the team namespaces)."""
     admission = k8s.admissionregistration.v1
@@ -149,7 +167,7 @@ def policy_spec(
         match_conditions=[admission.MatchConditionArgs(name="requests-gpus", expression=match_condition())],
         variables=[
             admission.VariableArgs(name=name, expression=expression)
-            for name, expression in variables(controller_namespaces).items()
+            for name, expression in variables(controller_namespaces, frameworks).items()
         ],
         validations=[
             admission.ValidationArgs(expression=expression, message=message, reason="Forbidden")
@@ -158,10 +176,69 @@ def policy_spec(
     )
 
 
-def binding_spec() -> k8s.admissionregistration.v1.ValidatingAdmissionPolicyBindingSpecArgs:
-    """Enforce the policy: refuse, never only warn or audit."""
+def binding_spec(
+    policy_name: str = POLICY_NAME,
+) -> k8s.admissionregistration.v1.ValidatingAdmissionPolicyBindingSpecArgs:
+    """Enforce a policy: refuse, never only warn or audit."""
     return k8s.admissionregistration.v1.ValidatingAdmissionPolicyBindingSpecArgs(
-        policy_name=POLICY_NAME, validation_actions=["Deny"]
+        policy_name=policy_name, validation_actions=["Deny"]
+    )
+
+
+# --- who may make a job another job's child ----------------------------------------------------------------------
+def job_owner_variables(controller_namespaces: Sequence[str]) -> dict[str, str]:
+    """The job-owner policy's named CEL expressions. Kueue follows controller references only
+    (FindAncestorJobManagedByKueue walks metav1.GetControllerOf), so other ownerReferences stay free; removing
+    one is free too (the garbage collector does, and a job without an owner is queued on its own)."""
+    same = "p.apiVersion == o.apiVersion && p.kind == o.kind && p.name == o.name && p.uid == o.uid"
+    return {
+        "byController": _by_controller(controller_namespaces),
+        "newControllerOwner": (
+            "has(object.metadata.ownerReferences) && object.metadata.ownerReferences.exists(o, "
+            "has(o.controller) && o.controller && !(request.operation == 'UPDATE' && "
+            "has(oldObject.metadata.ownerReferences) && oldObject.metadata.ownerReferences.exists(p, "
+            f"has(p.controller) && p.controller && {same})))"
+        ),
+    }
+
+
+def job_owner_validations() -> list[tuple[str, str]]:
+    """(CEL expression, message) of the job-owner policy's one rule."""
+    return [
+        (
+            "!variables.newControllerOwner || variables.byController",
+            "only a trusted controller may create a job with a controller ownerReference, or add or change one: "
+            "Kueue leaves a job whose owner it manages unsuspended and uncounted, so it would run outside the "
+            "team's quota; submit the job on its own (it is queued) or through its operator",
+        )
+    ]
+
+
+def job_owner_policy_spec(
+    namespace_selector: Mapping[str, Any], controller_namespaces: Sequence[str], frameworks: Sequence[str]
+) -> k8s.admissionregistration.v1.ValidatingAdmissionPolicySpecArgs:
+    """The policy over creates and updates of every job kind Kueue manages (`frameworks`, "<group>/<kind>") in the
+    namespaces the selector picks. A rule may name a resource whose CRD is not installed: it then matches nothing."""
+    admission = k8s.admissionregistration.v1
+    return admission.ValidatingAdmissionPolicySpecArgs(
+        failure_policy="Fail",  # fail closed
+        match_constraints=admission.MatchResourcesArgs(
+            namespace_selector=_selector_args(namespace_selector),
+            resource_rules=[
+                admission.NamedRuleWithOperationsArgs(
+                    api_groups=[group], api_versions=["*"], operations=["CREATE", "UPDATE"], resources=[resource]
+                )
+                for group, resource in framework_resources(frameworks)
+            ],
+        ),
+        variables=[
+            admission.VariableArgs(name=name, expression=expression)
+            for name, expression in job_owner_variables(controller_namespaces).items()
+        ],
+        validations=[
+            admission.ValidationArgs(expression=expression, message=message, reason="Forbidden")
+            for expression, message in job_owner_validations()
+        ],
     )
 
 

@@ -14,19 +14,18 @@ from dlinfra.model.fleet.schema import RESERVED_NAMESPACES
 
 TEAM_LABEL = "dlinfra.io/team"  # on team namespaces: Kueue manages every job in them (kueue_manager_config)
 LOCAL_QUEUE = "default"  # Kueue sends jobs without a queue-name label to the LocalQueue named "default"
+# The flavor of a region without GPU capacity: no nodes, zero GPUs. Its teams' queues must exist all the same: with
+# manageJobsWithoutQueueName and the pod integration, Kueue gates every pod of a team namespace, and one whose
+# workload finds no LocalQueue is never admitted (Kueue v0.19.2 pkg/controller/jobs/pod/pod_webhook.go). A
+# ClusterQueue needs a resource group to cover nvidia.com/gpu at all (each group has one flavor at least: the CRD's
+# minItems), and with quotaCheckStrategy IgnoreUndeclared (the QuotaCheckStrategy feature, Beta and on by default
+# since Kueue v0.19.0: its release notes) the CPU-only pods it admits need nothing else.
+NO_GPU_FLAVOR = "no-gpus"
 KUEUE_API = "kueue.x-k8s.io/v1beta2"  # the storage version of the pinned Kueue; v1beta1 is deprecated there
 
-# The job kinds Kueue manages (its integrations), as "<API group>/<kind in lower case>"; MultiKueue workers grant
-# the manager these and nothing else.
-KUEUE_FRAMEWORKS = (
-    "batch/job",
-    "jobset.x-k8s.io/jobset",
-    "kubeflow.org/pytorchjob",
-    "kubeflow.org/mpijob",
-    "trainer.kubeflow.org/trainjob",
-    "ray.io/rayjob",
-    "ray.io/raycluster",
-)
+# The job kinds Kueue manages (its integrations) are batch Jobs plus those of the job operators the fleet names
+# (dlinfra.model.job_operators.frameworks: environments.<env>.kubernetes.job_operators), as "<API group>/<kind in
+# lower case>"; MultiKueue workers grant the manager these and nothing else.
 # Kueue's pod-based integrations (Kueue v0.19.2 apis/config/v1beta2 Integrations.Frameworks; docs "Run Plain Pods",
 # "Run A Deployment", "Run A StatefulSet"). The frameworks list replaces Kueue's defaults, so without these a bare
 # Pod, Deployment or StatefulSet in a team namespace is never queued and no quota holds it. With them Kueue's pod
@@ -37,6 +36,16 @@ KUEUE_FRAMEWORKS = (
 # They stay in the cluster they are submitted to: MultiKueue workers grant the manager the job kinds only.
 KUEUE_POD_FRAMEWORKS = ("pod", "deployment", "statefulset", "leaderworkerset.x-k8s.io/leaderworkerset")
 ADMISSION_GATE = "kueue.x-k8s.io/admission"  # the scheduling gate Kueue's pod webhook adds (pod/constants)
+
+
+def framework_resources(frameworks: Sequence[str]) -> list[tuple[str, str]]:
+    """(API group, resource) of job kinds as Kueue names them: "batch/job" -> ("batch", "jobs"); each of ours
+    forms its plural with an "s" (pytorchjobs, rayclusters, trainjobs: the operators' CRDs)."""
+    out = []
+    for framework in frameworks:
+        group, kind = framework.rsplit("/", 1)
+        out.append((group, f"{kind}s"))
+    return out
 
 
 def system_namespaces() -> tuple[str, ...]:
@@ -56,8 +65,9 @@ def team_namespace_selector() -> dict[str, Any]:
     }
 
 
-def kueue_manager_config() -> dict[str, Any]:
-    """Kueue's controller configuration (config.kueue.x-k8s.io/v1beta2), replacing the chart's default."""
+def kueue_manager_config(frameworks: Sequence[str]) -> dict[str, Any]:
+    """Kueue's controller configuration (config.kueue.x-k8s.io/v1beta2), replacing the chart's default; `frameworks`:
+    the job kinds it manages (dlinfra.model.job_operators.frameworks), before the pod-based ones."""
     return {
         "apiVersion": "config.kueue.x-k8s.io/v1beta2",
         "kind": "Configuration",
@@ -82,15 +92,16 @@ def kueue_manager_config() -> dict[str, Any]:
             "blockAdmission": False,
             "requeuingStrategy": {"timestamp": "Eviction", "backoffBaseSeconds": 60, "backoffMaxSeconds": 3600},
         },
-        "integrations": {"frameworks": [*KUEUE_FRAMEWORKS, *KUEUE_POD_FRAMEWORKS]},
+        "integrations": {"frameworks": [*frameworks, *KUEUE_POD_FRAMEWORKS]},
     }
 
 
-def kueue_values() -> dict[str, Any]:
+def kueue_values(frameworks: Sequence[str]) -> dict[str, Any]:
     """Kueue: two replicas (its admission webhooks fail closed), our manager configuration."""
+    config = kueue_manager_config(frameworks)
     return {
         "controllerManager": {"replicas": 2, "podDisruptionBudget": {"enabled": True, "minAvailable": 1}},
-        "managerConfig": {"controllerManagerConfigYaml": yaml.safe_dump(kueue_manager_config(), sort_keys=False)},
+        "managerConfig": {"controllerManagerConfigYaml": yaml.safe_dump(config, sort_keys=False)},
     }
 
 
@@ -119,7 +130,14 @@ def gpu_group(quotas: Mapping[str, tuple[int, int | None]]) -> dict[str, Any]:
 
 
 def cluster_queue_spec(team: str, namespace: str, quotas: kueue.RegionQuotas) -> dict[str, Any]:
-    """A team's ClusterQueue: its nominal GPUs per flavor, borrowing up to each flavor's size, reclaim by preemption."""
+    """A team's ClusterQueue: its nominal GPUs per flavor, borrowing up to each flavor's size, reclaim by preemption.
+    In a region without GPU capacity: zero GPUs of NO_GPU_FLAVOR, no cohort (nothing to lend or borrow)."""
+    if not quotas.flavors:
+        return {
+            "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": namespace}},
+            "queueingStrategy": "BestEffortFIFO",
+            "resourceGroups": [gpu_group({NO_GPU_FLAVOR: (0, None)})],
+        }
     group = gpu_group(
         {f.name: (quotas.nominal[team][f.name], f.gpus - quotas.nominal[team][f.name]) for f in quotas.flavors}
     )

@@ -8,7 +8,7 @@ from typing import Any
 
 import yaml
 
-from components.charts.kueue import KUEUE_FRAMEWORKS, gpu_group
+from components.charts.kueue import framework_resources, gpu_group
 from dlinfra.model import kueue
 
 MULTIKUEUE_CONTROLLER = "kueue.x-k8s.io/multikueue"  # AdmissionCheck controllerName of MultiKueue
@@ -75,18 +75,10 @@ def overflow_local_queue_spec(cluster_queue: str) -> dict[str, Any]:
     return {"clusterQueue": cluster_queue}
 
 
-def _framework_resources() -> list[tuple[str, str]]:
-    """(API group, resource) of every job kind Kueue manages: "batch/job" -> ("batch", "jobs")."""
-    out = []
-    for framework in KUEUE_FRAMEWORKS:
-        group, kind = framework.rsplit("/", 1)
-        out.append((group, f"{kind}s"))
-    return out
-
-
-def multikueue_read_rules() -> list[dict[str, Any]]:
-    """Cluster-wide reads the manager needs in a worker: it watches its remote workloads and jobs everywhere."""
-    jobs = _framework_resources()
+def multikueue_read_rules(frameworks: Sequence[str]) -> list[dict[str, Any]]:
+    """Cluster-wide reads the manager needs in a worker: it watches its remote workloads and jobs (of the kinds
+    `frameworks` names) everywhere."""
+    jobs = framework_resources(frameworks)
     rules = [
         {"apiGroups": [group], "resources": [resource], "verbs": ["get", "list", "watch"]} for group, resource in jobs
     ]
@@ -102,15 +94,17 @@ def multikueue_read_rules() -> list[dict[str, Any]]:
     return rules
 
 
-def multikueue_write_rules() -> list[dict[str, Any]]:
+def multikueue_write_rules(frameworks: Sequence[str]) -> list[dict[str, Any]]:
     """Writes the manager needs, granted only in the namespaces of teams that overflow to the worker: it creates
-    and deletes copies of jobs and their workloads and keeps the workloads' status in sync."""
+    and deletes copies of jobs (of the kinds `frameworks` names) and their workloads and keeps the workloads' status
+    in sync."""
     rules = [
         {"apiGroups": [group], "resources": [resource], "verbs": ["create", "delete"]}
-        for group, resource in _framework_resources()
+        for group, resource in framework_resources(frameworks)
     ]
-    # Kueue's own example role also lets the manager update RayClusters (create-multikueue-kubeconfig.sh).
-    rules.append({"apiGroups": ["ray.io"], "resources": ["rayclusters"], "verbs": ["update", "patch"]})
+    if "ray.io/raycluster" in frameworks:
+        # Kueue's own example role also lets the manager update RayClusters (create-multikueue-kubeconfig.sh).
+        rules.append({"apiGroups": ["ray.io"], "resources": ["rayclusters"], "verbs": ["update", "patch"]})
     rules.append(
         {"apiGroups": ["kueue.x-k8s.io"], "resources": ["workloads"], "verbs": ["create", "delete", "update", "patch"]}
     )

@@ -2,12 +2,18 @@
 
 from __future__ import annotations
 
+import fnmatch
+import os
+import subprocess
+import sys
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from components import crd_wait
+from tests.conftest import ROOT
 
 ESTABLISHED = {"status": {"conditions": [{"type": "NamesAccepted", "status": "True"},
                                          {"type": "Established", "status": "True"}]}}  # fmt: skip
@@ -81,3 +87,58 @@ def test_the_provider_creates_only_after_the_wait(monkeypatch: pytest.MonkeyPatc
     with pytest.raises(TimeoutError, match=r"b\.cilium\.io"):
         provider.update("id", {}, {"kubeconfig": "{}", "crds": ["b.cilium.io"]})
     assert clock.now >= crd_wait.WAIT_SECONDS
+
+
+# --- the provider loads where Pulumi starts it --------------------------------------------------------------------
+# Pulumi pickles the provider with dill (pulumi/dynamic/dynamic.py serialize_provider), which names an importable
+# class by reference, `components.crd_wait.CrdWaitProvider`; the provider process, `python -u -m pulumi.dynamic`
+# from the project's venv, starts in the program's directory, stacks/ (Pulumi.yaml main; pulumi's
+# sdk/go/common/resource/plugin/plugin.go execPlugin sets cmd.Dir), so sys.path holds stacks/ and the venv, never
+# the project root. The workflows build that venv from requirements.txt plus `pip install --no-deps -e .`
+# (tests/test_workflows.py checks they do); here a venv holds this one's site-packages without their .pth files
+# (requirements.txt's packages, not this checkout's editable install) and, for the install, the packages pyproject
+# ships mapped to this checkout, as setuptools' editable finder maps them.
+LOAD = "import base64, sys, dill; p = dill.loads(base64.b64decode(sys.stdin.read())); print(type(p).__module__)"
+
+
+def _workflow_venv(tmp_path: Path, *, project_installed: bool) -> Path:
+    import sysconfig
+    import tomllib
+
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    python = venv / "bin" / "python"
+    purelib = subprocess.run(
+        [python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+        capture_output=True, text=True, check=True,
+    ).stdout.strip()  # fmt: skip
+    site = Path(purelib)
+    # A path line in a .pth file extends sys.path without reading that folder's own .pth files.
+    (site / "requirements.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+    if project_installed:
+        include = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]["find"]
+        for package in sorted(p for p in ROOT.iterdir() if (p / "__init__.py").is_file()):
+            if any(fnmatch.fnmatch(package.name, pattern) for pattern in include["include"]):
+                (site / package.name).symlink_to(package, target_is_directory=True)
+    return python
+
+
+@pytest.mark.parametrize("project_installed", [False, True], ids=["requirements-only", "project-installed"])
+def test_the_provider_unpickles_in_the_provider_process(tmp_path: Path, project_installed: bool) -> None:
+    from pulumi.dynamic.dynamic import serialize_provider
+
+    python = _workflow_venv(tmp_path, project_installed=project_installed)
+    env = {k: v for k, v in os.environ.items() if k not in {"PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV"}}
+    proc = subprocess.run(
+        [python, "-c", LOAD],
+        input=serialize_provider(crd_wait.CrdWaitProvider()),
+        cwd=ROOT / "stacks",
+        env=env | {"AWS_EC2_METADATA_DISABLED": "true"},
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if project_installed:
+        assert proc.returncode == 0 and proc.stdout.strip() == "components.crd_wait", proc.stderr
+    else:  # what the workflows' venvs did before they installed the project
+        assert proc.returncode != 0 and "No module named 'components'" in proc.stderr, proc.stdout + proc.stderr

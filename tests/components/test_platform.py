@@ -298,3 +298,51 @@ def test_bad_pool_views(fields: dict[str, Any], message: str) -> None:
 def test_bad_site_views(cidr: str, message: str) -> None:
     with pytest.raises(ValueError, match=message):
         SiteView(gpu_nodes=1, gpus_per_node=8, gpu_model="H100", pod_cidr=cidr, asn=65000, gateway_ip="10.9.0.1")
+
+
+def test_a_region_without_gpus_still_queues_its_teams(write_fleet: Any) -> None:
+    """prod's eu-west-1 without GPUs (its pools elsewhere, its site's machines gone, nobody overflowing to it): no
+    flavor, but every team namespace gets its ClusterQueue (zero GPUs) and its `default` LocalQueue, or Kueue would
+    gate every pod there forever (kueue_chart.NO_GPU_FLAVOR)."""
+    from dlinfra.model import stackroles
+    from dlinfra.offline import engine
+    from policy.dlinfra_policy.rules.core import Resource
+    from policy.dlinfra_policy.rules.platform import gpu_pods_queued, team_namespaces_have_local_queue
+    from tests.conftest import ROOT
+    from tests.policy.rules._resources import CTX
+
+    def change(data: dict[str, Any]) -> None:
+        pools = data["environments"]["prod"]["node_pools"]
+        pools["train-a100"]["regions"] = ["us-east-1"]
+        pools["interactive"]["regions"] = ["us-west-2", "us-east-1"]
+        data["sites"]["ams1"]["gpu_nodes"] = 0
+        data["teams"]["language"]["overflow"] = ["us-east-1"]
+
+    path = write_fleet(change)
+    loaded = load_fleet(path).fleet
+    assert not kueue.plan(loaded, "prod").region("eu-west-1").flavors
+    config = {"dlinfra:fleet": str(path), "dlinfra:lock": str(path.parent / "cidr-lock.yaml")}
+    roles = [r for r in stackroles.roles(loaded) if r.name in ("prod-eu-west-1", "prod-eu-west-1-k8s")]
+    results = {r.role.name: r for r in engine.run_all(ROOT, roles, project="dlinfra", config=config)}
+    stack = Stack(results["prod-eu-west-1"], results["prod-eu-west-1-k8s"])
+    assert set(stack.kueue("ResourceFlavor")) == {f"{kueue_chart.NO_GPU_FLAVOR}/"}
+    assert not stack.kueue("Cohort")
+    queues = stack.queues()
+    assert set(queues) == set(loaded.teams)
+    for team, queue in queues.items():
+        assert "cohortName" not in queue["spec"]
+        (group,) = queue["spec"]["resourceGroups"]
+        assert group == {
+            "coveredResources": [kueue.GPU_RESOURCE],
+            "flavors": [{"name": kueue_chart.NO_GPU_FLAVOR, "resources": [{"name": kueue.GPU_RESOURCE,
+                                                                          "nominalQuota": "0"}]}],
+        }  # fmt: skip
+        local = stack.kueue("LocalQueue")[f"{kueue_chart.LOCAL_QUEUE}/{loaded.team_namespace(team)}"]
+        assert local["spec"] == {"clusterQueue": team}
+    kueue_validator = jsonschema.Draft202012Validator(json.loads(KUEUE_SCHEMA.read_text()))
+    for manifest in _manifests(stack):
+        if manifest["apiVersion"] == kueue_chart.KUEUE_API:
+            kueue_validator.validate(manifest)
+            _kueue_cel_rules(manifest)
+    declared = [Resource(urn=r.urn, type=r.type, name=r.name, inputs=r.inputs) for r in stack.resources]
+    assert team_namespaces_have_local_queue(declared, CTX) == [] and gpu_pods_queued(declared, CTX) == []

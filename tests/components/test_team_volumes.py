@@ -141,3 +141,108 @@ def test_the_policy_denies_pods_in_every_team_namespace_and_nowhere_else() -> No
     # kube-system (the CSI node's own pods mount the host) and other system namespaces carry no team label.
     assert not _selects(selector, {"kubernetes.io/metadata.name": "kube-system"})
     assert TEAM_LABEL in str(selector)
+
+
+# --- the team's claims stay until the fleet drops them ------------------------------------------------------------
+class _Authorizer:
+    """CEL's `authorizer` for one requester: may it do `verb` on `resource` (group '')? cel-python calls the chain
+    group(...).resource(...).check(...).allowed() as functions of the receiver."""
+
+    def __init__(self, grants: set[tuple[str, str]]) -> None:
+        self.grants, self.resource, self.verb = grants, "", ""
+
+
+def _claim_review(
+    request: dict[str, Any], old: dict[str, Any], new: dict[str, Any] | None, grants: set[tuple[str, str]]
+) -> list[str]:
+    import celpy
+    from celpy import celtypes
+
+    (policy,) = [
+        p for p in ref.of_type(ref.runs()[STACK], VAP) if p.inputs["metadata"]["name"] == team_volumes.CLAIM_POLICY
+    ]
+    spec = policy.inputs["spec"]
+    env = celpy.Environment()
+
+    def resource(a: _Authorizer, name: Any) -> _Authorizer:
+        a.resource = str(name)
+        return a
+
+    def check(a: _Authorizer, verb: Any) -> _Authorizer:
+        a.verb = str(verb)
+        return a
+
+    functions = {
+        "group": lambda a, _g: a,
+        "resource": resource,
+        "check": check,
+        "allowed": lambda a: celtypes.BoolType((a.resource, a.verb) in a.grants),
+    }
+    activation: dict[str, Any] = {
+        "request": celpy.json_to_cel(request),
+        "oldObject": celpy.json_to_cel(old),
+        "object": celpy.json_to_cel(new),
+        "authorizer": _Authorizer(grants),
+    }
+
+    def evaluate(expression: str) -> bool:
+        result = env.program(env.compile(expression), functions=functions).evaluate(activation)
+        assert isinstance(result, celtypes.BoolType), (expression, result)
+        return bool(result)
+
+    if not all(evaluate(c["expression"]) for c in spec["matchConditions"]):
+        return []
+    activation["variables"] = celpy.json_to_cel({v["name"]: evaluate(v["expression"]) for v in spec["variables"]})
+    return [v["message"] for v in spec["validations"] if not evaluate(v["expression"])]
+
+
+def _claim(name: str = "home-bob", *, managed: bool = True) -> dict[str, Any]:
+    labels = {"app.kubernetes.io/managed-by": "pulumi-dlinfra"} if managed else {"app": "scratch"}
+    return {"apiVersion": "v1", "kind": "PersistentVolumeClaim",
+            "metadata": {"name": name, "namespace": "team-language", "labels": labels}}  # fmt: skip
+
+
+EDIT = {("persistentvolumeclaims", "delete")}  # a team member: `edit` in the team's namespace
+ADMIN = EDIT | {("persistentvolumes", "delete")}  # cluster admin, the apply role
+
+
+@pytest.mark.parametrize(
+    ("case", "operation", "old", "new", "grants", "admitted"),
+    [
+        ("a member deletes another member's home claim", "DELETE", _claim(), None, EDIT, False),
+        ("a member deletes the datasets claim", "DELETE", _claim("datasets"), None, EDIT, False),
+        ("the apply removes a person the fleet dropped", "DELETE", _claim(), None, ADMIN, True),
+        ("a member deletes a claim of their own making", "DELETE", _claim("scratch", managed=False), None, EDIT, True),
+        ("a member strips the label, to delete it next", "UPDATE", _claim(), _claim(managed=False), EDIT, False),
+        ("a member labels a managed claim otherwise", "UPDATE", _claim(),
+         {**_claim(), "metadata": {**_claim()["metadata"], "labels": {**_claim()["metadata"]["labels"], "x": "y"}}},
+         EDIT, True),
+        ("an admin relabels a claim", "UPDATE", _claim(), _claim(managed=False), ADMIN, True),
+    ],
+)  # fmt: skip
+def test_only_admins_delete_the_teams_claims(
+    case: str, operation: str, old: dict[str, Any], new: dict[str, Any] | None, grants: set[tuple[str, str]],
+    admitted: bool,
+) -> None:  # fmt: skip
+    request = {"operation": operation, "namespace": "team-language", "userInfo": {"username": "someone"}}
+    failed = _claim_review(request, old, new, grants)
+    assert (failed == []) is admitted, (case, failed)
+
+
+def test_the_claim_policy_is_bound_in_team_namespaces_and_fails_closed() -> None:
+    run = ref.runs()[STACK]
+    (policy,) = [p for p in ref.of_type(run, VAP) if p.inputs["metadata"]["name"] == team_volumes.CLAIM_POLICY]
+    (binding,) = [b for b in ref.of_type(run, BINDING) if b.inputs["spec"]["policyName"] == team_volumes.CLAIM_POLICY]
+    spec = policy.inputs["spec"]
+    assert spec["failurePolicy"] == "Fail"
+    (rule,) = spec["matchConstraints"]["resourceRules"]
+    assert rule == {"apiGroups": [""], "apiVersions": ["v1"], "operations": ["DELETE", "UPDATE"],
+                    "resources": ["persistentvolumeclaims"]}  # fmt: skip
+    assert binding.inputs["spec"]["validationActions"] == ["Deny"] and policy.urn in binding.dependencies
+    selector = binding.inputs["spec"]["matchResources"]["namespaceSelector"]
+    assert _selects(selector, {TEAM_LABEL: "vision"}) and not _selects(selector, {"kubernetes.io/metadata.name": "x"})
+    # Every claim the program declares carries the label the policy keys on.
+    claims = ref.of_type(run, "kubernetes:core/v1:PersistentVolumeClaim")
+    assert claims and all(
+        c.inputs["metadata"]["labels"][team_volumes.MANAGED_BY[0]] == team_volumes.MANAGED_BY[1] for c in claims
+    )

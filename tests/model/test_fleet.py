@@ -61,6 +61,7 @@ def _delete(path: str) -> Callable[[dict[str, Any]], None]:
     return change
 
 
+OPERATORS = "environments.prod.kubernetes.job_operators"
 BAD = [
     pytest.param(_set("regions.us-west-2.zones", 3), "regions.us-west-2.zones", "unknown key", id="unknown-key"),
     pytest.param(
@@ -513,6 +514,31 @@ NAMES_AND_LABELS = [
         "sites.sjc1.public_ip",
         f"(got '{'x' * 56}...)",
         id="echo-is-truncated",
+    ),
+    # Job operators the lab installs: known ones, each in a namespace of its own (dlinfra.model.job_operators).
+    pytest.param(
+        _set(f"{OPERATORS}", {"argo": "argo"}),
+        OPERATORS,
+        "unknown job operator 'argo'; known: jobset, kubeflow-trainer",
+        id="job-operator-unknown",
+    ),
+    pytest.param(
+        _set(f"{OPERATORS}", {"kuberay": "Ray_System"}),
+        OPERATORS,
+        "kuberay: 'Ray_System' is not a namespace name",
+        id="job-operator-namespace-not-a-name",
+    ),
+    pytest.param(
+        _set(f"{OPERATORS}", {"kuberay": "default"}),
+        OPERATORS,
+        "kuberay: 'default' is no operator's own namespace",
+        id="job-operator-in-the-default-namespace",
+    ),
+    pytest.param(
+        _set(f"{OPERATORS}", {"kubeflow-trainer": "kubeflow-system"}),
+        OPERATORS,
+        "kubeflow-trainer creates the kinds of jobset: name that operator too",
+        id="job-operator-without-the-one-it-needs",
     ),
 ]
 

@@ -168,6 +168,13 @@ CROSS_REFERENCES = [
         id="vpn-group-with-a-comma",
     ),
     pytest.param(
+        # A job operator's service accounts are trusted to make GPU pods outside the queues: never a team's.
+        _set("environments.prod.kubernetes.job_operators", {"kuberay": "team-vision"}),
+        "environments.prod.kubernetes.job_operators.kuberay",
+        "namespace 'team-vision' is team 'vision''s: its members could then make GPU pods and jobs that bypass Kueue",
+        id="job-operator-in-a-team-namespace",
+    ),
+    pytest.param(
         _set("environments.prod.client_vpn.saml.admin_group", "infra,admins"),
         "environments.prod.client_vpn.saml.admin_group",
         "holds a comma",

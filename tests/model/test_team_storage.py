@@ -3,16 +3,20 @@
 from __future__ import annotations
 
 import random
+import re
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
+from components.team_volumes import volume_name
 from dlinfra.errors import FleetError
 from dlinfra.model import team_storage
 from dlinfra.model.fleet.load import load_fleet
-from dlinfra.model.fleet.schema import Fleet
+from dlinfra.model.fleet.schema import Fleet, person_name
 from tests.conftest import REFERENCE_FLEET
 
 
@@ -106,7 +110,17 @@ def test_colliding_ids_are_refused_naming_file_line_and_key(
 
 @pytest.mark.parametrize(
     ("members", "message"),
-    [(["Alice"], "is not a user name"), (["alice", "alice"], "lists a person twice")],
+    [
+        (["Alice"], "is not a user name"),
+        (["alice", "alice"], "lists a person twice"),
+        # The claim home-<person> and its volume home-<person>-<namespace> must be DNS-1123 subdomains.
+        (["john_doe"], "'john_doe' is not a user name Kubernetes can use in the claim home-john_doe"),
+        (["john-"], "'john-' is not a user name"),
+        (["john."], "'john.' is not a user name"),
+        (["john.-doe"], "'john.-doe' is not a user name"),
+        (["john..doe"], "'john..doe' is not a user name"),
+        (["a" * 64], "is not a user name"),
+    ],
 )
 def test_bad_members_are_refused(write_fleet: Callable[..., Path], members: list[str], message: str) -> None:
     def change(data: dict[str, Any]) -> None:
@@ -114,3 +128,45 @@ def test_bad_members_are_refused(write_fleet: Callable[..., Path], members: list
 
     with pytest.raises(FleetError, match=message):
         load_fleet(write_fleet(change))
+
+
+@pytest.mark.parametrize("where", ["members", "users"])
+def test_a_name_kubernetes_refuses_is_named_with_its_file_line_and_key(
+    write_fleet: Callable[..., Path], where: str
+) -> None:
+    """Team members and laptop-VPN users alike: the error names the entry's own line and key."""
+    text = REFERENCE_FLEET.read_text()
+    if where == "members":
+        text = text.replace("members: [bob]", "members:\n      - bob\n      - john_doe", 1)
+        key = "teams.language.members.1"
+    else:
+        text = text.replace("users: [alice, bob]", "users:\n        - alice\n        - john_doe", 1)
+        key = "environments.staging.client_vpn.users.1"
+    assert "- john_doe" in text
+    path = write_fleet(text=text)
+    line = text.splitlines().index(next(s for s in text.splitlines() if s.strip() == "- john_doe")) + 1
+    with pytest.raises(FleetError) as err:
+        load_fleet(path)
+    assert f"fleet.yaml:{line}: {key}: 'john_doe' is not a user name Kubernetes can use" in str(err.value)
+    assert err.value.key == key
+
+
+# Kubernetes' DNS-1123 subdomain, as its docs "Object Names and IDs" state it (written here, not taken from the
+# schema, so the two are checked against each other).
+_DNS_LABEL = "[a-z0-9]([-a-z0-9]*[a-z0-9])?"
+DNS_SUBDOMAIN = re.compile(rf"{_DNS_LABEL}(\.{_DNS_LABEL})*")
+
+
+@settings(max_examples=500, derandomize=True)
+@given(st.text(alphabet="abcz019._-", min_size=1, max_size=70))
+def test_a_person_is_accepted_exactly_when_kubernetes_takes_their_claim_and_volume(person: str) -> None:
+    claim = f"{team_storage.HOME_CLAIM_PREFIX}{person}"
+    names = (claim, volume_name(claim, "team-vision"))
+    kubernetes_takes = all(DNS_SUBDOMAIN.fullmatch(n) and len(n) <= 253 for n in names)
+    try:
+        person_name(person)
+        accepted = True
+    except ValueError:
+        accepted = False
+    # The schema is stricter in two ways only: a person starts with a letter and has at most 63 characters.
+    assert accepted == (kubernetes_takes and person[0].isalpha() and len(person) <= 63), (person, names)

@@ -141,6 +141,16 @@ def _cross_checks(fleet: Fleet) -> Iterator[FleetError]:
         if ns in namespaces:
             yield FleetError(f"namespace {ns!r} is also team {namespaces[ns]!r}'s", key=f"teams.{team}.namespace")
         namespaces[ns] = team
+    # A job operator's namespace is trusted to make GPU pods outside the queues (dlinfra.model.job_operators): a
+    # team's own namespace must never be one.
+    for env_name, env in fleet.environments.items():
+        for operator, ns in env.kubernetes.job_operators.items():
+            if ns in namespaces:
+                yield FleetError(
+                    f"namespace {ns!r} is team {namespaces[ns]!r}'s: its members could then make GPU pods and jobs "
+                    "that bypass Kueue; install the operator in a namespace of its own",
+                    key=f"environments.{env_name}.kubernetes.job_operators.{operator}",
+                )
 
 
 def _eks_zone_checks(fleet: Fleet, region: str) -> Iterator[FleetError]:

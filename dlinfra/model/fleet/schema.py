@@ -9,8 +9,9 @@ import re
 from collections.abc import Iterator, Mapping
 from typing import Annotated, Any, Literal
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import AfterValidator, Field, field_validator, model_validator
 
+from dlinfra.model import job_operators
 from dlinfra.model.fleet.base import Name, Strict
 from dlinfra.model.fleet.labels import (
     label_value_problem,
@@ -31,6 +32,9 @@ _CGW_ASN_MAX = 2147483647
 _ACTIVATION_LIMIT = 1000
 # Namespaces the cluster and its add-ons own; a team namespace there would share them.
 RESERVED_NAMESPACES = frozenset({"default", "kube-system", "kube-public", "kube-node-lease", "kueue-system"})
+# Namespaces that hold no controller of their own (Kubernetes docs "Namespaces": the initial namespaces).
+_SHARED_NAMESPACES = frozenset({"default", "kube-public", "kube-node-lease"})
+_NAMESPACE = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
 
 
 def is_rfc1918(net: ipaddress.IPv4Network) -> bool:
@@ -85,6 +89,11 @@ class KubernetesSpec(Strict):
     upgrade_policy: Literal["standard", "extended"] | None = None
     admin_role_arns: tuple[str, ...] = ()  # IAM roles given cluster-admin access entries
     public_access_cidrs: tuple[ipaddress.IPv4Network, ...] = ()  # empty: private endpoint only
+    # Job operators the lab installs itself (dlinfra.model.job_operators: jobset, kubeflow-trainer, kuberay, ...),
+    # each with the namespace its controller runs in: Kueue queues their job kinds, and the admission policies trust
+    # pods and child jobs made by service accounts of those namespaces. Empty: batch Jobs (and queued Pods,
+    # Deployments, StatefulSets) only.
+    job_operators: Mapping[str, str] = Field(default_factory=dict)
 
     @field_validator("admin_role_arns")
     @classmethod
@@ -93,6 +102,25 @@ class KubernetesSpec(Strict):
             if not re.fullmatch(r"arn:aws[a-z-]*:iam::\d{12}:role/[\w+=,.@/-]{1,512}", arn):
                 raise ValueError(f"{arn!r} is not an IAM role ARN (arn:aws:iam::<12 digits>:role/<name>)")
         return tuple(sorted(v))  # order in the file changes nothing declared
+
+    @field_validator("job_operators")
+    @classmethod
+    def _operators(cls, v: Mapping[str, str]) -> Mapping[str, str]:
+        for name, namespace in v.items():
+            operator = job_operators.OPERATORS.get(name)
+            if operator is None:
+                raise ValueError(f"unknown job operator {name!r}; known: {', '.join(job_operators.OPERATORS)}")
+            if not _NAMESPACE.fullmatch(namespace):
+                raise ValueError(f"{name}: {namespace!r} is not a namespace name (a DNS label: RFC 1123)")
+            if namespace in _SHARED_NAMESPACES:
+                raise ValueError(
+                    f"{name}: {namespace!r} is no operator's own namespace; every service account there would be "
+                    "trusted to make GPU pods outside the queues"
+                )
+            missing = [r for r in operator.requires if r not in v]
+            if missing:
+                raise ValueError(f"{name} creates the kinds of {', '.join(missing)}: name that operator too")
+        return dict(sorted(v.items()))  # order in the file changes nothing declared
 
     @field_validator("public_access_cidrs")
     @classmethod
@@ -174,7 +202,27 @@ class CiSpec(Strict):
 
 
 _SAML_PROVIDER_ARN = re.compile(r"arn:aws[a-z-]*:iam::\d{12}:saml-provider/[\w+=,.@-]{1,128}")
-_PERSON = re.compile(r"[a-z][a-z0-9._-]{0,62}")
+# A person's name (a laptop VPN user, a team member: the same people) becomes part of Kubernetes object names: the
+# claim home-<person> and its PersistentVolume home-<person>-<namespace> (dlinfra.model.team_storage,
+# components/team_volumes.py), which must be DNS-1123 subdomains (Kubernetes docs "Object Names and IDs": lower-case
+# alphanumerics, '-' and '.', each dot-separated part starting and ending with an alphanumeric). So no '_', and
+# neither a trailing '-' or '.' nor one next to a '.': `john_doe` would pass here and then fail the apply.
+_PERSON = re.compile(r"[a-z](?:[a-z0-9-]*[a-z0-9])?(?:\.[a-z0-9](?:[a-z0-9-]*[a-z0-9])?)*")
+_PERSON_MAX = 63
+
+
+def person_name(v: str) -> str:
+    """A person's name that Kubernetes accepts inside a claim's and a volume's name (see _PERSON)."""
+    if len(v) > _PERSON_MAX or not _PERSON.fullmatch(v):
+        raise ValueError(
+            f"{v!r} is not a user name Kubernetes can use in the claim home-{v}: up to {_PERSON_MAX} lower-case "
+            "letters, digits, '-' and '.', starting with a letter and ending with a letter or digit, with a letter "
+            "or digit on each side of every '.' (no '_'; write john.doe or john-doe for john_doe)"
+        )
+    return v
+
+
+Person = Annotated[str, AfterValidator(person_name)]
 
 
 def access_group_id(v: str) -> str:
@@ -210,14 +258,11 @@ class ClientVpnSpec(Strict):
     """How people authenticate to the environment's laptop VPN: federated (saml) or per-person certificates."""
 
     saml: SamlSpec | None = None  # federated sign-in; teams with `vpn_group` reach the networks, per group
-    users: tuple[str, ...] = ()  # otherwise: one certificate per person; removing a name revokes it
+    users: tuple[Person, ...] = ()  # otherwise: one certificate per person; removing a name revokes it
 
     @field_validator("users")
     @classmethod
     def _people(cls, v: tuple[str, ...]) -> tuple[str, ...]:
-        for user in v:
-            if not _PERSON.fullmatch(user):
-                raise ValueError(f"{user!r} is not a user name (lower-case letters, digits, '.', '_', '-')")
         if len(set(v)) != len(v):
             raise ValueError("a user is listed twice")
         return tuple(sorted(v))  # order in the file changes nothing declared
@@ -388,14 +433,11 @@ class Team(Strict):
     overflow: tuple[str, ...] = ()
     # People of the team (laptop-VPN user names): each gets a home directory on EFS, mounted in the team's
     # namespace as the claim home-<person> (dlinfra.model.team_storage). A set: order changes nothing.
-    members: tuple[str, ...] = ()
+    members: tuple[Person, ...] = ()
 
     @field_validator("members")
     @classmethod
     def _members(cls, v: tuple[str, ...]) -> tuple[str, ...]:
-        for person in v:
-            if not _PERSON.fullmatch(person):
-                raise ValueError(f"{person!r} is not a user name (lower-case letters, digits, '.', '_', '-')")
         if len(set(v)) != len(v):
             raise ValueError(f"lists a person twice: {', '.join(sorted(p for p in set(v) if v.count(p) > 1))}")
         return tuple(sorted(v))

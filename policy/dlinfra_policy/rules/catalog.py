@@ -174,4 +174,10 @@ RULES: tuple[ResourceRule | StackRule, ...] = (
         "mandatory",
         platform.gpu_pods_queued,
     ),
+    StackRule(
+        "team-namespaces-have-local-queue",
+        "Every team namespace has the LocalQueue `default` feeding a ClusterQueue, also where there are no GPUs",
+        "mandatory",
+        platform.team_namespaces_have_local_queue,
+    ),
 )

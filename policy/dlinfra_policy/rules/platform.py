@@ -32,6 +32,8 @@ HELM_RELEASE = "kubernetes:helm.sh/v3:Release"
 KUEUE_GATE = "kueue.x-k8s.io/admission"  # the scheduling gate Kueue's pod webhook adds until admission
 # The integrations that queue what a team may run on GPUs besides job kinds: bare Pods, Deployments, StatefulSets.
 QUEUED_FRAMEWORKS = ("batch/job", "pod", "deployment", "statefulset")
+# Kueue integrations that queue pods, not a job object: their pods are gated, and the pod policy checks the gate.
+POD_FRAMEWORKS = ("pod", "deployment", "statefulset", "leaderworkerset.x-k8s.io/leaderworkerset")
 
 
 def team_namespaces_pod_security(resource: Resource, ctx: Context) -> list[str]:
@@ -271,18 +273,29 @@ def _selects_teams_only(selector: Mapping[str, Any]) -> bool:
     return TEAM_LABEL in labels or TEAM_LABEL in required
 
 
-def _kueue_config_problems(release: Resource) -> list[str]:
+def _kueue_config(release: Resource) -> Mapping[str, Any] | str:
+    """A Kueue release's controller configuration, or what is wrong with it."""
     config_yaml = as_object(as_object(release.inputs.get("values")).get("managerConfig")).get(
         "controllerManagerConfigYaml"
     )
     if not isinstance(config_yaml, str):
-        return ["no managerConfig.controllerManagerConfigYaml: Kueue's own defaults queue batch Jobs only"]
+        return "no managerConfig.controllerManagerConfigYaml: Kueue's own defaults queue batch Jobs only"
     try:
-        config = as_object(yaml.safe_load(config_yaml))
+        return as_object(yaml.safe_load(config_yaml))
     except yaml.YAMLError as exc:
-        return [f"managerConfig.controllerManagerConfigYaml is not YAML: {exc}"]
+        return f"managerConfig.controllerManagerConfigYaml is not YAML: {exc}"
+
+
+def _frameworks(config: Mapping[str, Any]) -> list[str]:
+    return [str(f) for f in as_list(as_object(config.get("integrations")).get("frameworks"))]
+
+
+def _kueue_config_problems(release: Resource) -> list[str]:
+    config = _kueue_config(release)
+    if isinstance(config, str):
+        return [config]
     out = []
-    frameworks = [str(f) for f in as_list(as_object(config.get("integrations")).get("frameworks"))]
+    frameworks = _frameworks(config)
     missing = [f for f in QUEUED_FRAMEWORKS if f not in frameworks]
     if missing:
         out.append(
@@ -318,6 +331,43 @@ def _guards_gpu_pods(policy: Mapping[str, Any]) -> bool:
     )
 
 
+def _job_owner_guard(policy: Mapping[str, Any]) -> set[tuple[str, str]]:
+    """The (API group, resource) pairs whose creates and updates a ValidatingAdmissionPolicy checks for who sets
+    ownerReferences, in team namespaces and failing closed; empty when it is no such policy."""
+    spec = as_object(policy.get("spec"))
+    constraints = as_object(spec.get("matchConstraints"))
+    expressions = [str(e.get("expression")) for key in ("variables", "validations") for e in as_objects(spec.get(key))]
+    if not (
+        _selects_teams_only(as_object(constraints.get("namespaceSelector")))
+        and spec.get("failurePolicy", "Fail") == "Fail"
+        and as_objects(spec.get("validations"))
+        and any("ownerReferences" in e for e in expressions)
+        and any("request.userInfo.username" in e for e in expressions)
+    ):
+        return set()
+    out = set()
+    for rule in as_objects(constraints.get("resourceRules")):
+        operations = {str(op) for op in as_list(rule.get("operations"))}
+        if "*" in operations or {"CREATE", "UPDATE"} <= operations:
+            out |= {(str(g), str(r)) for g in as_list(rule.get("apiGroups")) for r in as_list(rule.get("resources"))}
+    return out
+
+
+def _job_resources(releases: Sequence[Resource]) -> set[tuple[str, str]]:
+    """(API group, resource) of batch Jobs and of every job kind the Kueue releases manage ("<group>/<kind>", whose
+    resource is the kind's plural: "jobset.x-k8s.io/jobset" -> jobsets)."""
+    out = {("batch", "jobs")}
+    for release in releases:
+        config = _kueue_config(release)
+        if isinstance(config, str):
+            continue
+        for framework in _frameworks(config):
+            if framework not in POD_FRAMEWORKS and "/" in framework:
+                group, kind = framework.rsplit("/", 1)
+                out.add((group, f"{kind}s"))
+    return out
+
+
 def gpu_pods_queued(resources: Sequence[Resource], ctx: Context) -> list[Violation]:
     """Every GPU workload in a team namespace goes through Kueue, and what tries not to is refused.
 
@@ -328,6 +378,11 @@ def gpu_pods_queued(resources: Sequence[Resource], ctx: Context) -> list[Violati
     - A bound ValidatingAdmissionPolicy, failing closed, checks pods in team namespaces against Kueue's scheduling
       gate, so a pod that escapes the webhook is refused (Kubernetes docs "Validating Admission Policy"; Kueue
       docs "Setup a Job Admission Policy"). A ResourceQuota cannot stand in: it counts admitted pods too.
+    - A second such policy lets only trusted controllers give a job of a kind Kueue manages a controller
+      ownerReference: Kueue leaves a job unsuspended when an ancestor it manages owns it (v0.19.2
+      pkg/controller/jobframework/utils.go WorkloadShouldBeSuspended, FindAncestorJobManagedByKueue), and the job
+      controller's pods of such a job pass the pod policy. It must cover batch Jobs and every job kind in Kueue's
+      integrations.frameworks.
     """
     teams = _team_namespaces(resources)
     if not teams:
@@ -359,4 +414,60 @@ def gpu_pods_queued(resources: Sequence[Resource], ctx: Context) -> list[Violati
                 f"{KUEUE_GATE} gate: a GPU pod that escapes Kueue's webhook would start unqueued",
             )
         )
+    owners_guarded: set[tuple[str, str]] = set()
+    for r in resources:
+        if r.type == VAP and str(as_object(r.inputs.get("metadata")).get("name")) in bound:
+            owners_guarded |= _job_owner_guard(r.inputs)
+    unguarded = sorted(_job_resources(releases) - owners_guarded)
+    if unguarded:
+        out.append(
+            Violation(
+                anchor,
+                "no ValidatingAdmissionPolicy bound with Deny limits who sets a controller ownerReference on "
+                f"{', '.join(f'{g}/{r}' for g, r in unguarded)} in team namespaces: Kueue leaves a job whose owner "
+                "it manages unsuspended, so a GPU job named the child of an admitted job would run unqueued",
+            )
+        )
+    return out
+
+
+LOCAL_QUEUE = "default"  # components/charts/kueue.py LOCAL_QUEUE: where Kueue sends what names no queue
+
+
+def team_namespaces_have_local_queue(resources: Sequence[Resource], ctx: Context) -> list[Violation]:
+    """Every team namespace has the LocalQueue `default`, feeding a ClusterQueue of the same stack.
+
+    Kueue manages every pod and job of a team namespace (manageJobsWithoutQueueName, with the pod integration:
+    Kueue v0.19.2 pkg/controller/jobs/pod/pod_webhook.go gates each pod), and sends what names no queue to the
+    namespace's LocalQueue `default` (Kueue docs "Setup default LocalQueue"). Without it, or without the ClusterQueue
+    it names, their workloads are never admitted, so every pod there, CPU-only ones included, waits forever: a region
+    without GPU capacity still needs its teams' queues.
+    """
+    cluster_queues = set(_kueue_named(resources, "ClusterQueue"))
+    local_queues: dict[str, str] = {}
+    for r in resources:
+        if r.type != f"{KUEUE_CUSTOM}LocalQueue":
+            continue
+        metadata = as_object(r.inputs.get("metadata"))
+        if metadata.get("name") == LOCAL_QUEUE:
+            local_queues[str(metadata.get("namespace"))] = str(as_object(r.inputs.get("spec")).get("clusterQueue"))
+    out = []
+    for namespace in _team_namespaces(resources):
+        name = str(as_object(namespace.inputs.get("metadata")).get("name"))
+        if name not in local_queues:
+            out.append(
+                Violation(
+                    namespace.urn,
+                    f"team namespace {name}: no LocalQueue {LOCAL_QUEUE!r}, so Kueue admits none of its pods and jobs "
+                    "(even CPU-only ones wait behind its gate forever); declare one, feeding the team's ClusterQueue",
+                )
+            )
+        elif local_queues[name] not in cluster_queues:
+            out.append(
+                Violation(
+                    namespace.urn,
+                    f"team namespace {name}: its LocalQueue {LOCAL_QUEUE!r} feeds ClusterQueue "
+                    f"{local_queues[name]!r}, which this stack does not declare: nothing there is admitted",
+                )
+            )
     return out

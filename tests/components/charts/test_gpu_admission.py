@@ -12,7 +12,7 @@ import celpy
 import pytest
 
 from components.charts import gpu_admission
-from components.charts.kueue import KUEUE_FRAMEWORKS
+from dlinfra.model import job_operators
 from tests.components._platform import Stack
 
 POLICY = "kubernetes:admissionregistration.k8s.io/v1:ValidatingAdmissionPolicy"
@@ -59,7 +59,7 @@ def _review(policy: dict[str, Any], request: dict[str, Any], obj: Any, old: Any 
 
     spec = policy["spec"]
     activation = {"object": obj, "oldObject": old, "request": request}
-    if not all(evaluate(c["expression"], activation) for c in spec["matchConditions"]):
+    if not all(evaluate(c["expression"], activation) for c in spec.get("matchConditions", [])):
         return []
     variables: dict[str, bool] = {}
     for variable in spec["variables"]:  # in order: each may read the ones before it
@@ -88,8 +88,10 @@ def policy(stacks: dict[str, Stack]) -> dict[str, Any]:
         ("CPU pod", TEAM_USER, _pod(None), True),
         ("GPU init container", TEAM_USER, _pod(init=True), False),
         ("pod of an admitted batch Job", JOB_CONTROLLER, _pod(owner=("batch/v1", "Job")), True),
+        # No job operator is named in the reference fleet, so Kueue queues no RayCluster: its pods are not trusted,
+        # even from a trusted namespace (test_named_operators_kinds_are_queued_and_their_controllers_trusted).
         ("pod of a RayCluster", "system:serviceaccount:kube-system:kuberay", _pod(owner=("ray.io/v1", "RayCluster")),
-         True),
+         False),
         # A person names a Job as owner: Kueue's pod webhook leaves it ungated, the policy does not.
         ("bare pod claiming a Job owner", TEAM_USER, _pod(owner=("batch/v1", "Job")), False),
         ("team service account claiming a Job owner", "system:serviceaccount:team-vision:runner",
@@ -165,6 +167,194 @@ def test_policy_binds_in_team_namespaces_only(stacks: dict[str, Stack], policy: 
 
 
 def test_every_kueue_job_kind_names_its_pods_owner() -> None:
-    assert set(gpu_admission.POD_OWNERS) == set(KUEUE_FRAMEWORKS)
+    assert set(gpu_admission.POD_OWNERS) == set(job_operators.all_frameworks())
     with pytest.raises(ValueError, match="controller_namespaces"):
-        gpu_admission.variables([])
+        gpu_admission.variables([], ("batch/job",))
+
+
+# --- who may make a job another job's child -----------------------------------------------------------------------
+# Kueue leaves a job unsuspended when an ancestor it manages owns it (v0.19.2 jobframework/utils.go
+# WorkloadShouldBeSuspended, FindAncestorJobManagedByKueue over controller references), so the job-owner policy
+# refuses a controller ownerReference from anyone but a trusted controller.
+CRONJOB_CONTROLLER = "system:serviceaccount:kube-system:cronjob-controller"
+GC = "system:serviceaccount:kube-system:generic-garbage-collector"
+
+
+@pytest.fixture(scope="module")
+def job_policy(stacks: dict[str, Stack]) -> dict[str, Any]:
+    (declared,) = [
+        p
+        for p in stacks["prod-us-west-2"].of_type(POLICY)
+        if p.inputs["metadata"]["name"] == gpu_admission.JOB_OWNERS_POLICY_NAME
+    ]
+    return dict(declared.inputs)
+
+
+def _owner(api_version: str, kind: str, name: str, *, controller: bool | None = True) -> dict[str, Any]:
+    ref: dict[str, Any] = {"apiVersion": api_version, "kind": kind, "name": name, "uid": f"uid-{name}"}
+    if controller is not None:
+        ref["controller"] = controller
+    return ref
+
+
+def _job(name: str, *owners: dict[str, Any], gpus: int | None = None) -> dict[str, Any]:
+    pod = _pod(gpus)
+    metadata: dict[str, Any] = {"name": name, "namespace": "team-vision"}
+    if owners:
+        metadata["ownerReferences"] = list(owners)
+    return {"apiVersion": "batch/v1", "kind": "Job", "metadata": metadata, "spec": {"template": {"spec": pod["spec"]}}}
+
+
+def _update(user: str) -> dict[str, Any]:
+    return {"operation": "UPDATE", "userInfo": {"username": user}, "namespace": "team-vision"}
+
+
+def test_a_gpu_job_cannot_hide_under_an_admitted_cpu_job(policy: dict[str, Any], job_policy: dict[str, Any]) -> None:
+    """The case the policy exists for: Job A (CPU only) is admitted; Job B asks for GPUs and names A its controller.
+    Kueue would leave B running unsuspended, and B's pods, made by the job controller for a batch Job, pass the pod
+    policy: only the job-owner policy stands in the way, and it refuses B."""
+    job_a = _job("a")
+    assert _review(job_policy, _create(TEAM_USER), job_a) == []  # a plain job: Kueue queues it
+    job_b = _job("b", _owner("batch/v1", "Job", "a"), gpus=8)
+    assert _review(job_policy, _create(TEAM_USER), job_b) != []
+    pod_of_b = _pod(8, owner=("batch/v1", "Job"))
+    assert _review(policy, _create(JOB_CONTROLLER), pod_of_b) == []  # why the pod policy alone is not enough
+
+
+@pytest.mark.parametrize(
+    ("case", "user", "job", "admitted"),
+    [
+        ("job without owner", TEAM_USER, _job("j"), True),
+        ("job naming a Job its controller", TEAM_USER, _job("j", _owner("batch/v1", "Job", "a")), False),
+        ("job naming a JobSet its controller", TEAM_USER, _job("j", _owner("jobset.x-k8s.io/v1alpha2", "JobSet", "s")),
+         False),
+        ("team service account", "system:serviceaccount:team-vision:runner",
+         _job("j", _owner("batch/v1", "Job", "a")), False),
+        ("service account of a namespace named like a trusted one", "system:serviceaccount:kube-systemx:x",
+         _job("j", _owner("batch/v1", "Job", "a")), False),
+        # Kueue follows controller references only (metav1.GetControllerOf): other owners are free.
+        ("owner that is not the controller", TEAM_USER, _job("j", _owner("v1", "ConfigMap", "c", controller=False)),
+         True),
+        ("owner without a controller field", TEAM_USER, _job("j", _owner("batch/v1", "Job", "a", controller=None)),
+         True),
+        ("CronJob's job by its controller", CRONJOB_CONTROLLER, _job("j", _owner("batch/v1", "CronJob", "nightly")),
+         True),
+        ("kube-controller-manager itself", gpu_admission.CONTROLLER_MANAGER, _job("j", _owner("batch/v1", "Job", "a")),
+         True),
+    ],
+)  # fmt: skip
+def test_only_trusted_controllers_create_owned_jobs(
+    job_policy: dict[str, Any], case: str, user: str, job: dict[str, Any], admitted: bool
+) -> None:
+    failed = _review(job_policy, _create(user), job)
+    assert (failed == []) is admitted, (case, failed)
+
+
+@pytest.mark.parametrize(
+    ("case", "user", "old", "new", "admitted"),
+    [
+        ("adding a controller owner", TEAM_USER, _job("b"), _job("b", _owner("batch/v1", "Job", "a")), False),
+        ("pointing the controller at another job", TEAM_USER, _job("b", _owner("batch/v1", "Job", "a")),
+         _job("b", _owner("batch/v1", "Job", "c")), False),
+        ("turning an owner into the controller", TEAM_USER, _job("b", _owner("batch/v1", "Job", "a", controller=False)),
+         _job("b", _owner("batch/v1", "Job", "a")), False),
+        ("relabelling an owned job", TEAM_USER, _job("b", _owner("batch/v1", "CronJob", "n")),
+         {**_job("b", _owner("batch/v1", "CronJob", "n")), "spec": {"suspend": True}}, True),
+        ("removing the owner", GC, _job("b", _owner("batch/v1", "CronJob", "n")), _job("b"), True),
+        ("removing the owner, by a person", TEAM_USER, _job("b", _owner("batch/v1", "CronJob", "n")), _job("b"),
+         True),
+        ("adding a non-controller owner", TEAM_USER, _job("b"), _job("b", _owner("v1", "ConfigMap", "c",
+                                                                                 controller=False)), True),
+        ("a controller adding the owner", CRONJOB_CONTROLLER, _job("b"), _job("b", _owner("batch/v1", "CronJob", "n")),
+         True),
+    ],
+)  # fmt: skip
+def test_only_trusted_controllers_set_owners_later(
+    job_policy: dict[str, Any], case: str, user: str, old: dict[str, Any], new: dict[str, Any], admitted: bool
+) -> None:
+    failed = _review(job_policy, _update(user), new, old)
+    assert (failed == []) is admitted, (case, failed)
+
+
+def test_job_owner_policy_covers_every_kueue_job_kind_in_team_namespaces(
+    stacks: dict[str, Stack], job_policy: dict[str, Any]
+) -> None:
+    spec = job_policy["spec"]
+    assert spec["failurePolicy"] == "Fail" and "matchConditions" not in spec
+    rules = spec["matchConstraints"]["resourceRules"]
+    assert all(r["operations"] == ["CREATE", "UPDATE"] and r["apiVersions"] == ["*"] for r in rules)
+    covered = {(group, resource) for r in rules for group in r["apiGroups"] for resource in r["resources"]}
+    assert ("batch", "jobs") in covered
+    assert covered == {("batch", "jobs")}  # the reference fleet names no job operator: Kueue manages batch Jobs
+    selector = spec["matchConstraints"]["namespaceSelector"]
+    assert _selects(selector, {"kubernetes.io/metadata.name": "team-vision", "dlinfra.io/team": "vision"})
+    assert not _selects(selector, {"kubernetes.io/metadata.name": "kube-system", "dlinfra.io/team": "x"})
+    (binding,) = [
+        b
+        for b in stacks["prod-us-west-2"].of_type(BINDING)
+        if b.inputs["spec"]["policyName"] == gpu_admission.JOB_OWNERS_POLICY_NAME
+    ]
+    assert binding.inputs["spec"] == {"policyName": gpu_admission.JOB_OWNERS_POLICY_NAME, "validationActions": ["Deny"]}
+    assert stacks["prod-us-west-2"].by_name["platform-job-owners"].urn in binding.dependencies
+
+
+# --- job operators the fleet names: Kueue queues their kinds, the policies trust their namespaces -----------------
+KUBERAY = "system:serviceaccount:ray-system:kuberay-operator"
+JOBSET = "system:serviceaccount:jobset-system:jobset-controller-manager"
+
+
+@pytest.fixture(scope="module")
+def with_operators(tmp_path_factory: pytest.TempPathFactory) -> Stack:
+    """prod-eu-west-1 with JobSet and KubeRay installed by the lab (kubernetes.job_operators)."""
+    import shutil
+
+    import yaml
+
+    from dlinfra.model import stackroles
+    from dlinfra.model.fleet.load import load_fleet
+    from dlinfra.offline import engine
+    from tests.conftest import REFERENCE_FLEET, REFERENCE_LOCK, ROOT
+
+    tmp = tmp_path_factory.mktemp("operators")
+    data = yaml.safe_load(REFERENCE_FLEET.read_text())
+    data["environments"]["prod"]["kubernetes"]["job_operators"] = {"kuberay": "ray-system", "jobset": "jobset-system"}
+    path = tmp / "fleet.yaml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    shutil.copy(REFERENCE_LOCK, tmp / "cidr-lock.yaml")
+    config = {"dlinfra:fleet": str(path), "dlinfra:lock": str(tmp / "cidr-lock.yaml")}
+    fleet = load_fleet(path).fleet
+    roles = [r for r in stackroles.roles(fleet) if r.name in ("prod-eu-west-1", "prod-eu-west-1-k8s")]
+    results = {r.role.name: r for r in engine.run_all(ROOT, roles, project="dlinfra", config=config)}
+    return Stack(results["prod-eu-west-1"], results["prod-eu-west-1-k8s"])
+
+
+def _declared(stack: Stack, name: str) -> dict[str, Any]:
+    (declared,) = [p for p in stack.of_type(POLICY) if p.inputs["metadata"]["name"] == name]
+    return dict(declared.inputs)
+
+
+def test_named_operators_kinds_are_queued_and_their_controllers_trusted(with_operators: Stack) -> None:
+    import yaml
+
+    config = yaml.safe_load(with_operators.release("kueue")["values"]["managerConfig"]["controllerManagerConfigYaml"])
+    assert config["integrations"]["frameworks"][:4] == [
+        "batch/job", "jobset.x-k8s.io/jobset", "ray.io/rayjob", "ray.io/raycluster"
+    ]  # fmt: skip
+    pods = _declared(with_operators, gpu_admission.POLICY_NAME)
+    ray_pod = _pod(owner=("ray.io/v1", "RayCluster"))
+    assert _review(pods, _create(KUBERAY), ray_pod) == []  # KubeRay makes a RayCluster's pods
+    assert _review(pods, _create(TEAM_USER), ray_pod) != []
+    jobs = _declared(with_operators, gpu_admission.JOB_OWNERS_POLICY_NAME)
+    rules = jobs["spec"]["matchConstraints"]["resourceRules"]
+    covered = {(group, resource) for r in rules for group in r["apiGroups"] for resource in r["resources"]}
+    assert covered == {("batch", "jobs"), ("jobset.x-k8s.io", "jobsets"), ("ray.io", "rayjobs"),
+                       ("ray.io", "rayclusters")}  # fmt: skip
+    child = _job("worker", _owner("jobset.x-k8s.io/v1alpha2", "JobSet", "train"), gpus=8)
+    assert _review(jobs, _create(JOBSET), child) == []  # the JobSet controller makes a JobSet's Jobs
+    assert _review(jobs, _create(TEAM_USER), child) != []
+
+
+def test_an_operator_the_fleet_does_not_name_is_not_trusted(stacks: dict[str, Stack]) -> None:
+    """Reference fleet: no operator named, so a KubeRay installed by hand in ray-system makes no GPU pod."""
+    pods = _declared(stacks["prod-eu-west-1"], gpu_admission.POLICY_NAME)
+    assert _review(pods, _create(KUBERAY), _pod(owner=("ray.io/v1", "RayCluster"))) != []

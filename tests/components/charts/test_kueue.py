@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from components.charts.kueue import KUEUE_API, TEAM_LABEL, kueue_manager_config
-from dlinfra.model import kueue
+from dlinfra.model import job_operators, kueue
 from dlinfra.model.fleet.schema import Fleet
 from tests.components._platform import KUEUE_SCHEMA, Stack, nominal_gpus, regional_stacks
 
@@ -134,6 +134,9 @@ def test_kueue_queues_every_workload_of_team_namespaces(stacks: dict[str, Stack]
     jsonschema.Draft202012Validator(json.loads(CONFIG_SCHEMA.read_text())).validate(config)
     frameworks = config["integrations"]["frameworks"]
     assert {"batch/job", "pod", "deployment", "statefulset"} <= set(frameworks)
+    # No job operator is named in the reference fleet: Kueue manages none of their kinds (a kind whose operator is
+    # not trusted would have its pods refused: dlinfra.model.job_operators).
+    assert not set(frameworks) & (set(job_operators.all_frameworks()) - {"batch/job"})
     assert config["manageJobsWithoutQueueName"] is True
     selector = config["managedJobsNamespaceSelector"]
     name = "kubernetes.io/metadata.name"
@@ -158,8 +161,17 @@ def test_kueue_queues_every_workload_of_team_namespaces(stacks: dict[str, Stack]
     ],
 )  # fmt: skip
 def test_kueue_config_schema_catches_mistakes(change: dict[str, Any], message: str) -> None:
-    config = kueue_manager_config() | change
+    config = kueue_manager_config(job_operators.all_frameworks()) | change
     errors = [
         e.message for e in jsonschema.Draft202012Validator(json.loads(CONFIG_SCHEMA.read_text())).iter_errors(config)
     ]
     assert any(message in e for e in errors), errors
+
+
+def test_every_job_operators_kinds_are_kueue_framework_names() -> None:
+    """The names dlinfra.model.job_operators gives are the ones Kueue's configuration accepts (its schema's enum)."""
+    config = kueue_manager_config(job_operators.all_frameworks())
+    jsonschema.Draft202012Validator(json.loads(CONFIG_SCHEMA.read_text())).validate(config)
+    assert config["integrations"]["frameworks"][: len(job_operators.all_frameworks())] == list(
+        job_operators.all_frameworks()
+    )

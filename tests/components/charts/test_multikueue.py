@@ -5,8 +5,7 @@ from __future__ import annotations
 import yaml
 
 from components.charts import multikueue
-from components.charts.kueue import KUEUE_FRAMEWORKS
-from dlinfra.model import kueue
+from dlinfra.model import job_operators, kueue
 from dlinfra.model.fleet.schema import Fleet
 from dlinfra.offline import plan_export, schema
 from tests.components._platform import Stack, nominal_gpus
@@ -69,12 +68,28 @@ def test_multikueue_overflow(stacks: dict[str, Stack], fleet: Fleet) -> None:
         writes = {v for rule in roles[multikueue.MULTIKUEUE_WRITE_ROLE] for v in rule["verbs"]}
         reads = {v for rule in roles[multikueue.MULTIKUEUE_READ_ROLE] for v in rule["verbs"]}
         assert reads == {"get", "list", "watch"} and "*" not in writes
-        assert {g for rule in roles[multikueue.MULTIKUEUE_WRITE_ROLE] for g in rule["apiGroups"]} <= {
-            f.rsplit("/", 1)[0] for f in KUEUE_FRAMEWORKS
-        } | {"kueue.x-k8s.io"}
+        # The job kinds Kueue manages there and nothing else: batch Jobs, no job operator being named in prod.
+        frameworks = job_operators.frameworks(fleet.environments["prod"].kubernetes.job_operators)
+        assert frameworks == ("batch/job",)
+        assert {g for rule in roles[multikueue.MULTIKUEUE_WRITE_ROLE] for g in rule["apiGroups"]} == {
+            "batch",
+            "kueue.x-k8s.io",
+        }
         assert not any(
             "secrets" in rule["resources"] or "pods" in rule["resources"]
             for rule in roles[multikueue.MULTIKUEUE_WRITE_ROLE] + roles[multikueue.MULTIKUEUE_READ_ROLE]
         )
     staging = stacks["staging-us-west-2"]
     assert not staging.kueue("MultiKueueCluster") and not staging.kueue("AdmissionCheck")
+
+
+def test_the_manager_is_granted_each_operators_kinds_only_when_named() -> None:
+    groups = {g for rule in multikueue.multikueue_write_rules(("batch/job",)) for g in rule["apiGroups"]}
+    assert groups == {"batch", "kueue.x-k8s.io"}  # no RayCluster updates without KubeRay
+    with_ray = multikueue.multikueue_write_rules(job_operators.frameworks({"kuberay": "ray-system"}))
+    assert {"apiGroups": ["ray.io"], "resources": ["rayclusters"], "verbs": ["update", "patch"]} in with_ray
+    reads = multikueue.multikueue_read_rules(job_operators.frameworks({"jobset": "jobset-system"}))
+    assert {(g, r) for rule in reads for g in rule["apiGroups"] for r in rule["resources"]} >= {
+        ("jobset.x-k8s.io", "jobsets"),
+        ("jobset.x-k8s.io", "jobsets/status"),
+    }

@@ -21,6 +21,7 @@ from policy.dlinfra_policy.rules.platform import (
     drain_taints_not_tolerated,
     gpu_pods_queued,
     multikueue_wired,
+    team_namespaces_have_local_queue,
     team_namespaces_pod_security,
     team_namespaces_volume_policy,
     tolerates,
@@ -42,6 +43,15 @@ VOLUME_POLICY = res(VAP, "vap")(
         "validations": [{"expression": "object.spec.volumes.all(v, !has(v.nfs))"}],
     },
 )  # fmt: skip
+
+
+CLUSTER_QUEUE_A = res(f"{KUEUE_CUSTOM}ClusterQueue", "cq")(metadata={"name": "a"}, spec={"resourceGroups": []})
+
+
+def local_queue(namespace: str, cluster_queue: str = "a") -> Resource:
+    return res(f"{KUEUE_CUSTOM}LocalQueue", f"lq-{namespace}")(
+        metadata={"name": "default", "namespace": namespace}, spec={"clusterQueue": cluster_queue}
+    )
 
 
 def binding(actions: list[str], selector: dict[str, object] | None = None, policy: str = "team-volumes") -> Resource:
@@ -89,14 +99,38 @@ def _gate_policy(**spec: Any) -> Resource:
     return res(VAP, "gpu")(metadata={"name": "gpu"}, spec=base | spec)
 
 
-def _binding(*actions: str) -> Resource:
-    return res(VAP_BINDING, "gpu-binding")(
-        metadata={"name": "gpu"}, spec={"policyName": "gpu", "validationActions": list(actions)}
+def _binding(*actions: str, policy: str = "gpu") -> Resource:
+    return res(VAP_BINDING, f"{policy}-binding")(
+        metadata={"name": policy}, spec={"policyName": policy, "validationActions": list(actions)}
     )
 
 
+OWNER_CHECK = (
+    "!(has(object.metadata.ownerReferences) && object.metadata.ownerReferences.exists(o, has(o.controller) && "
+    "o.controller)) || request.userInfo.username.startsWith('system:serviceaccount:kube-system:')"
+)
+
+
+def _owner_policy(resources: tuple[tuple[str, str], ...] = (("batch", "jobs"), ("jobset.x-k8s.io", "jobsets")),
+                  **spec: Any) -> Resource:  # fmt: skip
+    """Who may set a job's controller ownerReference, over the given (API group, resource) pairs."""
+    base = {
+        "failurePolicy": "Fail",
+        "matchConstraints": {
+            "namespaceSelector": TEAM_SELECTOR,
+            "resourceRules": [
+                {"apiGroups": [g], "apiVersions": ["*"], "operations": ["CREATE", "UPDATE"], "resources": [r]}
+                for g, r in resources
+            ],
+        },
+        "validations": [{"expression": OWNER_CHECK, "message": "only controllers"}],
+    }
+    return res(VAP, "owners")(metadata={"name": "owners"}, spec=base | spec)
+
+
 TEAM_NAMESPACE = res(K8S_NAMESPACE, "ns")(metadata={"name": "team-a", "labels": TEAM_NS | {PSA_ENFORCE: "baseline"}})
-QUEUED = [TEAM_NAMESPACE, _kueue_release(), _gate_policy(), _binding("Deny")]
+OWNERS = [_owner_policy(), _binding("Deny", policy="owners")]
+QUEUED = [TEAM_NAMESPACE, _kueue_release(), _gate_policy(), _binding("Deny"), *OWNERS]
 
 
 # rule -> (resources that pass, resources that fail).
@@ -135,6 +169,7 @@ CASES: dict[str, tuple[list[Resource], list[Resource]]] = {
             _kueue_release(KUEUE_CONFIG | {"integrations": {"frameworks": ["batch/job"]}}),
             _gate_policy(),
             _binding("Deny"),
+            *OWNERS,
         ],
     ),
     "multikueue-wired": (
@@ -166,7 +201,23 @@ CASES: dict[str, tuple[list[Resource], list[Resource]]] = {
         [TEAM_A, VOLUME_POLICY, binding(["Deny"])],
         [TEAM_A, VOLUME_POLICY, binding(["Audit"])],
     ),
+    "team-namespaces-have-local-queue": (
+        [TEAM_A, CLUSTER_QUEUE_A, local_queue("team-a"), res(K8S_NAMESPACE, "kube-system")(metadata={"name": "x"})],
+        [TEAM_A, CLUSTER_QUEUE_A, local_queue("team-b")],
+    ),
 }
+
+
+def test_a_local_queue_must_feed_a_declared_cluster_queue() -> None:
+    assert team_namespaces_have_local_queue([TEAM_A, CLUSTER_QUEUE_A, local_queue("team-a")], CTX) == []
+    (missing,) = team_namespaces_have_local_queue([TEAM_A, CLUSTER_QUEUE_A], CTX)
+    assert "team namespace team-a: no LocalQueue 'default'" in missing.message
+    (dangling,) = team_namespaces_have_local_queue([TEAM_A, local_queue("team-a")], CTX)
+    assert "feeds ClusterQueue 'a', which this stack does not declare" in dangling.message
+    other_name = res(f"{KUEUE_CUSTOM}LocalQueue", "lq2")(
+        metadata={"name": "overflow", "namespace": "team-a"}, spec={"clusterQueue": "a"}
+    )
+    assert len(team_namespaces_have_local_queue([TEAM_A, CLUSTER_QUEUE_A, other_name], CTX)) == 1
 
 
 test_rule_passes_good_resources, test_rule_flags_bad_resources = pass_and_fail(CASES)
@@ -309,6 +360,18 @@ def test_a_stack_without_team_namespaces_needs_no_queueing() -> None:
           _binding("Deny")], "bound with Deny"),
         ([TEAM_NAMESPACE, _kueue_release(), _gate_policy(matchConstraints={"resourceRules": [
             {"operations": ["CREATE"], "resources": ["pods"]}]}), _binding("Deny")], "bound with Deny"),
+        # The job-owner policy: missing, unbound, failing open, blind to a job kind Kueue manages, or checking
+        # nobody's identity.
+        ([*QUEUED[:4]], "limits who sets a controller ownerReference on batch/jobs, jobset.x-k8s.io/jobsets"),
+        ([*QUEUED[:4], _owner_policy()], "limits who sets a controller ownerReference"),
+        ([*QUEUED[:4], _owner_policy(failurePolicy="Ignore"), OWNERS[1]],
+         "limits who sets a controller ownerReference"),
+        ([*QUEUED[:4], _owner_policy((("batch", "jobs"),)), OWNERS[1]],
+         "controller ownerReference on jobset.x-k8s.io/jobsets in team namespaces"),
+        ([*QUEUED[:4], _owner_policy(validations=[{"expression": "!has(object.metadata.ownerReferences)"}]),
+          OWNERS[1]], "limits who sets a controller ownerReference"),
+        ([*QUEUED[:4], _owner_policy(matchConstraints={"resourceRules": [{"apiGroups": ["batch"], "operations": [
+            "CREATE", "UPDATE"], "resources": ["jobs"]}]}), OWNERS[1]], "limits who sets a controller ownerReference"),
     ],
 )  # fmt: skip
 def test_each_gap_in_gpu_queueing_is_named(stack: list[Resource], message: str) -> None:
@@ -325,11 +388,16 @@ def test_the_platforms_kueue_and_admission_policy_pass() -> None:
     stack = platform_stacks(load_fleet(REFERENCE_FLEET).fleet)["prod-us-west-2"]
     declared = [Resource(urn=r.urn, type=r.type, name=r.name, inputs=r.inputs) for r in stack.resources]
     assert _team_namespaces_in(declared) and gpu_pods_queued(declared, CTX) == []
-    without_policy = [r for r in declared if r.type != VAP]
+    without_policy = [r for r in declared if r.type != VAP or r.name != "platform-gpu-admission"]
     assert [v.message for v in gpu_pods_queued(without_policy, CTX)] == [
         "no ValidatingAdmissionPolicy bound with Deny checks pods in team namespaces against Kueue's "
         "kueue.x-k8s.io/admission gate: a GPU pod that escapes Kueue's webhook would start unqueued"
     ]
+    # Without the job-owner policy, a GPU Job named the child of an admitted CPU Job would run unqueued.
+    without_owners = [r for r in declared if r.type != VAP or r.name != "platform-job-owners"]
+    (message,) = [v.message for v in gpu_pods_queued(without_owners, CTX)]
+    assert message.startswith("no ValidatingAdmissionPolicy bound with Deny limits who sets a controller "
+                              "ownerReference on batch/jobs")  # fmt: skip
 
 
 def _team_namespaces_in(resources: list[Resource]) -> list[Resource]:
