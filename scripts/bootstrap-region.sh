@@ -28,8 +28,12 @@ fi
 region="${stack#*-}"
 root="$(cd "$(dirname "$0")/.." && pwd)"
 cd "${root}"
+# Pulumi runs the program from the project's venv (Pulumi.yaml `virtualenv: .venv`); .ci/setup makes it.
 python="${root}/.venv/bin/python"
-[ -x "${python}" ] || python=python3
+if [ ! -x "${python}" ]; then
+  echo "error: ${root}/.venv does not exist: run .ci/setup first (Pulumi.yaml runs the program from it)" >&2
+  exit 1
+fi
 
 run() {
   echo "+ $*"
@@ -45,6 +49,14 @@ done
 rows="$("${python}" -m dlinfra --fleet "${DLINFRA_FLEET:-fleet.yaml}" stacks --json --only "${stack}-k8s")"
 runner="$(echo "${rows}" | "${python}" -c 'import json, sys; print(json.load(sys.stdin)["k8s"][0]["runs_on"])')"
 runner="${runner#codebuild-}"
+
+# Pulumi's launcher for the crd_wait dynamic provider looks for `virtualenv: .venv` in the program's directory,
+# stacks/, not the project root (pulumi/pulumi issue 7061; .ci/setup explains): the same venv there.
+if [ -e stacks/.venv ] && [ ! -L stacks/.venv ]; then
+  echo "error: ${root}/stacks/.venv exists and is not a link to ../.venv: remove it" >&2
+  exit 1
+fi
+run ln -sfn ../.venv stacks/.venv
 
 echo "== 1/4 regional stack ${stack} (AWS resources, the in-VPC runner)"
 run pulumi up --stack "${stack}" --policy-pack "${root}/policy" --yes

@@ -231,14 +231,16 @@ def test_setup_python_on_amazon_linux_is_refused() -> None:
     ]
 
 
-# --- every venv that runs pulumi has the project installed -------------------------------------------------------
+# --- every venv that runs pulumi has the project installed, and is found from stacks/ too -------------------------
 # Pulumi starts the Python dynamic provider (components/crd_wait.py) as `python -u -m pulumi.dynamic` from the
 # project's virtualenv (Pulumi.yaml runtime.options.virtualenv; pulumi/pulumi's pulumi-resource-pulumi-python
 # launcher) in the program's directory, stacks/ (Pulumi.yaml main; sdk/go/common/resource/plugin/plugin.go execPlugin
 # sets cmd.Dir to it), and unpickles the provider by reference (pulumi/dynamic/dynamic.py serialize_provider, dill):
-# `components` must be importable there, which only installing the project makes it
-# (tests/components/test_crd_wait.py proves both halves).
+# `components` must be importable there, which only installing the project makes it. The launcher also reads the
+# relative `virtualenv: .venv` against stacks/, not the project root (pulumi/pulumi issue 7061), so stacks/.venv
+# must be a link to the root venv (tests/components/test_crd_wait.py proves each part).
 INSTALLS_PROJECT = re.compile(r"^\s*\.venv/bin/python -m pip install\b.*\s--no-deps\s.*-e \.\s*$", re.MULTILINE)
+LINKS_STACKS_VENV = re.compile(r"^\s*ln -sfn \.\./\.venv stacks/\.venv\s*$", re.MULTILINE)
 
 
 def _runs_pulumi(step: dict[str, Any]) -> bool:
@@ -247,21 +249,25 @@ def _runs_pulumi(step: dict[str, Any]) -> bool:
     )
 
 
-def project_install_problems(path: Path) -> list[str]:
-    """Jobs of a workflow that run pulumi before a step installed the project into .venv."""
+def pulumi_venv_problems(path: Path) -> list[str]:
+    """Jobs of a workflow that run pulumi before steps installed the project into .venv and linked stacks/.venv."""
     assert yaml.safe_load((ROOT / "Pulumi.yaml").read_text())["runtime"]["options"]["virtualenv"] == ".venv"
     out = []
     for name, job in _load(path)["jobs"].items():
-        installed = False
+        installed = linked = False
         for step in job.get("steps", []):
-            if _runs_pulumi(step) and not installed:
-                out.append(f"{path.name}:{name}: runs pulumi without `pip install --no-deps -e .` into .venv")
+            if _runs_pulumi(step):
+                if not installed:
+                    out.append(f"{path.name}:{name}: runs pulumi without `pip install --no-deps -e .` into .venv")
+                if not linked:
+                    out.append(f"{path.name}:{name}: runs pulumi without `ln -sfn ../.venv stacks/.venv`")
                 break
             installed = installed or bool(INSTALLS_PROJECT.search(str(step.get("run", ""))))
+            linked = linked or bool(LINKS_STACKS_VENV.search(str(step.get("run", ""))))
     return out
 
 
-def test_every_job_that_runs_pulumi_installs_the_project_first() -> None:
+def test_every_job_that_runs_pulumi_installs_the_project_and_links_stacks_venv_first() -> None:
     runners = {
         f"{p.name}:{n}"
         for p in WORKFLOWS
@@ -270,7 +276,7 @@ def test_every_job_that_runs_pulumi_installs_the_project_first() -> None:
     }
     assert runners == {"apply.yml:regional", "apply.yml:k8s", "apply.yml:global", "preview.yml:preview",
                        "preview.yml:preview-in-vpc"}  # fmt: skip
-    assert [problem for path in WORKFLOWS for problem in project_install_problems(path)] == []
+    assert [problem for path in WORKFLOWS for problem in pulumi_venv_problems(path)] == []
 
 
 def test_a_job_running_pulumi_on_requirements_only_is_refused(tmp_path: Path) -> None:
@@ -278,7 +284,18 @@ def test_a_job_running_pulumi_on_requirements_only_is_refused(tmp_path: Path) ->
     assert INSTALLS_PROJECT.search(text)
     stripped = tmp_path / "apply.yml"
     stripped.write_text(INSTALLS_PROJECT.sub("", text))
-    assert sorted(project_install_problems(stripped)) == [
+    assert sorted(pulumi_venv_problems(stripped)) == [
         f"apply.yml:{job}: runs pulumi without `pip install --no-deps -e .` into .venv"
         for job in ("global", "k8s", "regional")
+    ]
+
+
+def test_a_job_running_pulumi_without_the_stacks_venv_link_is_refused(tmp_path: Path) -> None:
+    text = (ROOT / ".github" / "workflows" / "preview.yml").read_text()
+    assert LINKS_STACKS_VENV.search(text)
+    stripped = tmp_path / "preview.yml"
+    stripped.write_text(LINKS_STACKS_VENV.sub("", text))
+    assert sorted(pulumi_venv_problems(stripped)) == [
+        f"preview.yml:{job}: runs pulumi without `ln -sfn ../.venv stacks/.venv`"
+        for job in ("preview-in-vpc", "preview")
     ]

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import fnmatch
 import os
+import re
+import select
+import shutil
 import subprocess
 import sys
 from collections.abc import Mapping
@@ -11,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from components import crd_wait
 from tests.conftest import ROOT
@@ -142,3 +146,92 @@ def test_the_provider_unpickles_in_the_provider_process(tmp_path: Path, project_
         assert proc.returncode == 0 and proc.stdout.strip() == "components.crd_wait", proc.stderr
     else:  # what the workflows' venvs did before they installed the project
         assert proc.returncode != 0 and "No module named 'components'" in proc.stderr, proc.stdout + proc.stderr
+
+
+# --- Pulumi's launcher finds the project's venv from stacks/ ------------------------------------------------------
+# Pulumi starts a Python dynamic provider through a shell script it ships with the CLI, not in the pip package
+# (pulumi/pulumi sdk/python/dist/pulumi-resource-pulumi-python), in the program's directory (Pulumi.yaml main:
+# stacks/; pkg/engine/project.go getPwdMain, and plugin.go's newPlugin sets cmd.Dir to it), with each runtime option
+# of Pulumi.yaml in its environment as PULUMI_RUNTIME_<OPTION>, as written (provider_plugin.go NewProvider). The
+# script makes a relative virtualenv absolute against its $PWD, so `virtualenv: .venv` means stacks/.venv there,
+# while the program resolves it against the project root (pulumi/pulumi issue 7061, open). No Pulumi CLI can be had
+# here, so `launcher_python` takes the script's steps one by one.
+STACKS_VENV_LINK = "ln -sfn ../.venv stacks/.venv"
+
+
+class LauncherError(Exception):
+    """The launcher's complaint when the virtualenv it resolved has no bin/python (it exits 1)."""
+
+
+def provider_start(project: Path) -> tuple[Path, dict[str, str]]:
+    """The working directory Pulumi starts the project's dynamic provider in, and the runtime options it passes."""
+    settings = yaml.safe_load((project / "Pulumi.yaml").read_text())
+    options = settings["runtime"].get("options", {})
+    return project / settings.get("main", "."), {f"PULUMI_RUNTIME_{k.upper()}": str(v) for k, v in options.items()}
+
+
+def launcher_python(pwd: Path, env: Mapping[str, str]) -> Path:
+    """The interpreter the launcher runs `-u -m pulumi.dynamic` with when started in pwd with env."""
+    venv = env.get("PULUMI_RUNTIME_VIRTUALENV", "")
+    if not venv and env.get("PULUMI_RUNTIME_TOOLCHAIN") == "uv":
+        venv = ".venv"  # (poetry: it asks `poetry env info --path`; this project uses pip)
+    if not venv:
+        found = shutil.which(env.get("PULUMI_PYTHON_CMD", "python3"), path=env.get("PATH"))
+        if found is None:
+            raise LauncherError("no python3 on PATH")
+        return Path(found)
+    venv = venv.removesuffix("/")  # `${VAR%/}`: one trailing slash
+    if not venv.startswith("/"):
+        venv = f"{pwd}/{venv}"  # `$PWD/$VAR`, kept as written: no normalising, links not resolved
+    python = Path(venv, "bin", "python")
+    if not python.is_file():  # `[ -f ... ]`, which follows links
+        state = "doesn't appear to be a virtual environment" if Path(venv).is_dir() else "doesn't exist"
+        raise LauncherError(f'The \'virtualenv\' option in Pulumi.yaml is set to "{venv}", but "{venv}" {state}.')
+    return python
+
+
+def test_the_launcher_finds_the_venv_in_stacks_once_setup_links_it(tmp_path: Path) -> None:
+    # A project laid out as this one: Pulumi.yaml, the venv at the root, the program in stacks/.
+    shutil.copy(ROOT / "Pulumi.yaml", tmp_path / "Pulumi.yaml")
+    (tmp_path / "stacks").mkdir()
+    (tmp_path / ".venv").symlink_to(Path(sys.prefix), target_is_directory=True)
+    pwd, env = provider_start(tmp_path)
+    assert pwd == tmp_path / "stacks" and env["PULUMI_RUNTIME_VIRTUALENV"] == ".venv"
+    # What the real CLI did before: the launcher looks for stacks/.venv and exits.
+    with pytest.raises(LauncherError, match=rf'"{re.escape(str(tmp_path))}/stacks/\.venv" doesn\'t exist'):
+        launcher_python(pwd, env)
+    # .ci/setup's link, run as it is written there, makes stacks/.venv the root venv.
+    setup = (ROOT / ".ci" / "setup").read_text().splitlines()
+    assert STACKS_VENV_LINK in [line.strip() for line in setup], f".ci/setup: no `{STACKS_VENV_LINK}`"
+    subprocess.run(["bash", "-c", STACKS_VENV_LINK], cwd=tmp_path, check=True)
+    python = launcher_python(pwd, env)
+    assert python == tmp_path / "stacks" / ".venv" / "bin" / "python"
+    assert python.samefile(Path(sys.prefix) / "bin" / "python")
+    # The link is a file to git, so an ignore pattern with a trailing slash would not keep it out of commits.
+    ignored = subprocess.run(["git", "check-ignore", "-q", "stacks/.venv"], cwd=ROOT, check=False)
+    assert ignored.returncode == 0, ".gitignore: add /stacks/.venv (no trailing slash: it is a link)"
+
+
+def test_the_provider_starts_from_this_checkouts_stacks_dir() -> None:
+    """The launcher's steps in this checkout (after .ci/setup) reach the venv, whose `python -m pulumi.dynamic` then
+    serves on a loopback port, the first thing Pulumi reads from a plugin."""
+    pwd, env = provider_start(ROOT)
+    try:
+        python = launcher_python(pwd, env)
+    except LauncherError as refused:
+        pytest.fail(f"{refused} (run .ci/setup, which links stacks/.venv to ../.venv)")
+    assert python.samefile(ROOT / ".venv" / "bin" / "python")
+    child_env = {k: v for k, v in os.environ.items() if k not in {"PYTHONHOME", "PYTHONPATH", "VIRTUAL_ENV"}}
+    child_env |= env | {"PATH": f"{python.parent}:{os.environ['PATH']}", "AWS_EC2_METADATA_DISABLED": "true"}
+    proc = subprocess.Popen(
+        [str(python), "-u", "-m", "pulumi.dynamic"], cwd=pwd, env=child_env, stdout=subprocess.PIPE, text=True
+    )
+    try:
+        ready, _, _ = select.select([proc.stdout], [], [], 120)  # generous: imports grpc on a busy machine
+        assert ready, "pulumi.dynamic printed no port within 120 s"
+        assert proc.stdout is not None
+        port = proc.stdout.readline().strip()
+        assert port.isdigit() and 0 < int(port) < 65536, port
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)

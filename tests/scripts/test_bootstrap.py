@@ -43,6 +43,9 @@ def test_dry_run_prints_the_steps_in_order(tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stderr
     steps = [line for line in proc.stdout.splitlines() if line.startswith("+ ")]
     assert steps == [
+        # Pulumi's dynamic-provider launcher finds the venv in stacks/ only through this link (pulumi/pulumi
+        # issue 7061; tests/components/test_crd_wait.py).
+        "+ ln -sfn ../.venv stacks/.venv",
         f"+ pulumi up --stack prod-eu-west-1 --policy-pack {ROOT}/policy --yes",
         "+ (check) TCP eu-west-1 EKS endpoint :443",
         f"+ pulumi up --stack prod-eu-west-1-k8s --policy-pack {ROOT}/policy --yes",
