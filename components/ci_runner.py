@@ -51,11 +51,14 @@ class CiRunnerArgs:
     compute_type: str = "BUILD_GENERAL1_SMALL"  # 3 GB, 2 vCPUs: enough for `pulumi up` of the in-cluster stack
     image: str = DEFAULT_IMAGE  # CodeBuild curated image; one actions/setup-python has Python builds for
     timeout_minutes: int = 120  # a job's limit; Helm releases with `atomic` can take long (CodeBuild: 5..2160)
-    # Jobs at once. A project's limit may not exceed the account's concurrent builds quota for its compute type, which
-    # is 1 on new accounts (CodeBuild "Quotas for AWS CodeBuild"; terraform-provider-aws PR 37748: "Project-level
-    # concurrent build limit cannot exceed the account-level concurrent build limit of 1"). apply.yml's k8s job runs
-    # max-parallel 1 anyway. `dlinfra check` compares it with the quota (limit-codebuild-linux-small-builds).
-    concurrent_build_limit: int = 1
+    # Jobs at once; None (the default) sets no project limit. With a limit, a build past it returns an error instead of
+    # queueing (CodeBuild user guide, "Builds in AWS CodeBuild"): a GitHub job whose build was refused waits for a
+    # runner until GitHub gives up, and apply.yml's single `apply` concurrency group with it. Without one, builds
+    # queue against the account's concurrent builds quota for the compute type (up to five times the quota, for the
+    # queue timeout, eight hours by default), so two pull requests' in-VPC previews, or a quick re-push, wait their
+    # turn. A limit may not exceed that quota either (terraform-provider-aws PR 37748). `dlinfra check` judges each
+    # project against the quota: its limit, or one build without one (limit-codebuild-linux-small-builds).
+    concurrent_build_limit: int | None = None
     log_retention_days: int = 365  # days build logs are kept; a value CloudWatch Logs accepts
 
     def __post_init__(self) -> None:
@@ -65,7 +68,7 @@ class CiRunnerArgs:
             raise ValueError(f"repository: {self.repository!r} is not https://github.com/<owner>/<repo>")
         if not 5 <= self.timeout_minutes <= 2160:
             raise ValueError(f"timeout_minutes: {self.timeout_minutes} is outside CodeBuild's 5..2160")
-        if self.concurrent_build_limit < 1:
+        if self.concurrent_build_limit is not None and self.concurrent_build_limit < 1:
             raise ValueError(f"concurrent_build_limit: must be at least 1, got {self.concurrent_build_limit}")
         if self.log_retention_days not in LOG_RETENTION_DAYS:
             raise ValueError(f"log_retention_days: {self.log_retention_days} is not a CloudWatch Logs retention")

@@ -125,7 +125,9 @@ def test_lambda_reservations_and_the_100_kept_unreserved_count_against_the_accou
 
 def test_a_build_projects_limit_is_judged_against_its_compute_types_concurrent_builds_quota() -> None:
     # terraform-provider-aws PR 37748: "Project-level concurrent build limit cannot exceed the account-level
-    # concurrent build limit of 1".
+    # concurrent build limit of 1". A project without a limit needs one build: the rest queue against the quota
+    # (CodeBuild user guide, "Builds in AWS CodeBuild"), and at 0 none starts ("Cannot have more than 0 builds in
+    # queue for the account", which new accounts report: the table's default is 0).
     s = Stack("prod-us-west-2")
     small = {"type": "LINUX_CONTAINER", "computeType": "BUILD_GENERAL1_SMALL"}
     s.add("aws:codebuild/project:Project", "two", name="two", concurrentBuildLimit=2.0, environment=small)
@@ -133,7 +135,22 @@ def test_a_build_projects_limit_is_judged_against_its_compute_types_concurrent_b
     s.add("aws:codebuild/project:Project", "unlimited", name="unlimited", environment=small)  # queues instead
     large = {"type": "LINUX_CONTAINER", "computeType": "BUILD_GENERAL1_LARGE"}  # another quota, not in the table
     s.add("aws:codebuild/project:Project", "big", name="big", concurrentBuildLimit=4.0, environment=large)
-    states = {v.usage.scope: v.state for v in _verdicts([s.plan], "codebuild-linux-small-builds")}
-    assert states == {"build project two": "over", "build project one": "near"}
+    new_account = {v.usage.scope: v for v in _verdicts([s.plan], "codebuild-linux-small-builds")}
+    assert {scope: v.state for scope, v in new_account.items()} == {
+        "build project two": "over",
+        "build project one": "over",
+        "build project unlimited": "over",
+    }
+    unlimited = new_account["build project unlimited"]
+    assert unlimited.usage.used == 1 and not unlimited.blocking  # AWS raises it: a warning with the request
+    assert (
+        unlimited.usage.how == "no project limit: one build at a time at least, the rest queue (BUILD_GENERAL1_SMALL)"
+    )
+    one = _verdicts([s.plan], "codebuild-linux-small-builds", Config(raised={"L-9D07B6EF": 1}))
+    assert {v.usage.scope: v.state for v in one} == {
+        "build project two": "over",
+        "build project one": "near",
+        "build project unlimited": "near",
+    }
     raised = _verdicts([s.plan], "codebuild-linux-small-builds", Config(raised={"L-9D07B6EF": 5}))
     assert {v.state for v in raised} == {"ok"}

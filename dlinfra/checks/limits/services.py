@@ -38,21 +38,25 @@ def count_lambda_concurrency(stacks: Sequence[Stack]) -> Iterator[Usage]:
 
 
 def count_build_limits(stacks: Sequence[Stack]) -> Iterator[Usage]:
-    """Each CodeBuild project's concurrent build limit against its compute type's quota: a project's limit may not
-    exceed it (terraform-provider-aws PR 37748). A project without a limit queues its builds instead."""
+    """Each CodeBuild project against its compute type's concurrent builds quota: its concurrent build limit, which
+    may not exceed the quota (terraform-provider-aws PR 37748), or, without one, the one build it needs to run at all:
+    its builds queue against the quota (CodeBuild user guide, "Builds in AWS CodeBuild"), and at 0 none starts."""
     for s in stacks:
         for project in s.of("aws:codebuild/project:Project"):
             environment = project["inputs"].get("environment") or {}
             quota = BUILD_QUOTAS.get((environment.get("type", ""), environment.get("computeType", "")))
-            limit = number(project["inputs"].get("concurrentBuildLimit"))
-            if quota is None or not limit:
+            if quota is None:
                 continue
+            limit = number(project["inputs"].get("concurrentBuildLimit"))
+            compute_type = environment["computeType"]
             yield Usage(
                 quota=quota,
                 region=s.region or "",
                 scope=f"build project {name_of(project)}",
                 stack=s.name,
                 resource=project["urn"],
-                used=limit,
-                how=f"its concurrent build limit ({environment['computeType']})",
+                used=limit or 1,
+                how=f"its concurrent build limit ({compute_type})"
+                if limit
+                else f"no project limit: one build at a time at least, the rest queue ({compute_type})",
             )
