@@ -47,6 +47,7 @@ def checkout(tmp_path: Path) -> Path:
     """A copy of .ci/setup and the requirements files, as the script sees a checkout."""
     work = tmp_path / "repo"
     (work / ".ci").mkdir(parents=True)
+    (work / "stacks").mkdir()  # the program's directory (Pulumi.yaml main)
     shutil.copy(SETUP, work / ".ci" / "setup")
     for name in ("requirements.txt", "requirements-checkov.txt", "pyproject.toml"):
         shutil.copy(ROOT / name, work / name)
@@ -154,6 +155,25 @@ def test_deleted_venv_is_rebuilt(checkout: Path) -> None:
     _, calls = _setup(checkout)
     assert "python -m venv .venv" in calls
     assert _installed(calls) == ["requirements.txt", "project"]
+
+
+def test_stacks_venv_is_a_link_to_the_root_venv(checkout: Path) -> None:
+    # Pulumi's dynamic-provider launcher looks for Pulumi.yaml's `virtualenv: .venv` in stacks/, where Pulumi starts
+    # it (pulumi/pulumi issue 7061; tests/components/test_crd_wait.py follows the launcher's steps).
+    for _ in range(2):  # and again on a run that installs nothing
+        proc, _calls = _setup(checkout)
+        assert proc.returncode == 0, proc.stderr
+        link = checkout / "stacks" / ".venv"
+        assert link.is_symlink() and os.readlink(link) == "../.venv"
+        assert (link / "bin" / "python").samefile(checkout / ".venv" / "bin" / "python")
+
+
+def test_a_venv_of_its_own_in_stacks_is_refused(checkout: Path) -> None:
+    # What `pulumi install` may leave behind from stacks/ (pulumi/pulumi issue 10343): ln would link inside it.
+    (checkout / "stacks" / ".venv" / "bin").mkdir(parents=True)
+    proc, _ = _setup(checkout)
+    assert proc.returncode == 1
+    assert "stacks/.venv exists and is not a link to ../.venv: remove it" in proc.stderr
 
 
 def test_shellcheck_clean(require_tool: Callable[[str], str]) -> None:
