@@ -137,6 +137,45 @@ def test_apply_orders_regional_then_in_cluster_and_global_with_the_policy_pack()
     assert "dlinfra check --all" in json.dumps(jobs["plan"])
 
 
+def actor_check_problems(apply: dict[str, Any]) -> list[str]:
+    """What keeps apply.yml's plan job from refusing, before the slow offline checks, a run whose account the in-VPC
+    runners would not take (`dlinfra stacks --actor-id`, dlinfra.model.stackroles.runner_refusals)."""
+    steps = apply["jobs"]["plan"]["steps"]
+    runs = [str(step.get("run", "")) for step in steps]
+    found = [i for i, run in enumerate(runs) if re.search(r"dlinfra stacks\b.*--actor-id \"\$\{ACTOR_ID\}\"", run)]
+    if not found:
+        return ['plan: no `dlinfra stacks --actor-id "${ACTOR_ID}"` step']
+    step = steps[found[0]]
+    out = []
+    # The id comes from github.actor_id through env, never into the script text (zizmor: template-injection).
+    if step.get("env", {}).get("ACTOR_ID") != "${{ github.actor_id }}":
+        out.append("plan: ACTOR_ID must be ${{ github.actor_id }} in the step's env")
+    if step.get("env", {}).get("ONLY") != "${{ inputs.stack }}" or '--only "${ONLY}"' not in runs[found[0]]:
+        out.append('plan: the check must cover the stacks this run applies (--only "${ONLY}")')
+    slow = [i for i, run in enumerate(runs) if "dlinfra preview" in run or "dlinfra check" in run]
+    if slow and found[0] > min(slow):
+        out.append("plan: check the account before the offline preview and checks (fail fast)")
+    return out
+
+
+def test_apply_refuses_an_account_the_runners_would_not_take_before_anything_slow() -> None:
+    assert actor_check_problems(_load(ROOT / ".github" / "workflows" / "apply.yml")) == []
+
+
+def test_an_apply_without_the_actor_check_is_refused() -> None:
+    apply = _load(ROOT / ".github" / "workflows" / "apply.yml")
+    plan = apply["jobs"]["plan"]
+    without = [s for s in plan["steps"] if "--actor-id" not in str(s.get("run", ""))]
+    assert actor_check_problems({"jobs": {"plan": {**plan, "steps": without}}}) == [
+        'plan: no `dlinfra stacks --actor-id "${ACTOR_ID}"` step'
+    ]
+    (check,) = [s for s in plan["steps"] if "--actor-id" in str(s.get("run", ""))]
+    late = [s for s in plan["steps"] if s is not check] + [check]
+    assert actor_check_problems({"jobs": {"plan": {**plan, "steps": late}}}) == [
+        "plan: check the account before the offline preview and checks (fail fast)"
+    ]
+
+
 def _jobs_using(path: Path, needle: str) -> dict[str, dict[str, Any]]:
     return {name: job for name, job in _load(path)["jobs"].items() if needle in json.dumps(job)}
 

@@ -15,7 +15,7 @@ from rich.text import Text
 from dlinfra.cli.common import Handler, err, load_checked, lock_file, out
 from dlinfra.errors import DlinfraError
 from dlinfra.model import planner, stackroles
-from dlinfra.model.fleet.load import LoadedFleet, load_fleet
+from dlinfra.model.fleet.load import LoadedFleet, key_line, load_fleet
 
 
 def register_validate_and_cidr(sub: Any, common: argparse.ArgumentParser) -> dict[str, Handler]:
@@ -50,6 +50,13 @@ def register_stacks(sub: Any, common: argparse.ArgumentParser) -> dict[str, Hand
     )
     stacks.add_argument("--json", action="store_true", help="print {regional, k8s, global} lists of rows")
     stacks.add_argument("--only", default="", help="one stack name (empty: every stack)")
+    stacks.add_argument(
+        "--actor-id",
+        type=int,
+        metavar="ID",
+        help="refuse when the in-VPC runners would take none of this GitHub account's jobs for the selected "
+        "in-cluster stacks (apply.yml passes github.actor_id)",
+    )
     return {"stacks": cmd_stacks}
 
 
@@ -79,6 +86,13 @@ def cmd_stacks(args: argparse.Namespace) -> int:
     fleet = loaded.fleet
     only = args.only.strip()
     selected = [stackroles.parse(fleet, only, fleet_file=str(loaded.path))] if only else stackroles.roles(fleet)
+    if args.actor_id is not None:
+        refusals = stackroles.runner_refusals(fleet, selected, args.actor_id)
+        if refusals:
+            key, problem = refusals[0]
+            line = key_line(loaded.path, key)
+            more = "".join(f"\n  also {k}: {p}" for k, p in refusals[1:])
+            raise DlinfraError(problem + more, file=f"{loaded.path}:{line}" if line else str(loaded.path), key=key)
     grouped = stackroles.rows(fleet, selected)
     if args.json:
         sys.stdout.write(json.dumps(grouped, sort_keys=True) + "\n")

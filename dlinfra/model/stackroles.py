@@ -9,10 +9,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
 from dlinfra.errors import StackNameError
+from dlinfra.model import ci
 from dlinfra.model.ci import Purpose
 from dlinfra.model.fleet.schema import Fleet
 from dlinfra.model.naming import Names
@@ -138,3 +140,39 @@ def pull_request_preview(fleet: Fleet, role: StackRole) -> bool:
     """True when pull requests get a real `pulumi preview` of the stack: its environment says so (ci), since
     the preview credential can then decrypt that environment's state."""
     return has_preview_runner(fleet, role.environment)
+
+
+def runner_refusals(
+    fleet: Fleet, selected: Sequence[StackRole], actor_id: int, purpose: Purpose = "apply"
+) -> list[tuple[str, str]]:
+    """(fleet key, problem) per environment whose in-VPC stacks among `selected` no runner would take from the
+    GitHub account `actor_id`. A runner's webhook admits only the jobs of its workflow that an account in
+    ci.runner_actor_ids started (dlinfra.model.ci.webhook_filters), and a job no runner takes stays queued until
+    GitHub cancels it, after 24 to 48 hours (GitHub docs, "Usage limits for self-hosted runners": job queue time),
+    holding apply.yml's single `apply` concurrency group all that time."""
+    out = []
+    in_vpc = [r for r in selected if r.runs_in_vpc]
+    for env in dict.fromkeys(r.environment for r in in_vpc):
+        stacks = ", ".join(r.name for r in in_vpc if r.environment == env)
+        spec = fleet.environments[env].ci
+        if spec is None:
+            out.append(
+                (
+                    f"environments.{env}",
+                    f"no `ci`, so no in-VPC runner takes {stacks}: apply it over the laptop VPN "
+                    "(scripts/bootstrap-region.sh)",
+                )
+            )
+            continue
+        job = ci.WorkflowJob(ci.WORKFLOWS[purpose], f"refs/heads/{ci.DEFAULT_BRANCH}", actor_id=actor_id)
+        if not ci.admits([ci.webhook_filters(purpose, actor_ids=spec.runner_actor_ids)], job):
+            listed = ", ".join(str(i) for i in spec.runner_actor_ids)
+            out.append(
+                (
+                    f"environments.{env}.ci.runner_actor_ids",
+                    f"GitHub account {actor_id} started this run, and the {purpose} runner takes jobs from {listed} "
+                    f"only: {stacks} would wait 24 to 48 hours for a runner. Add the account's id here (a reviewed change), "
+                    "or push or dispatch as a listed account",
+                )
+            )
+    return out

@@ -149,3 +149,19 @@ def test_preview_json_is_one_document_with_masked_outputs(capsys: pytest.Capture
     assert stack["outputs"]["client_vpn_users"] == "[secret]" and stack["outputs"]["vpc_cidr"].startswith("10.")
     saved = json.loads((tmp_path / "plans" / "staging-us-west-2.json").read_text())
     assert document["provenance"] == saved["provenance"] and len(document["provenance"]["code"]) == 64
+
+
+def test_stacks_refuses_an_account_the_in_vpc_runners_would_not_take(capsys: pytest.CaptureFixture[str]) -> None:
+    # apply.yml's plan job runs this with github.actor_id, so a push by an unlisted account fails in seconds instead of
+    # leaving the k8s job queued for a runner that never comes.
+    code, out, err = run(capsys, "stacks", "--fleet", str(REFERENCE_FLEET), "--only", "prod-eu-west-1-k8s",
+                         "--actor-id", "4242")  # fmt: skip
+    assert code == 2 and out == ""
+    lines = REFERENCE_FLEET.read_text().splitlines()
+    line = next(n for n, text in enumerate(lines, start=1) if "runner_actor_ids:" in text)  # prod's comes first
+    assert f"{REFERENCE_FLEET}:{line}: environments.prod.ci.runner_actor_ids: GitHub account 4242" in " ".join(
+        err.split()
+    )
+    code, out, _ = run(capsys, "stacks", "--fleet", str(REFERENCE_FLEET), "--only", "prod-eu-west-1-k8s", "--json",
+                       "--actor-id", "9919")  # fmt: skip
+    assert code == 0 and [r["stack"] for r in json.loads(out)["k8s"]] == ["prod-eu-west-1-k8s"]

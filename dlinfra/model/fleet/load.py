@@ -45,6 +45,11 @@ def _yaml_line(data: Any, loc: Sequence[int | str]) -> int | None:
     return line
 
 
+def key_line(path: Path, key: str) -> int | None:
+    """1-based line of a dotted key (`environments.prod.ci`) in a fleet file, for errors found after loading."""
+    return _yaml_line(parse_yaml(path), key.split("."))
+
+
 def parse_yaml(path: Path) -> Any:
     """Round-trip YAML load that rejects duplicate keys and reports parse errors with a line."""
     yaml = YAML(typ="rt")
