@@ -28,7 +28,9 @@ WorkloadShouldBeSuspended, which counts the child in the ancestor's workload), a
 only while that ancestor is not admitted (reconciler.go shouldSuspendChildJob). A team member could create a
 CPU-only Job, wait for its admission, then a GPU Job naming it as controller: the job controller would make the GPU
 pods, and the pod policy would trust them. So a second policy (JOB_OWNERS_POLICY_NAME) lets only the controllers
-trusted above create a job of a kind Kueue manages with a controller ownerReference, or add or change one.
+trusted above create a job of a kind Kueue manages with a controller ownerReference to a kind Kueue follows up
+the chain (KUEUE_FOLLOWED_OWNERS), or add or change one; owners Kueue never follows (an Argo Workflow's, a
+Kubeflow Pipelines run's) stay free, since Kueue queues such a job on its own.
 """
 
 from __future__ import annotations
@@ -63,6 +65,36 @@ POD_OWNERS: Mapping[str, tuple[str, str]] = {
     "ray.io/rayjob": ("ray.io", "RayCluster"),
     "ray.io/raycluster": ("ray.io", "RayCluster"),
 }
+
+# The controller owners Kueue follows up from a job (Kueue v0.19.2, the release dlinfra/data/addons.yaml pins), as
+# (API group, kind): FindAncestorJobManagedByKueue (pkg/controller/jobframework/reconciler.go) stops at the first
+# controller owner that isKnownOwner (integrationmanager.go) does not know. It knows the job types of every
+# integration Kueue registers, enabled or not (pkg/controller/jobs/*: each RegisterIntegration's JobType; the
+# version each is registered at follows it), the external frameworks its configuration names (dlinfra names none:
+# components/charts/kueue.py), and apps/v1 ReplicaSet. Kueue compares apiVersion and kind exactly; the policy
+# matches any version of the group, so a Kueue that moves a kind to a new version stays covered. A job owned by
+# anything else (an Argo Workflow, a Kubeflow Pipelines run) is queued on its own, and its owner is left free.
+KUEUE_FOLLOWED_OWNERS: tuple[tuple[str, str], ...] = (
+    ("", "Pod"),  # v1: pod
+    ("apps", "Deployment"),  # apps/v1: deployment
+    ("apps", "StatefulSet"),  # apps/v1: statefulset
+    ("apps", "ReplicaSet"),  # apps/v1: no integration, known so that Deployments' pods reach them
+    ("batch", "Job"),  # batch/v1: batch/job
+    ("jobset.x-k8s.io", "JobSet"),  # v1alpha2
+    ("kubeflow.org", "JAXJob"),  # v1 (training-operator v1.9.3)
+    ("kubeflow.org", "PaddleJob"),  # v1
+    ("kubeflow.org", "PyTorchJob"),  # v1
+    ("kubeflow.org", "TFJob"),  # v1
+    ("kubeflow.org", "XGBoostJob"),  # v1
+    ("kubeflow.org", "MPIJob"),  # v2beta1 (mpi-operator v0.8.2)
+    ("trainer.kubeflow.org", "TrainJob"),  # v1alpha1 (trainer v2.2.1)
+    ("leaderworkerset.x-k8s.io", "LeaderWorkerSet"),  # v1
+    ("ray.io", "RayCluster"),  # v1 (kuberay v1.6.2)
+    ("ray.io", "RayJob"),  # v1
+    ("ray.io", "RayService"),  # v1
+    ("sparkoperator.k8s.io", "SparkApplication"),  # v1beta2
+    ("workload.codeflare.dev", "AppWrapper"),  # v1beta2
+)
 
 
 def _asks_gpu(containers: str) -> str:
@@ -188,18 +220,25 @@ def binding_spec(
 # --- who may make a job another job's child ----------------------------------------------------------------------
 def job_owner_variables(controller_namespaces: Sequence[str]) -> dict[str, str]:
     """The job-owner policy's named CEL expressions. Kueue follows controller references only
-    (FindAncestorJobManagedByKueue walks metav1.GetControllerOf), so other ownerReferences stay free; removing
-    one is free too (the garbage collector does, and a job without an owner is queued on its own)."""
+    (FindAncestorJobManagedByKueue walks metav1.GetControllerOf), and only to owners it knows
+    (KUEUE_FOLLOWED_OWNERS), so other ownerReferences stay free; removing one is free too (the garbage collector
+    does, and a job without an owner is queued on its own)."""
     same = "p.apiVersion == o.apiVersion && p.kind == o.kind && p.name == o.name && p.uid == o.uid"
+    followed = " || ".join(f"({_in_group('o', group)} && o.kind == '{kind}')" for group, kind in KUEUE_FOLLOWED_OWNERS)
     return {
         "byController": _by_controller(controller_namespaces),
         "newControllerOwner": (
             "has(object.metadata.ownerReferences) && object.metadata.ownerReferences.exists(o, "
-            "has(o.controller) && o.controller && !(request.operation == 'UPDATE' && "
+            f"has(o.controller) && o.controller && ({followed}) && !(request.operation == 'UPDATE' && "
             "has(oldObject.metadata.ownerReferences) && oldObject.metadata.ownerReferences.exists(p, "
             f"has(p.controller) && p.controller && {same})))"
         ),
     }
+
+
+def _in_group(ref: str, group: str) -> str:
+    """CEL: does the ownerReference's apiVersion name this API group (any version; "" is the core group, "v1")?"""
+    return f"!{ref}.apiVersion.contains('/')" if not group else f"{ref}.apiVersion.startsWith('{group}/')"
 
 
 def job_owner_validations() -> list[tuple[str, str]]:
@@ -207,9 +246,10 @@ def job_owner_validations() -> list[tuple[str, str]]:
     return [
         (
             "!variables.newControllerOwner || variables.byController",
-            "only a trusted controller may create a job with a controller ownerReference, or add or change one: "
-            "Kueue leaves a job whose owner it manages unsuspended and uncounted, so it would run outside the "
-            "team's quota; submit the job on its own (it is queued) or through its operator",
+            "only a trusted controller may create a job whose controller ownerReference names a kind Kueue "
+            "follows (its job kinds, Pods, Deployments, StatefulSets, ReplicaSets), or add or change one: Kueue "
+            "leaves a job whose owner it manages unsuspended and uncounted, so it would run outside the team's "
+            "quota; submit the job on its own (it is queued) or through its operator",
         )
     ]
 

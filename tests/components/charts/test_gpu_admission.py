@@ -180,6 +180,18 @@ CRONJOB_CONTROLLER = "system:serviceaccount:kube-system:cronjob-controller"
 GC = "system:serviceaccount:kube-system:generic-garbage-collector"
 
 
+def test_the_owners_kueue_follows_include_every_kind_it_queues_here() -> None:
+    """Every job kind Kueue may manage here (batch Jobs, the named operators' kinds and the pod-based integrations)
+    is an owner Kueue follows; the list was read from Kueue v0.19.2, the pinned release: re-read it on an upgrade."""
+    from components.charts import kueue, pinned
+
+    assert pinned.load_addons()["kueue"].version == "0.19.2"
+    followed = {kind.lower() for _, kind in gpu_admission.KUEUE_FOLLOWED_OWNERS}
+    for framework in (*job_operators.all_frameworks(), *kueue.KUEUE_POD_FRAMEWORKS):
+        assert framework.rsplit("/", 1)[-1] in followed, framework
+    assert ("apps", "ReplicaSet") in gpu_admission.KUEUE_FOLLOWED_OWNERS  # isKnownOwner's one non-integration
+
+
 @pytest.fixture(scope="module")
 def job_policy(stacks: dict[str, Stack]) -> dict[str, Any]:
     (declared,) = [
@@ -239,6 +251,22 @@ def test_a_gpu_job_cannot_hide_under_an_admitted_cpu_job(policy: dict[str, Any],
          True),
         ("CronJob's job by its controller", CRONJOB_CONTROLLER, _job("j", _owner("batch/v1", "CronJob", "nightly")),
          True),
+        # Kueue follows only owners it knows (v0.19.2 FindAncestorJobManagedByKueue stops where isKnownOwner says no):
+        # a job under an Argo Workflow or a Kubeflow Pipelines run is queued on its own, so their controllers (not
+        # trusted here) may make them.
+        ("Argo Workflow's job", "system:serviceaccount:argo:argo-workflow-controller",
+         _job("j", _owner("argoproj.io/v1alpha1", "Workflow", "wf")), True),
+        ("Kubeflow Pipelines run's job", "system:serviceaccount:kubeflow:ml-pipeline-scheduledworkflow",
+         _job("j", _owner("kubeflow.org/v1beta1", "ScheduledWorkflow", "run")), True),
+        ("a person naming a Workflow the controller", TEAM_USER, _job("j", _owner("argoproj.io/v1alpha1", "Workflow",
+                                                                                  "wf")), True),
+        # ...but every kind it follows is refused, a Job under a Job (the nested case) first of all, at any version.
+        ("job naming a Job of another version", TEAM_USER, _job("j", _owner("batch/v2", "Job", "a")), False),
+        ("job naming a PyTorchJob", TEAM_USER, _job("j", _owner("kubeflow.org/v1", "PyTorchJob", "t")), False),
+        ("job naming a ReplicaSet", TEAM_USER, _job("j", _owner("apps/v1", "ReplicaSet", "r")), False),
+        ("job naming a Pod", TEAM_USER, _job("j", _owner("v1", "Pod", "p")), False),
+        ("job naming an AppWrapper", TEAM_USER, _job("j", _owner("workload.codeflare.dev/v1beta2", "AppWrapper",
+                                                                 "w")), False),
         ("kube-controller-manager itself", gpu_admission.CONTROLLER_MANAGER, _job("j", _owner("batch/v1", "Job", "a")),
          True),
     ],
@@ -267,6 +295,10 @@ def test_only_trusted_controllers_create_owned_jobs(
                                                                                  controller=False)), True),
         ("a controller adding the owner", CRONJOB_CONTROLLER, _job("b"), _job("b", _owner("batch/v1", "CronJob", "n")),
          True),
+        ("moving a job from a Workflow to a Job", TEAM_USER, _job("b", _owner("argoproj.io/v1alpha1", "Workflow", "w")),
+         _job("b", _owner("batch/v1", "Job", "a")), False),
+        ("adding a Workflow as controller", TEAM_USER, _job("b"),
+         _job("b", _owner("argoproj.io/v1alpha1", "Workflow", "w")), True),
     ],
 )  # fmt: skip
 def test_only_trusted_controllers_set_owners_later(
