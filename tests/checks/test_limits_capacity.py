@@ -123,6 +123,16 @@ def test_lambda_reservations_and_the_100_kept_unreserved_count_against_the_accou
     assert small.state == "over" and "raised to 50 in the fleet (AWS default 1000)" in small.message()
 
 
+def test_functions_that_reserve_nothing_are_not_counted() -> None:
+    # The 100 kept unreserved bounds reservations only ("Configuring reserved concurrency"): a region whose functions
+    # all draw on the unreserved pool fails nothing, even on a new account's 10.
+    s = Stack("prod-us-west-2")
+    s.add("aws:lambda/function:Function", "sweep", name="sweep", reservedConcurrentExecutions=-1.0)
+    s.add("aws:lambda/function:Function", "other", name="other")
+    s.add("aws:lambda/function:Function", "off", name="off", reservedConcurrentExecutions=0.0)  # throttled: holds 0
+    assert _verdicts([s.plan], "lambda-concurrent-executions", Config(raised={"L-B99A9384": 10})) == []
+
+
 def test_a_build_projects_limit_is_judged_against_its_compute_types_concurrent_builds_quota() -> None:
     # terraform-provider-aws PR 37748: "Project-level concurrent build limit cannot exceed the account-level
     # concurrent build limit of 1". A project without a limit needs one build: the rest queue against the quota

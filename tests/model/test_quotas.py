@@ -76,6 +76,26 @@ def test_every_quota_is_pinned_by_a_figure_and_cites_its_page() -> None:
         )
 
 
+@pytest.mark.parametrize(
+    ("family", "on_demand", "spot"),
+    [
+        ("g6", "ec2-on-demand-g-vt-vcpus", "ec2-spot-g-vt-vcpus"),
+        ("g4ad", "ec2-on-demand-g-vt-vcpus", "ec2-spot-g-vt-vcpus"),
+        ("g5g", "ec2-on-demand-g-vt-vcpus", "ec2-spot-g-vt-vcpus"),
+        # Gr6 is a G family (NVIDIA L4): a `(g|vt)\d` pattern would count it nowhere, and a pool of it would pass.
+        ("gr6", "ec2-on-demand-g-vt-vcpus", "ec2-spot-g-vt-vcpus"),
+        ("gr6f", "ec2-on-demand-g-vt-vcpus", "ec2-spot-g-vt-vcpus"),
+        ("vt1", "ec2-on-demand-g-vt-vcpus", "ec2-spot-g-vt-vcpus"),
+        ("r7i", "ec2-on-demand-standard-vcpus", "ec2-spot-standard-vcpus"),
+        ("p4d", "ec2-on-demand-p-vcpus", "ec2-spot-p-vcpus"),
+        ("p5", "ec2-on-demand-p-vcpus", "ec2-spot-p5-vcpus"),
+    ],
+)
+def test_each_family_counts_against_one_vcpu_quota_per_market(family: str, on_demand: str, spot: str) -> None:
+    counted = {q.market: q.key for q in quotas.table().quotas.values() if q.counts_family(family)}
+    assert counted == {"on-demand": on_demand, "spot": spot}
+
+
 def test_the_raw_table_has_the_documented_fields() -> None:
     raw = yaml.safe_load((ROOT / "dlinfra" / "data" / "quotas.yaml").read_text())
     fields = {"name", "service", "code", "default", "adjustable", "per", "source"}

@@ -16,7 +16,9 @@ BUILD_QUOTAS = {("LINUX_CONTAINER", "BUILD_GENERAL1_SMALL"): "codebuild-linux-sm
 
 
 def count_lambda_concurrency(stacks: Sequence[Stack]) -> Iterator[Usage]:
-    """Per account and region with functions: their reserved concurrency plus the 100 Lambda keeps unreserved."""
+    """Per account and region where a function reserves concurrency: the reservations plus the 100 Lambda keeps
+    unreserved. Functions without a reservation draw on the unreserved pool and fail nothing on apply, so a region
+    where none reserves is not counted (a new account's 10 would otherwise be reported over for no reason)."""
     reserved: dict[tuple[str, str], list[tuple[str, int]]] = defaultdict(list)
     for s in stacks:
         for function in s.of("aws:lambda/function:Function"):
@@ -26,6 +28,8 @@ def count_lambda_concurrency(stacks: Sequence[Stack]) -> Iterator[Usage]:
                 reserved[(s.account, s.region)].append((name_of(function), held))
     for (account, region), functions in sorted(reserved.items()):
         holders = [f"{name} {n}" for name, n in functions if n]
+        if not holders:
+            continue
         yield Usage(
             quota="lambda-concurrent-executions",
             region=region,
@@ -33,7 +37,7 @@ def count_lambda_concurrency(stacks: Sequence[Stack]) -> Iterator[Usage]:
             stack="",
             resource="",
             used=sum(n for _, n in functions) + UNRESERVED_MINIMUM,
-            how=f"reserved: {', '.join(holders) or 'none'}; {UNRESERVED_MINIMUM} kept unreserved",
+            how=f"reserved: {', '.join(holders)}; {UNRESERVED_MINIMUM} kept unreserved",
         )
 
 
