@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -553,6 +554,44 @@ def test_bad_fleet(write_fleet: Callable[..., Path], change: Any, key: str, mess
     assert key in text
     assert message in text
     assert "Traceback" not in text
+
+
+def _reserved_in_a_group(zones: list[str] | None) -> Callable[[dict[str, Any]], None]:
+    """The interactive pool (no EFA) on a reservation made in a cluster placement group, in `zones` of us-west-2."""
+
+    def change(data: dict[str, Any]) -> None:
+        pool = data["environments"]["prod"]["node_pools"]["interactive"]
+        pool["capacity_reservations"] = {
+            "us-west-2": {"id": "cr-0123456789abcdef0", "zone_id": "usw2-az2", "placement_group": "pg-l4"}
+        }
+        if zones is not None:
+            pool["zones"] = {"us-west-2": zones}
+
+    return change
+
+
+@pytest.mark.parametrize("zones", [None, ["us-west-2a"]], ids=["zone-of-the-reservation", "one-zone"])
+def test_a_pool_in_its_reservations_placement_group_runs_in_one_zone(
+    write_fleet: Callable[..., Path], zones: list[str] | None
+) -> None:
+    fleet = load_fleet(write_fleet(_reserved_in_a_group(zones))).fleet
+    assert fleet.pool_zones("prod", "us-west-2", "interactive") == ("us-west-2a",)
+
+
+def test_a_pool_in_its_reservations_placement_group_cannot_span_zones(write_fleet: Callable[..., Path]) -> None:
+    # A cluster placement group lies in one AZ, and an Auto Scaling group cannot name several AZs and a cluster
+    # placement group (EC2 guide, "Placement groups"; Auto Scaling API reference, CreateAutoScalingGroup): refused
+    # like an EFA pool over several zones, even without EFA.
+    path = write_fleet(_reserved_in_a_group(["us-west-2a", "us-west-2b"]))
+    with pytest.raises(FleetError) as info:
+        load_fleet(path)
+    text = str(info.value)
+    assert re.match(rf"{re.escape(str(path))}:\d+: ", text), text  # file and line
+    assert text.split(": ", 1)[1] == (
+        "environments.prod.node_pools.interactive.zones.us-west-2: reservation cr-0123456789abcdef0 was made in "
+        "cluster placement group 'pg-l4', which lies in one AZ; the pool launches into it, so it takes one zone, "
+        "got 2: us-west-2a, us-west-2b"
+    )
 
 
 def test_duplicate_names_are_rejected(write_fleet: Callable[..., Path]) -> None:

@@ -292,9 +292,20 @@ def _pool_checks(fleet: Fleet, env_name: str, env: Environment) -> Iterator[Flee
                 if problem:
                     yield FleetError(problem, key=f"{key}.zones.{region}")
                     return
+            reserved = pool.capacity_reservations.get(region)
             if pool.efa and len(zones) != 1:
                 yield FleetError(
                     f"an EFA pool lives in one AZ (one cluster placement group); got {len(zones)}: {', '.join(zones)}",
+                    key=f"{key}.zones.{region}",
+                )
+            elif reserved is not None and reserved.placement_group and len(zones) != 1:
+                # The pool launches into the reservation's cluster placement group, which lies in one AZ: an Auto
+                # Scaling group cannot name several AZs and a cluster placement group (EC2 guide, "Placement groups";
+                # Auto Scaling API reference, CreateAutoScalingGroup PlacementGroup).
+                yield FleetError(
+                    f"reservation {reserved.id} was made in cluster placement group {reserved.placement_group!r}, "
+                    f"which lies in one AZ; the pool launches into it, so it takes one zone, got {len(zones)}: "
+                    f"{', '.join(zones)}",
                     key=f"{key}.zones.{region}",
                 )
         for region, cr in pool.capacity_reservations.items():
