@@ -171,8 +171,8 @@ def runner_refusals(
                 (
                     f"environments.{env}.ci.runner_actor_ids",
                     f"GitHub account {actor_id} started this run, and the {purpose} runner takes jobs from {listed} "
-                    f"only: {stacks} would wait 24 to 48 hours for a runner. Add the account's id here (a reviewed change), "
-                    "or push or dispatch as a listed account",
+                    f"only: {stacks} would wait 24 to 48 hours for a runner. Add the account's id here (a reviewed "
+                    "change), or push or dispatch as a listed account",
                 )
             )
     return out
