@@ -233,4 +233,4 @@ def test_the_provider_starts_from_this_checkouts_stacks_dir() -> None:
         assert port.isdigit() and 0 < int(port) < 65536, port
     finally:
         proc.terminate()
-        proc.wait(timeout=30)
+        proc.wait(timeout=60)  # it exits at once on SIGTERM; generous all the same (tests/test_waits.py)
