@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import argparse
+import datetime
 import json
+import os
 import sys
 from collections.abc import Sequence
 from typing import Any
@@ -14,13 +16,21 @@ from rich.text import Text
 
 from dlinfra.cli.common import Handler, err, load_checked, lock_file, out
 from dlinfra.errors import DlinfraError
-from dlinfra.model import planner, stackroles
+from dlinfra.model import eks, planner, stackroles
+from dlinfra.model.fleet.checks import BLOCK_WARN_DAYS, block_warnings
 from dlinfra.model.fleet.load import LoadedFleet, key_line, load_fleet
 
 
 def register_validate_and_cidr(sub: Any, common: argparse.ArgumentParser) -> dict[str, Handler]:
     """Add `validate` and `cidr`; returns command name -> handler."""
-    sub.add_parser("validate", parents=[common], help="check the fleet and the lock")
+    validate = sub.add_parser("validate", parents=[common], help="check the fleet and the lock")
+    validate.add_argument(
+        "--warn-within",
+        type=_days,
+        default=BLOCK_WARN_DAYS,
+        metavar="DAYS",
+        help=f"warn of Capacity Blocks that end within this many days (default {BLOCK_WARN_DAYS})",
+    )
     cidr = sub.add_parser("cidr", parents=[common], help="show or update the address plan")
     cidr.add_argument("--json", action="store_true", help="print a JSON list of {name, kind, cidr, ...}")
     cidr.add_argument(
@@ -78,7 +88,28 @@ def cmd_validate(args: argparse.Namespace) -> int:
             f"`dlinfra cidr --release {key}`",
             markup=False,
         )
+    within = datetime.timedelta(days=getattr(args, "warn_within", BLOCK_WARN_DAYS))
+    for key, message in block_warnings(fleet, _now(), within):
+        line = key_line(loaded.path, key)
+        err.print(f"warning: {loaded.path}{f':{line}' if line else ''}: {key}: {message}", markup=False)
     return 0
+
+
+def _days(text: str) -> int:
+    try:
+        days = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number of days") from None
+    if days < 0:
+        raise argparse.ArgumentTypeError(f"{days}: give 0 or more days")
+    return days
+
+
+def _now() -> datetime.datetime:
+    """The clock `validate` judges windows by: DLINFRA_TODAY at 00:00 UTC when set (tests pin it), else now."""
+    if eks.TODAY_VARIABLE in os.environ:
+        return datetime.datetime.combine(eks.today(), datetime.time(), datetime.UTC)
+    return datetime.datetime.now(datetime.UTC)
 
 
 def cmd_stacks(args: argparse.Namespace) -> int:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import os
+import re
 import textwrap
 from pathlib import Path
 
@@ -296,13 +297,16 @@ def test_missing_ami_names_the_pool_and_region(tmp_path: Path) -> None:
     assert "environments.prod.node_pools." in text and "no AMI for variant" in text
     assert "in region eu-west-1" in text and str(manifest) in text
 
+# The reference block's window and type: an on-demand reservation has no window (CapacityReservation._window).
+BLOCK_WINDOW = re.compile(r"start: [^,]+, end: [^,]+, type: capacity_block}")
+
 
 def test_pool_on_a_capacity_reservation_gets_no_placement_group(tmp_path: Path) -> None:
     """Not only Capacity Blocks: an ordinary reservation, made outside our placement group, never fits in it."""
     fleet = tmp_path / "fleet.yaml"
     text = REFERENCE_FLEET.read_text()
     assert "type: capacity_block}" in text
-    fleet.write_text(text.replace("type: capacity_block}", "type: reservation}"))
+    fleet.write_text(BLOCK_WINDOW.sub("type: reservation}", text))
     program = tmp_path / "program.py"
     program.write_text(textwrap.dedent(PROGRAM.format(root=str(ROOT))))
     role = stackroles.StackRole("regional", "prod", "us-west-2")
@@ -321,7 +325,7 @@ def test_pool_on_a_reservation_made_in_a_cluster_placement_group_launches_into_t
     fleet = tmp_path / "fleet.yaml"
     text = REFERENCE_FLEET.read_text()
     assert "type: capacity_block}" in text
-    fleet.write_text(text.replace("type: capacity_block}", "type: reservation, placement_group: lab-h100-cpg}"))
+    fleet.write_text(BLOCK_WINDOW.sub("type: reservation, placement_group: lab-h100-cpg}", text))
     program = tmp_path / "program.py"
     program.write_text(textwrap.dedent(PROGRAM.format(root=str(ROOT))))
     role = stackroles.StackRole("regional", "prod", "us-west-2")

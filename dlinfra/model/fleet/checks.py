@@ -3,6 +3,7 @@ FleetError naming the key. Address overlaps need the lock too and live in dlinfr
 
 from __future__ import annotations
 
+import datetime
 from collections.abc import Iterator, Sequence
 
 from dlinfra.errors import FleetError
@@ -395,6 +396,52 @@ def _offering_checks(key: str, pool: NodePool, regions: Sequence[str]) -> Iterat
                 "or leave the region out of the pool's regions",
                 key=f"{key}.instance_types",
             )
+
+
+# How far ahead `validate` warns of a Capacity Block's end, by default (`--warn-within`): two weeks is the longest
+# block sold in 1-day steps, and time to buy or extend the next ("Extend Capacity Blocks": up to 56 days before).
+BLOCK_WARN_DAYS = 14
+# EC2 terminates a Capacity Block's instances this long before its end ("Work with Capacity Blocks").
+BLOCK_CUT = datetime.timedelta(minutes=30)
+
+
+def block_warnings(fleet: Fleet, now: datetime.datetime, within: datetime.timedelta) -> list[tuple[str, str]]:
+    """(key, message) for each Capacity Block whose window ends within `within` of `now`, or has ended.
+
+    Time-dependent, so never part of the plan: the CLI calls it with the clock (tests pin DLINFRA_TODAY).
+    """
+    warnings: list[tuple[str, str]] = []
+    for env_name, env in sorted(fleet.environments.items()):
+        for pool_name, pool in sorted(env.node_pools.items()):
+            for region, cr in sorted(pool.capacity_reservations.items()):
+                if cr.type != "capacity_block" or cr.end is None:
+                    continue
+                key = f"environments.{env_name}.node_pools.{pool_name}.capacity_reservations.{region}.end"
+                end = f"{cr.end:%Y-%m-%d %H:%M} UTC"
+                if cr.end - BLOCK_CUT <= now:
+                    warnings.append(
+                        (
+                            key,
+                            f"Capacity Block {cr.id} ended {end} (its instances went 30 minutes before): pool "
+                            f"{pool_name} can never launch in {region} again, and an apply that (re)creates its "
+                            "window's scheduled actions fails (Auto Scaling refuses an action scheduled in the past, "
+                            "PutScheduledUpdateGroupAction); extend the block and give its new end, or remove it "
+                            "from the fleet",
+                        )
+                    )
+                elif cr.end - now <= within:
+                    left = cr.end - BLOCK_CUT - now
+                    hours = int(left.total_seconds() // 3600)
+                    warnings.append(
+                        (
+                            key,
+                            f"Capacity Block {cr.id} ends {end}: pool {pool_name}'s nodes in {region} go in "
+                            f"{hours // 24} d {hours % 24} h (EC2 terminates them 30 minutes before the end, and "
+                            "the pool drains earlier still); extend the block (\"Extend Capacity Blocks\") or "
+                            "plan for its end",
+                        )
+                    )
+    return warnings
 
 
 def check(fleet: Fleet) -> None:

@@ -3,10 +3,11 @@ itself, each field checked on its own (cross-entry checks are in fleet.checks)."
 
 from __future__ import annotations
 
+import datetime
 from collections.abc import Mapping
 from typing import Any, Literal
 
-from pydantic import Field, ValidationInfo, field_validator, model_validator
+from pydantic import AwareDatetime, Field, ValidationInfo, field_validator, model_validator
 
 from dlinfra.model.fleet.base import Strict
 from dlinfra.model.fleet.labels import (
@@ -53,6 +54,14 @@ class Taint(Strict):
 # `reserved-capacity-no-placement-group` admits a placement group on reserved capacity only when it matches.
 RESERVATION_GROUP_TAG = "reservation-placement-group"
 
+# "All Capacity Blocks end at 11:30AM UTC" (EC2 guide, "Find and purchase Capacity Blocks"); a block bought for the
+# same day starts when it is bought, so only the end is pinned (DescribeCapacityBlockOfferings: a block that starts
+# at 04:55 and ends at 11:30 lasts 6 h 35 min).
+BLOCK_END_TIME = datetime.time(11, 30)
+# Durations EC2 sells: 1-day steps up to 14 days, 7-day steps up to 182 days, extensions included ("Find and purchase
+# Capacity Blocks"; "Extend Capacity Blocks": 26 weeks in total).
+BLOCK_MAX_DAYS = 182
+
 
 class CapacityReservation(Strict):
     """An EC2 capacity reservation or capacity block a pool targets in one region."""
@@ -68,6 +77,12 @@ class CapacityReservation(Strict):
     # Capacity Reservation"). None: a reservation made outside any group, whose pool names no group. A placement
     # group name is up to 255 ASCII characters (EC2 API reference, CreatePlacementGroup).
     placement_group: str | None = Field(None, pattern=r"^[!-~]{1,255}$")
+    # A Capacity Block's window, in UTC (StartDate and EndDate in describe-capacity-reservations): required for a
+    # capacity_block, whose instances exist only inside it; EC2 terminates them 30 minutes before the end ("Work
+    # with Capacity Blocks"). An extension keeps the reservation id and moves the end ("Extend Capacity Blocks"):
+    # give the new end here. Never read against the clock in what is declared: `validate` warns about near ends.
+    start: AwareDatetime | None = None
+    end: AwareDatetime | None = None
 
     @model_validator(mode="before")
     @classmethod
@@ -91,6 +106,40 @@ class CapacityReservation(Strict):
                 "already"
             )
         return v
+
+    @field_validator("start", "end")
+    @classmethod
+    def _utc(cls, v: datetime.datetime | None) -> datetime.datetime | None:
+        # The same instant in UTC, whatever offset the file wrote (ruamel keeps it): one spelling in the plan.
+        return None if v is None else datetime.datetime.fromtimestamp(v.timestamp(), datetime.UTC)
+
+    @model_validator(mode="after")
+    def _window(self) -> CapacityReservation:
+        if self.type != "capacity_block":
+            if self.start is not None or self.end is not None:
+                raise ValueError(
+                    "start, end: only a capacity_block has a window; an on-demand reservation holds its capacity "
+                    "until it is cancelled or its end date, and the pool may launch into it at any time"
+                )
+            return self
+        if self.start is None or self.end is None:
+            raise ValueError(
+                "start, end: a capacity_block needs its window in UTC (StartDate and EndDate in `aws ec2 "
+                "describe-capacity-reservations --capacity-reservation-ids ID`), e.g. start: 2027-01-04T11:30:00Z"
+            )
+        if self.end <= self.start:
+            raise ValueError(f"end {self.end:%Y-%m-%dT%H:%M:%SZ} is not after start {self.start:%Y-%m-%dT%H:%M:%SZ}")
+        if self.end.timetz().replace(tzinfo=None) != BLOCK_END_TIME:
+            raise ValueError(
+                f"end {self.end:%Y-%m-%dT%H:%M:%SZ}: every Capacity Block ends at 11:30 UTC (EC2 guide, \"Find and "
+                "purchase Capacity Blocks\"); copy EndDate from describe-capacity-reservations"
+            )
+        if self.end - self.start > datetime.timedelta(days=BLOCK_MAX_DAYS):
+            raise ValueError(
+                f"the window lasts {(self.end - self.start).days} days; EC2 sells Capacity Blocks (with their "
+                f"extensions) of at most {BLOCK_MAX_DAYS} days"
+            )
+        return self
 
 
 class SpotSpec(Strict):
