@@ -428,11 +428,14 @@ class NodePool(pulumi.ComponentResource):
                     ],
                 ),
             )
+        # A pool on a Capacity Block is declared closed: its window's scheduled actions open and close it
+        # (components/capacity_block.py), and an apply must not undo them, hence the sizes are left to them.
+        closed = args.capacity_block
         group = aws.autoscaling.Group(
             f"{name}-asg",
             name=names.physical("pool", args.pool, max_len=255),
-            min_size=args.min_size,
-            max_size=args.max_size,
+            min_size=0 if closed else args.min_size,
+            max_size=0 if closed else args.max_size,
             vpc_zone_identifiers=[args.subnet_ids[az] for az in sorted(args.subnet_ids)],
             launch_template=None if args.spot else lt_spec,
             mixed_instances_policy=mixed,
@@ -457,7 +460,9 @@ class NodePool(pulumi.ComponentResource):
             ],
             # The autoscaler owns the desired size; an update must not reset it.
             opts=pulumi.ResourceOptions(
-                parent=self, ignore_changes=["desiredCapacity"], depends_on=[access, *args.join_after]
+                parent=self,
+                ignore_changes=["desiredCapacity", *(["minSize", "maxSize"] if closed else [])],
+                depends_on=[access, *args.join_after],
             ),
         )
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pulumi
 
+from components.capacity_block import CapacityBlockWindow, CapacityBlockWindowArgs
 from components.cluster import Cluster
 from components.nodepool import NodePool, NodePoolArgs
 from dlinfra.errors import DlinfraError
@@ -78,3 +79,44 @@ def declare_pools(
             raise DlinfraError(str(exc), file=str(ctx.root / "fleet.yaml"), key=key) from None
         pools[pool_name] = NodePool(f"pool-{pool_name}", args, opts=pulumi.ResourceOptions(providers=[provider]))
     return pools
+
+
+def declare_block_windows(
+    ctx: StackContext,
+    pools: dict[str, NodePool],
+    *,
+    log_kms_key_arn: pulumi.Input[str],
+    provider: pulumi.ProviderResource,
+) -> dict[str, CapacityBlockWindow]:
+    """A CapacityBlockWindow for every pool of this region on a Capacity Block: its group opens at the block's start
+    and drains before EC2's cut (components/capacity_block.py)."""
+    env, region = ctx.role.environment, ctx.role.region
+    assert region is not None
+    windows: dict[str, CapacityBlockWindow] = {}
+    for pool_name, pool in ctx.fleet.pools_in(env, region).items():
+        block = pool.capacity_reservations.get(region)
+        if block is None or block.type != "capacity_block" or pool_name not in pools:
+            continue
+        assert block.start is not None and block.end is not None  # the fleet model requires both on a block
+        key = f"environments.{env}.node_pools.{pool_name}"
+        try:
+            args = CapacityBlockWindowArgs(
+                names=ctx.names,
+                pool=pool_name,
+                reservation_id=block.id,
+                start=block.start,
+                end=block.end,
+                group_name=pools[pool_name].group_name,
+                group_arn=pools[pool_name].group_arn,
+                min_size=pool.min_size,
+                max_size=pool.max_size,
+                # NodePool.checkpoint_grace comes with the disruption contract; 900 s is its default.
+                checkpoint_grace=getattr(pool, "checkpoint_grace", 900),
+                log_kms_key_arn=log_kms_key_arn,
+            )
+        except ValueError as exc:
+            raise DlinfraError(str(exc), file=str(ctx.root / "fleet.yaml"), key=key) from None
+        windows[pool_name] = CapacityBlockWindow(
+            f"block-{pool_name}", args, opts=pulumi.ResourceOptions(providers=[provider])
+        )
+    return windows

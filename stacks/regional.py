@@ -13,7 +13,7 @@ from components.transit import TransitHub, TransitHubArgs
 from dlinfra.model import ci, dns, planner, sites, stackroles, team_storage
 from dlinfra.model.fleet.checks import ADMINS_ACCESS_KEY
 from stacks.cluster import declare_cluster
-from stacks.compute import declare_pools
+from stacks.compute import declare_block_windows, declare_pools
 from stacks.context import StackContext, aws_provider
 from stacks.storage import declare_storage
 
@@ -151,6 +151,7 @@ def declare(ctx: StackContext) -> None:
     )
     cluster = parts.cluster
     pools = declare_pools(ctx, vpc_id=network.vpc_id, private_subnet_ids=private, cluster=cluster, provider=provider)
+    declare_block_windows(ctx, pools, log_kms_key_arn=network.log_key_arn, provider=provider)
     pulumi.export("node_pools", {name: pool.group_name for name, pool in pools.items()})
     pulumi.export("storage_kms_key_arn", storage.kms_key_arn)
     pulumi.export("efs_id", storage.efs_id)
