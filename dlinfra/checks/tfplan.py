@@ -159,6 +159,7 @@ TERRAFORM_TYPES: Mapping[str, str] = {
     "aws:kms/keyPolicy:KeyPolicy": "aws_kms_key_policy",
     "aws:lambda/function:Function": "aws_lambda_function",
     "aws:lambda/invocation:Invocation": "aws_lambda_invocation",
+    "aws:lambda/permission:Permission": "aws_lambda_permission",
     "aws:route53/record:Record": "aws_route53_record",
     "aws:route53/resolverEndpoint:ResolverEndpoint": "aws_route53_resolver_endpoint",
     "aws:route53/resolverRule:ResolverRule": "aws_route53_resolver_rule",
