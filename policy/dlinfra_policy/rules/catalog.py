@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from . import ci, cluster, compute, conventions, iam, network, platform, state, storage, vpn
+from . import capacity_blocks, ci, cluster, compute, conventions, iam, network, platform, state, storage, vpn
 from .core import ResourceRule, StackRule
 
 # `dlinfra check` lists findings in this order and the pack builds its policies in it: append, never reorder.
@@ -179,5 +179,11 @@ RULES: tuple[ResourceRule | StackRule, ...] = (
         "Every team namespace has the LocalQueue `default` feeding a ClusterQueue, also where there are no GPUs",
         "mandatory",
         platform.team_namespaces_have_local_queue,
+    ),
+    StackRule(
+        "capacity-block-closes-before-cut",
+        "Pools on Capacity Blocks drain before EC2's 30-minute cut, and the block's expiration warning is routed",
+        "mandatory",
+        capacity_blocks.capacity_block_closes_before_cut,
     ),
 )
