@@ -60,7 +60,7 @@ NOT_COUNTED_ALWAYS: tuple[str, ...] = (
     "EBS volumes (node root volumes from the launch templates; EKS persistent volumes)",
     "S3 and EFS requests, EFS Infrequent Access and Elastic Throughput charges",
     "interface endpoint and transit gateway data processing beyond the assumptions",
-    "capacity block reservation fees (billed up front when the block is bought)",
+    "capacity blocks without a price in the table (paid up front for their window: shown by window, not monthly)",
     "AWS Support plan, taxes, Savings Plans and Reserved Instance discounts",
 )
 
@@ -352,15 +352,59 @@ def _price_pools(p: _Pricer, resources_: Sequence[Mapping[str, Any]], region: st
         reserved = (t_inputs.get("capacityReservationSpecification") or {}).get("capacityReservationTarget")
         detail = f"{lo}..{hi} x {hours:g} h"
         if market == "capacity-block":
-            p.separate(
-                label,
-                detail,
-                "capacity block: billed up front when the block is bought, not by the hour; not in this estimate",
-            )
+            _price_block(p, resources_, asg, label, f"capacity-block/{instance_type}", region)
             continue
         if reserved:
             notes.append("capacity reservation: billed at the on-demand rate while reserved, used or not")
         p.add(label, f"ec2/{instance_type}", region, lo * hours, hi * hours, detail, "; ".join(notes), asg["name"])
+
+
+def _block_window(
+    resources_: Sequence[Mapping[str, Any]], asg: Mapping[str, Any]
+) -> tuple[int, datetime.datetime, datetime.datetime] | None:
+    """(instances, start, end) of the Capacity Block a pool's group launches into, from its window's plan
+    (components/capacity_block.py): the action that opens the group, and the end its warning rule is tagged with."""
+    name = asg["inputs"].get("name")
+    opens = [
+        r["inputs"]
+        for r in resources_
+        if r["type"] == "aws:autoscaling/schedule:Schedule"
+        and r["inputs"].get("autoscalingGroupName") == name
+        and _num(r["inputs"].get("maxSize")) > 0
+    ]
+    ends = [
+        (r.get("inputs", {}).get("tags") or {}).get("dlinfra:capacity-block-end")
+        for r in resources_
+        if r["type"] == "aws:cloudwatch/eventRule:EventRule"
+        and r["name"] == f"block-{_pool_name(asg)}-warning"
+    ]
+    if len(opens) != 1 or not ends or not ends[0]:
+        return None
+
+    def moment(text: str) -> datetime.datetime:
+        return datetime.datetime.strptime(text, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=datetime.UTC)
+
+    return int(_num(opens[0].get("maxSize"))), moment(str(opens[0]["startTime"])), moment(str(ends[0]))
+
+
+def _price_block(
+    p: _Pricer, resources_: Sequence[Mapping[str, Any]], asg: Mapping[str, Any], label: str, key: str, region: str
+) -> None:
+    """A Capacity Block is paid up front for its whole window ("Capacity Blocks pricing and billing"), used or not:
+    instances x hours of the window at the block's hourly rate, once, never a monthly on-demand estimate."""
+    window = _block_window(resources_, asg)
+    note = "capacity block: paid up front for its window, once (not monthly), used or not"
+    if window is None:
+        p.separate(label, "window unknown", note + "; not in this estimate")
+        return
+    count, start, end = window
+    hours = (end - start).total_seconds() / 3600
+    detail = f"{count} x {hours:g} h, window {start:%Y-%m-%d %H:%M}..{end:%Y-%m-%d %H:%M} UTC"
+    if p.table.get(key, region) is None:
+        # Block prices move with supply and demand (the offering's UpfrontFee): price them when the table has one.
+        p.separate(label, detail, note + f"; no {key} price in the table, so not in this estimate")
+        return
+    p.add(label, key, region, count * hours, count * hours, detail, note, asg["name"])
 
 
 def _eks_extended(cluster: Mapping[str, Any], on: datetime.date) -> tuple[bool, str]:
