@@ -69,6 +69,7 @@ NOT_COUNTED_ALWAYS: tuple[str, ...] = (
 FREE: frozenset[str] = frozenset(
     {
         "aws:acm/certificate:Certificate",
+        "aws:autoscaling/schedule:Schedule",
         "aws:ec2/customerGateway:CustomerGateway",
         "aws:ec2/defaultSecurityGroup:DefaultSecurityGroup",
         "aws:ec2/internetGateway:InternetGateway",
@@ -100,6 +101,7 @@ FREE: frozenset[str] = frozenset(
         "aws:iam/rolePolicy:RolePolicy",
         "aws:iam/rolePolicyAttachment:RolePolicyAttachment",
         "aws:kms/alias:Alias",
+        "aws:lambda/permission:Permission",
         "aws:s3/bucketLifecycleConfiguration:BucketLifecycleConfiguration",
         "aws:s3/bucketLogging:BucketLogging",
         "aws:s3/bucketOwnershipControls:BucketOwnershipControls",
