@@ -38,9 +38,7 @@ def close(autoscaling: AutoScaling, group: str) -> None:
     autoscaling.update_auto_scaling_group(AutoScalingGroupName=group, MinSize=0, MaxSize=0, DesiredCapacity=0)
 
 
-def respond(
-    event: Mapping[str, Any], autoscaling: AutoScaling, *, group: str, reservation: str
-) -> dict[str, Any]:
+def respond(event: Mapping[str, Any], autoscaling: AutoScaling, *, group: str, reservation: str) -> dict[str, Any]:
     """Close `group` when `event` is the expiration warning of `reservation`; anything else is left alone."""
     kind = event.get("detail-type", event.get("detail_type"))
     about = reservation_of(event)

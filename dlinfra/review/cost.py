@@ -377,8 +377,7 @@ def _block_window(
     ends = [
         (r.get("inputs", {}).get("tags") or {}).get("dlinfra:capacity-block-end")
         for r in resources_
-        if r["type"] == "aws:cloudwatch/eventRule:EventRule"
-        and r["name"] == f"block-{_pool_name(asg)}-warning"
+        if r["type"] == "aws:cloudwatch/eventRule:EventRule" and r["name"] == f"block-{_pool_name(asg)}-warning"
     ]
     if len(opens) != 1 or not ends or not ends[0]:
         return None

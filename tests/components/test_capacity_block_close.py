@@ -80,9 +80,7 @@ def test_anything_else_leaves_the_group_alone(autoscaling: Any, event: dict[str,
     assert sizes(autoscaling) == (2, 16, 4)
 
 
-def test_the_handler_reads_its_group_from_the_environment(
-    autoscaling: Any, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_the_handler_reads_its_group_from_the_environment(autoscaling: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("GROUP_NAME", GROUP)
     monkeypatch.setenv("CAPACITY_RESERVATION_ID", RESERVATION)
     monkeypatch.setenv("AWS_DEFAULT_REGION", "us-west-2")

@@ -46,9 +46,7 @@ def test_the_reference_block_has_its_window_in_utc() -> None:
         pytest.param(_block(end="2027-01-18T12:00:00Z"), "every Capacity Block ends at 11:30 UTC", id="not-11-30"),
         pytest.param(_block(end="2027-01-18T11:30:00"), "timezone", id="naive"),
         pytest.param(_block(end="2027-08-02T11:30:00Z"), "at most 182 days", id="too-long"),
-        pytest.param(
-            _block(type="reservation"), "only a capacity_block has a window", id="window-on-a-reservation"
-        ),
+        pytest.param(_block(type="reservation"), "only a capacity_block has a window", id="window-on-a-reservation"),
     ],
 )
 def test_bad_window(write_fleet: Callable[..., Path], change: Any, message: str) -> None:

@@ -81,6 +81,12 @@ class _Pool:
 
 def pools(s: Stack) -> list[_Pool]:
     templates = {t["id"]: t for t in s.of("aws:ec2/launchTemplate:LaunchTemplate")}
+    # A group declared closed and opened by a scheduled action (a Capacity Block's window, components/
+    # capacity_block.py) reaches the action's max: count that, not the declared 0.
+    scheduled: dict[str, int] = {}
+    for action in s.of("aws:autoscaling/schedule:Schedule"):
+        group_name = str(action["inputs"].get("autoscalingGroupName"))
+        scheduled[group_name] = max(scheduled.get(group_name, 0), number(action["inputs"].get("maxSize")))
     out = []
     for group in s.of("aws:autoscaling/group:Group"):
         i = group["inputs"]
@@ -96,7 +102,7 @@ def pools(s: Stack) -> list[_Pool]:
         out.append(
             _Pool(
                 group=group,
-                max_size=number(i.get("maxSize")),
+                max_size=max(number(i.get("maxSize")), scheduled.get(str(i.get("name")), 0)),
                 subnets=tuple(i.get("vpcZoneIdentifiers") or ()),
                 types=known,
                 unknown=tuple(n for n in wanted if n not in known),

@@ -437,7 +437,7 @@ def block_warnings(fleet: Fleet, now: datetime.datetime, within: datetime.timede
                             key,
                             f"Capacity Block {cr.id} ends {end}: pool {pool_name}'s nodes in {region} go in "
                             f"{hours // 24} d {hours % 24} h (EC2 terminates them 30 minutes before the end, and "
-                            "the pool drains earlier still); extend the block (\"Extend Capacity Blocks\") or "
+                            'the pool drains earlier still); extend the block ("Extend Capacity Blocks") or '
                             "plan for its end",
                         )
                     )

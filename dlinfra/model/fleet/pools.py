@@ -131,8 +131,8 @@ class CapacityReservation(Strict):
             raise ValueError(f"end {self.end:%Y-%m-%dT%H:%M:%SZ} is not after start {self.start:%Y-%m-%dT%H:%M:%SZ}")
         if self.end.timetz().replace(tzinfo=None) != BLOCK_END_TIME:
             raise ValueError(
-                f"end {self.end:%Y-%m-%dT%H:%M:%SZ}: every Capacity Block ends at 11:30 UTC (EC2 guide, \"Find and "
-                "purchase Capacity Blocks\"); copy EndDate from describe-capacity-reservations"
+                f'end {self.end:%Y-%m-%dT%H:%M:%SZ}: every Capacity Block ends at 11:30 UTC (EC2 guide, "Find and '
+                'purchase Capacity Blocks"); copy EndDate from describe-capacity-reservations'
             )
         if self.end - self.start > datetime.timedelta(days=BLOCK_MAX_DAYS):
             raise ValueError(

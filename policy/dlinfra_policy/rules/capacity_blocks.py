@@ -95,7 +95,7 @@ def capacity_block_closes_before_cut(resources: Sequence[Resource], ctx: Context
             out.append(
                 Violation(
                     template.urn,
-                    f"Capacity Block {block}: no EventBridge rule with a target routes its \"{WARNING}\" (40 "
+                    f'Capacity Block {block}: no EventBridge rule with a target routes its "{WARNING}" (40 '
                     "minutes before the end) to what closes the pool; declare the pool's CapacityBlockWindow",
                 )
             )
