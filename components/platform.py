@@ -254,6 +254,8 @@ class Platform(pulumi.ComponentResource):
             frameworks=self._frameworks,
             opts=self._k8s,
             meta=self._meta,
+            grace_caps={pool_name: pool.checkpoint_grace for pool_name, pool in args.pools.items()},
+            gpu_pools=[pool_name for pool_name, pool in args.pools.items() if pool.kind == "gpu"],
         )
         queues = self._queues(kueue_release, namespaces)
         self.multikueue_token = None
