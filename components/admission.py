@@ -1,11 +1,12 @@
 """The admission policies that keep a team's GPU work inside Kueue and its grace within its pool's, declared as
 children of the Platform (not a component of its own): GPU pods only with Kueue's admission, job ownership set only
 by trusted controllers (components/charts/gpu_admission.py holds their CEL and why), and terminationGracePeriodSeconds
-at most the pool's checkpoint_grace (components/charts/checkpoint_grace.py). Each policy is bound with Deny, fails closed, and
-matches team namespaces only (components/charts/kueue.py team_namespace_selector)."""
+at most the pool's checkpoint_grace (components/charts/checkpoint_grace.py). Each policy is bound with Deny, fails
+closed, and matches team namespaces only (components/charts/kueue.py team_namespace_selector)."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Mapping, Sequence
 
 import pulumi
@@ -13,6 +14,7 @@ import pulumi_kubernetes as k8s
 
 from components.charts import checkpoint_grace, gpu_admission
 from components.charts import kueue as kueue_chart
+from dlinfra.model.fleet.pools import CHECKPOINT_GRACE_ANNOTATION
 
 Options = Callable[..., pulumi.ResourceOptions]
 Meta = Callable[..., k8s.meta.v1.ObjectMetaArgs]
@@ -57,8 +59,13 @@ def declare(
             else []
         ),
     ):
+        # The grace policy says what it caps, for rule `drain-outlasts-checkpoint-grace`.
+        marks = {CHECKPOINT_GRACE_ANNOTATION: json.dumps(dict(sorted((grace_caps or {}).items())))}
         policy = admission.ValidatingAdmissionPolicy(
-            f"{name}-{key}", metadata=meta(policy_name), spec=spec, opts=opts()
+            f"{name}-{key}",
+            metadata=meta(policy_name, annotations=marks if key == "checkpoint-grace" else None),
+            spec=spec,
+            opts=opts(),
         )
         admission.ValidatingAdmissionPolicyBinding(
             f"{name}-{key}-binding",

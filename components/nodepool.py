@@ -16,7 +16,12 @@ import pulumi_aws as aws
 from components import security_groups as sg
 from components.iam import service_trust
 from dlinfra.model import instances
-from dlinfra.model.fleet.pools import DEFAULT_CHECKPOINT_GRACE, DRAIN_MARGIN_SECONDS, RESERVATION_GROUP_TAG
+from dlinfra.model.fleet.pools import (
+    CHECKPOINT_GRACE_TAG,
+    DEFAULT_CHECKPOINT_GRACE,
+    DRAIN_MARGIN_SECONDS,
+    RESERVATION_GROUP_TAG,
+)
 from dlinfra.model.naming import Names
 
 TEMPLATES = Path(__file__).parent / "templates"
@@ -430,6 +435,8 @@ class NodePool(pulumi.ComponentResource):
             names.tags(component, names.physical("node", args.pool))
             | {cluster_owned_tag(args.cluster_name): "owned"}
             | autoscaler_tags(args)
+            # What the termination hook must outlast, for rule `drain-outlasts-checkpoint-grace`.
+            | {CHECKPOINT_GRACE_TAG: str(args.checkpoint_grace)}
         )
         lt_spec = aws.autoscaling.GroupLaunchTemplateArgs(id=template.id, version=template.latest_version.apply(str))
         mixed = None

@@ -56,6 +56,10 @@ MIN_CHECKPOINT_GRACE = 30
 MAX_CHECKPOINT_GRACE = 3600
 # Time on top of a pod's grace to evict it, detach its volumes and answer the lifecycle hook.
 DRAIN_MARGIN_SECONDS = 300
+# Where the rendered plan records a pool's grace, for rule `drain-outlasts-checkpoint-grace`: a tag on its Auto
+# Scaling group, and an annotation (JSON: pool -> seconds) on the admission policy that caps pods by it.
+CHECKPOINT_GRACE_TAG = "dlinfra:checkpoint-grace"
+CHECKPOINT_GRACE_ANNOTATION = "dlinfra.io/checkpoint-grace-caps"
 
 # The launch template tag that says which cluster placement group its reservation was created in: the rule
 # `reserved-capacity-no-placement-group` admits a placement group on reserved capacity only when it matches.

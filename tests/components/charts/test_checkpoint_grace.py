@@ -30,9 +30,7 @@ def _review(policy: dict[str, Any], request: dict[str, Any], obj: Any, old: Any 
         ast = env.compile(variable["expression"])
         known = celpy.celtypes.MapType({celpy.celtypes.StringType(k): v for k, v in variables.items()})
         variables[variable["name"]] = env.program(ast).evaluate(activation | {"variables": known})
-    activation["variables"] = celpy.celtypes.MapType(
-        {celpy.celtypes.StringType(k): v for k, v in variables.items()}
-    )
+    activation["variables"] = celpy.celtypes.MapType({celpy.celtypes.StringType(k): v for k, v in variables.items()})
     failed = []
     for v in spec["validations"]:
         result = env.program(env.compile(v["expression"])).evaluate(activation)
@@ -106,9 +104,7 @@ def test_kueue_injecting_a_pool_is_checked_other_updates_are_not(policy: dict[st
 def test_caps_follow_the_fleet_in_every_region(stacks: dict[str, Stack], fleet: Fleet) -> None:
     for stack in stacks.values():
         env, region = stack.role.environment, stack.role.region
-        (declared,) = [
-            p for p in stack.of_type(POLICY) if p.inputs["metadata"]["name"] == checkpoint_grace.POLICY_NAME
-        ]
+        (declared,) = [p for p in stack.of_type(POLICY) if p.inputs["metadata"]["name"] == checkpoint_grace.POLICY_NAME]
         spec = declared.inputs["spec"]
         assert spec["failurePolicy"] == "Fail"
         assert spec["matchConstraints"]["resourceRules"][0]["operations"] == ["CREATE", "UPDATE"]
