@@ -156,7 +156,7 @@ test_rule_passes_good_resources, test_rule_flags_bad_resources = pass_and_fail(C
         ([res(ASG)(tags=GRACE_TAGS, initialLifecycleHooks=[HOOK | {"heartbeatTimeout": 2099}])], "less than"),
         ([res(ASG)(tags=GRACE_TAGS, initialLifecycleHooks=[HOOK | {"heartbeatTimeout": 7201}])], "7200"),
         ([res(ASG)(tags=GRACE_TAGS)], "no autoscaling:EC2_INSTANCE_TERMINATING lifecycle hook"),
-        ([*CLUSTER[:2], CLUSTER[2], _ca({"max-graceful-termination-sec": "1799"})], "max-graceful-termination-sec 1799"),
+        ([*CLUSTER[:3], _ca({"max-graceful-termination-sec": "1799"})], "max-graceful-termination-sec 1799"),
         ([*CLUSTER[:3], _ca({"max-graceful-termination-sec": "3600", "scale-down-gpu-utilization-threshold": "0.125"})],
          "one GPU of 8"),
         ([*CLUSTER[:2], _nth({"podTerminationGracePeriod": -1, "nodeTerminationGracePeriod": 1800}), CLUSTER[3]],
