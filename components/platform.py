@@ -55,6 +55,7 @@ class PoolView:
     capacity_class: kueue.PoolCapacityClass  # orders the autoscaler's expander: reserved > on-demand > spot
     max_size: int  # instances in this region
     taints: Sequence[Taint] = ()  # (key, value, effect) on the pool's nodes
+    checkpoint_grace: int = 900  # seconds its pods may take to checkpoint (fleet checkpoint_grace): their grace cap
     asg_name: pulumi.Input[str]  # Auto Scaling group name (NodePool.group_name, read from the regional stack)
 
     def __post_init__(self) -> None:
@@ -233,7 +234,11 @@ class Platform(pulumi.ComponentResource):
         self._autoscaler()
         self._release(
             "aws-node-termination-handler",
-            termination_handler.termination_handler_values(args.termination_queue_url, args.region),
+            termination_handler.termination_handler_values(
+                args.termination_queue_url,
+                args.region,
+                termination_handler.largest_grace(p.checkpoint_grace for p in args.pools.values()),
+            ),
         )
         # Every node, cloud and hybrid: kubelets list its address first (dlinfra.model.dns.node_dns_servers).
         self._release("node-local-dns", node_local_dns.node_local_dns_values(args.kube_dns_ip))
@@ -249,6 +254,8 @@ class Platform(pulumi.ComponentResource):
             frameworks=self._frameworks,
             opts=self._k8s,
             meta=self._meta,
+            grace_caps={pool_name: pool.checkpoint_grace for pool_name, pool in args.pools.items()},
+            gpu_pools=[pool_name for pool_name, pool in args.pools.items() if pool.kind == "gpu"],
         )
         queues = self._queues(kueue_release, namespaces)
         self.multikueue_token = None

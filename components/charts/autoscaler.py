@@ -12,6 +12,7 @@ import yaml
 from components.charts.nodes import CLOUD_NODE_AFFINITY
 from components.charts.pinned import ADDONS_FILE, load_addons
 from dlinfra.errors import DlinfraError
+from dlinfra.model.fleet.pools import MAX_CHECKPOINT_GRACE
 
 AUTOSCALER_TAG = "k8s.io/cluster-autoscaler"
 PRIORITY_CONFIGMAP = "cluster-autoscaler-priority-expander"  # the name cluster-autoscaler watches
@@ -47,9 +48,16 @@ def autoscaler_args() -> dict[str, str]:
         "skip-nodes-with-local-storage": "false",
         # CPU nodes: consolidate below half use.
         "scale-down-utilization-threshold": "0.5",
-        # GPU nodes: only when no GPU is requested at all (one GPU of eight is 0.125), so consolidation never
-        # evicts a running training job. Applies to nodes labelled k8s.amazonaws.com/accelerator (see report).
+        # GPU nodes: only when no GPU is requested at all, so consolidation never evicts a running GPU job: a node
+        # is a candidate only at or below the threshold (v1.33.6 core/scaledown/eligibility isNodeAtOrBelow-
+        # UtilizationThreshold, GPU requests / allocatable), checked before any pod, so no annotation lets it take
+        # a GPU job's node; the job "allows" it only by ending. Must stay below 1 / the most GPUs an instance type
+        # has (8 in dlinfra/data/instance_types.yaml: 0.125): rule `drain-outlasts-checkpoint-grace`. Applies to
+        # nodes labelled k8s.amazonaws.com/accelerator (components/nodepool.py node_labels).
         "scale-down-gpu-utilization-threshold": "0.1",
+        # A pod on a node it does remove (CPU pools) is evicted with min(its grace, this) (drain.go evictPod):
+        # the largest checkpoint_grace the fleet allows, so no pod's grace is cut (default 600 s, FAQ).
+        "max-graceful-termination-sec": str(MAX_CHECKPOINT_GRACE),
         "scale-down-unneeded-time": "10m",
         "scale-down-delay-after-add": "10m",
         # Large GPU instances take long to boot, load drivers and start Fabric Manager.

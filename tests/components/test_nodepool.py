@@ -12,6 +12,7 @@ import pytest
 from components import nodepool
 from dlinfra.model import dns, instances, planner, stackroles
 from dlinfra.model.fleet.load import load_fleet
+from dlinfra.model.fleet.pools import DRAIN_MARGIN_SECONDS
 from dlinfra.offline import engine, plan_export
 from tests.conftest import REFERENCE_FLEET, REFERENCE_LOCK, ROOT
 
@@ -128,7 +129,10 @@ def test_pool(pools: dict, stack: str, pool: str) -> None:
     assert (asg.inputs["minSize"], asg.inputs["maxSize"]) == (spec.min_size, spec.max_size)
     (hook,) = asg.inputs["initialLifecycleHooks"]
     assert hook["lifecycleTransition"] == "autoscaling:EC2_INSTANCE_TERMINATING"
-    assert hook["defaultResult"] == "CONTINUE" and hook["heartbeatTimeout"] >= 300
+    assert hook["defaultResult"] == "CONTINUE"
+    # The hook holds a terminating node for the pool's checkpoint grace plus the drain margin (the disruption
+    # contract): train-h100's 1800 s in the reference fleet, 900 s by default.
+    assert hook["heartbeatTimeout"] == spec.checkpoint_grace + DRAIN_MARGIN_SECONDS <= 7200
     # A new AMI or user data rolls CPU pools by itself; GPU pools only by `dlinfra pool roll`.
     if spec.kind == "gpu":
         assert "instanceRefresh" not in asg.inputs and "maxInstanceLifetime" not in asg.inputs
@@ -259,6 +263,7 @@ def _names():  # type: ignore[no-untyped-def]
         ({"cluster_dns": ()}, "cluster_dns: at least one address"),
         ({"cluster_dns": ("169.254.20.10", "kube-dns")}, "cluster_dns: 'kube-dns' is not an IPv4 address"),
         ({"reservation_placement_group": "pg"}, "reservation_placement_group: only for a capacity reservation"),
+        ({"checkpoint_grace": 7000}, "checkpoint_grace: 7000 s plus the 300 s drain margin"),
         (
             {"reservation_placement_group": "pg", "capacity_reservation_id": "cr-1", "capacity_block": True},
             "reservation_placement_group: only for a capacity reservation",

@@ -175,6 +175,14 @@ RULES: tuple[ResourceRule | StackRule, ...] = (
         platform.gpu_pods_queued,
     ),
     StackRule(
+        "drain-outlasts-checkpoint-grace",
+        "Every disruption waits for a job's checkpoint grace: each pool's termination hook outlasts its grace plus the "
+        "drain margin, the termination handler's drain and the autoscaler's eviction the largest grace, and the "
+        "autoscaler never scales down a node with a GPU requested",
+        "mandatory",
+        compute.drain_outlasts_checkpoint_grace,
+    ),
+    StackRule(
         "team-namespaces-have-local-queue",
         "Every team namespace has the LocalQueue `default` feeding a ClusterQueue, also where there are no GPUs",
         "mandatory",

@@ -11,7 +11,8 @@ import yaml
 
 from components import nodepool
 from components.charts import autoscaler
-from dlinfra.model import kueue
+from dlinfra.model import instances, kueue
+from dlinfra.model.fleet.pools import MAX_CHECKPOINT_GRACE
 from dlinfra.model.fleet.schema import Fleet
 from tests.components._platform import Stack, asg_name, regional_stacks, stack_names
 
@@ -34,7 +35,11 @@ def test_autoscaler_discovers_this_clusters_pools(stacks: dict[str, Stack], flee
     args = values["extraArgs"]
     assert args["expander"].split(",")[0] == "priority"
     assert args["skip-nodes-with-local-storage"] == "false" and args["balance-similar-node-groups"] == "true"
-    assert float(args["scale-down-gpu-utilization-threshold"]) < 1 / 8  # never evicts a running GPU job
+    # Never a node where a GPU is requested: one GPU of the largest GPU count of any instance type is above it.
+    most_gpus = max(t.gpus for t in instances.all_types().values())
+    assert float(args["scale-down-gpu-utilization-threshold"]) < 1 / most_gpus
+    # A pod it evicts gets its whole grace, up to the longest checkpoint_grace the fleet may give.
+    assert int(args["max-graceful-termination-sec"]) >= MAX_CHECKPOINT_GRACE
     assert "scale-down-utilization-threshold" in args
 
 
