@@ -15,7 +15,20 @@ from dlinfra.model.fleet.pools import (
     RESERVATION_GROUP_TAG,
 )
 
-from .core import Context, Resource, Violation, as_int, as_list, as_object, as_objects, has_key, is_true, tags_of
+from .core import (
+    VAP,
+    Context,
+    Resource,
+    Violation,
+    as_int,
+    as_list,
+    as_object,
+    as_objects,
+    deny_bound_policies,
+    has_key,
+    is_true,
+    tags_of,
+)
 
 LAUNCH_TEMPLATE = "aws:ec2/launchTemplate:LaunchTemplate"
 INSTANCE = "aws:ec2/instance:Instance"
@@ -243,8 +256,6 @@ def reserved_capacity_no_placement_group(resources: Sequence[Resource], ctx: Con
 
 # --- the disruption contract ----------------------------------------------------------------------------------
 HELM_RELEASE = "kubernetes:helm.sh/v3:Release"
-VAP = "kubernetes:admissionregistration.k8s.io/v1:ValidatingAdmissionPolicy"
-VAP_BINDING = "kubernetes:admissionregistration.k8s.io/v1:ValidatingAdmissionPolicyBinding"
 TERMINATING = "autoscaling:EC2_INSTANCE_TERMINATING"
 HOOK_MAX_SECONDS = 7200  # PutLifecycleHook HeartbeatTimeout: 30 to 7200 seconds
 CA_DEFAULT_MAX_GRACEFUL = 600  # cluster-autoscaler v1.33.6 config/flags/flags.go max-graceful-termination-sec
@@ -317,13 +328,7 @@ def drain_outlasts_checkpoint_grace(resources: Sequence[Resource], ctx: Context)
     ]
     if not caps_by_policy:
         return out
-    bound = {
-        str(spec.get("policyName"))
-        for r in resources
-        if r.type == VAP_BINDING
-        for spec in [as_object(r.inputs.get("spec"))]
-        if "Deny" in as_list(spec.get("validationActions"))
-    }
+    bound = deny_bound_policies(resources)
     largest = 0
     for policy, caps in caps_by_policy:
         largest = max([largest, *(int(v) for v in caps.values())])
