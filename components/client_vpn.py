@@ -411,19 +411,11 @@ class ClientVpn(pulumi.ComponentResource):
                             "Resource": "*",
                         },
                         {
-                            # EC2's Describe actions are granted on "*": most take no resource-level scoping (EC2
-                            # user guide, "Resource-level permissions"), and a Describe scoped to an ARN it does not
-                            # support is refused on every call, which would fail the apply that invokes the sweep.
-                            # Reading connections reveals no secret; ending them stays scoped to this endpoint.
-                            "Sid": "ListConnections",
-                            "Effect": "Allow",
-                            "Action": "ec2:DescribeClientVpnConnections",
-                            "Resource": "*",
-                        },
-                        {
+                            # Both take the client-vpn-endpoint resource type (Service Authorization Reference,
+                            # Amazon EC2): the function sees and ends this endpoint's connections, no other's.
                             "Sid": "EndConnections",
                             "Effect": "Allow",
-                            "Action": "ec2:TerminateClientVpnConnections",
+                            "Action": ["ec2:DescribeClientVpnConnections", "ec2:TerminateClientVpnConnections"],
                             "Resource": endpoint.arn,
                         },
                     ],
