@@ -136,6 +136,13 @@ class NodePoolArgs:
         return instances.lookup(self.instance_types[0])
 
 
+TERMINATION_HOOK = "drain-before-terminate"  # the termination lifecycle hook the node termination handler completes
+TERMINATING = "autoscaling:EC2_INSTANCE_TERMINATING"
+# The timeout every group was created with before timeouts followed checkpoint_grace; kept on the group itself, since
+# changing initial_lifecycle_hooks would replace it (the hook resource sets the real timeout).
+INITIAL_HOOK_TIMEOUT_SECONDS = 900
+
+
 def termination_hook_timeout(checkpoint_grace: int) -> int:
     """Seconds the termination lifecycle hook holds an instance: the pool's grace plus the drain margin.
 
@@ -471,11 +478,16 @@ class NodePool(pulumi.ComponentResource):
             protect_from_scale_in=False,
             health_check_type="EC2",
             default_instance_warmup=300,
+            # The hook exists before the first instance launches only when the group is created with it. Changing
+            # initial_lifecycle_hooks later replaces the group (terraform-provider-aws PR 34260; the pulumi_aws
+            # docstring: it applies at creation only), and a replaced group terminates every node without a
+            # drain. So the group keeps the hook it was created with, and `{name}-drain-hook` below sets its
+            # timeout in place (PutLifecycleHook updates a hook of the same name).
             initial_lifecycle_hooks=[
                 aws.autoscaling.GroupInitialLifecycleHookArgs(
-                    name="drain-before-terminate",
-                    lifecycle_transition="autoscaling:EC2_INSTANCE_TERMINATING",
-                    heartbeat_timeout=termination_hook_timeout(args.checkpoint_grace),
+                    name=TERMINATION_HOOK,
+                    lifecycle_transition=TERMINATING,
+                    heartbeat_timeout=INITIAL_HOOK_TIMEOUT_SECONDS,
                     default_result="CONTINUE",
                 )
             ],
@@ -486,8 +498,19 @@ class NodePool(pulumi.ComponentResource):
             ],
             # The autoscaler owns the desired size; an update must not reset it.
             opts=pulumi.ResourceOptions(
-                parent=self, ignore_changes=["desiredCapacity"], depends_on=[access, *args.join_after]
+                parent=self,
+                ignore_changes=["desiredCapacity", "initialLifecycleHooks"],
+                depends_on=[access, *args.join_after],
             ),
+        )
+        aws.autoscaling.LifecycleHook(
+            f"{name}-drain-hook",
+            name=TERMINATION_HOOK,
+            autoscaling_group_name=group.name,
+            lifecycle_transition=TERMINATING,
+            heartbeat_timeout=termination_hook_timeout(args.checkpoint_grace),
+            default_result="CONTINUE",
+            opts=pulumi.ResourceOptions(parent=self),
         )
 
         self.group_name = group.name

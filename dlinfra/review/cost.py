@@ -68,6 +68,7 @@ NOT_COUNTED_ALWAYS: tuple[str, ...] = (
 # their auto scaling group, the transit gateway through its attachments).
 FREE: frozenset[str] = frozenset(
     {
+        "aws:autoscaling/lifecycleHook:LifecycleHook",
         "aws:acm/certificate:Certificate",
         "aws:ec2/customerGateway:CustomerGateway",
         "aws:ec2/defaultSecurityGroup:DefaultSecurityGroup",

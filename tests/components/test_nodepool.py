@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from components import nodepool
-from dlinfra.model import dns, instances, planner, stackroles
+from dlinfra.model import dns, instances, planner, replacement, stackroles
 from dlinfra.model.fleet.load import load_fleet
 from dlinfra.model.fleet.pools import DRAIN_MARGIN_SECONDS
 from dlinfra.offline import engine, plan_export
@@ -19,6 +19,7 @@ from tests.conftest import REFERENCE_FLEET, REFERENCE_LOCK, ROOT
 GOLDEN = Path(__file__).parent / "golden"
 CONFIG = {"dlinfra:fleet": str(REFERENCE_FLEET), "dlinfra:lock": str(REFERENCE_LOCK)}
 ASG = "aws:autoscaling/group:Group"
+HOOK = "aws:autoscaling/lifecycleHook:LifecycleHook"
 LT = "aws:ec2/launchTemplate:LaunchTemplate"
 CA = "k8s.io/cluster-autoscaler"
 
@@ -127,12 +128,21 @@ def test_pool(pools: dict, stack: str, pool: str) -> None:
     assert groups == [group.id]
     # Sizes, drain hook, refresh.
     assert (asg.inputs["minSize"], asg.inputs["maxSize"]) == (spec.min_size, spec.max_size)
-    (hook,) = asg.inputs["initialLifecycleHooks"]
-    assert hook["lifecycleTransition"] == "autoscaling:EC2_INSTANCE_TERMINATING"
-    assert hook["defaultResult"] == "CONTINUE"
-    # The hook holds a terminating node for the pool's checkpoint grace plus the drain margin (the disruption
-    # contract): train-h100's 1800 s in the reference fleet, 900 s by default.
-    assert hook["heartbeatTimeout"] == spec.checkpoint_grace + DRAIN_MARGIN_SECONDS <= 7200
+    # The group keeps the hook it was created with: any change to initialLifecycleHooks replaces the group (the
+    # replacement table), which would terminate every node without a drain; the apply ignores it after creation.
+    (initial,) = asg.inputs["initialLifecycleHooks"]
+    assert initial["heartbeatTimeout"] == nodepool.INITIAL_HOOK_TIMEOUT_SECONDS
+    assert "initialLifecycleHooks" in asg.ignore_changes
+    assert replacement.table().forced(ASG, asg.inputs, {**asg.inputs, "initialLifecycleHooks": []})[0]
+    # A hook of the same name, updated in place, holds a terminating node for the pool's checkpoint grace plus the
+    # drain margin (the disruption contract): train-h100's 1800 s in the reference fleet, 900 s by default.
+    (hook,) = res[HOOK]
+    assert hook.inputs["name"] == initial["name"] and hook.inputs["autoscalingGroupName"] == asg.inputs["name"]
+    assert hook.inputs["lifecycleTransition"] == "autoscaling:EC2_INSTANCE_TERMINATING"
+    assert hook.inputs["defaultResult"] == "CONTINUE"
+    assert hook.inputs["heartbeatTimeout"] == spec.checkpoint_grace + DRAIN_MARGIN_SECONDS <= 7200
+    longer = {**hook.inputs, "heartbeatTimeout": hook.inputs["heartbeatTimeout"] + 600}
+    assert not replacement.table().forced(HOOK, hook.inputs, longer)[0]
     # A new AMI or user data rolls CPU pools by itself; GPU pools only by `dlinfra pool roll`.
     if spec.kind == "gpu":
         assert "instanceRefresh" not in asg.inputs and "maxInstanceLifetime" not in asg.inputs

@@ -50,6 +50,7 @@ CHECKPOINT_S = 590  # how long its checkpoint takes once SIGTERM arrives
 SAMPLES = json.loads((Path(__file__).parents[1] / "fixtures" / "events" / "termination-handler.json").read_text())
 RULE = "aws:cloudwatch/eventRule:EventRule"
 ASG = "aws:autoscaling/group:Group"
+LIFECYCLE_HOOK = "aws:autoscaling/lifecycleHook:LifecycleHook"
 VAP = "kubernetes:admissionregistration.k8s.io/v1:ValidatingAdmissionPolicy"
 SPOT_RECLAIM_S = 120  # EC2 guide "Spot Instance interruption notices": two minutes
 CA_DEFAULTS = {"scale-down-gpu-utilization-threshold": "0.5", "max-graceful-termination-sec": "600"}
@@ -79,7 +80,12 @@ def _rendered() -> Config:
     hooks, groups = {}, {}
     for group in (r for r in regional.resources if r.type == ASG):
         pool = group.name.removeprefix("pool-").removesuffix("-asg")  # NodePool names its group pool-<pool>-asg
-        (hook,) = group.inputs["initialLifecycleHooks"]
+        # The timeout AWS holds: the hook resource on the group overrides the initial hook of the same name.
+        (hook,) = [
+            r.inputs
+            for r in regional.resources
+            if r.type == LIFECYCLE_HOOK and r.inputs["autoscalingGroupName"] == group.inputs["name"]
+        ]
         hooks[pool], groups[pool] = int(hook["heartbeatTimeout"]), str(group.inputs["name"])
     releases = {r.name: r.inputs for r in in_cluster.resources}
     (policy,) = [

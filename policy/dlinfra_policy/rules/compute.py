@@ -4,7 +4,7 @@ Auto Scaling groups of node pools."""
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from dlinfra.model import instances
@@ -263,10 +263,22 @@ CA_DEFAULT_GPU_THRESHOLD = 0.5  # v1.33.6 config/const.go DefaultScaleDownGpuUti
 NTH_DEFAULT_DRAIN_TIMEOUT = 120  # NTH chart 0.27.6 values.yaml nodeTerminationGracePeriod
 
 
-def _hook_problems(group: Resource, grace: int) -> list[str]:
-    hooks = [
-        h for h in as_objects(group.inputs.get("initialLifecycleHooks")) if h.get("lifecycleTransition") == TERMINATING
-    ]
+LIFECYCLE_HOOK = "aws:autoscaling/lifecycleHook:LifecycleHook"
+
+
+def _termination_hooks(group: Resource, resources: Sequence[Resource]) -> list[Mapping[str, Any]]:
+    """The group's termination hooks as AWS will hold them: a LifecycleHook resource on the group replaces the
+    initial hook of the same name (PutLifecycleHook creates or updates a hook by name)."""
+    hooks = {str(h.get("name")): h for h in as_objects(group.inputs.get("initialLifecycleHooks"))}
+    for r in resources:
+        target = r.inputs.get("autoscalingGroupName")
+        if r.type == LIFECYCLE_HOOK and (group.urn in r.dependencies or target == group.inputs.get("name")):
+            hooks[str(r.inputs.get("name"))] = r.inputs
+    return [h for _, h in sorted(hooks.items()) if h.get("lifecycleTransition") == TERMINATING]
+
+
+def _hook_problems(group: Resource, resources: Sequence[Resource], grace: int) -> list[str]:
+    hooks = _termination_hooks(group, resources)
     if not hooks:
         return [f"no {TERMINATING} lifecycle hook: a scale-in or `pool roll` terminates the node without a drain"]
     out = []
@@ -318,7 +330,7 @@ def drain_outlasts_checkpoint_grace(resources: Sequence[Resource], ctx: Context)
             if _is_gpu_group(group, templates, ctx):
                 out.append(Violation(group.urn, f"GPU pool without a {CHECKPOINT_GRACE_TAG} tag: its grace is unknown"))
             continue
-        out += [Violation(group.urn, p) for p in _hook_problems(group, grace)]
+        out += [Violation(group.urn, p) for p in _hook_problems(group, resources, grace)]
     caps_by_policy = [
         (r, json.loads(str(annotations[CHECKPOINT_GRACE_ANNOTATION])))
         for r in resources
