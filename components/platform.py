@@ -238,6 +238,7 @@ class Platform(pulumi.ComponentResource):
                 args.termination_queue_url,
                 args.region,
                 termination_handler.largest_grace(p.checkpoint_grace for p in args.pools.values()),
+                sum(p.max_size for p in args.pools.values()),
             ),
         )
         # Every node, cloud and hybrid: kubelets list its address first (dlinfra.model.dns.node_dns_servers).

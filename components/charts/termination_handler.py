@@ -49,6 +49,14 @@ SPOT_NOTICE_SECONDS = 120
 LIFECYCLE_RULE = "asg-lifecycle"  # added per stack: it is filtered to this cluster's Auto Scaling groups
 
 
+DEFAULT_WORKERS = 10  # the chart's `workers` (aws-node-termination-handler chart 0.27.6 values.yaml)
+
+
+def handler_workers(nodes: int) -> int:
+    """Drains the handler runs at once: one per node the region's pools may run, never below the chart's 10."""
+    return max(DEFAULT_WORKERS, nodes)
+
+
 def largest_grace(graces: Iterable[int]) -> int:
     """The longest checkpoint grace among a region's pools (the default when it has none)."""
     return max(graces, default=DEFAULT_CHECKPOINT_GRACE)
@@ -60,7 +68,10 @@ def drain_timeout(checkpoint_grace: int) -> int:
 
 
 def termination_handler_values(
-    queue_url: pulumi.Input[str], region: str, checkpoint_grace: int = DEFAULT_CHECKPOINT_GRACE
+    queue_url: pulumi.Input[str],
+    region: str,
+    checkpoint_grace: int = DEFAULT_CHECKPOINT_GRACE,
+    nodes: int = DEFAULT_WORKERS,
 ) -> dict[str, Any]:
     """aws-node-termination-handler in queue-processor mode: cordon, taint and drain before the node goes.
 
@@ -90,6 +101,12 @@ def termination_handler_values(
         # RebalanceRecommendation, StateChange, ASGLifecycle) instead of v1's one "SQSTermination" for all queue
         # events (NTH v1.25.6 pkg/observability/k8s-events.go getReasonForKindV2): `dlinfra what-happened` reads them.
         "logFormatVersion": 2,
+        # One drain per worker at a time: the handler takes a queue event only when a worker is free
+        # (cmd/node-termination-handler.go, v1.25.6), and with the grace above a drain holds its worker up to
+        # grace + margin. With the chart's 10 (values.yaml `workers`), a maintenance wave or a roll touching more
+        # nodes would leave the 11th uncordoned until its hook or EC2's deadline passed. `nodes`: every node the
+        # region's pools may run, so each can drain at once.
+        "workers": handler_workers(nodes),
         # Lifecycle heartbeats (heartbeatInterval/heartbeatUntil, queue mode only since NTH v1.25.0) stay off: each
         # pool's termination hook already holds a node for its grace plus the margin (components/nodepool.py
         # termination_hook_timeout, at most 3900 s of the 7200 s AWS allows), which a single timeout covers.

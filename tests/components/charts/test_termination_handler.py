@@ -59,6 +59,10 @@ def test_termination_handler_queue_rules_and_values(stacks: dict[str, Stack], fl
     assert values["nodeTerminationGracePeriod"] == largest + DRAIN_MARGIN_SECONDS
     assert values["logFormatVersion"] == 2  # events name their source (what-happened)
     assert values.get("heartbeatInterval", -1) == -1  # the hook's own timeout covers grace + margin
+    # One drain per worker: every node the region's pools may run can drain at once (the chart's 10 would leave the
+    # 11th node of a maintenance wave or a roll uncordoned until its hook ran out).
+    nodes = sum(p.max_size for p in fleet.pools_in(env, region).values())
+    assert values["workers"] == max(10, nodes) >= nodes
 
 
 def test_termination_handler_least_privilege(stacks: dict[str, Stack], fleet: Fleet) -> None:
