@@ -230,7 +230,15 @@ class Platform(pulumi.ComponentResource):
                     args.region, [p.instance_type for p in efa_pools], [t for p in efa_pools for t in p.taints]
                 ),
             )
-        self._autoscaler()
+        # Neither chart ships the ProvisioningRequest CRD, and Kueue starts its provisioning controller only if the
+        # API server serves it at Kueue's start: both releases wait for it (autoscaler.provisioning_request_crd).
+        provreq_crd = k8s.apiextensions.v1.CustomResourceDefinition(
+            f"{name}-provisioning-request-crd",
+            metadata=self._meta(autoscaler.PROVREQ_CRD),
+            spec=autoscaler.provisioning_request_crd(),
+            opts=self._k8s(),
+        )
+        self._autoscaler(provreq_crd)
         self._release(
             "aws-node-termination-handler",
             termination_handler.termination_handler_values(args.termination_queue_url, args.region),
@@ -238,7 +246,7 @@ class Platform(pulumi.ComponentResource):
         # Every node, cloud and hybrid: kubelets list its address first (dlinfra.model.dns.node_dns_servers).
         self._release("node-local-dns", node_local_dns.node_local_dns_values(args.kube_dns_ip))
         self._frameworks = job_operators.frameworks(args.job_operators)
-        kueue_release = self._release("kueue", kueue_chart.kueue_values(self._frameworks))
+        kueue_release = self._release("kueue", kueue_chart.kueue_values(self._frameworks), depends_on=[provreq_crd])
         namespaces = self._teams()
         # No GPU pod in a team namespace starts without Kueue's admission, and no job hides under another's. Trusted
         # controllers: the cluster's, the add-ons' and the job operators the fleet names.
@@ -364,8 +372,9 @@ class Platform(pulumi.ComponentResource):
                 )
 
     # cluster-autoscaler -------------------------------------------------------------------------------------
-    def _autoscaler(self) -> None:
-        """The autoscaler with its priority expander; its IAM role comes from the regional stack (PlatformAws)."""
+    def _autoscaler(self, provreq_crd: pulumi.Resource) -> None:
+        """The autoscaler with its priority expander, serving ProvisioningRequests of the CRD `provreq_crd`; its IAM
+        role comes from the regional stack (PlatformAws)."""
         args = self._args
         by_class: dict[str, list[pulumi.Input[str]]] = {}
         for pool in args.pools.values():
@@ -384,11 +393,9 @@ class Platform(pulumi.ComponentResource):
         )
         self._release(
             "cluster-autoscaler",
-            autoscaler.autoscaler_values(
-                args.cluster_name, args.region, autoscaler.autoscaler_image_tag(args.kubernetes_version)
-            ),
+            autoscaler.autoscaler_values(args.cluster_name, args.region, args.kubernetes_version),
             # Without its priorities the autoscaler falls back to random expansion.
-            depends_on=[priority_map],
+            depends_on=[priority_map, provreq_crd],
         )
 
     # Teams --------------------------------------------------------------------------------------------------
@@ -460,6 +467,8 @@ class Platform(pulumi.ComponentResource):
             )
         if flavors:
             above = [self._custom("cohort", "Cohort", kueue.COHORT, kueue_chart.cohort_spec(quotas), flavors)]
+            if kueue_chart.provisioned_flavors(quotas):
+                above.append(self._provisioning_check(release))
         else:
             above = [self._custom("flavor-no-gpus", "ResourceFlavor", kueue_chart.NO_GPU_FLAVOR, {}, [release])]
         for team, view in args.teams.items():
@@ -480,6 +489,24 @@ class Platform(pulumi.ComponentResource):
                 namespace=view.namespace,
             )
         return queues
+
+    def _provisioning_check(self, release: k8s.helm.v3.Release) -> k8s.apiextensions.CustomResource:
+        """The AdmissionCheck that has the autoscaler provision a job's nodes together before Kueue admits it, and
+        the ProvisioningRequestConfig it names (kueue_chart.PROVISIONING_CHECK)."""
+        config = self._custom(
+            "provisioning-config",
+            "ProvisioningRequestConfig",
+            kueue_chart.PROVISIONING_CHECK,
+            kueue_chart.provisioning_request_config_spec(),
+            [release],
+        )
+        return self._custom(
+            "provisioning-check",
+            "AdmissionCheck",
+            kueue_chart.PROVISIONING_CHECK,
+            kueue_chart.provisioning_admission_check_spec(),
+            [config],
+        )
 
     # MultiKueue ---------------------------------------------------------------------------------------------
     def _multikueue_manager(
