@@ -81,7 +81,8 @@ def autoscaler_args(kubernetes_version: str) -> dict[str, str]:
         "cordon-node-before-terminating": "true",
         # Serve Kueue's ProvisioningRequests (flag "enable-provisioning-requests", default false: config/flags/
         # flags.go, main.go before 1.33). The chart's ClusterRole already grants provisioningrequests and their
-        # status, and podtemplates (templates/clusterrole.yaml, chart 9.59.0); the CRD is ours (provisioning_request_crd).
+        # status, and podtemplates (templates/clusterrole.yaml, chart 9.59.0); the CRD is ours
+        # (provisioning_request_crd).
         "enable-provisioning-requests": "true",
     }
     if int(kubernetes_version.split(".")[1]) < _PROVREQ_JSON_FROM_MINOR:

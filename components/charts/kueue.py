@@ -222,7 +222,8 @@ def gpu_group(quotas: Mapping[str, tuple[int, int | None]]) -> dict[str, Any]:
 
 def cluster_queue_spec(team: str, namespace: str, quotas: kueue.RegionQuotas) -> dict[str, Any]:
     """A team's ClusterQueue: its nominal GPUs per flavor, borrowing up to each flavor's size, reclaim by preemption,
-    and the provisioning check on its cloud pools' flavors. In a region without GPU capacity: zero GPUs of NO_GPU_FLAVOR, no cohort (nothing to lend or borrow)."""
+    and the provisioning check on its cloud pools' flavors. In a region without GPU capacity: zero GPUs of
+    NO_GPU_FLAVOR, no cohort (nothing to lend or borrow)."""
     if not quotas.flavors:
         return {
             "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": namespace}},
