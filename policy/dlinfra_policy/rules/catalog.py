@@ -180,4 +180,11 @@ RULES: tuple[ResourceRule | StackRule, ...] = (
         "mandatory",
         platform.team_namespaces_have_local_queue,
     ),
+    StackRule(
+        "gpu-queues-provision-whole",
+        "Jobs on autoscaled GPU pools are admitted only once the autoscaler takes all their nodes, and evicted whole "
+        "when the nodes come in part",
+        "mandatory",
+        platform.gpu_queues_provision_whole,
+    ),
 )

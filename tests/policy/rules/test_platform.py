@@ -9,10 +9,14 @@ import pytest
 from dlinfra.model.fleet.labels import DRAIN_TAINT_KEYS
 from policy.dlinfra_policy.rules.core import Resource
 from policy.dlinfra_policy.rules.platform import (
+    ATOMIC_CLASS,
+    CRD_TYPE,
     HELM_RELEASE,
     K8S_NAMESPACE,
     KUEUE_CUSTOM,
     MULTIKUEUE_CONTROLLER,
+    PROVISIONING_CONTROLLER,
+    PROVREQ_CRD,
     PSA_ENFORCE,
     RESOURCE_FLAVOR,
     TEAM_LABEL,
@@ -20,6 +24,7 @@ from policy.dlinfra_policy.rules.platform import (
     VAP_BINDING,
     drain_taints_not_tolerated,
     gpu_pods_queued,
+    gpu_queues_provision_whole,
     multikueue_wired,
     team_namespaces_have_local_queue,
     team_namespaces_pod_security,
@@ -133,6 +138,48 @@ OWNERS = [_owner_policy(), _binding("Deny", policy="owners")]
 QUEUED = [TEAM_NAMESPACE, _kueue_release(), _gate_policy(), _binding("Deny"), *OWNERS]
 
 
+def _whole(
+    *, on_flavors: list[str] | None = None, provreq: bool = True, crd: bool = True, timeout: str = "30m",
+    check: bool = True,
+) -> list[Resource]:  # fmt: skip
+    """A stack with a cloud pool flavor and a site flavor in a team queue, and what makes the pool's jobs whole."""
+    checks = [{"name": "whole"} | ({"onFlavors": on_flavors} if on_flavors is not None else {})] if check else []
+    out = [
+        res(RESOURCE_FLAVOR, "fp")(metadata={"name": "pool-p"}, spec={"nodeLabels": {"dlinfra.io/pool": "p"}}),
+        res(RESOURCE_FLAVOR, "fs")(metadata={"name": "site-s"}, spec={"nodeLabels": {"dlinfra.io/site": "s"}}),
+        res(f"{KUEUE_CUSTOM}AdmissionCheck", "ac")(
+            metadata={"name": "whole"},
+            spec={
+                "controllerName": PROVISIONING_CONTROLLER,
+                "parameters": {"apiGroup": "kueue.x-k8s.io", "kind": "ProvisioningRequestConfig", "name": "whole"},
+            },
+        ),
+        res(f"{KUEUE_CUSTOM}ProvisioningRequestConfig", "prc")(
+            metadata={"name": "whole"}, spec={"provisioningClassName": ATOMIC_CLASS}
+        ),
+        res(f"{KUEUE_CUSTOM}ClusterQueue", "cq")(
+            metadata={"name": "a"},
+            spec={
+                "cohortName": "research",
+                "resourceGroups": [{"coveredResources": ["nvidia.com/gpu"], "flavors": [
+                    {"name": "pool-p", "resources": [{"name": "nvidia.com/gpu", "nominalQuota": "8"}]},
+                    {"name": "site-s", "resources": [{"name": "nvidia.com/gpu", "nominalQuota": "8"}]},
+                ]}],
+                **({"admissionChecksStrategy": {"admissionChecks": checks}} if checks else {}),
+            },
+        ),
+        res(HELM_RELEASE, "ca")(
+            name="cluster-autoscaler", chart="cluster-autoscaler",
+            values={"extraArgs": {"max-node-provision-time": "25m"}
+                    | ({"enable-provisioning-requests": "true"} if provreq else {})},
+        ),
+        _kueue_release(KUEUE_CONFIG | {"waitForPodsReady": {"timeout": timeout}}),
+    ]  # fmt: skip
+    if crd:
+        out.append(res(CRD_TYPE, "crd")(metadata={"name": PROVREQ_CRD}, spec={}))
+    return out
+
+
 # rule -> (resources that pass, resources that fail).
 CASES: dict[str, tuple[list[Resource], list[Resource]]] = {
     "team-namespaces-pod-security": (
@@ -205,7 +252,32 @@ CASES: dict[str, tuple[list[Resource], list[Resource]]] = {
         [TEAM_A, CLUSTER_QUEUE_A, local_queue("team-a"), res(K8S_NAMESPACE, "kube-system")(metadata={"name": "x"})],
         [TEAM_A, CLUSTER_QUEUE_A, local_queue("team-b")],
     ),
+    "gpu-queues-provision-whole": (_whole(on_flavors=["pool-p"]), _whole(on_flavors=["site-s"])),
 }
+
+
+@pytest.mark.parametrize(
+    ("stack", "problem"),
+    [
+        (_whole(check=False), "flavors pool-p are autoscaled GPU pools without the provisioning check"),
+        (_whole(on_flavors=["site-s"]), "flavors pool-p are autoscaled GPU pools without the provisioning check"),
+        (_whole(provreq=False), "enable-provisioning-requests is not true"),
+        (_whole(crd=False), f"no CustomResourceDefinition {PROVREQ_CRD}"),
+        (_whole(timeout="20m"), "waitForPodsReady.timeout '20m' must exceed"),
+        (_whole(timeout="25m"), "waitForPodsReady.timeout '25m' must exceed"),
+        (_whole(timeout="soon"), "waitForPodsReady.timeout 'soon' must exceed"),
+    ],
+)
+def test_gpu_queues_provision_whole_names_each_missing_piece(stack: list[Resource], problem: str) -> None:
+    (violation,) = gpu_queues_provision_whole(stack, CTX)
+    assert problem in violation.message
+
+
+def test_gpu_queues_provision_whole_passes_a_check_on_every_flavor_and_site_only_queues() -> None:
+    assert gpu_queues_provision_whole(_whole(), CTX) == []  # no onFlavors: the check runs for every flavor
+    assert gpu_queues_provision_whole(_whole(on_flavors=["pool-p"], timeout="1h"), CTX) == []
+    sites_only = [r for r in _whole(check=False, provreq=False, crd=False) if r.name != "fp"]
+    assert gpu_queues_provision_whole(sites_only, CTX) == []  # no autoscaler behind a site: nothing to provision
 
 
 def test_a_local_queue_must_feed_a_declared_cluster_queue() -> None:
