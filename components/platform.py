@@ -16,7 +16,7 @@ import ipaddress
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Literal, cast
 
 import pulumi
 import pulumi_kubernetes as k8s
@@ -235,7 +235,10 @@ class Platform(pulumi.ComponentResource):
         provreq_crd = k8s.apiextensions.v1.CustomResourceDefinition(
             f"{name}-provisioning-request-crd",
             metadata=self._meta(autoscaler.PROVREQ_CRD),
-            spec=autoscaler.provisioning_request_crd(),
+            # The SDK's TypedDict, whose keys (x_kubernetes_* included) the dict uses.
+            spec=cast(
+                "k8s.apiextensions.v1.CustomResourceDefinitionSpecArgsDict", autoscaler.provisioning_request_crd()
+            ),
             opts=self._k8s(),
         )
         self._autoscaler(provreq_crd)

@@ -253,7 +253,7 @@ def _overflow_workers(team: str) -> list[Rendered]:
             checks,
             config,
             autoscaler.autoscaler_args(version),
-        )  # fmt: skip
+        )
         for region in clusters
     ]
 
@@ -305,7 +305,8 @@ def test_overflow_runs_where_the_capacity_is() -> None:
     assert out.ran_whole_in == "eu-west-1"
     assert out.evictions <= 1 and out.started is not None and out.started < 60
     print(
-        f"\nwhole-capacity overflow: ran in eu-west-1 at t={out.started:.0f} min, {out.idle_gpu_hours:.1f} GPU-hours idle"
+        f"\nwhole-capacity overflow: ran in eu-west-1 at t={out.started:.0f} min, "
+        f"{out.idle_gpu_hours:.1f} GPU-hours idle"
     )
 
 
