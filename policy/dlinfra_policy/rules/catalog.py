@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from . import ci, cluster, compute, conventions, iam, network, platform, state, storage, vpn
+from . import ci, cluster, compute, conventions, iam, network, platform, provisioning, state, storage, vpn
 from .core import ResourceRule, StackRule
 
 # `dlinfra check` lists findings in this order and the pack builds its policies in it: append, never reorder.
@@ -185,6 +185,6 @@ RULES: tuple[ResourceRule | StackRule, ...] = (
         "Jobs on autoscaled GPU pools are admitted only once the autoscaler takes all their nodes, and evicted whole "
         "when the nodes come in part",
         "mandatory",
-        platform.gpu_queues_provision_whole,
+        provisioning.gpu_queues_provision_whole,
     ),
 )

@@ -1,4 +1,5 @@
-"""The platform rules: team namespaces' Pod Security, MultiKueue wiring, no toleration of drain taints."""
+"""The platform rules: team namespaces' Pod Security, MultiKueue wiring, no toleration of drain taints, capacity that
+arrives whole (rules/provisioning.py)."""
 
 from __future__ import annotations
 
@@ -9,14 +10,10 @@ import pytest
 from dlinfra.model.fleet.labels import DRAIN_TAINT_KEYS
 from policy.dlinfra_policy.rules.core import Resource
 from policy.dlinfra_policy.rules.platform import (
-    ATOMIC_CLASS,
-    CRD_TYPE,
     HELM_RELEASE,
     K8S_NAMESPACE,
     KUEUE_CUSTOM,
     MULTIKUEUE_CONTROLLER,
-    PROVISIONING_CONTROLLER,
-    PROVREQ_CRD,
     PSA_ENFORCE,
     RESOURCE_FLAVOR,
     TEAM_LABEL,
@@ -24,12 +21,18 @@ from policy.dlinfra_policy.rules.platform import (
     VAP_BINDING,
     drain_taints_not_tolerated,
     gpu_pods_queued,
-    gpu_queues_provision_whole,
     multikueue_wired,
     team_namespaces_have_local_queue,
     team_namespaces_pod_security,
     team_namespaces_volume_policy,
     tolerates,
+)
+from policy.dlinfra_policy.rules.provisioning import (
+    ATOMIC_CLASS,
+    CRD_TYPE,
+    PROVISIONING_CONTROLLER,
+    PROVREQ_CRD,
+    gpu_queues_provision_whole,
 )
 from tests.policy.rules._resources import CTX, pass_and_fail, res
 
