@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from . import ci, cluster, compute, conventions, iam, network, platform, state, storage, vpn
+from . import ci, cluster, compute, conventions, iam, network, platform, provisioning, state, storage, vpn
 from .core import ResourceRule, StackRule
 
 # `dlinfra check` lists findings in this order and the pack builds its policies in it: append, never reorder.
@@ -187,5 +187,12 @@ RULES: tuple[ResourceRule | StackRule, ...] = (
         "Every team namespace has the LocalQueue `default` feeding a ClusterQueue, also where there are no GPUs",
         "mandatory",
         platform.team_namespaces_have_local_queue,
+    ),
+    StackRule(
+        "gpu-queues-provision-whole",
+        "Jobs on autoscaled GPU pools are admitted only once the autoscaler takes all their nodes, and evicted whole "
+        "when the nodes come in part",
+        "mandatory",
+        provisioning.gpu_queues_provision_whole,
     ),
 )
