@@ -2,13 +2,21 @@
 and is drained early enough that every job checkpoints before EC2's cut.
 
 EC2 terminates a block's instances 30 minutes before its end, and the Auto Scaling guide says to scale the group to
-zero before that, with scheduled scaling at the reservation's times and lifecycle hooks for a graceful shutdown
-("Use Capacity Blocks for machine learning workloads", operational guidelines). So: the pool's group is declared
-closed (components/nodepool.py), a one-time scheduled action opens it at the block's start, and another closes it
-(min = max = desired = 0) at end - 30 min - the pool's checkpoint grace - DRAIN_MARGIN_SECONDS. Auto Scaling then
-terminates each instance through the group's termination hook, which the node termination handler answers after
-draining the node (each pod: SIGTERM, then its own terminationGracePeriodSeconds). EC2's expiration warning, 40
-minutes before the end ("Monitor Capacity Blocks using EventBridge"), closes the group too, as a backstop.
+zero before that, leaving lifecycle hooks time for a graceful shutdown ("Use Capacity Blocks for machine learning
+workloads", operational guidelines). The pool's group is declared closed (components/nodepool.py: min = max = 0,
+sizes ignored after creation), and a keeper function (components/lambdas/capacity_block_window.py) sets it every
+minute to what the clock says: the pool's sizes from the block's start, 0 from `drain_at` (end - 30 min - the pool's
+checkpoint grace - the drain margin - one tick). EC2's own events reach it too: "Capacity Block Delivered" opens the
+group at once, "Capacity Block Expiration Warning" (40 minutes before the end) closes it whatever the clock says.
+
+Why not two one-time scheduled actions: Auto Scaling refuses one whose start time has passed
+(PutScheduledUpdateGroupAction) and forgets it once it has run, so a first apply after the block started would fail,
+and so would every apply after a refresh. The keeper holds no such state.
+
+Kueue's side needs nothing of its own: a block pool's flavor carries the provisioning check (capacity arrives
+whole), and the cluster-autoscaler cannot grow a group beyond its max, so before the window a job assigned to the
+block waits unadmitted (its ProvisioningRequest stays Provisioned=False, "CA will try to find it later") and runs
+once the keeper opens the group.
 """
 
 from __future__ import annotations
@@ -22,38 +30,40 @@ import pulumi
 import pulumi_aws as aws
 
 from components.iam import service_trust
-from components.lambdas.capacity_block_close import WARNING_DETAIL_TYPES
+from components.lambdas.capacity_block_window import DELIVERED_DETAIL_TYPES, TIME_FORMAT, WARNING_DETAIL_TYPES
 from dlinfra.model.fleet.checks import BLOCK_CUT
+from dlinfra.model.fleet.pools import DRAIN_MARGIN_SECONDS
 from dlinfra.model.naming import Names
 
-CLOSER = Path(__file__).parent / "lambdas" / "capacity_block_close.py"
-# Time to evict, detach and answer the termination hook, on top of the pods' grace (the disruption contract).
-DRAIN_MARGIN_SECONDS = 300
-# The scheduled actions' names on the group (unique per group: PutScheduledUpdateGroupAction ScheduledActionName).
-OPEN_ACTION = "capacity-block-open"
-DRAIN_ACTION = "capacity-block-drain"
-# The tag on the warning rule that says which block's end it guards (rule `capacity-block-closes-before-cut`).
-BLOCK_END_TAG = "dlinfra:capacity-block-end"
+KEEPER = Path(__file__).parent / "lambdas" / "capacity_block_window.py"
+# The keeper's schedule (EventBridge rate expression) and how late a tick may set the group: the drain time is
+# brought forward by one tick, so the group is closed by `drain_at` + TICK at the latest.
+TICK = datetime.timedelta(minutes=1)
+TICK_SCHEDULE = "rate(1 minute)"
+# Tags on the block's event rule: which block it guards and its window (rule `capacity-block-closes-before-cut`
+# and `dlinfra cost` read them).
 BLOCK_TAG = "dlinfra:capacity-block"
+BLOCK_START_TAG = "dlinfra:capacity-block-start"
+BLOCK_END_TAG = "dlinfra:capacity-block-end"
 
 
 def drain_at(end: datetime.datetime, checkpoint_grace: int) -> datetime.datetime:
-    """When the pool's group closes: early enough that a pod given its whole grace, and the node its margin, are
-    gone before EC2 starts terminating the block's instances."""
-    return end - BLOCK_CUT - datetime.timedelta(seconds=checkpoint_grace + DRAIN_MARGIN_SECONDS)
+    """When the pool's group closes: early enough that, one tick late, a pod given its whole grace and the node its
+    margin are gone before EC2 starts terminating the block's instances."""
+    return end - BLOCK_CUT - datetime.timedelta(seconds=checkpoint_grace + DRAIN_MARGIN_SECONDS) - TICK
 
 
 def utc_text(moment: datetime.datetime) -> str:
-    """The form scheduled actions take: YYYY-MM-DDThh:mm:ssZ, in UTC (PutScheduledUpdateGroupAction StartTime)."""
-    return moment.astimezone(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    """YYYY-MM-DDThh:mm:ssZ in UTC: the keeper's environment and the rule's tags."""
+    return moment.astimezone(datetime.UTC).strftime(TIME_FORMAT)
 
 
-def warning_pattern(reservation_id: str) -> dict[str, object]:
-    """The EventBridge pattern of EC2's expiration warning for one Capacity Block (source aws.ec2, the reservation
-    in detail.capacity-reservation-id: "Monitor Capacity Blocks using EventBridge")."""
+def block_events_pattern(reservation_id: str) -> dict[str, object]:
+    """The EventBridge pattern of EC2's Delivered and Expiration Warning events for one Capacity Block (source
+    aws.ec2, the reservation in detail.capacity-reservation-id: "Monitor Capacity Blocks using EventBridge")."""
     return {
         "source": ["aws.ec2"],
-        "detail-type": list(WARNING_DETAIL_TYPES),
+        "detail-type": [*DELIVERED_DETAIL_TYPES, *WARNING_DETAIL_TYPES],
         "detail": {"capacity-reservation-id": [reservation_id]},
     }
 
@@ -66,12 +76,12 @@ class CapacityBlockWindowArgs:
     start: datetime.datetime  # the block's StartDate (aware, UTC)
     end: datetime.datetime  # the block's EndDate (aware, UTC)
     group_name: pulumi.Input[str]  # the pool's Auto Scaling group, declared closed (min = max = 0)
-    group_arn: pulumi.Input[str]  # the same group's ARN: all the closer may update
+    group_arn: pulumi.Input[str]  # the same group's ARN: all the keeper may update
     min_size: int  # the pool's min_size: what the group holds inside the window
     max_size: int  # the pool's max_size: what the group may grow to inside the window
     checkpoint_grace: int  # seconds: the longest grace a pod of the pool gets (fleet checkpoint_grace, default 900)
-    log_kms_key_arn: pulumi.Input[str]  # KMS key of the closer's log group (Network.log_key_arn)
-    log_retention_days: int = 365  # days the closer's logs are kept
+    log_kms_key_arn: pulumi.Input[str]  # KMS key of the keeper's log group (Network.log_key_arn)
+    log_retention_days: int = 365  # days the keeper's logs are kept
 
     def __post_init__(self) -> None:
         for field in ("start", "end"):
@@ -92,10 +102,10 @@ class CapacityBlockWindowArgs:
 
 
 class CapacityBlockWindow(pulumi.ComponentResource):
-    """Scheduled open and drain of a pool's group, and the expiration warning routed to a function that closes it."""
+    """The keeper of a pool's group, invoked every minute and by EC2's events for the block."""
 
     drain_time: str  # when the group closes, YYYY-MM-DDThh:mm:ssZ
-    rule_arn: pulumi.Output[str]
+    rule_arn: pulumi.Output[str]  # the rule routing EC2's block events
     function_arn: pulumi.Output[str]
 
     def __init__(self, name: str, args: CapacityBlockWindowArgs, opts: pulumi.ResourceOptions | None = None) -> None:
@@ -104,30 +114,6 @@ class CapacityBlockWindow(pulumi.ComponentResource):
         child = pulumi.ResourceOptions(parent=self)
         component = f"pool-{args.pool}"
         self.drain_time = utc_text(drain_at(args.end, args.checkpoint_grace))
-
-        # One-time actions (a start time, no recurrence: Auto Scaling guide, "Scheduled scaling"). Auto Scaling
-        # refuses an action scheduled in the past (PutScheduledUpdateGroupAction), so `validate` warns of a block
-        # that has ended: remove it from the fleet.
-        aws.autoscaling.Schedule(
-            f"{name}-open",
-            scheduled_action_name=OPEN_ACTION,
-            autoscaling_group_name=args.group_name,
-            start_time=utc_text(args.start),
-            min_size=args.min_size,
-            max_size=args.max_size,
-            desired_capacity=-1,  # -1: unchanged; the cluster-autoscaler owns the desired size inside the window
-            opts=child,
-        )
-        aws.autoscaling.Schedule(
-            f"{name}-drain",
-            scheduled_action_name=DRAIN_ACTION,
-            autoscaling_group_name=args.group_name,
-            start_time=self.drain_time,
-            min_size=0,
-            max_size=0,
-            desired_capacity=0,
-            opts=child,
-        )
 
         function_name = names.physical("capacity-block", args.pool, max_len=64)
         tags = names.tags(component, function_name)
@@ -149,7 +135,7 @@ class CapacityBlockWindow(pulumi.ComponentResource):
         policy = aws.iam.RolePolicy(
             f"{name}-policy",
             role=role.id,
-            name="close-pool-at-block-end",
+            name="keep-pool-in-block-window",
             policy=pulumi.Output.json_dumps(
                 {
                     "Version": "2012-10-17",
@@ -169,7 +155,7 @@ class CapacityBlockWindow(pulumi.ComponentResource):
                         {
                             # UpdateAutoScalingGroup takes the autoScalingGroup resource type (Service
                             # Authorization Reference, Amazon EC2 Auto Scaling): this pool's group, no other.
-                            "Sid": "ClosePool",
+                            "Sid": "SizePool",
                             "Effect": "Allow",
                             "Action": "autoscaling:UpdateAutoScalingGroup",
                             "Resource": args.group_arn,
@@ -180,56 +166,79 @@ class CapacityBlockWindow(pulumi.ComponentResource):
             opts=pulumi.ResourceOptions(parent=role),
         )
         function = aws.lambda_.Function(
-            f"{name}-closer",
+            f"{name}-keeper",
             name=function_name,
-            description=f"Closes pool {args.pool}'s group when Capacity Block {args.reservation_id} is about to end",
+            description=f"Keeps pool {args.pool}'s group open only inside Capacity Block {args.reservation_id}",
             runtime="python3.12",
-            handler=f"{CLOSER.stem}.handler",
-            code=pulumi.AssetArchive({CLOSER.name: pulumi.FileAsset(str(CLOSER))}),
+            handler=f"{KEEPER.stem}.handler",
+            code=pulumi.AssetArchive({KEEPER.name: pulumi.FileAsset(str(KEEPER))}),
             role=role.arn,
             timeout=30,  # one UpdateAutoScalingGroup call
             memory_size=128,
-            # Neither name is secret; a customer key would add a key-policy dependency and protect nothing.
+            # None of it is secret; a customer key would add a key-policy dependency and protect nothing.
             environment=aws.lambda_.FunctionEnvironmentArgs(
-                variables={"GROUP_NAME": args.group_name, "CAPACITY_RESERVATION_ID": args.reservation_id}
+                variables={
+                    "GROUP_NAME": args.group_name,
+                    "CAPACITY_RESERVATION_ID": args.reservation_id,
+                    "OPENS_AT": utc_text(args.start),
+                    "DRAINS_AT": self.drain_time,
+                    "ENDS_AT": utc_text(args.end),
+                    "MIN_SIZE": str(args.min_size),
+                    "MAX_SIZE": str(args.max_size),
+                }
             ),
             tracing_config=aws.lambda_.FunctionTracingConfigArgs(mode="Active"),
             logging_config=aws.lambda_.FunctionLoggingConfigArgs(log_format="Text", log_group=logs.name),
             tags=tags,
             opts=pulumi.ResourceOptions(parent=self, depends_on=[policy]),
         )
-        rule_name = names.physical("capacity-block-end", args.pool, max_len=64)
+        rule_name = names.physical("capacity-block", args.pool, max_len=64)
         rule = aws.cloudwatch.EventRule(
-            f"{name}-warning",
+            f"{name}-events",
             name=rule_name,
-            description=f"EC2 warns that Capacity Block {args.reservation_id} ends in 40 minutes",
-            event_pattern=json.dumps(warning_pattern(args.reservation_id), sort_keys=True),
+            description=f"EC2's Delivered and Expiration Warning events of Capacity Block {args.reservation_id}",
+            event_pattern=json.dumps(block_events_pattern(args.reservation_id), sort_keys=True),
             tags=names.tags(
                 component,
                 rule_name,
-                extra={BLOCK_TAG: args.reservation_id, BLOCK_END_TAG: utc_text(args.end)},
+                extra={
+                    BLOCK_TAG: args.reservation_id,
+                    BLOCK_START_TAG: utc_text(args.start),
+                    BLOCK_END_TAG: utc_text(args.end),
+                },
             ),
             opts=child,
         )
-        permission = aws.lambda_.Permission(
-            f"{name}-invoke",
-            action="lambda:InvokeFunction",
-            function=function.name,
-            principal="events.amazonaws.com",
-            source_arn=rule.arn,
-            opts=pulumi.ResourceOptions(parent=function),
+        tick_name = names.physical("capacity-block-tick", args.pool, max_len=64)
+        tick = aws.cloudwatch.EventRule(
+            f"{name}-tick",
+            name=tick_name,
+            description=f"Every minute: pool {args.pool}'s group sized for Capacity Block {args.reservation_id}'s "
+            "window",
+            schedule_expression=TICK_SCHEDULE,
+            tags=names.tags(component, tick_name, extra={BLOCK_TAG: args.reservation_id}),
+            opts=child,
         )
-        aws.cloudwatch.EventTarget(
-            f"{name}-target",
-            rule=rule.name,
-            arn=function.arn,
-            # The warning leaves 10 minutes: retry for at most 5 of them (EventBridge retries for 24 hours and
-            # 185 times by default, "Event retry policy").
-            retry_policy=aws.cloudwatch.EventTargetRetryPolicyArgs(
-                maximum_event_age_in_seconds=300, maximum_retry_attempts=10
-            ),
-            opts=pulumi.ResourceOptions(parent=rule, depends_on=[permission]),
-        )
+        for key, source in (("events", rule), ("tick", tick)):
+            permission = aws.lambda_.Permission(
+                f"{name}-invoke-{key}",
+                action="lambda:InvokeFunction",
+                function=function.name,
+                principal="events.amazonaws.com",
+                source_arn=source.arn,
+                opts=pulumi.ResourceOptions(parent=function),
+            )
+            aws.cloudwatch.EventTarget(
+                f"{name}-target-{key}",
+                rule=source.name,
+                arn=function.arn,
+                # A late call is worth nothing: the warning leaves 10 minutes, and the next tick comes in one
+                # (EventBridge retries for 24 hours and 185 times by default, "Event retry policy").
+                retry_policy=aws.cloudwatch.EventTargetRetryPolicyArgs(
+                    maximum_event_age_in_seconds=300 if key == "events" else 60, maximum_retry_attempts=10
+                ),
+                opts=pulumi.ResourceOptions(parent=source, depends_on=[permission]),
+            )
 
         self.rule_arn = rule.arn
         self.function_arn = function.arn

@@ -16,7 +16,12 @@ import pulumi_aws as aws
 from components import security_groups as sg
 from components.iam import service_trust
 from dlinfra.model import instances
-from dlinfra.model.fleet.pools import RESERVATION_GROUP_TAG
+from dlinfra.model.fleet.pools import (
+    CHECKPOINT_GRACE_TAG,
+    DEFAULT_CHECKPOINT_GRACE,
+    DRAIN_MARGIN_SECONDS,
+    RESERVATION_GROUP_TAG,
+)
 from dlinfra.model.naming import Names
 
 TEMPLATES = Path(__file__).parent / "templates"
@@ -39,7 +44,9 @@ WORKER_POLICIES = {
 }
 CNI_POLICY = "arn:aws:iam::aws:policy/AmazonEKS_CNI_Policy"
 ROOT_DEVICE = "/dev/sda1"  # Ubuntu AMIs boot from /dev/sda1
-DRAIN_TIMEOUT_SECONDS = 900  # how long the termination hook holds an instance while its pods drain
+# The termination hook's longest hold: EC2 Auto Scaling's HeartbeatTimeout is 30..7200 seconds (API reference,
+# PutLifecycleHook; user guide "Amazon EC2 Auto Scaling lifecycle hooks").
+MAX_HOOK_TIMEOUT_SECONDS = 7200
 AUTOSCALER_PREFIX = "k8s.io/cluster-autoscaler"
 # Set on every node of an EFA pool: the EFA device plugin runs where this label is (components/charts/efa.py).
 EFA_LABEL = "vpc.amazonaws.com/efa.present"  # in dlinfra.model.fleet.labels.OWN_LABELS: the fleet cannot set it
@@ -71,6 +78,9 @@ class NodePoolArgs:
     taints: Sequence[tuple[str, str, str]] = ()  # (key, value, effect)
     pod_imds_access: bool = False  # hop limit 2 lets pods reach IMDS; 1 keeps it to the node
     root_volume_gib: int = 200  # encrypted gp3 root volume size
+    # Seconds the pool's pods may take to checkpoint (fleet: checkpoint_grace): the termination hook holds a
+    # terminating instance this long plus DRAIN_MARGIN_SECONDS while the termination handler drains it.
+    checkpoint_grace: int = DEFAULT_CHECKPOINT_GRACE
     attach_cni_policy: bool = False  # only when the VPC CNI has no Pod Identity association
     internal_cidrs: Sequence[str] = ()  # VPCs and site networks nodes may reach on any port
     # The cluster's group on every node (Cluster): pods of all pools, the control plane, sites, laptops.
@@ -107,6 +117,11 @@ class NodePoolArgs:
                 ipaddress.IPv4Address(address)
             except ValueError:
                 raise ValueError(f"{self.pool}: cluster_dns: {address!r} is not an IPv4 address") from None
+        if not 30 <= termination_hook_timeout(self.checkpoint_grace) <= MAX_HOOK_TIMEOUT_SECONDS:
+            raise ValueError(
+                f"{self.pool}: checkpoint_grace: {self.checkpoint_grace} s plus the {DRAIN_MARGIN_SECONDS} s drain "
+                f"margin must fit the termination hook's {MAX_HOOK_TIMEOUT_SECONDS} s limit"
+            )
         if self.capacity_block and self.capacity_reservation_id is None:
             raise ValueError(f"{self.pool}: capacity_block needs capacity_reservation_id")
         on_reservation = self.capacity_reservation_id is not None and not self.capacity_block
@@ -119,6 +134,25 @@ class NodePoolArgs:
     @property
     def primary(self) -> instances.InstanceType:
         return instances.lookup(self.instance_types[0])
+
+
+TERMINATION_HOOK = "drain-before-terminate"  # the termination lifecycle hook the node termination handler completes
+TERMINATING = "autoscaling:EC2_INSTANCE_TERMINATING"
+# The timeout every group was created with before timeouts followed checkpoint_grace; kept on the group itself, since
+# changing initial_lifecycle_hooks would replace it (the hook resource sets the real timeout).
+INITIAL_HOOK_TIMEOUT_SECONDS = 900
+
+
+def termination_hook_timeout(checkpoint_grace: int) -> int:
+    """Seconds the termination lifecycle hook holds an instance: the pool's grace plus the drain margin.
+
+    Every way an Auto Scaling group terminates a node (scale-in, `pool roll`'s instance refresh, a health
+    replacement) waits in Terminating:Wait until the handler completes the action after its drain, or this timeout
+    passes and the default result (CONTINUE) applies (user guide "Amazon EC2 Auto Scaling lifecycle hooks"). The
+    handler can renew it with heartbeats (NTH v1.25.6 heartbeatInterval), but grace + margin <= 3900 s fits one
+    timeout, so dlinfra needs none: one figure per pool, visible on the group.
+    """
+    return checkpoint_grace + DRAIN_MARGIN_SECONDS
 
 
 class EfaInterface(NamedTuple):
@@ -408,6 +442,8 @@ class NodePool(pulumi.ComponentResource):
             names.tags(component, names.physical("node", args.pool))
             | {cluster_owned_tag(args.cluster_name): "owned"}
             | autoscaler_tags(args)
+            # What the termination hook must outlast, for rule `drain-outlasts-checkpoint-grace`.
+            | {CHECKPOINT_GRACE_TAG: str(args.checkpoint_grace)}
         )
         lt_spec = aws.autoscaling.GroupLaunchTemplateArgs(id=template.id, version=template.latest_version.apply(str))
         mixed = None
@@ -428,8 +464,8 @@ class NodePool(pulumi.ComponentResource):
                     ],
                 ),
             )
-        # A pool on a Capacity Block is declared closed: its window's scheduled actions open and close it
-        # (components/capacity_block.py), and an apply must not undo them, hence the sizes are left to them.
+        # A pool on a Capacity Block is declared closed: its Capacity Block's keeper opens and closes it
+        # (components/capacity_block.py), and an apply must not undo it, hence the sizes are left to the keeper.
         closed = args.capacity_block
         group = aws.autoscaling.Group(
             f"{name}-asg",
@@ -445,11 +481,16 @@ class NodePool(pulumi.ComponentResource):
             protect_from_scale_in=False,
             health_check_type="EC2",
             default_instance_warmup=300,
+            # The hook exists before the first instance launches only when the group is created with it. Changing
+            # initial_lifecycle_hooks later replaces the group (terraform-provider-aws PR 34260; the pulumi_aws
+            # docstring: it applies at creation only), and a replaced group terminates every node without a
+            # drain. So the group keeps the hook it was created with, and `{name}-drain-hook` below sets its
+            # timeout in place (PutLifecycleHook updates a hook of the same name).
             initial_lifecycle_hooks=[
                 aws.autoscaling.GroupInitialLifecycleHookArgs(
-                    name="drain-before-terminate",
-                    lifecycle_transition="autoscaling:EC2_INSTANCE_TERMINATING",
-                    heartbeat_timeout=DRAIN_TIMEOUT_SECONDS,
+                    name=TERMINATION_HOOK,
+                    lifecycle_transition=TERMINATING,
+                    heartbeat_timeout=INITIAL_HOOK_TIMEOUT_SECONDS,
                     default_result="CONTINUE",
                 )
             ],
@@ -461,9 +502,22 @@ class NodePool(pulumi.ComponentResource):
             # The autoscaler owns the desired size; an update must not reset it.
             opts=pulumi.ResourceOptions(
                 parent=self,
-                ignore_changes=["desiredCapacity", *(["minSize", "maxSize"] if closed else [])],
+                ignore_changes=[
+                    "desiredCapacity",
+                    "initialLifecycleHooks",
+                    *(["minSize", "maxSize"] if closed else []),
+                ],
                 depends_on=[access, *args.join_after],
             ),
+        )
+        aws.autoscaling.LifecycleHook(
+            f"{name}-drain-hook",
+            name=TERMINATION_HOOK,
+            autoscaling_group_name=group.name,
+            lifecycle_transition=TERMINATING,
+            heartbeat_timeout=termination_hook_timeout(args.checkpoint_grace),
+            default_result="CONTINUE",
+            opts=pulumi.ResourceOptions(parent=self),
         )
 
         self.group_name = group.name

@@ -11,22 +11,20 @@ One component and its checked arguments: one concern that reads best whole.
 
 from __future__ import annotations
 
-import base64
 import ipaddress
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Literal, cast
 
 import pulumi
 import pulumi_kubernetes as k8s
 
-from components import admission, team_volumes
+from components import admission, overflow, team_volumes
 from components.charts import (
     autoscaler,
     cilium,
     efa,
-    multikueue,
     node_local_dns,
     nvidia,
     pinned,
@@ -55,6 +53,7 @@ class PoolView:
     capacity_class: kueue.PoolCapacityClass  # orders the autoscaler's expander: reserved > on-demand > spot
     max_size: int  # instances in this region
     taints: Sequence[Taint] = ()  # (key, value, effect) on the pool's nodes
+    checkpoint_grace: int = 900  # seconds its pods may take to checkpoint (fleet checkpoint_grace): their grace cap
     asg_name: pulumi.Input[str]  # Auto Scaling group name (NodePool.group_name, read from the regional stack)
 
     def __post_init__(self) -> None:
@@ -230,15 +229,31 @@ class Platform(pulumi.ComponentResource):
                     args.region, [p.instance_type for p in efa_pools], [t for p in efa_pools for t in p.taints]
                 ),
             )
-        self._autoscaler()
+        # Neither chart ships the ProvisioningRequest CRD, and Kueue starts its provisioning controller only if the
+        # API server serves it at Kueue's start: both releases wait for it (autoscaler.provisioning_request_crd).
+        provreq_crd = k8s.apiextensions.v1.CustomResourceDefinition(
+            f"{name}-provisioning-request-crd",
+            metadata=self._meta(autoscaler.PROVREQ_CRD),
+            # The SDK's TypedDict, whose keys (x_kubernetes_* included) the dict uses.
+            spec=cast(
+                "k8s.apiextensions.v1.CustomResourceDefinitionSpecArgsDict", autoscaler.provisioning_request_crd()
+            ),
+            opts=self._k8s(),
+        )
+        self._autoscaler(provreq_crd)
         self._release(
             "aws-node-termination-handler",
-            termination_handler.termination_handler_values(args.termination_queue_url, args.region),
+            termination_handler.termination_handler_values(
+                args.termination_queue_url,
+                args.region,
+                termination_handler.largest_grace(p.checkpoint_grace for p in args.pools.values()),
+                sum(p.max_size for p in args.pools.values()),
+            ),
         )
         # Every node, cloud and hybrid: kubelets list its address first (dlinfra.model.dns.node_dns_servers).
         self._release("node-local-dns", node_local_dns.node_local_dns_values(args.kube_dns_ip))
         self._frameworks = job_operators.frameworks(args.job_operators)
-        kueue_release = self._release("kueue", kueue_chart.kueue_values(self._frameworks))
+        kueue_release = self._release("kueue", kueue_chart.kueue_values(self._frameworks), depends_on=[provreq_crd])
         namespaces = self._teams()
         # No GPU pod in a team namespace starts without Kueue's admission, and no job hides under another's. Trusted
         # controllers: the cluster's, the add-ons' and the job operators the fleet names.
@@ -249,14 +264,38 @@ class Platform(pulumi.ComponentResource):
             frameworks=self._frameworks,
             opts=self._k8s,
             meta=self._meta,
+            grace_caps={pool_name: pool.checkpoint_grace for pool_name, pool in args.pools.items()},
+            gpu_pools=[pool_name for pool_name, pool in args.pools.items() if pool.kind == "gpu"],
         )
         queues = self._queues(kueue_release, namespaces)
         self.multikueue_token = None
         if args.overflow is not None:
             if args.overflow.manager == args.region and args.overflow.teams:
-                self._multikueue_manager(args.overflow, kueue_release, namespaces)
+                overflow.declare_manager(
+                    name,
+                    args.overflow,
+                    release=kueue_release,
+                    namespaces=namespaces,
+                    team_namespaces={team: view.namespace for team, view in args.teams.items()},
+                    kubeconfigs=args.multikueue_kubeconfigs,
+                    custom=self._custom,
+                    opts=self._k8s,
+                    meta=self._meta,
+                )
             if args.overflow.teams_of(args.region):
-                self.multikueue_token = self._multikueue_worker(args.overflow, kueue_release, namespaces, queues)
+                self.multikueue_token = overflow.declare_worker(
+                    name,
+                    args.overflow,
+                    args.region,
+                    release=kueue_release,
+                    namespaces=namespaces,
+                    team_namespaces={team: view.namespace for team, view in args.teams.items()},
+                    queues=queues,
+                    frameworks=self._frameworks,
+                    custom=self._custom,
+                    opts=self._k8s,
+                    meta=self._meta,
+                )
         storage_class = team_volumes.declare(
             name,
             file_system_id=args.efs_file_system_id,
@@ -364,8 +403,9 @@ class Platform(pulumi.ComponentResource):
                 )
 
     # cluster-autoscaler -------------------------------------------------------------------------------------
-    def _autoscaler(self) -> None:
-        """The autoscaler with its priority expander; its IAM role comes from the regional stack (PlatformAws)."""
+    def _autoscaler(self, provreq_crd: pulumi.Resource) -> None:
+        """The autoscaler with its priority expander, serving ProvisioningRequests of the CRD `provreq_crd`; its IAM
+        role comes from the regional stack (PlatformAws)."""
         args = self._args
         by_class: dict[str, list[pulumi.Input[str]]] = {}
         for pool in args.pools.values():
@@ -384,11 +424,9 @@ class Platform(pulumi.ComponentResource):
         )
         self._release(
             "cluster-autoscaler",
-            autoscaler.autoscaler_values(
-                args.cluster_name, args.region, autoscaler.autoscaler_image_tag(args.kubernetes_version)
-            ),
+            autoscaler.autoscaler_values(args.cluster_name, args.region, args.kubernetes_version),
             # Without its priorities the autoscaler falls back to random expansion.
-            depends_on=[priority_map],
+            depends_on=[priority_map, provreq_crd],
         )
 
     # Teams --------------------------------------------------------------------------------------------------
@@ -460,6 +498,8 @@ class Platform(pulumi.ComponentResource):
             )
         if flavors:
             above = [self._custom("cohort", "Cohort", kueue.COHORT, kueue_chart.cohort_spec(quotas), flavors)]
+            if kueue_chart.provisioned_flavors(quotas):
+                above.append(self._provisioning_check(release))
         else:
             above = [self._custom("flavor-no-gpus", "ResourceFlavor", kueue_chart.NO_GPU_FLAVOR, {}, [release])]
         for team, view in args.teams.items():
@@ -481,138 +521,20 @@ class Platform(pulumi.ComponentResource):
             )
         return queues
 
-    # MultiKueue ---------------------------------------------------------------------------------------------
-    def _multikueue_manager(
-        self,
-        plan: kueue.OverflowPlan,
-        release: k8s.helm.v3.Release,
-        namespaces: Mapping[str, k8s.core.v1.Namespace],
-    ) -> None:
-        """The manager's side: a worker cluster per region, and per overflowing team a MultiKueueConfig, its
-        AdmissionCheck, a ClusterQueue holding the team's GPUs in those regions, and the `overflow` LocalQueue."""
-        args = self._args
-        flavor = self._custom("flavor-multikueue", "ResourceFlavor", kueue.OVERFLOW_FLAVOR, {}, [release])
-        clusters = {}
-        for region in plan.workers:
-            secret = k8s.core.v1.Secret(
-                f"{self._name}-multikueue-{region}",
-                metadata=self._meta(multikueue.multikueue_secret_name(region), multikueue.MULTIKUEUE_NAMESPACE),
-                type="Opaque",
-                string_data={multikueue.KUBECONFIG_KEY: pulumi.Output.secret(args.multikueue_kubeconfigs[region])},
-                opts=self._k8s(depends_on=[release]),
-            )
-            clusters[region] = self._custom(
-                f"multikueue-cluster-{region}",
-                "MultiKueueCluster",
-                multikueue.multikueue_cluster_name(region),
-                multikueue.multikueue_cluster_spec(region),
-                [secret],
-            )
-        for team, overflow in plan.teams.items():
-            namespace = args.teams[team].namespace
-            check_name = multikueue.overflow_check_name(team)
-            config = self._custom(
-                f"multikueue-config-{team}",
-                "MultiKueueConfig",
-                check_name,
-                multikueue.multikueue_config_spec(overflow.regions),
-                [clusters[r] for r in overflow.regions],
-            )
-            check = self._custom(
-                f"overflow-check-{team}",
-                "AdmissionCheck",
-                check_name,
-                multikueue.overflow_admission_check_spec(team),
-                [config],
-            )
-            queue_name = multikueue.overflow_cluster_queue_name(team)
-            queue = self._custom(
-                f"overflow-queue-{team}",
-                "ClusterQueue",
-                queue_name,
-                multikueue.overflow_cluster_queue_spec(team, namespace, overflow.gpus),
-                [check, flavor],
-            )
-            self._custom(
-                f"overflow-local-queue-{team}",
-                "LocalQueue",
-                kueue.OVERFLOW_QUEUE,
-                multikueue.overflow_local_queue_spec(queue_name),
-                [queue, namespaces[team]],
-                namespace=namespace,
-            )
-
-    def _multikueue_worker(
-        self,
-        plan: kueue.OverflowPlan,
-        release: k8s.helm.v3.Release,
-        namespaces: Mapping[str, k8s.core.v1.Namespace],
-        queues: Mapping[str, k8s.apiextensions.CustomResource],
-    ) -> pulumi.Output[str]:
-        """A worker's side: the manager's service account with the least it needs (reads cluster-wide, writes only
-        in the namespaces of teams that overflow here), an `overflow` LocalQueue in those namespaces feeding the
-        team's own queue (MultiKueue creates its copies with the same queue name), and the account's token."""
-        sa = k8s.core.v1.ServiceAccount(
-            f"{self._name}-multikueue-sa",
-            metadata=self._meta(multikueue.MULTIKUEUE_SA, multikueue.MULTIKUEUE_NAMESPACE),
-            automount_service_account_token=False,
-            opts=self._k8s(depends_on=[release]),
+    def _provisioning_check(self, release: k8s.helm.v3.Release) -> k8s.apiextensions.CustomResource:
+        """The AdmissionCheck that has the autoscaler provision a job's nodes together before Kueue admits it, and
+        the ProvisioningRequestConfig it names (kueue_chart.PROVISIONING_CHECK)."""
+        config = self._custom(
+            "provisioning-config",
+            "ProvisioningRequestConfig",
+            kueue_chart.PROVISIONING_CHECK,
+            kueue_chart.provisioning_request_config_spec(),
+            [release],
         )
-        subject = k8s.rbac.v1.SubjectArgs(
-            kind="ServiceAccount", name=multikueue.MULTIKUEUE_SA, namespace=multikueue.MULTIKUEUE_NAMESPACE
+        return self._custom(
+            "provisioning-check",
+            "AdmissionCheck",
+            kueue_chart.PROVISIONING_CHECK,
+            kueue_chart.provisioning_admission_check_spec(),
+            [config],
         )
-        roles = {}
-        for key, role_name, rules in (
-            ("read", multikueue.MULTIKUEUE_READ_ROLE, multikueue.multikueue_read_rules(self._frameworks)),
-            ("write", multikueue.MULTIKUEUE_WRITE_ROLE, multikueue.multikueue_write_rules(self._frameworks)),
-        ):
-            roles[key] = k8s.rbac.v1.ClusterRole(
-                f"{self._name}-multikueue-{key}",
-                metadata=self._meta(role_name),
-                rules=[
-                    k8s.rbac.v1.PolicyRuleArgs(api_groups=r["apiGroups"], resources=r["resources"], verbs=r["verbs"])
-                    for r in rules
-                ],
-                opts=self._k8s(),
-            )
-        k8s.rbac.v1.ClusterRoleBinding(
-            f"{self._name}-multikueue-read-binding",
-            metadata=self._meta(multikueue.MULTIKUEUE_READ_ROLE),
-            role_ref=k8s.rbac.v1.RoleRefArgs(
-                api_group="rbac.authorization.k8s.io", kind="ClusterRole", name=multikueue.MULTIKUEUE_READ_ROLE
-            ),
-            subjects=[subject],
-            opts=self._k8s(depends_on=[roles["read"], sa]),
-        )
-        for team in plan.teams_of(self._args.region):
-            namespace = self._args.teams[team].namespace
-            k8s.rbac.v1.RoleBinding(
-                f"{self._name}-multikueue-write-{team}",
-                metadata=self._meta(multikueue.MULTIKUEUE_WRITE_ROLE, namespace),
-                role_ref=k8s.rbac.v1.RoleRefArgs(
-                    api_group="rbac.authorization.k8s.io", kind="ClusterRole", name=multikueue.MULTIKUEUE_WRITE_ROLE
-                ),
-                subjects=[subject],
-                opts=self._k8s(depends_on=[roles["write"], sa, namespaces[team]]),
-            )
-            self._custom(
-                f"overflow-local-queue-{team}",
-                "LocalQueue",
-                kueue.OVERFLOW_QUEUE,
-                kueue_chart.local_queue_spec(team),
-                [queues[team], namespaces[team]],
-                namespace=namespace,
-            )
-        # A long-lived token: MultiKueue reads a static kubeconfig (no exec plugins). The provider waits until the
-        # token controller has filled the Secret (pulumi-kubernetes await logic for service-account-token Secrets).
-        token = k8s.core.v1.Secret(
-            f"{self._name}-multikueue-token",
-            metadata=self._meta(
-                multikueue.MULTIKUEUE_TOKEN_SECRET,
-                multikueue.MULTIKUEUE_NAMESPACE,
-                annotations={"kubernetes.io/service-account.name": multikueue.MULTIKUEUE_SA},
-            ),
-            type="kubernetes.io/service-account-token",
-            opts=self._k8s(depends_on=[sa]),
-        )
-        return pulumi.Output.secret(token.data.apply(lambda data: base64.b64decode((data or {})["token"]).decode()))

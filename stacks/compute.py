@@ -70,6 +70,7 @@ def declare_pools(
                 taints=tuple((t.key, t.value, t.effect) for t in pool.taints),
                 pod_imds_access=pool.pod_imds_access,
                 root_volume_gib=pool.root_volume_gib,
+                checkpoint_grace=pool.checkpoint_grace,
                 internal_cidrs=internal,
                 node_security_group_id=cluster.node_security_group_id if cluster else None,
                 join_after=cluster.join_prerequisites if cluster else (),
@@ -88,8 +89,8 @@ def declare_block_windows(
     log_kms_key_arn: pulumi.Input[str],
     provider: pulumi.ProviderResource,
 ) -> dict[str, CapacityBlockWindow]:
-    """A CapacityBlockWindow for every pool of this region on a Capacity Block: its group opens at the block's start
-    and drains before EC2's cut (components/capacity_block.py)."""
+    """A CapacityBlockWindow for every pool of this region on a Capacity Block: its group is open only inside the
+    block's window and drains before EC2's cut (components/capacity_block.py)."""
     env, region = ctx.role.environment, ctx.role.region
     assert region is not None
     windows: dict[str, CapacityBlockWindow] = {}
@@ -110,8 +111,7 @@ def declare_block_windows(
                 group_arn=pools[pool_name].group_arn,
                 min_size=pool.min_size,
                 max_size=pool.max_size,
-                # NodePool.checkpoint_grace comes with the disruption contract; 900 s is its default.
-                checkpoint_grace=getattr(pool, "checkpoint_grace", 900),
+                checkpoint_grace=pool.checkpoint_grace,
                 log_kms_key_arn=log_kms_key_arn,
             )
         except ValueError as exc:

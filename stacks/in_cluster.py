@@ -142,6 +142,7 @@ def platform_args_from_fleet(
             capacity_class=kueue.capacity_class(fleet, env, region, pool_name),
             max_size=pool.max_size,
             taints=tuple((t.key, t.value, t.effect) for t in pool.taints),
+            checkpoint_grace=pool.checkpoint_grace,
             asg_name=outputs.group_name,
         )
     return PlatformArgs(

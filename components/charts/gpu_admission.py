@@ -189,7 +189,7 @@ def policy_spec(
         # Fail closed: a policy that cannot be evaluated refuses (the default, spelled out).
         failure_policy="Fail",
         match_constraints=admission.MatchResourcesArgs(
-            namespace_selector=_selector_args(namespace_selector),
+            namespace_selector=selector_args(namespace_selector),
             resource_rules=[
                 admission.NamedRuleWithOperationsArgs(
                     api_groups=[""], api_versions=["v1"], operations=["CREATE", "UPDATE"], resources=["pods"]
@@ -263,7 +263,7 @@ def job_owner_policy_spec(
     return admission.ValidatingAdmissionPolicySpecArgs(
         failure_policy="Fail",  # fail closed
         match_constraints=admission.MatchResourcesArgs(
-            namespace_selector=_selector_args(namespace_selector),
+            namespace_selector=selector_args(namespace_selector),
             resource_rules=[
                 admission.NamedRuleWithOperationsArgs(
                     api_groups=[group], api_versions=["*"], operations=["CREATE", "UPDATE"], resources=[resource]
@@ -282,7 +282,7 @@ def job_owner_policy_spec(
     )
 
 
-def _selector_args(selector: Mapping[str, Any]) -> k8s.meta.v1.LabelSelectorArgs:
+def selector_args(selector: Mapping[str, Any]) -> k8s.meta.v1.LabelSelectorArgs:
     """A label selector as Kueue's configuration spells it (matchExpressions only) as the SDK's Args."""
     if set(selector) != {"matchExpressions"}:
         raise ValueError(f"namespace_selector: expected matchExpressions only, got {sorted(selector)}")

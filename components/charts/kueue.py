@@ -7,7 +7,7 @@ from typing import Any
 
 import yaml
 
-from components.charts import pinned
+from components.charts import autoscaler, pinned
 from components.charts.nodes import COMPUTE_TYPE_LABEL, GPU_PRODUCT_LABEL, POOL_LABEL, SITE_LABEL, Taint
 from dlinfra.model import kueue
 from dlinfra.model.fleet.schema import RESERVED_NAMESPACES
@@ -36,6 +36,31 @@ KUEUE_API = "kueue.x-k8s.io/v1beta2"  # the storage version of the pinned Kueue;
 # They stay in the cluster they are submitted to: MultiKueue workers grant the manager the job kinds only.
 KUEUE_POD_FRAMEWORKS = ("pod", "deployment", "statefulset", "leaderworkerset.x-k8s.io/leaderworkerset")
 ADMISSION_GATE = "kueue.x-k8s.io/admission"  # the scheduling gate Kueue's pod webhook adds (pod/constants)
+
+# Capacity arrives whole. A GPU job in a team queue is admitted (its pods created) only once the cluster-autoscaler
+# has taken a ProvisioningRequest for all its nodes (Kueue docs "ProvisioningRequest", v0.19.2: the check is GA
+# since v0.14 and always on, no feature gate). On cloud pools the autoscaler then asks EC2 for every node in one
+# call, which EC2 may fill only in part (autoscaler.PROVISIONING_CLASS says why); what makes it all-or-nothing is
+# waitForPodsReady below: a job whose pods are not all ready in time is evicted whole, its pods deleted with their
+# own terminationGracePeriodSeconds, and requeued, and the autoscaler scales the obtained nodes down again.
+# Reserved pools and Capacity Blocks launch into capacity EC2 already holds, so their scale-up does not fall short.
+PROVISIONING_CONTROLLER = "kueue.x-k8s.io/provisioning-request"  # apis/kueue/v1beta2 ProvisioningRequestControllerName
+PROVISIONING_CHECK = "gpu-nodes-whole"  # the AdmissionCheck and its ProvisioningRequestConfig (cluster scoped)
+# Time from the last node's registration to every pod ready: image pull, EFA and NCCL set-up, the job's own start.
+POD_START_SECONDS = 5 * 60
+# waitForPodsReady: the timeout counts from admission, which the provisioning check holds back until the autoscaler
+# has asked for the nodes (pkg/controller/core/workload_controller.go admittedNotReadyWorkload, v0.19.2); it outlasts
+# the autoscaler's own wait for a node (max-node-provision-time), so a job is never evicted while its nodes may
+# still come, and by no more than the pods' start, so GPUs obtained for a job that cannot be whole are freed soon.
+PODS_READY_TIMEOUT_SECONDS = autoscaler.MAX_NODE_PROVISION_SECONDS + POD_START_SECONDS
+# A job evicted this many times in a row for pods not ready is deactivated (.spec.active=false, reason
+# RequeuingLimitExceeded: apis/config/v1beta2 RequeuingStrategy.BackoffLimitCount; unset means requeue forever). Each
+# failed attempt holds the nodes EC2 did give for up to the timeout plus the scale-down delay (the simulation in
+# tests/simulation/test_whole_capacity.py measures it), so a job that keeps failing stops after six attempts, about
+# three and a half hours (6 x 30 min plus 1+2+4+8+16 min of backoff), and its owner reactivates it, or sends it to
+# `overflow`. Jobs waiting for the autoscaler to take their request are not counted: they are not admitted yet.
+REQUEUE_LIMIT = 5
+MULTIKUEUE_DISPATCHER = "kueue.x-k8s.io/multikueue-dispatcher-all-at-once"  # apis/config/v1beta2, the default
 
 
 def framework_resources(frameworks: Sequence[str]) -> list[tuple[str, str]]:
@@ -85,15 +110,81 @@ def kueue_manager_config(frameworks: Sequence[str]) -> dict[str, Any]:
         "managedJobsNamespaceSelector": team_namespace_selector(),
         # Quotas cover GPUs only; CPU, memory and EFA requests are not Kueue's business here.
         "resources": {"quotaCheckStrategy": "IgnoreUndeclared"},
-        # A gang whose pods cannot all start (capacity shortage) gives its quota back and requeues; the timeout
-        # leaves room for scaling GPU pools up from zero.
-        "waitForPodsReady": {
-            "timeout": "30m",
-            "blockAdmission": False,
-            "requeuingStrategy": {"timestamp": "Eviction", "backoffBaseSeconds": 60, "backoffMaxSeconds": 3600},
-        },
+        "waitForPodsReady": wait_for_pods_ready(),
         "integrations": {"frameworks": [*frameworks, *KUEUE_POD_FRAMEWORKS]},
+        # On a MultiKueue manager, offer a job to every worker at once (the default dispatcher, stated so a change
+        # is reviewed: apis/config/v1beta2 MultiKueue.DispatcherName). The manager keeps the worker whose copy is
+        # Admitted, that is quota reserved AND every check Ready, the worker's provisioning check included, and
+        # deletes the others (pkg/controller/admissionchecks/multikueue/workload.go reconcileGroup, step 6: the
+        # MultiKueueWaitForWorkloadAdmitted gate is GA and locked on since v0.18); when that worker later evicts it
+        # (pods not ready), the manager dispatches it again (MultiKueueRedoAdmissionOnEvictionInWorker, GA, locked).
+        "multiKueue": {"dispatcherName": MULTIKUEUE_DISPATCHER},
     }
+
+
+def duration(seconds: int) -> str:
+    """A Go duration as Kueue's configuration reads it: whole minutes where it can."""
+    return f"{seconds // 60}m" if seconds % 60 == 0 else f"{seconds}s"
+
+
+def wait_for_pods_ready() -> dict[str, Any]:
+    """Kueue's waitForPodsReady (apis/config/v1beta2 WaitForPodsReady, v0.19.2): a job whose pods are not all ready
+    in time is evicted whole and requeued (docs "Setup All-or-nothing with ready Pods")."""
+    timeout = duration(PODS_READY_TIMEOUT_SECONDS)
+    return {
+        "timeout": timeout,
+        # A failed pod's replacement may need a new node too, so a running job waits as long for it; after that
+        # the whole job is evicted rather than held half-running (the default is the timeout: stated on purpose).
+        "recoveryTimeout": timeout,
+        # false: other jobs keep being admitted while one waits for its pods. Blocking was Kueue's guard against
+        # two gangs each holding half the nodes; the provisioning check guards against that now, since the
+        # autoscaler books the nodes it scaled up for one request for 10 minutes (its FAQ, best-effort-atomic).
+        "blockAdmission": False,
+        "requeuingStrategy": {
+            # Requeued behind the jobs that were waiting when it was evicted, not ahead of them.
+            "timestamp": "Eviction",
+            "backoffLimitCount": REQUEUE_LIMIT,
+            "backoffBaseSeconds": 60,
+            "backoffMaxSeconds": 3600,
+        },
+    }
+
+
+def provisioning_admission_check_spec() -> dict[str, Any]:
+    """The AdmissionCheck that asks the cluster-autoscaler for a job's nodes before the job is admitted."""
+    return {
+        "controllerName": PROVISIONING_CONTROLLER,
+        "parameters": {"apiGroup": "kueue.x-k8s.io", "kind": "ProvisioningRequestConfig", "name": PROVISIONING_CHECK},
+    }
+
+
+def provisioning_request_config_spec() -> dict[str, Any]:
+    """The ProvisioningRequests Kueue creates (apis/kueue/v1beta2 ProvisioningRequestConfigSpec, v0.19.2)."""
+    return {
+        "provisioningClassName": autoscaler.PROVISIONING_CLASS,
+        # Only the pod sets that ask for GPUs are provisioned; a CPU launcher pod set rides on existing nodes (and
+        # a workload with no GPU pod set passes the check at once).
+        "managedResources": [kueue.GPU_RESOURCE],
+        # Pod sets that schedule alike (requests, node selector, tolerations...) become one PodTemplate: a request
+        # holds at most 32 pod sets (the ProvisioningRequest CRD's maxItems).
+        "podSetMergePolicy": "IdenticalWorkloadSchedulingRequirements",
+        # A request the autoscaler marks Failed (best-effort-atomic: not provisioned within 7 days, processors/provreq/
+        # processor.go) or whose 10-minute booking expired before admission is retried 3 times with backoff, then
+        # the check is Rejected and Kueue deactivates the job (reconcileCheckBasedEviction). The CRD's defaults,
+        # stated so a change is reviewed.
+        "retryStrategy": {"backoffLimitCount": 3, "backoffBaseSeconds": 60, "backoffMaxSeconds": 1800},
+    }
+
+
+def provisioned_flavors(quotas: kueue.RegionQuotas) -> list[str]:
+    """Flavors whose nodes the autoscaler adds, so their jobs pass the provisioning check; not sites'."""
+    return [f.name for f in quotas.flavors if f.autoscaled]
+
+
+def provisioning_checks_strategy(flavors: Sequence[str]) -> dict[str, Any]:
+    """A ClusterQueue's admissionChecksStrategy: the provisioning check on these flavors only (onFlavors:
+    apis/kueue/v1beta2 AdmissionCheckStrategyRule; a job admitted on a site's flavor passes without one)."""
+    return {"admissionChecks": [{"name": PROVISIONING_CHECK, "onFlavors": sorted(flavors)}]}
 
 
 def kueue_values(frameworks: Sequence[str]) -> dict[str, Any]:
@@ -130,8 +221,9 @@ def gpu_group(quotas: Mapping[str, tuple[int, int | None]]) -> dict[str, Any]:
 
 
 def cluster_queue_spec(team: str, namespace: str, quotas: kueue.RegionQuotas) -> dict[str, Any]:
-    """A team's ClusterQueue: its nominal GPUs per flavor, borrowing up to each flavor's size, reclaim by preemption.
-    In a region without GPU capacity: zero GPUs of NO_GPU_FLAVOR, no cohort (nothing to lend or borrow)."""
+    """A team's ClusterQueue: its nominal GPUs per flavor, borrowing up to each flavor's size, reclaim by preemption,
+    and the provisioning check on its cloud pools' flavors. In a region without GPU capacity: zero GPUs of
+    NO_GPU_FLAVOR, no cohort (nothing to lend or borrow)."""
     if not quotas.flavors:
         return {
             "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": namespace}},
@@ -141,6 +233,8 @@ def cluster_queue_spec(team: str, namespace: str, quotas: kueue.RegionQuotas) ->
     group = gpu_group(
         {f.name: (quotas.nominal[team][f.name], f.gpus - quotas.nominal[team][f.name]) for f in quotas.flavors}
     )
+    provisioned = provisioned_flavors(quotas)
+    checks = {"admissionChecksStrategy": provisioning_checks_strategy(provisioned)} if provisioned else {}
     return {
         "cohortName": kueue.COHORT,
         # Only the team's own namespace may point a LocalQueue at this queue.
@@ -150,11 +244,16 @@ def cluster_queue_spec(team: str, namespace: str, quotas: kueue.RegionQuotas) ->
         # Try every flavor before borrowing or preempting in the first one that would fit.
         "flavorFungibility": {"whenCanBorrow": "TryNextFlavor", "whenCanPreempt": "TryNextFlavor"},
         # Guarantees hold: a team within its quota takes lent GPUs back; borrowers never preempt owners.
+        # Preemption, like a waitForPodsReady eviction, evicts the workload and suspends its job (Kueue docs
+        # "Preemption"; a suspended batch Job's pods are deleted the ordinary way, SIGTERM then their own
+        # terminationGracePeriodSeconds: Kubernetes docs "Jobs", "Suspending a Job"), so a preempted job gets the
+        # checkpoint grace of the disruption contract.
         "preemption": {
             "reclaimWithinCohort": "Any",
             "borrowWithinCohort": {"policy": "Never"},
             "withinClusterQueue": "LowerPriority",
         },
+        **checks,
     }
 
 

@@ -16,6 +16,7 @@ from dlinfra.ops.pools import (
     check_drains,
     client_for,
     describe_group,
+    drain_terms,
     follow,
     group_version,
     outdated_instances,
@@ -89,9 +90,11 @@ def cmd_roll(args: argparse.Namespace) -> int:
     if args.status:
         return show_status(client, target, args.refresh_id, wait=args.wait, interval=args.interval)
     group = describe_group(client, target)
-    check_drains(client, target)
+    hook_timeout = check_drains(client, target)
     outdated = outdated_instances(group)
     _print_plan(target, group, outdated, options)
+    for line in drain_terms(target, hook_timeout, options):
+        out.print(line, markup=False)
     if outdated == []:
         out.print("Every node already runs the group's launch template version: nothing to roll.")
         return 0

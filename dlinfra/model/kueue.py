@@ -51,6 +51,12 @@ class Flavor:
     gpu_model: str  # short GPU name (H100, A100, L4): the nvidia.com/gpu.product label
     capacity_class: CapacityClass
 
+    @property
+    def autoscaled(self) -> bool:
+        """Do the flavor's nodes come from the cluster-autoscaler (a cloud pool), so that a job's nodes must be
+        provisioned before it runs? A site's machines are there or not: no autoscaler adds them."""
+        return self.source == "pool"
+
 
 def pool_flavor(pool: str) -> str:
     """ResourceFlavor name of a node pool."""

@@ -20,7 +20,7 @@ from rich.console import Console
 from dlinfra.errors import DlinfraError
 from dlinfra.model import stackroles
 from dlinfra.model.fleet.load import load_fleet
-from dlinfra.model.fleet.pools import NodePool
+from dlinfra.model.fleet.pools import DRAIN_MARGIN_SECONDS, NodePool
 from dlinfra.model.fleet.schema import Fleet
 from dlinfra.ops import stack_outputs
 
@@ -156,14 +156,53 @@ def describe_group(client: Any, target: Target) -> dict[str, Any]:
     return group
 
 
-def check_drains(client: Any, target: Target) -> None:
-    """Refuse to roll a group whose terminations would not wait for a drain (no termination lifecycle hook)."""
+def check_drains(client: Any, target: Target) -> int:
+    """Refuse to roll a group whose terminations would not wait for a drain: no termination lifecycle hook, or one
+    that gives up before the pool's checkpoint grace and the drain margin. Returns the hook's timeout (seconds)."""
     reply = _call("DescribeLifecycleHooks", lambda: client.describe_lifecycle_hooks(AutoScalingGroupName=target.group))
-    if not any(h.get("LifecycleTransition") == TERMINATING for h in reply.get("LifecycleHooks", [])):
+    hooks = [h for h in reply.get("LifecycleHooks", []) if h.get("LifecycleTransition") == TERMINATING]
+    if not hooks:
         raise DlinfraError(
             f"{target.group} has no {TERMINATING} lifecycle hook: its nodes would be terminated without "
             "draining. Apply the stack (NodePool declares the hook) before rolling"
         )
+    timeout = min(int(h.get("HeartbeatTimeout", 3600)) for h in hooks)  # AWS's default is 3600
+    if target.spec is not None and timeout < target.spec.checkpoint_grace + DRAIN_MARGIN_SECONDS:
+        raise DlinfraError(
+            f"{target.group}'s termination hook holds a node {timeout}s, less than the pool's checkpoint_grace "
+            f"{target.spec.checkpoint_grace}s plus the {DRAIN_MARGIN_SECONDS}s drain margin: nodes would go before "
+            "their jobs checkpoint. Apply the stack (the hook follows the fleet) before rolling"
+        )
+    return timeout
+
+
+def drain_terms(target: Target, hook_timeout: int, options: RollOptions) -> list[str]:
+    """What each replaced node's pods get, for the plan printed before anything drains.
+
+    Each node an instance refresh replaces is terminated through the group's termination hook: the refresh waits
+    while it is in Terminating:Wait, so the drain (the termination handler's, each pod with its own grace) ends
+    the wait, or the hook's timeout does (EC2 Auto Scaling user guide, "Amazon EC2 Auto Scaling lifecycle hooks"
+    and "Instance refresh": lifecycle hooks are honoured). The refresh's own settings bound no drain: the
+    checkpoint delay is a pause after a checkpoint's share is replaced, and the instance warmup counts from a new
+    node's InService (StartInstanceRefresh, RefreshPreferences).
+    """
+    lines = []
+    if target.spec is not None:
+        lines.append(
+            f"Each node's pods get SIGTERM and their own terminationGracePeriodSeconds, which admission caps at the "
+            f"pool's checkpoint_grace of {target.spec.checkpoint_grace}s; the termination hook holds each node "
+            f"{hook_timeout}s (grace + {DRAIN_MARGIN_SECONDS}s margin) while it drains."
+        )
+    else:
+        lines.append(
+            f"Each node's pods get SIGTERM and their own terminationGracePeriodSeconds; the termination hook holds "
+            f"each node {hook_timeout}s, so a pod gets at most {max(hook_timeout - DRAIN_MARGIN_SECONDS, 0)}s."
+        )
+    delay = f"the {options.checkpoint_delay}s checkpoint pauses" if options.checkpoints else "the refresh"
+    lines.append(
+        f"The refresh waits for each drain: {delay} and the instance warmup come between nodes, never inside a drain."
+    )
+    return lines
 
 
 def group_version(group: Mapping[str, Any]) -> str | None:

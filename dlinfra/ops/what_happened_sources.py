@@ -11,12 +11,13 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from functools import partial
 from typing import Any
 
 from dlinfra.ops import what_happened as wh
+from dlinfra.ops import what_happened_causes as causes
 
 K8S_TIMEOUT = 10  # seconds per Kubernetes request
 EVENT_PAGE = 500  # events per page when scanning for a node's pod events
@@ -220,6 +221,8 @@ def investigate(
         else:
             _from_aws(state, clients, request)
     timeline.events = wh.merge(events, request.since, request.now)
+    # Who disrupted each pod, and whether it waited for the pod's grace (docs/what-happened.md).
+    timeline.notes += [str(d) for d in causes.disruptions(timeline.events, state.graces)]
     return timeline
 
 
@@ -230,6 +233,7 @@ class _State:
     now: datetime
     kube: Kube | None = None
     node_list: list[dict[str, Any]] | None = None
+    graces: dict[str, int] = field(default_factory=dict)  # pod/NS/NAME -> terminationGracePeriodSeconds
 
     def nodes(self) -> list[dict[str, Any]]:
         assert self.kube is not None
@@ -300,6 +304,8 @@ def _read_pod(state: _State, namespace: str, name: str) -> None:
         timeline.notes.append(f"pod {namespace}/{name} no longer exists: only its events are shown")
     else:
         state.events.extend(wh.pod_events(pod))
+        # The kubelet's default is 30 s (core/v1 PodSpec terminationGracePeriodSeconds).
+        state.graces[f"pod/{namespace}/{name}"] = int((pod.get("spec") or {}).get("terminationGracePeriodSeconds", 30))
     state.events.extend(e for e in map(wh.k8s_event, items) if e is not None)
     nodes = wh.nodes_in_pod_events(items)
     current = ((pod or {}).get("spec") or {}).get("nodeName")

@@ -18,6 +18,7 @@ from ruamel.yaml import YAML
 
 from dlinfra.errors import DlinfraError
 from dlinfra.model import eks
+from policy.dlinfra_policy.rules.capacity_blocks import block_window
 
 PRICES_FILE = "data/prices.yaml"
 
@@ -68,8 +69,8 @@ NOT_COUNTED_ALWAYS: tuple[str, ...] = (
 # their auto scaling group, the transit gateway through its attachments).
 FREE: frozenset[str] = frozenset(
     {
+        "aws:autoscaling/lifecycleHook:LifecycleHook",
         "aws:acm/certificate:Certificate",
-        "aws:autoscaling/schedule:Schedule",
         "aws:ec2/customerGateway:CustomerGateway",
         "aws:ec2/defaultSecurityGroup:DefaultSecurityGroup",
         "aws:ec2/internetGateway:InternetGateway",
@@ -364,28 +365,19 @@ def _price_pools(p: _Pricer, resources_: Sequence[Mapping[str, Any]], region: st
 def _block_window(
     resources_: Sequence[Mapping[str, Any]], asg: Mapping[str, Any]
 ) -> tuple[int, datetime.datetime, datetime.datetime] | None:
-    """(instances, start, end) of the Capacity Block a pool's group launches into, from its window's plan
-    (components/capacity_block.py): the action that opens the group, and the end its warning rule is tagged with."""
+    """(instances, start, end) of the Capacity Block a pool's group launches into, from its keeper's window
+    (components/capacity_block.py: the function's environment names the group, its max and the window)."""
     name = asg["inputs"].get("name")
-    opens = [
-        r["inputs"]
+    windows = [
+        w
         for r in resources_
-        if r["type"] == "aws:autoscaling/schedule:Schedule"
-        and r["inputs"].get("autoscalingGroupName") == name
-        and _num(r["inputs"].get("maxSize")) > 0
+        if r["type"] == "aws:lambda/function:Function"
+        and (w := block_window(r.get("inputs") or {})) is not None
+        and w.group == name
     ]
-    ends = [
-        (r.get("inputs", {}).get("tags") or {}).get("dlinfra:capacity-block-end")
-        for r in resources_
-        if r["type"] == "aws:cloudwatch/eventRule:EventRule" and r["name"] == f"block-{_pool_name(asg)}-warning"
-    ]
-    if len(opens) != 1 or not ends or not ends[0]:
+    if len(windows) != 1:
         return None
-
-    def moment(text: str) -> datetime.datetime:
-        return datetime.datetime.strptime(text, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=datetime.UTC)
-
-    return int(_num(opens[0].get("maxSize"))), moment(str(opens[0]["startTime"])), moment(str(ends[0]))
+    return windows[0].max_size, windows[0].opens_at, windows[0].ends_at
 
 
 def _price_block(

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from components.charts import kueue as kueue_chart
+from components.charts import multikueue
 from dlinfra.model import stackroles
 from dlinfra.model.fleet.load import load_fleet
 from dlinfra.model.fleet.schema import Fleet
@@ -46,11 +47,21 @@ class Stack:
 
     def queues(self) -> dict[str, dict[str, Any]]:
         """Every team's own ClusterQueue (in the cohort), by team; overflow queues are not teams'."""
+        overflow = {multikueue.overflow_check_name(t) for t in self.kueue_teams()}
         return {
             key.split("/")[0]: value
             for key, value in self.kueue("ClusterQueue").items()
-            if "admissionChecksStrategy" not in value["spec"]
+            if not {c["name"] for c in value["spec"].get("admissionChecksStrategy", {}).get("admissionChecks", [])}
+            & overflow
         }
+
+    def kueue_teams(self) -> list[str]:
+        """Teams with a namespace on this cluster (their label names them)."""
+        return [
+            r.inputs["metadata"]["labels"][kueue_chart.TEAM_LABEL]
+            for r in self.of_type("kubernetes:core/v1:Namespace")
+            if kueue_chart.TEAM_LABEL in r.inputs["metadata"].get("labels", {})
+        ]
 
 
 def platform_stacks(fleet: Fleet) -> dict[str, Stack]:

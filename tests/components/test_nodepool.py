@@ -11,14 +11,16 @@ from pathlib import Path
 import pytest
 
 from components import nodepool
-from dlinfra.model import dns, instances, planner, stackroles
+from dlinfra.model import dns, instances, planner, replacement, stackroles
 from dlinfra.model.fleet.load import load_fleet
+from dlinfra.model.fleet.pools import DRAIN_MARGIN_SECONDS
 from dlinfra.offline import engine, plan_export
 from tests.conftest import REFERENCE_FLEET, REFERENCE_LOCK, ROOT
 
 GOLDEN = Path(__file__).parent / "golden"
 CONFIG = {"dlinfra:fleet": str(REFERENCE_FLEET), "dlinfra:lock": str(REFERENCE_LOCK)}
 ASG = "aws:autoscaling/group:Group"
+HOOK = "aws:autoscaling/lifecycleHook:LifecycleHook"
 LT = "aws:ec2/launchTemplate:LaunchTemplate"
 CA = "k8s.io/cluster-autoscaler"
 
@@ -133,9 +135,21 @@ def test_pool(pools: dict, stack: str, pool: str) -> None:
         assert {"minSize", "maxSize"} <= set(asg.ignore_changes)
     else:
         assert (asg.inputs["minSize"], asg.inputs["maxSize"]) == (spec.min_size, spec.max_size)
-    (hook,) = asg.inputs["initialLifecycleHooks"]
-    assert hook["lifecycleTransition"] == "autoscaling:EC2_INSTANCE_TERMINATING"
-    assert hook["defaultResult"] == "CONTINUE" and hook["heartbeatTimeout"] >= 300
+    # The group keeps the hook it was created with: any change to initialLifecycleHooks replaces the group (the
+    # replacement table), which would terminate every node without a drain; the apply ignores it after creation.
+    (initial,) = asg.inputs["initialLifecycleHooks"]
+    assert initial["heartbeatTimeout"] == nodepool.INITIAL_HOOK_TIMEOUT_SECONDS
+    assert "initialLifecycleHooks" in asg.ignore_changes
+    assert replacement.table().forced(ASG, asg.inputs, {**asg.inputs, "initialLifecycleHooks": []})[0]
+    # A hook of the same name, updated in place, holds a terminating node for the pool's checkpoint grace plus the
+    # drain margin (the disruption contract): train-h100's 1800 s in the reference fleet, 900 s by default.
+    (hook,) = res[HOOK]
+    assert hook.inputs["name"] == initial["name"] and hook.inputs["autoscalingGroupName"] == asg.inputs["name"]
+    assert hook.inputs["lifecycleTransition"] == "autoscaling:EC2_INSTANCE_TERMINATING"
+    assert hook.inputs["defaultResult"] == "CONTINUE"
+    assert hook.inputs["heartbeatTimeout"] == spec.checkpoint_grace + DRAIN_MARGIN_SECONDS <= 7200
+    longer = {**hook.inputs, "heartbeatTimeout": hook.inputs["heartbeatTimeout"] + 600}
+    assert not replacement.table().forced(HOOK, hook.inputs, longer)[0]
     # A new AMI or user data rolls CPU pools by itself; GPU pools only by `dlinfra pool roll`.
     if spec.kind == "gpu":
         assert "instanceRefresh" not in asg.inputs and "maxInstanceLifetime" not in asg.inputs
@@ -266,6 +280,7 @@ def _names():  # type: ignore[no-untyped-def]
         ({"cluster_dns": ()}, "cluster_dns: at least one address"),
         ({"cluster_dns": ("169.254.20.10", "kube-dns")}, "cluster_dns: 'kube-dns' is not an IPv4 address"),
         ({"reservation_placement_group": "pg"}, "reservation_placement_group: only for a capacity reservation"),
+        ({"checkpoint_grace": 7000}, "checkpoint_grace: 7000 s plus the 300 s drain margin"),
         (
             {"reservation_placement_group": "pg", "capacity_reservation_id": "cr-1", "capacity_block": True},
             "reservation_placement_group: only for a capacity reservation",

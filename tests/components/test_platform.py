@@ -166,10 +166,20 @@ def test_children_have_the_platform_as_parent_and_kubernetes_the_cluster_provide
     assert platform_aws >= 10
 
 
+def _api_names(value: Any) -> Any:
+    """pulumi-kubernetes spells a CRD schema's x-kubernetes-* extensions x_kubernetes_*; its provider sends them with
+    hyphens (provider/pkg/provider/provider.go)."""
+    if isinstance(value, dict):
+        return {(k.replace("_", "-") if k.startswith("x_kubernetes_") else k): _api_names(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_api_names(v) for v in value]
+    return value
+
+
 def _manifests(stack: Stack) -> list[dict[str, Any]]:
     """The stack's Kubernetes objects as the API server gets them: secret values unwrapped."""
     return [
-        plan_export.unwrap(r.inputs)[0]
+        _api_names(plan_export.unwrap(r.inputs)[0])
         for r in stack.resources
         if r.type.startswith("kubernetes:") and r.type != RELEASE
     ]

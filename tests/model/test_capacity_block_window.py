@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import datetime
 from collections.abc import Callable
 from pathlib import Path
@@ -11,7 +12,7 @@ import pytest
 
 from dlinfra.errors import FleetError
 from dlinfra.model.fleet.checks import block_warnings
-from dlinfra.model.fleet.load import load_fleet
+from dlinfra.model.fleet.load import load_fleet, parse_yaml, validate_data
 from tests.conftest import REFERENCE_FLEET
 
 BLOCK = "environments.prod.node_pools.train-h100.capacity_reservations.us-west-2"
@@ -85,4 +86,12 @@ def test_an_ended_block_says_the_pool_can_never_launch() -> None:
     # From EC2's cut on, nothing runs in the block any more.
     (warning,) = _warnings(datetime.datetime(2027, 1, 18, 11, 0, tzinfo=UTC))
     assert "can never launch in us-west-2 again" in warning[1]
-    assert "refuses an action scheduled in the past" in warning[1]
+    assert "jobs queued for the block wait unadmitted" in warning[1]
+
+
+def test_an_edited_copy_of_a_parsed_fleet_keeps_the_windows_instant() -> None:
+    """ruamel's TimeStamp loses its offset when deep-copied (its `_yaml` keeps it): the model restores it."""
+    data = copy.deepcopy(parse_yaml(REFERENCE_FLEET))
+    fleet = validate_data(data, REFERENCE_FLEET)
+    cr = fleet.environments["prod"].node_pools["train-h100"].capacity_reservations["us-west-2"]
+    assert cr.start == datetime.datetime(2027, 1, 4, 11, 30, tzinfo=UTC)

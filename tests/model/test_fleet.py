@@ -99,6 +99,24 @@ BAD = [
         id="vpc-prefix",
     ),
     pytest.param(
+        _set("environments.prod.node_pools.train-h100.checkpoint_grace", 7200),
+        "environments.prod.node_pools.train-h100.checkpoint_grace",
+        "7200 s is outside 30..3600",
+        id="checkpoint-grace-too-long",
+    ),
+    pytest.param(
+        _set("environments.prod.node_pools.interactive.checkpoint_grace", 10),
+        "environments.prod.node_pools.interactive.checkpoint_grace",
+        "10 s is outside 30..3600",
+        id="checkpoint-grace-too-short",
+    ),
+    pytest.param(
+        _set("environments.prod.node_pools.interactive.checkpoint_grace", "15m"),
+        "environments.prod.node_pools.interactive.checkpoint_grace",
+        "integer",
+        id="checkpoint-grace-not-seconds",
+    ),
+    pytest.param(
         _set("environments.prod.node_pools.cpu.min_size", 50),
         "environments.prod.node_pools.cpu",
         "min_size 50 is greater than max_size 40",

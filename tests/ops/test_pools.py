@@ -97,7 +97,7 @@ def aws(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeRefreshes]:
         yield fake
 
 
-def make_group(*, hook: bool = True, rolled: bool = True) -> None:
+def make_group(*, hook: bool = True, rolled: bool = True, heartbeat: int = 2100) -> None:
     """A GPU pool as NodePool declares it: nodes on version 1; after `pulumi up` the group is on version 2."""
     ec2 = boto3.client("ec2", region_name=REGION)
     vpc = ec2.create_vpc(CidrBlock="10.2.0.0/16")["Vpc"]["VpcId"]
@@ -119,7 +119,7 @@ def make_group(*, hook: bool = True, rolled: bool = True) -> None:
             AutoScalingGroupName=GROUP,
             LifecycleHookName="drain-before-terminate",
             LifecycleTransition=pools.TERMINATING,
-            HeartbeatTimeout=900,
+            HeartbeatTimeout=heartbeat,  # train-h100: its 1800 s checkpoint grace + the 300 s margin
             DefaultResult="CONTINUE",
         )
     if rolled:  # a new AMI: a new template version, which the group now follows
@@ -160,6 +160,23 @@ def test_roll_by_pool_starts_a_draining_refresh_of_outdated_nodes(
     assert f"Started instance refresh {request['id']} on {GROUP}" in out
     assert "2 node(s) are not on launch template version 2 and will drain" in out
     assert "capacity block" in out  # train-h100 runs in one in us-west-2
+    # Which grace each node's pods get, and that the refresh's own timings never cut a drain short.
+    assert "checkpoint_grace of 1800s; the termination hook holds each node 2100s" in out
+    assert "never inside a drain" in out
+
+
+def test_a_hook_shorter_than_the_pools_grace_is_refused(
+    aws: FakeRefreshes, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    make_group(heartbeat=900)  # the fixed hold every pool had before checkpoint_grace
+    code, _, err = run(capsys, "--pool", POOL, "--outputs", str(outputs_file(tmp_path)))
+    assert code == 2 and "less than the pool's checkpoint_grace 1800s" in err and not aws.started
+
+
+def test_a_roll_by_group_says_what_the_hook_allows(aws: FakeRefreshes, capsys: pytest.CaptureFixture[str]) -> None:
+    make_group(heartbeat=1200)
+    code, out, _ = run(capsys, "--group", GROUP, "--dry-run")
+    assert code == 0 and "a pod gets at most 900s" in out
 
 
 def test_wait_follows_the_refresh_to_its_end(aws: FakeRefreshes, capsys: pytest.CaptureFixture[str]) -> None:

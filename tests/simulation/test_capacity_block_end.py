@@ -1,15 +1,18 @@
 """A Capacity Block ending under a running job, simulated on the planned configuration (issue 22, item 4).
 
 Everything the scenario relies on is read from the offline plan of the reference fleet (tests/reference.py runs()):
-the pool's group and its termination lifecycle hook, the window's scheduled actions, the expiration-warning rule
-and the termination handler's lifecycle rule (matched with moto's EventBridge matcher). Only the block's times come
-from the fleet. Simulated time, no sleeping. Where it stands in for a controller it copies documented behaviour:
+the pool's group and its termination lifecycle hook, the block's keeper (its environment, the rules that invoke it,
+and its own decision function, components/lambdas/capacity_block_window.py `wanted`), and the termination handler's
+lifecycle rule (matched with moto's EventBridge matcher). Only the block's times come from the fleet. Simulated
+time, no sleeping. Where it stands in for a controller it copies documented behaviour:
 
 - EC2: the block's instances exist only inside its window; EC2 sends "Capacity Block Expiration Warning" 40
   minutes before the end and terminates whatever still runs 30 minutes before it (EC2 guide, "Monitor Capacity
   Blocks using EventBridge"; "Work with Capacity Blocks").
-- Auto Scaling: a one-time scheduled action sets min, max and desired at its start time (Auto Scaling guide,
-  "Scheduled scaling"); a group whose desired drops terminates instances, each held in Terminating:Wait by the
+- EventBridge: a rule with rate(1 minute) invokes its target once a minute, at a phase of its own ("Creating a
+  rule that runs on a schedule"), so the keeper may act up to a minute after the drain time.
+- Auto Scaling: UpdateAutoScalingGroup sets min, max and desired at once; a group whose desired drops terminates
+  instances, each held in Terminating:Wait by the
   termination hook until the hook is completed or its heartbeat runs out, then its default result applies
   ("Amazon EC2 Auto Scaling lifecycle hooks"). The group never exceeds its max, so a closed group launches nothing.
 - The node termination handler (v1.25.6, queue mode): on "EC2 Instance-terminate Lifecycle Action" from its queue
@@ -24,20 +27,21 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import functools
-import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import pytest
 from moto.events.models import EventPattern
 
-from components.capacity_block import DRAIN_ACTION, OPEN_ACTION
+from components.lambdas import capacity_block_window as keeper
 from dlinfra.model.fleet.checks import BLOCK_CUT
 from tests import reference
 
 STACK = "prod-us-west-2"
 POOL = "train-h100"
-SCHEDULE = "aws:autoscaling/schedule:Schedule"
+FUNCTION = "aws:lambda/function:Function"
+TARGET = "aws:cloudwatch/eventTarget:EventTarget"
+HOOK = "aws:autoscaling/lifecycleHook:LifecycleHook"
 RULE = "aws:cloudwatch/eventRule:EventRule"
 GROUP = "aws:autoscaling/group:Group"
 WARNING_LEAD = datetime.timedelta(minutes=40)  # EC2 sends the warning 40 minutes before the end
@@ -50,19 +54,21 @@ TERMINATION_START = datetime.timedelta(seconds=30)  # desired 0 -> the instance 
 
 @dataclasses.dataclass(frozen=True)
 class Planned:
-    """What the plan declares for the pool's group and its window."""
+    """What the plan declares for the pool's group and its keeper."""
 
     group_name: str
     declared_max: int
     hook_heartbeat: datetime.timedelta
     hook_default: str
-    actions: Mapping[str, tuple[datetime.datetime, int, int, int]]  # name -> (time, min, max, desired)
-    warning_rules: Sequence[EventPattern]  # rules routing EC2's expiration warning somewhere that closes the group
+    window: keeper.Window | None  # the keeper's window, from its environment (None: no keeper)
+    tick: datetime.timedelta | None  # how often a schedule invokes the keeper (None: never)
+    event_rules: Sequence[EventPattern]  # rules routing EC2's block events to the keeper
     lifecycle_rules: Sequence[EventPattern]  # rules routing the group's terminate lifecycle action to the handler
 
 
-def _time(text: str) -> datetime.datetime:
-    return datetime.datetime.strptime(text, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=datetime.UTC)
+def _period(expression: str) -> datetime.timedelta | None:
+    number, unit = expression.removeprefix("rate(").removesuffix(")").split()
+    return datetime.timedelta(minutes=int(number)) if unit.startswith("minute") else None
 
 
 @functools.cache
@@ -70,30 +76,29 @@ def planned() -> Planned:
     result = reference.runs()[STACK]
     group = reference.named(result, f"pool-{POOL}-asg")
     name = group.inputs["name"]
-    (hook,) = [
-        h
-        for h in group.inputs.get("initialLifecycleHooks") or ()
-        if h["lifecycleTransition"] == "autoscaling:EC2_INSTANCE_TERMINATING"
+    # The hook AWS holds: the LifecycleHook resource of the same name replaces the initial one (PutLifecycleHook).
+    (hook,) = [h for h in reference.of_type(result, HOOK) if h.inputs["autoscalingGroupName"] == name]
+    (function,) = [
+        f
+        for f in reference.of_type(result, FUNCTION)
+        if (f.inputs.get("environment") or {}).get("variables", {}).get("GROUP_NAME") == name
     ]
-    actions = {
-        s.inputs["scheduledActionName"]: (
-            _time(s.inputs["startTime"]),
-            int(s.inputs["minSize"]),
-            int(s.inputs["maxSize"]),
-            int(s.inputs["desiredCapacity"]),
-        )
-        for s in reference.of_type(result, SCHEDULE)
-        if s.inputs["autoscalingGroupName"] == name
-    }
-    rules = {r.name: EventPattern.load(r.inputs["eventPattern"]) for r in reference.of_type(result, RULE)}
+    rules = {r.inputs["name"]: r for r in reference.of_type(result, RULE)}
+    invoking = [rules[t.inputs["rule"]] for t in reference.of_type(result, TARGET) if function.urn in t.dependencies]
+    ticks = [p for r in invoking if (p := _period(r.inputs.get("scheduleExpression") or "rate(0 hours)")) is not None]
     return Planned(
         group_name=name,
         declared_max=int(group.inputs["maxSize"]),
-        hook_heartbeat=datetime.timedelta(seconds=int(hook["heartbeatTimeout"])),
-        hook_default=hook["defaultResult"],
-        actions=actions,
-        warning_rules=[p for n, p in rules.items() if n == f"block-{POOL}-warning"],
-        lifecycle_rules=[p for n, p in rules.items() if n == "platform-nth-asg-lifecycle"],
+        hook_heartbeat=datetime.timedelta(seconds=int(hook.inputs["heartbeatTimeout"])),
+        hook_default=hook.inputs["defaultResult"],
+        window=keeper.Window.from_environment(function.inputs["environment"]["variables"]),
+        tick=min(ticks, default=None),
+        event_rules=[EventPattern.load(r.inputs["eventPattern"]) for r in invoking if r.inputs.get("eventPattern")],
+        lifecycle_rules=[
+            EventPattern.load(r.inputs["eventPattern"])
+            for r in reference.of_type(result, RULE)
+            if r.name == "platform-nth-asg-lifecycle"
+        ],
     )
 
 
@@ -145,22 +150,58 @@ class Outcome:
     pod_end: datetime.datetime  # when the pod was gone
     checkpointed: bool  # it finished its checkpoint and exited by itself
     killed_by: str  # "" (exited), "kubelet" (grace ran out), "ec2-cut" (EC2 terminated the instance)
-    signalled_by: str  # "scheduled-drain", "expiration-warning" or ""
+    signalled_by: str  # "keeper-drain", "expiration-warning" or ""
+
+
+TICK_EVENT = {"version": "0", "detail-type": "Scheduled Event", "source": "aws.events", "detail": {}}
+
+
+def ticks(plan: Planned, start: datetime.datetime, stop: datetime.datetime) -> list[datetime.datetime]:
+    """The keeper's schedule between two moments, at the worst phase for a drain: one second short of a whole tick
+    after the drain time (none without a schedule)."""
+    if plan.tick is None or plan.window is None:
+        return []
+    phase = (plan.window.drains_at - start) % plan.tick + plan.tick - datetime.timedelta(seconds=1)
+    out, moment = [], start + phase
+    while moment < stop:
+        out.append(moment)
+        moment += plan.tick
+    return out
+
+
+def group_sizes(plan: Planned, moment: datetime.datetime, events: Sequence[tuple[datetime.datetime, dict]] = ()) -> int:
+    """The group's max at `moment`: the declared one, then what the keeper last set, at each tick and each EC2
+    event a rule routes to it (the keeper's own decision function)."""
+    size = plan.declared_max
+    if plan.window is None:
+        return size
+    calls = [(t, TICK_EVENT) for t in ticks(plan, moment - datetime.timedelta(days=30), moment + datetime.timedelta(0))]
+    calls += [(t, e) for t, e in events if t <= moment and any(p.matches_event(e) for p in plan.event_rules)]
+    for at, event in sorted(calls, key=lambda c: c[0]):
+        decision = keeper.wanted(event, plan.window, at)
+        if decision is not None:
+            size = decision[1]["MaxSize"]
+    return size
 
 
 def run_block_end(
     plan: Planned, *, grace: datetime.timedelta, checkpoint: datetime.timedelta, end: datetime.datetime,
     reservation: str,
 ) -> Outcome:  # fmt: skip
-    """One running pod of a job on the block's node, from before the drain to EC2's cut."""
+    """One running pod of a job on the block's node, from six hours before the end to EC2's cut."""
     cut = end - BLOCK_CUT
     closes: list[tuple[datetime.datetime, str]] = []
-    drain = plan.actions.get(DRAIN_ACTION)
-    if drain is not None and drain[2] == 0 and drain[3] == 0:
-        closes.append((drain[0], "scheduled-drain"))
-    event = warning_event(reservation, end)
-    if any(p.matches_event(event) for p in plan.warning_rules):
-        closes.append((end - WARNING_LEAD + CLOSER_LATENCY, "expiration-warning"))
+    if plan.window is not None:
+        for moment in ticks(plan, end - datetime.timedelta(hours=6), cut):
+            decision = keeper.wanted(TICK_EVENT, plan.window, moment)
+            if decision is not None and decision[1]["MaxSize"] == 0:
+                closes.append((moment + CLOSER_LATENCY, "keeper-drain"))
+                break
+        event = warning_event(reservation, end)
+        if any(p.matches_event(event) for p in plan.event_rules):
+            decision = keeper.wanted(event, plan.window, end - WARNING_LEAD)
+            if decision is not None and decision[1]["MaxSize"] == 0:
+                closes.append((end - WARNING_LEAD + CLOSER_LATENCY, "expiration-warning"))
     handled = any(p.matches_event(lifecycle_event(plan.group_name)) for p in plan.lifecycle_rules)
     if not closes or not handled:
         # Nothing terminates the instance through the hook (or nothing drains it): EC2's cut kills the pod.
@@ -186,90 +227,98 @@ def run_block_end(
     )
 
 
-def without(plan: Planned, *, drain: bool = False, warning: bool = False) -> Planned:
-    actions = {k: v for k, v in plan.actions.items() if not (drain and k == DRAIN_ACTION)}
-    return dataclasses.replace(plan, actions=actions, warning_rules=[] if warning else plan.warning_rules)
+def without(plan: Planned, *, tick: bool = False, warning: bool = False) -> Planned:
+    return dataclasses.replace(plan, tick=None if tick else plan.tick, event_rules=[] if warning else plan.event_rules)
 
 
-TEN_MINUTES = datetime.timedelta(minutes=10)
+GRACE = datetime.timedelta(minutes=30)  # the reference pool's checkpoint_grace (1800 s)
 CHECKPOINT = datetime.timedelta(minutes=8)  # what the job takes to write its checkpoint after SIGTERM
 
 
-def test_the_job_is_signalled_at_the_scheduled_drain_and_gone_before_ec2s_cut() -> None:
+def test_the_job_is_signalled_at_the_keepers_drain_and_gone_before_ec2s_cut() -> None:
     reservation, _start, end = block()
-    outcome = run_block_end(planned(), grace=TEN_MINUTES, checkpoint=CHECKPOINT, end=end, reservation=reservation)
-    assert outcome.signalled_by == "scheduled-drain" and outcome.checkpointed
+    outcome = run_block_end(planned(), grace=GRACE, checkpoint=CHECKPOINT, end=end, reservation=reservation)
+    assert outcome.signalled_by == "keeper-drain" and outcome.checkpointed
     assert outcome.sigterm is not None and outcome.sigterm <= end - WARNING_LEAD  # before the warning, even
     margin = end - BLOCK_CUT - outcome.pod_end
-    # Figures: with the pool's default 900 s grace and 300 s margin the drain is 20 min before the cut (50 before
-    # the end); the pod gets SIGTERM 90 s after it and is gone 10 min 30 s before the cut.
-    assert margin == datetime.timedelta(minutes=10, seconds=30), margin
+    # Figures: with the pool's 1800 s grace, the 300 s margin and one tick the drain time is 36 min before the cut;
+    # at the worst phase the keeper acts 59 s later, the pod gets SIGTERM 2 min 30 s after that, and with an
+    # 8-minute checkpoint it is gone 24 min 31 s before the cut.
+    assert margin == datetime.timedelta(minutes=24, seconds=31), margin
 
 
 def test_a_job_using_its_whole_grace_still_ends_before_the_cut() -> None:
     reservation, _start, end = block()
-    outcome = run_block_end(planned(), grace=TEN_MINUTES, checkpoint=TEN_MINUTES, end=end, reservation=reservation)
+    outcome = run_block_end(planned(), grace=GRACE, checkpoint=GRACE, end=end, reservation=reservation)
     assert outcome.checkpointed and outcome.pod_end < end - BLOCK_CUT
 
 
-def test_without_the_scheduled_drain_the_warning_comes_too_late_for_a_ten_minute_grace() -> None:
+def test_without_the_keepers_schedule_the_warning_comes_too_late_for_an_eight_minute_checkpoint() -> None:
     """The warning is 10 minutes before EC2's cut: a job that needs 8 of them, signalled a minute or two late, dies."""
     reservation, _start, end = block()
-    plan = without(planned(), drain=True)
-    outcome = run_block_end(plan, grace=TEN_MINUTES, checkpoint=CHECKPOINT, end=end, reservation=reservation)
+    plan = without(planned(), tick=True)
+    outcome = run_block_end(plan, grace=GRACE, checkpoint=CHECKPOINT, end=end, reservation=reservation)
     assert outcome.signalled_by == "expiration-warning"  # the backstop fires ...
     assert not outcome.checkpointed and outcome.killed_by == "ec2-cut"  # ... too late for this job
 
 
 def test_the_warning_alone_saves_a_short_checkpoint() -> None:
     reservation, _start, end = block()
-    plan = without(planned(), drain=True)
+    plan = without(planned(), tick=True)
     quick = datetime.timedelta(minutes=3)
-    outcome = run_block_end(plan, grace=TEN_MINUTES, checkpoint=quick, end=end, reservation=reservation)
+    outcome = run_block_end(plan, grace=GRACE, checkpoint=quick, end=end, reservation=reservation)
     assert outcome.signalled_by == "expiration-warning" and outcome.checkpointed
 
 
-def test_with_neither_the_drain_nor_the_warning_rule_ec2_kills_the_job_unsignalled() -> None:
+def test_with_neither_the_schedule_nor_the_warning_rule_ec2_kills_the_job_unsignalled() -> None:
     reservation, _start, end = block()
-    plan = without(planned(), drain=True, warning=True)
-    outcome = run_block_end(plan, grace=TEN_MINUTES, checkpoint=CHECKPOINT, end=end, reservation=reservation)
+    plan = without(planned(), tick=True, warning=True)
+    outcome = run_block_end(plan, grace=GRACE, checkpoint=CHECKPOINT, end=end, reservation=reservation)
     assert outcome.sigterm is None and outcome.killed_by == "ec2-cut"
 
 
-def test_the_warning_rule_matches_only_this_block() -> None:
+def test_the_event_rule_matches_only_this_blocks_events() -> None:
     reservation, _start, end = block()
-    (rule,) = planned().warning_rules
+    (rule,) = planned().event_rules
     assert rule.matches_event(warning_event(reservation, end))
+    assert rule.matches_event(warning_event(reservation, end) | {"detail-type": "Capacity Block Delivered"})
     assert not rule.matches_event(warning_event("cr-0fffffffffffffff0", end))
-    other = warning_event(reservation, end) | {"detail-type": "Capacity Block Delivered"}
+    other = warning_event(reservation, end) | {"detail-type": "EC2 Capacity Reservation Expired"}
     assert not rule.matches_event(other)
 
 
-def group_max_at(plan: Planned, moment: datetime.datetime) -> int:
-    """The group's max at `moment`: the declared one, then each scheduled action that has run, in order."""
-    size = plan.declared_max
-    for at, _min, most, _desired in sorted(plan.actions.values()):
-        if at <= moment and most >= 0:
-            size = most
-    return size
-
-
 @pytest.mark.parametrize("nodes", [1, 16])
-def test_before_the_block_starts_no_node_can_exist(nodes: int) -> None:
+def test_no_node_can_exist_outside_the_window(nodes: int) -> None:
     """The cluster-autoscaler never grows a group beyond its max (cloudprovider/aws: MaxSize of the group), so a
     ProvisioningRequest for the block's flavor cannot be provisioned, and Kueue's check keeps the job unadmitted."""
     _reservation, start, end = block()
     plan = planned()
-    assert plan.actions[OPEN_ACTION][0] == start
-    assert group_max_at(plan, start - datetime.timedelta(seconds=1)) == 0
-    assert group_max_at(plan, start) >= nodes  # inside the window, the pool's max
-    drain_at = plan.actions[DRAIN_ACTION][0]
-    assert group_max_at(plan, drain_at) == 0 and drain_at < end - BLOCK_CUT
-    assert json.dumps(plan.actions[DRAIN_ACTION][1:]) == "[0, 0, 0]"
+    assert plan.window is not None and plan.window.opens_at == start
+    assert group_sizes(plan, start - datetime.timedelta(seconds=1)) == 0
+    assert group_sizes(plan, start + datetime.timedelta(minutes=1)) >= nodes  # within a tick of the start
+    assert group_sizes(plan, plan.window.drains_at + datetime.timedelta(minutes=1)) == 0
+    assert plan.window.drains_at < end - BLOCK_CUT
+
+
+def test_delivery_opens_the_group_before_the_first_tick() -> None:
+    reservation, start, end = block()
+    plan = without(planned(), tick=True)
+    delivered = warning_event(reservation, end) | {"detail-type": "Capacity Block Delivered"}
+    assert group_sizes(plan, start + datetime.timedelta(seconds=5), [(start, delivered)]) == 16
+
+
+def test_an_apply_after_the_block_started_opens_the_group_within_a_tick() -> None:
+    """The case one-time scheduled actions got wrong: created after their start time, they are refused."""
+    _reservation, start, _end = block()
+    plan = planned()
+    assert plan.tick == datetime.timedelta(minutes=1)
+    late = start + datetime.timedelta(days=3, seconds=17)
+    assert group_sizes(plan, late + plan.tick) == 16
 
 
 def test_a_group_declared_open_would_admit_work_before_the_block() -> None:
-    """The failing case: a block pool declared at its max lets the autoscaler try to launch before the start."""
+    """The failing case: a block pool declared at its max, with no keeper, lets the autoscaler try to launch before
+    the start."""
     _reservation, start, _end = block()
-    opened = dataclasses.replace(planned(), declared_max=16)
-    assert group_max_at(opened, start - datetime.timedelta(days=1)) == 16
+    opened = dataclasses.replace(planned(), declared_max=16, window=None)
+    assert group_sizes(opened, start - datetime.timedelta(days=1)) == 16

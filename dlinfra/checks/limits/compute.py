@@ -14,6 +14,7 @@ from typing import Any
 from dlinfra.checks.limits.scope import Stack, Usage, by_id, flat, label, name_of, number
 from dlinfra.model import instances
 from dlinfra.model import quotas as quota_data
+from policy.dlinfra_policy.rules.capacity_blocks import block_window
 
 # AWS reserves the first four addresses and the last of every subnet (Amazon VPC User Guide, "Subnet CIDR blocks").
 SUBNET_RESERVED = 5
@@ -81,12 +82,12 @@ class _Pool:
 
 def pools(s: Stack) -> list[_Pool]:
     templates = {t["id"]: t for t in s.of("aws:ec2/launchTemplate:LaunchTemplate")}
-    # A group declared closed and opened by a scheduled action (a Capacity Block's window, components/
-    # capacity_block.py) reaches the action's max: count that, not the declared 0.
+    # A group declared closed and opened by its Capacity Block's keeper (components/capacity_block.py) reaches the
+    # keeper's max inside the window: count that, not the declared 0.
     scheduled: dict[str, int] = {}
-    for action in s.of("aws:autoscaling/schedule:Schedule"):
-        group_name = str(action["inputs"].get("autoscalingGroupName"))
-        scheduled[group_name] = max(scheduled.get(group_name, 0), number(action["inputs"].get("maxSize")))
+    for function in s.of("aws:lambda/function:Function"):
+        if (window := block_window(function["inputs"])) is not None:
+            scheduled[window.group] = max(scheduled.get(window.group, 0), window.max_size)
     out = []
     for group in s.of("aws:autoscaling/group:Group"):
         i = group["inputs"]

@@ -50,6 +50,18 @@ class Taint(Strict):
         return v
 
 
+# A job's checkpoint grace per pool, in seconds (fleet: node_pools.<pool>.checkpoint_grace): the default, and the
+# bounds the fleet may give. Every disruption waits this long plus DRAIN_MARGIN_SECONDS before the node goes.
+DEFAULT_CHECKPOINT_GRACE = 900
+MIN_CHECKPOINT_GRACE = 30
+MAX_CHECKPOINT_GRACE = 3600
+# Time on top of a pod's grace to evict it, detach its volumes and answer the lifecycle hook.
+DRAIN_MARGIN_SECONDS = 300
+# Where the rendered plan records a pool's grace, for rule `drain-outlasts-checkpoint-grace`: a tag on its Auto
+# Scaling group, and an annotation (JSON: pool -> seconds) on the admission policy that caps pods by it.
+CHECKPOINT_GRACE_TAG = "dlinfra:checkpoint-grace"
+CHECKPOINT_GRACE_ANNOTATION = "dlinfra.io/checkpoint-grace-caps"
+
 # The launch template tag that says which cluster placement group its reservation was created in: the rule
 # `reserved-capacity-no-placement-group` admits a placement group on reserved capacity only when it matches.
 RESERVATION_GROUP_TAG = "reservation-placement-group"
@@ -105,6 +117,17 @@ class CapacityReservation(Strict):
                 f"a capacity_block takes no placement group (got {v!r}): its instances are placed close together "
                 "already"
             )
+        return v
+
+    @field_validator("start", "end", mode="before")
+    @classmethod
+    def _ruamel_offset(cls, v: Any) -> Any:
+        # ruamel's TimeStamp keeps the written offset in `_yaml` and loses its tzinfo when deep-copied (an edited
+        # copy of a parsed fleet): restore it, so the same text gives the same instant.
+        extra = getattr(v, "_yaml", None)
+        if isinstance(v, datetime.datetime) and v.tzinfo is None and isinstance(extra, dict) and extra.get("tz"):
+            offset = extra.get("delta") or datetime.timedelta(0)
+            return datetime.datetime(*v.timetuple()[:6], v.microsecond, tzinfo=datetime.timezone(offset))
         return v
 
     @field_validator("start", "end")
@@ -168,6 +191,12 @@ class NodePool(Strict):
     taints: tuple[Taint, ...] = ()
     pod_imds_access: bool = False  # hop limit 2 lets pods reach IMDS; default 1 keeps it node-only
     root_volume_gib: int = Field(200, ge=20, le=16384)
+    # Seconds a job's pods on this pool may ask to checkpoint before they are killed: the cap on their
+    # terminationGracePeriodSeconds (admission policy, components/charts/checkpoint_grace.py), and what every
+    # voluntary disruption waits for (termination hook, handler drain, autoscaler scale-down). GPU pools are what it
+    # is for; CPU pools carry it too, and their hook waits for it. 30 is the Kubernetes default grace; 3600 keeps
+    # the hook (grace + DRAIN_MARGIN_SECONDS) well under EC2 Auto Scaling's 7200 s heartbeat limit.
+    checkpoint_grace: int = DEFAULT_CHECKPOINT_GRACE
 
     # regions, zones and taints are sets, unlike instance_types: their order in the file changes nothing declared.
     @field_validator("regions")
@@ -184,6 +213,17 @@ class NodePool(Strict):
     @classmethod
     def _taint_set(cls, v: tuple[Taint, ...]) -> tuple[Taint, ...]:
         return tuple(sorted(v, key=lambda t: (t.key, t.value, t.effect)))
+
+    @field_validator("checkpoint_grace")
+    @classmethod
+    def _grace(cls, v: int) -> int:
+        if not MIN_CHECKPOINT_GRACE <= v <= MAX_CHECKPOINT_GRACE:
+            raise ValueError(
+                f"{v} s is outside {MIN_CHECKPOINT_GRACE}..{MAX_CHECKPOINT_GRACE}: seconds a job's pods on this pool "
+                f"may take to checkpoint after SIGTERM (their terminationGracePeriodSeconds cap; default "
+                f"{DEFAULT_CHECKPOINT_GRACE})"
+            )
+        return v
 
     @field_validator("labels")
     @classmethod

@@ -1,28 +1,52 @@
-"""Rules for node pools on EC2 Capacity Blocks: the group is drained before EC2's cut, and the block's expiration
-warning is routed to something that closes it (components/capacity_block.py)."""
+"""Rules for node pools on EC2 Capacity Blocks: a keeper sizes the group from the block's window and drains it before
+EC2's cut, invoked every minute and by the block's own events (components/capacity_block.py).
+
+`block_window` reads a keeper's window from its function's environment; the cost report and the service limits read
+it too, so each sees a block pool at the size it reaches inside its window rather than the declared 0.
+"""
 
 from __future__ import annotations
 
 import datetime
 import json
+import re
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
-from .core import Context, Resource, Violation, as_int, as_object, as_objects, tags_of
+from .core import Context, Resource, Violation, as_int, as_object, as_objects
 
 LAUNCH_TEMPLATE = "aws:ec2/launchTemplate:LaunchTemplate"
 AUTOSCALING_GROUP = "aws:autoscaling/group:Group"
-SCHEDULE = "aws:autoscaling/schedule:Schedule"
+LIFECYCLE_HOOK = "aws:autoscaling/lifecycleHook:LifecycleHook"
+FUNCTION = "aws:lambda/function:Function"
 EVENT_RULE = "aws:cloudwatch/eventRule:EventRule"
 EVENT_TARGET = "aws:cloudwatch/eventTarget:EventTarget"
-# components/capacity_block.py tags the warning rule with the block and its end (policy cannot import components).
-BLOCK_TAG = "dlinfra:capacity-block"
-BLOCK_END_TAG = "dlinfra:capacity-block-end"
+TERMINATING = "autoscaling:EC2_INSTANCE_TERMINATING"
 # EC2 terminates a block's instances 30 minutes before its end ("Work with Capacity Blocks"); Auto Scaling's guide:
-# scale the group to zero more than 30 minutes before, leaving the lifecycle hooks time to finish ("Use Capacity
-# Blocks for machine learning workloads", operational guidelines).
+# scale the group to zero before that, leaving the lifecycle hooks time to finish ("Use Capacity Blocks for machine
+# learning workloads", operational guidelines).
 CUT = datetime.timedelta(minutes=30)
 WARNING = "Capacity Block Expiration Warning"  # "Monitor Capacity Blocks using EventBridge"
+# The keeper's schedule must tick at least this often: the drain time is brought forward by one minute for it.
+TICK = datetime.timedelta(minutes=1)
+_RATE = re.compile(r"^rate\((\d+) (minute|minutes|hour|hours)\)$")
+
+
+@dataclass(frozen=True)
+class BlockWindow:
+    """What a keeper's environment says (components/lambdas/capacity_block_window.py Window, plus ENDS_AT)."""
+
+    group: str
+    reservation: str
+    opens_at: datetime.datetime
+    drains_at: datetime.datetime
+    ends_at: datetime.datetime
+    max_size: int
+
+    @property
+    def hours(self) -> float:
+        return (self.ends_at - self.opens_at).total_seconds() / 3600
 
 
 def _time(value: Any) -> datetime.datetime | None:
@@ -30,6 +54,16 @@ def _time(value: Any) -> datetime.datetime | None:
         return datetime.datetime.strptime(str(value), "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=datetime.UTC)
     except ValueError:
         return None
+
+
+def block_window(function_inputs: Mapping[str, Any]) -> BlockWindow | None:
+    """The window a Lambda function keeps, from its inputs (None: not a Capacity Block keeper)."""
+    env = as_object(as_object(function_inputs.get("environment")).get("variables"))
+    opens, drains, ends = (_time(env.get(k)) for k in ("OPENS_AT", "DRAINS_AT", "ENDS_AT"))
+    size = as_int(env.get("MAX_SIZE"))
+    if not env.get("GROUP_NAME") or opens is None or drains is None or ends is None or size is None:
+        return None
+    return BlockWindow(str(env["GROUP_NAME"]), str(env.get("CAPACITY_RESERVATION_ID", "")), opens, drains, ends, size)
 
 
 def _block_of(template: Resource) -> str | None:
@@ -49,17 +83,21 @@ def _groups_of(template: Resource, groups: Sequence[Resource]) -> list[Resource]
     ]
 
 
-def _hook_heartbeat(group: Resource) -> int:
-    """Seconds the group's termination hook may hold an instance (0 without one)."""
-    for hook in as_objects(group.inputs.get("initialLifecycleHooks")):
-        if hook.get("lifecycleTransition") == "autoscaling:EC2_INSTANCE_TERMINATING":
-            return as_int(hook.get("heartbeatTimeout")) or 3600  # Auto Scaling's default heartbeat is one hour
-    return 0
-
-
-def _closes(schedule: Resource) -> bool:
-    inputs = schedule.inputs
-    return all(as_int(inputs.get(k)) == 0 for k in ("minSize", "maxSize", "desiredCapacity"))
+def _hook_hold(group: Resource, resources: Sequence[Resource]) -> datetime.timedelta:
+    """The longest a terminating instance of the group may be held: its termination hooks as AWS holds them (a
+    LifecycleHook resource replaces the initial hook of the same name; PutLifecycleHook works by name)."""
+    hooks = {str(h.get("name")): h for h in as_objects(group.inputs.get("initialLifecycleHooks"))}
+    for r in resources:
+        if r.type == LIFECYCLE_HOOK and (
+            group.urn in r.dependencies or r.inputs.get("autoscalingGroupName") == group.inputs.get("name")
+        ):
+            hooks[str(r.inputs.get("name"))] = r.inputs
+    held = [
+        3600 if (t := as_int(h.get("heartbeatTimeout"))) is None else t  # AWS's default heartbeat is one hour
+        for h in hooks.values()
+        if h.get("lifecycleTransition") == TERMINATING
+    ]
+    return datetime.timedelta(seconds=max(held, default=0))
 
 
 def _pattern(rule: Resource) -> Mapping[str, Any]:
@@ -70,67 +108,85 @@ def _pattern(rule: Resource) -> Mapping[str, Any]:
     return pattern if isinstance(pattern, Mapping) else {}
 
 
-def capacity_block_closes_before_cut(resources: Sequence[Resource], ctx: Context) -> list[Violation]:
-    """Every group launching into a Capacity Block has a scheduled action that sets it to 0 early enough that its
-    termination hook is done before EC2's cut, and the block's expiration warning is routed to a target."""
-    templates = [r for r in resources if r.type == LAUNCH_TEMPLATE]
-    groups = [r for r in resources if r.type == AUTOSCALING_GROUP]
-    schedules = [r for r in resources if r.type == SCHEDULE]
-    rules = [r for r in resources if r.type == EVENT_RULE]
-    targeted = {str(t.inputs.get("rule")) for t in resources if t.type == EVENT_TARGET}
-    out: list[Violation] = []
-    for template in templates:
-        block = _block_of(template)
-        if block is None:
+def _period(rule: Resource) -> datetime.timedelta | None:
+    match = _RATE.match(str(rule.inputs.get("scheduleExpression") or ""))
+    if match is None:
+        return None
+    count = int(match.group(1))
+    return datetime.timedelta(minutes=count) if match.group(2).startswith("minute") else datetime.timedelta(hours=count)
+
+
+def _invokers(function: Resource, resources: Sequence[Resource]) -> list[Resource]:
+    """The EventBridge rules with a target that is this function."""
+    arn = function.inputs.get("arn")
+    rules = {str(r.inputs.get("name")): r for r in resources if r.type == EVENT_RULE}
+    out = []
+    for target in resources:
+        if target.type != EVENT_TARGET:
             continue
-        guards = [r for r in rules if tags_of(r).get(BLOCK_TAG) == block]
-        routed = [
-            r
-            for r in guards
-            if WARNING in (_pattern(r).get("detail-type") or ())
-            and block in as_object(_pattern(r).get("detail")).get("capacity-reservation-id", ())
-            and str(r.inputs.get("name")) in targeted
+        if function.urn in target.dependencies or (arn and target.inputs.get("arn") == arn):
+            rule = rules.get(str(target.inputs.get("rule")))
+            if rule is not None:
+                out.append(rule)
+    return out
+
+
+def _group_problems(
+    group: Resource, block: str, keepers: Sequence[Resource], resources: Sequence[Resource]
+) -> list[str]:
+    name = str(group.inputs.get("name") or group.name)
+    kept = [(k, w) for k in keepers if (w := block_window(k.inputs)) is not None and w.group == name]
+    if not kept:
+        return [
+            f"{name} launches into Capacity Block {block} but no keeper sizes it from the block's window: declared "
+            "at its max it would launch before the block starts, and nothing closes it before EC2 terminates what "
+            "still runs, 30 minutes before the end, without a checkpoint (declare the pool's CapacityBlockWindow)"
         ]
-        if not routed:
+    out = []
+    for keeper, window in kept:
+        invokers = _invokers(keeper, resources)
+        periods = [p for r in invokers if (p := _period(r)) is not None]
+        if not periods or min(periods) > TICK:
             out.append(
-                Violation(
-                    template.urn,
-                    f'Capacity Block {block}: no EventBridge rule with a target routes its "{WARNING}" (40 '
-                    "minutes before the end) to what closes the pool; declare the pool's CapacityBlockWindow",
-                )
+                f"{name}: its keeper is not invoked every minute (an EventBridge rule with rate(1 minute) and a "
+                "target): the group opens and drains only when it runs"
             )
-        end = next((_time(tags_of(r).get(BLOCK_END_TAG)) for r in guards if tags_of(r).get(BLOCK_END_TAG)), None)
+        if not any(
+            WARNING in (_pattern(r).get("detail-type") or ())
+            and block in as_object(_pattern(r).get("detail")).get("capacity-reservation-id", ())
+            for r in invokers
+        ):
+            out.append(
+                f"Capacity Block {block}: no rule routes EC2's \"{WARNING}\" (40 minutes before the end) to {name}'s "
+                "keeper: if the fleet's end is wrong, nothing closes the group before EC2's cut"
+            )
+        held = _hook_hold(group, resources)
+        latest = window.ends_at - CUT - held - TICK
+        if window.drains_at > latest:
+            out.append(
+                f"{name} drains at {window.drains_at:%Y-%m-%dT%H:%M:%SZ}, but its termination hook may hold an "
+                f"instance {int(held.total_seconds())} s, the keeper may act a minute late, and EC2 cuts at "
+                f"{window.ends_at - CUT:%Y-%m-%dT%H:%M:%SZ}: drain by {latest:%Y-%m-%dT%H:%M:%SZ}"
+            )
+        if window.reservation != block:
+            out.append(f"{name}: its keeper watches {window.reservation or 'no reservation'}, the pool uses {block}")
+        if as_int(group.inputs.get("maxSize")) != 0:
+            out.append(
+                f"{name}: declared with max {group.inputs.get('maxSize')}: a block pool's group is declared closed "
+                "(min = max = 0) and opened by its keeper, or an apply before the window lets it launch"
+            )
+    return out
+
+
+def capacity_block_closes_before_cut(resources: Sequence[Resource], ctx: Context) -> list[Violation]:
+    """Every group launching into a Capacity Block is declared closed and has a keeper, ticking every minute and
+    hearing the block's expiration warning, that drains it early enough for its termination hook before EC2's cut."""
+    groups = [r for r in resources if r.type == AUTOSCALING_GROUP]
+    keepers = [r for r in resources if r.type == FUNCTION]
+    out: list[Violation] = []
+    for template in resources:
+        if template.type != LAUNCH_TEMPLATE or (block := _block_of(template)) is None:
+            continue
         for group in _groups_of(template, groups):
-            name = str(group.inputs.get("name") or group.name)
-            drains = [
-                t
-                for s in schedules
-                if str(s.inputs.get("autoscalingGroupName")) == name
-                and _closes(s)
-                and (t := _time(s.inputs.get("startTime"))) is not None
-            ]
-            if not drains:
-                out.append(
-                    Violation(
-                        group.urn,
-                        f"{name} launches into Capacity Block {block} but no scheduled action sets it to 0 (min, max "
-                        "and desired) before the block ends: EC2 terminates what still runs 30 minutes before the end, "
-                        "without a checkpoint",
-                    )
-                )
-                continue
-            if end is None:
-                out.append(Violation(group.urn, f"{name}: the block's end is unknown (no {BLOCK_END_TAG} tag)"))
-                continue
-            held = datetime.timedelta(seconds=_hook_heartbeat(group))
-            latest = end - CUT - held
-            if min(drains) > latest:
-                out.append(
-                    Violation(
-                        group.urn,
-                        f"{name} closes at {min(drains):%Y-%m-%dT%H:%M:%SZ}, but its termination hook may hold an "
-                        f"instance {int(held.total_seconds())} s and EC2 cuts at {end - CUT:%Y-%m-%dT%H:%M:%SZ}: "
-                        f"close by {latest:%Y-%m-%dT%H:%M:%SZ}",
-                    )
-                )
+            out.extend(Violation(group.urn, m) for m in _group_problems(group, block, keepers, resources))
     return out

@@ -2,7 +2,20 @@
 
 from __future__ import annotations
 
-from . import capacity_blocks, ci, cluster, compute, conventions, iam, network, platform, state, storage, vpn
+from . import (
+    capacity_blocks,
+    ci,
+    cluster,
+    compute,
+    conventions,
+    iam,
+    network,
+    platform,
+    provisioning,
+    state,
+    storage,
+    vpn,
+)
 from .core import ResourceRule, StackRule
 
 # `dlinfra check` lists findings in this order and the pack builds its policies in it: append, never reorder.
@@ -175,6 +188,14 @@ RULES: tuple[ResourceRule | StackRule, ...] = (
         platform.gpu_pods_queued,
     ),
     StackRule(
+        "drain-outlasts-checkpoint-grace",
+        "Every disruption waits for a job's checkpoint grace: each pool's termination hook outlasts its grace plus the "
+        "drain margin, the termination handler's drain and the autoscaler's eviction the largest grace, and the "
+        "autoscaler never scales down a node with a GPU requested",
+        "mandatory",
+        compute.drain_outlasts_checkpoint_grace,
+    ),
+    StackRule(
         "team-namespaces-have-local-queue",
         "Every team namespace has the LocalQueue `default` feeding a ClusterQueue, also where there are no GPUs",
         "mandatory",
@@ -182,8 +203,16 @@ RULES: tuple[ResourceRule | StackRule, ...] = (
     ),
     StackRule(
         "capacity-block-closes-before-cut",
-        "Pools on Capacity Blocks drain before EC2's 30-minute cut, and the block's expiration warning is routed",
+        "Pools on Capacity Blocks are open only inside the block's window, kept every minute and drained before EC2's "
+        "30-minute cut, and the block's expiration warning reaches the keeper",
         "mandatory",
         capacity_blocks.capacity_block_closes_before_cut,
+    ),
+    StackRule(
+        "gpu-queues-provision-whole",
+        "Jobs on autoscaled GPU pools are admitted only once the autoscaler takes all their nodes, and evicted whole "
+        "when the nodes come in part",
+        "mandatory",
+        provisioning.gpu_queues_provision_whole,
     ),
 )

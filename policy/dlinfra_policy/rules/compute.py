@@ -3,11 +3,32 @@ Auto Scaling groups of node pools."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import json
+from collections.abc import Mapping, Sequence
+from typing import Any
 
-from dlinfra.model.fleet.pools import RESERVATION_GROUP_TAG
+from dlinfra.model import instances
+from dlinfra.model.fleet.pools import (
+    CHECKPOINT_GRACE_ANNOTATION,
+    CHECKPOINT_GRACE_TAG,
+    DRAIN_MARGIN_SECONDS,
+    RESERVATION_GROUP_TAG,
+)
 
-from .core import Context, Resource, Violation, as_int, as_list, as_object, as_objects, has_key, is_true, tags_of
+from .core import (
+    VAP,
+    Context,
+    Resource,
+    Violation,
+    as_int,
+    as_list,
+    as_object,
+    as_objects,
+    deny_bound_policies,
+    has_key,
+    is_true,
+    tags_of,
+)
 
 LAUNCH_TEMPLATE = "aws:ec2/launchTemplate:LaunchTemplate"
 INSTANCE = "aws:ec2/instance:Instance"
@@ -228,6 +249,144 @@ def reserved_capacity_no_placement_group(resources: Sequence[Resource], ctx: Con
                     "made outside the group never fits in it, so launches can fail while reserved capacity sits "
                     "free; drop the placement group (or declare the group the reservation was created in: "
                     "capacity_reservations.<region>.placement_group)",
+                )
+            )
+    return out
+
+
+# --- the disruption contract ----------------------------------------------------------------------------------
+HELM_RELEASE = "kubernetes:helm.sh/v3:Release"
+TERMINATING = "autoscaling:EC2_INSTANCE_TERMINATING"
+HOOK_MAX_SECONDS = 7200  # PutLifecycleHook HeartbeatTimeout: 30 to 7200 seconds
+CA_DEFAULT_MAX_GRACEFUL = 600  # cluster-autoscaler v1.33.6 config/flags/flags.go max-graceful-termination-sec
+CA_DEFAULT_GPU_THRESHOLD = 0.5  # v1.33.6 config/const.go DefaultScaleDownGpuUtilizationThreshold
+NTH_DEFAULT_DRAIN_TIMEOUT = 120  # NTH chart 0.27.6 values.yaml nodeTerminationGracePeriod
+
+
+LIFECYCLE_HOOK = "aws:autoscaling/lifecycleHook:LifecycleHook"
+
+
+def _termination_hooks(group: Resource, resources: Sequence[Resource]) -> list[Mapping[str, Any]]:
+    """The group's termination hooks as AWS will hold them: a LifecycleHook resource on the group replaces the
+    initial hook of the same name (PutLifecycleHook creates or updates a hook by name)."""
+    hooks = {str(h.get("name")): h for h in as_objects(group.inputs.get("initialLifecycleHooks"))}
+    for r in resources:
+        target = r.inputs.get("autoscalingGroupName")
+        if r.type == LIFECYCLE_HOOK and (group.urn in r.dependencies or target == group.inputs.get("name")):
+            hooks[str(r.inputs.get("name"))] = r.inputs
+    return [h for _, h in sorted(hooks.items()) if h.get("lifecycleTransition") == TERMINATING]
+
+
+def _hook_problems(group: Resource, resources: Sequence[Resource], grace: int) -> list[str]:
+    hooks = _termination_hooks(group, resources)
+    if not hooks:
+        return [f"no {TERMINATING} lifecycle hook: a scale-in or `pool roll` terminates the node without a drain"]
+    out = []
+    for hook in hooks:
+        timeout = as_int(hook.get("heartbeatTimeout"))
+        timeout = 3600 if timeout is None else timeout  # AWS's default (PutLifecycleHook)
+        if timeout < grace + DRAIN_MARGIN_SECONDS:
+            out.append(
+                f"termination hook {hook.get('name')} holds a node {timeout} s, less than the pool's checkpoint "
+                f"grace {grace} s plus the {DRAIN_MARGIN_SECONDS} s drain margin: the node goes mid-checkpoint"
+            )
+        if timeout > HOOK_MAX_SECONDS:
+            out.append(f"termination hook {hook.get('name')}: heartbeatTimeout {timeout} s is above AWS's 7200 s")
+        if hook.get("defaultResult") not in (None, "CONTINUE"):
+            out.append(f"termination hook {hook.get('name')}: defaultResult must be CONTINUE, or a slow drain leaks")
+    return out
+
+
+def _release(resources: Sequence[Resource], chart: str) -> list[Resource]:
+    return [r for r in resources if r.type == HELM_RELEASE and str(r.inputs.get("chart", "")).endswith(chart)]
+
+
+def _float(value: Any, default: float) -> float:
+    try:
+        return float(value) if value is not None else default
+    except (TypeError, ValueError):
+        return default
+
+
+def drain_outlasts_checkpoint_grace(resources: Sequence[Resource], ctx: Context) -> list[Violation]:
+    """Every voluntary disruption waits for a job's checkpoint grace (fleet `checkpoint_grace`, per pool).
+
+    - Regional stacks: a GPU Auto Scaling group records its pool's grace (tag dlinfra:checkpoint-grace), and its
+      termination lifecycle hook holds a terminating node at least that long plus DRAIN_MARGIN_SECONDS and at most
+      AWS's 7200 s (EC2 Auto Scaling user guide "Amazon EC2 Auto Scaling lifecycle hooks"; API PutLifecycleHook).
+    - In-cluster stacks, from the caps the grace admission policy records (dlinfra.io/checkpoint-grace-caps): the
+      policy is bound with Deny; the termination handler evicts with each pod's own grace
+      (podTerminationGracePeriod -1) and its drain timeout (nodeTerminationGracePeriod, NTH v1.25.6
+      pkg/node/node.go getDrainHelper) is at least the largest grace plus the margin; the cluster-autoscaler gives
+      an evicted pod at least the largest grace (max-graceful-termination-sec, v1.33.6 scaledown/actuation/drain.go
+      evictPod caps the pod's grace by it) and never takes a node with a GPU requested
+      (scale-down-gpu-utilization-threshold below 1 / the most GPUs an instance type has; eligibility.go).
+    """
+    out: list[Violation] = []
+    templates = [r for r in resources if r.type == LAUNCH_TEMPLATE]
+    for group in (r for r in resources if r.type == AUTOSCALING_GROUP):
+        grace = as_int(tags_of(group).get(CHECKPOINT_GRACE_TAG))
+        if grace is None:
+            if _is_gpu_group(group, templates, ctx):
+                out.append(Violation(group.urn, f"GPU pool without a {CHECKPOINT_GRACE_TAG} tag: its grace is unknown"))
+            continue
+        out += [Violation(group.urn, p) for p in _hook_problems(group, resources, grace)]
+    caps_by_policy = [
+        (r, json.loads(str(annotations[CHECKPOINT_GRACE_ANNOTATION])))
+        for r in resources
+        if r.type == VAP
+        for annotations in [as_object(as_object(r.inputs.get("metadata")).get("annotations"))]
+        if CHECKPOINT_GRACE_ANNOTATION in annotations
+    ]
+    if not caps_by_policy:
+        return out
+    bound = deny_bound_policies(resources)
+    largest = 0
+    for policy, caps in caps_by_policy:
+        largest = max([largest, *(int(v) for v in caps.values())])
+        if str(as_object(policy.inputs.get("metadata")).get("name")) not in bound:
+            out.append(
+                Violation(policy.urn, "the checkpoint grace policy is not bound with Deny: nothing caps a grace")
+            )
+    anchor = caps_by_policy[0][0].urn
+    handlers = _release(resources, "aws-node-termination-handler")
+    if not handlers:
+        out.append(Violation(anchor, "no aws-node-termination-handler release: nothing drains before a node goes"))
+    for release in handlers:
+        values = as_object(release.inputs.get("values"))
+        pod_grace = as_int(values.get("podTerminationGracePeriod"))
+        if pod_grace is not None and 0 <= pod_grace < largest:
+            out.append(Violation(release.urn, f"podTerminationGracePeriod {pod_grace} cuts pods' grace: use -1"))
+        timeout = as_int(values.get("nodeTerminationGracePeriod"))
+        timeout = NTH_DEFAULT_DRAIN_TIMEOUT if timeout is None else timeout
+        if timeout < largest + DRAIN_MARGIN_SECONDS:
+            out.append(
+                Violation(
+                    release.urn,
+                    f"nodeTerminationGracePeriod {timeout} s (the drain timeout) is below the largest checkpoint "
+                    f"grace {largest} s plus the {DRAIN_MARGIN_SECONDS} s margin: the drain gives up first",
+                )
+            )
+    most_gpus = max((t.gpus for t in instances.all_types().values()), default=1)
+    for release in _release(resources, "cluster-autoscaler"):
+        args = as_object(as_object(release.inputs.get("values")).get("extraArgs"))
+        graceful = as_int(args.get("max-graceful-termination-sec"))
+        graceful = CA_DEFAULT_MAX_GRACEFUL if graceful is None else graceful
+        if graceful < largest:
+            out.append(
+                Violation(
+                    release.urn,
+                    f"max-graceful-termination-sec {graceful} s is below the largest checkpoint grace {largest} s: "
+                    "scale-down would kill a pod mid-checkpoint",
+                )
+            )
+        threshold = _float(args.get("scale-down-gpu-utilization-threshold"), CA_DEFAULT_GPU_THRESHOLD)
+        if threshold * most_gpus >= 1:
+            out.append(
+                Violation(
+                    release.urn,
+                    f"scale-down-gpu-utilization-threshold {threshold} lets scale-down take a node where one GPU "
+                    f"of {most_gpus} is requested (1/{most_gpus} is not above it): keep it below {1 / most_gpus:.3f}",
                 )
             )
     return out

@@ -154,3 +154,18 @@ def refers_to(child: Resource, parent: Resource, key: str) -> bool:
     target = child.inputs.get(key)
     names = {parent.id, parent.inputs.get("bucket"), parent.inputs.get("name")} - {None, ""}
     return isinstance(target, str) and target in names
+
+
+VAP = "kubernetes:admissionregistration.k8s.io/v1:ValidatingAdmissionPolicy"
+VAP_BINDING = "kubernetes:admissionregistration.k8s.io/v1:ValidatingAdmissionPolicyBinding"
+
+
+def deny_bound_policies(resources: Sequence[Resource]) -> set[str]:
+    """Names of the ValidatingAdmissionPolicies a binding enforces (validationActions Deny), not just audits."""
+    return {
+        str(spec.get("policyName"))
+        for r in resources
+        if r.type == VAP_BINDING
+        for spec in [as_object(r.inputs.get("spec"))]
+        if "Deny" in as_list(spec.get("validationActions"))
+    }

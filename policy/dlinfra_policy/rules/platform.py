@@ -10,7 +10,7 @@ import yaml
 
 from dlinfra.model.fleet.labels import DRAIN_TAINT_KEYS
 
-from .core import Context, Resource, Violation, as_list, as_object, as_objects
+from .core import VAP, VAP_BINDING, Context, Resource, Violation, as_list, as_object, as_objects, deny_bound_policies
 
 K8S_NAMESPACE = "kubernetes:core/v1:Namespace"
 RESOURCE_FLAVOR = "kubernetes:kueue.x-k8s.io/v1beta2:ResourceFlavor"
@@ -164,10 +164,6 @@ def drain_taints_not_tolerated(resource: Resource, ctx: Context) -> list[str]:
         f"the pod template tolerates {key}: its pods would start on nodes about to go into maintenance or be drained"
         for key in _drain_taints_tolerated(pod_spec.get("tolerations"))
     ]
-
-
-VAP = "kubernetes:admissionregistration.k8s.io/v1:ValidatingAdmissionPolicy"
-VAP_BINDING = "kubernetes:admissionregistration.k8s.io/v1:ValidatingAdmissionPolicyBinding"
 
 
 def _selects(selector: Any, labels: Mapping[str, Any]) -> bool:
@@ -399,13 +395,7 @@ def gpu_pods_queued(resources: Sequence[Resource], ctx: Context) -> list[Violati
         for r in resources
         if r.type == VAP and _guards_gpu_pods(r.inputs)
     }
-    bound = {
-        str(spec.get("policyName"))
-        for r in resources
-        if r.type == VAP_BINDING
-        for spec in [as_object(r.inputs.get("spec"))]
-        if "Deny" in as_list(spec.get("validationActions"))
-    }
+    bound = deny_bound_policies(resources)
     if not guards & bound:
         out.append(
             Violation(

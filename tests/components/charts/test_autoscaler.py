@@ -11,7 +11,8 @@ import yaml
 
 from components import nodepool
 from components.charts import autoscaler
-from dlinfra.model import kueue
+from dlinfra.model import instances, kueue
+from dlinfra.model.fleet.pools import MAX_CHECKPOINT_GRACE
 from dlinfra.model.fleet.schema import Fleet
 from tests.components._platform import Stack, asg_name, regional_stacks, stack_names
 
@@ -34,7 +35,11 @@ def test_autoscaler_discovers_this_clusters_pools(stacks: dict[str, Stack], flee
     args = values["extraArgs"]
     assert args["expander"].split(",")[0] == "priority"
     assert args["skip-nodes-with-local-storage"] == "false" and args["balance-similar-node-groups"] == "true"
-    assert float(args["scale-down-gpu-utilization-threshold"]) < 1 / 8  # never evicts a running GPU job
+    # Never a node where a GPU is requested: one GPU of the largest GPU count of any instance type is above it.
+    most_gpus = max(t.gpus for t in instances.all_types().values())
+    assert float(args["scale-down-gpu-utilization-threshold"]) < 1 / most_gpus
+    # A pod it evicts gets its whole grace, up to the longest checkpoint_grace the fleet may give.
+    assert int(args["max-graceful-termination-sec"]) >= MAX_CHECKPOINT_GRACE
     assert "scale-down-utilization-threshold" in args
 
 
@@ -95,3 +100,25 @@ def test_render_priorities_is_anchored_and_ordered() -> None:
     assert text == "30:\n- ^a$\n10:\n- ^b\\.x$\n"
     with pytest.raises(ValueError, match="unknown capacity class"):
         autoscaler.render_priorities({"owned": ["a"]})
+
+
+@pytest.mark.parametrize(("version", "json_flag"), [("1.31", True), ("1.32", True), ("1.33", False), ("1.36", False)])
+def test_autoscaler_serves_provisioning_requests(version: str, json_flag: bool) -> None:
+    """--enable-provisioning-requests everywhere; before 1.33 the autoscaler needs JSON to talk to the CRD (FAQ)."""
+    args = autoscaler.autoscaler_args(version)
+    assert args["enable-provisioning-requests"] == "true"
+    assert ("kube-api-content-type" in args) is json_flag
+    assert args["max-node-provision-time"] == f"{autoscaler.MAX_NODE_PROVISION_SECONDS // 60}m"
+
+
+def test_provisioning_request_crd_serves_v1_with_status() -> None:
+    """The CRD Kueue and the autoscaler both use: v1, namespaced, status subresource, conditions merged by type."""
+    spec = autoscaler.provisioning_request_crd()
+    assert f"{spec['names']['plural']}.{spec['group']}" == autoscaler.PROVREQ_CRD
+    (version,) = spec["versions"]
+    assert (version["name"], version["served"], version["storage"]) == ("v1", True, True)
+    assert version["subresources"] == {"status": {}} and spec["scope"] == "Namespaced"
+    schema = version["schema"]["openAPIV3Schema"]
+    assert schema["properties"]["spec"]["required"] == ["podSets", "provisioningClassName"]
+    conditions = schema["properties"]["status"]["properties"]["conditions"]
+    assert conditions["x_kubernetes_list_type"] == "map" and conditions["x_kubernetes_list_map_keys"] == ["type"]

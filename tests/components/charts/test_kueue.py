@@ -9,6 +9,7 @@ import jsonschema
 import pytest
 import yaml
 
+from components.charts import kueue as kueue_chart
 from components.charts.kueue import KUEUE_API, TEAM_LABEL, kueue_manager_config
 from dlinfra.model import job_operators, kueue
 from dlinfra.model.fleet.schema import Fleet
@@ -175,3 +176,69 @@ def test_every_job_operators_kinds_are_kueue_framework_names() -> None:
     assert config["integrations"]["frameworks"][: len(job_operators.all_frameworks())] == list(
         job_operators.all_frameworks()
     )
+
+
+def _go_minutes(duration: str) -> float:
+    """A Go duration of the forms our configuration uses ("30m", "90s", "1h") in minutes."""
+    value, unit = float(duration[:-1]), duration[-1]
+    return value * {"s": 1 / 60, "m": 1, "h": 60}[unit]
+
+
+@pytest.mark.parametrize("stack_name", regional_stacks())
+def test_gpu_queues_provision_whole(stacks: dict[str, Stack], stack_name: str) -> None:
+    """Every team queue's cloud pool flavors carry the provisioning check (best-effort atomic scale-up of every GPU
+    pod set), site flavors do not, and Kueue's waitForPodsReady outlasts the autoscaler's wait for a node."""
+    stack = stacks[stack_name]
+    flavors = stack.kueue("ResourceFlavor")
+    pools = {k.rstrip("/") for k, v in flavors.items() if "dlinfra.io/pool" in v["spec"].get("nodeLabels", {})}
+    sites = {k.rstrip("/") for k, v in flavors.items() if "dlinfra.io/site" in v["spec"].get("nodeLabels", {})}
+    assert pools  # every reference region has a cloud GPU pool
+    checks = stack.kueue("AdmissionCheck")
+    assert checks[f"{kueue_chart.PROVISIONING_CHECK}/"]["spec"] == {
+        "controllerName": "kueue.x-k8s.io/provisioning-request",
+        "parameters": {
+            "apiGroup": "kueue.x-k8s.io",
+            "kind": "ProvisioningRequestConfig",
+            "name": kueue_chart.PROVISIONING_CHECK,
+        },
+    }
+    config = stack.kueue("ProvisioningRequestConfig")[f"{kueue_chart.PROVISIONING_CHECK}/"]["spec"]
+    assert config["provisioningClassName"] == "best-effort-atomic-scale-up.autoscaling.x-k8s.io"
+    assert config["managedResources"] == ["nvidia.com/gpu"]
+    for team, queue in stack.queues().items():
+        (rule,) = queue["spec"]["admissionChecksStrategy"]["admissionChecks"]
+        assert rule["name"] == kueue_chart.PROVISIONING_CHECK, team
+        assert set(rule["onFlavors"]) == pools and not set(rule["onFlavors"]) & sites, team
+    kueue_release = stack.by_name["platform-kueue"]
+    queue_records = [r for r in stack.of_type(f"kubernetes:{KUEUE_API}:ClusterQueue")]
+    check_urn = next(
+        r.urn for r in stack.of_type(f"kubernetes:{KUEUE_API}:AdmissionCheck")
+        if r.inputs["metadata"]["name"] == kueue_chart.PROVISIONING_CHECK
+    )  # fmt: skip
+    assert all(check_urn in r.dependencies for r in queue_records if "cohortName" in r.inputs["spec"])
+    # The ProvisioningRequest CRD exists before Kueue starts (it enables its provisioning controller only then) and
+    # before the autoscaler that serves it.
+    (crd,) = stack.of_type("kubernetes:apiextensions.k8s.io/v1:CustomResourceDefinition")
+    assert crd.inputs["metadata"]["name"] == "provisioningrequests.autoscaling.x-k8s.io"
+    assert crd.urn in kueue_release.dependencies
+    assert crd.urn in stack.by_name["platform-cluster-autoscaler"].dependencies
+    args = stack.release("cluster-autoscaler")["values"]["extraArgs"]
+    assert args["enable-provisioning-requests"] == "true"
+    wait = _declared_config(stack)["waitForPodsReady"]
+    assert _go_minutes(wait["timeout"]) > _go_minutes(args["max-node-provision-time"])
+    assert wait["recoveryTimeout"] == wait["timeout"]
+    assert wait["blockAdmission"] is False
+    assert wait["requeuingStrategy"]["backoffLimitCount"] == kueue_chart.REQUEUE_LIMIT
+
+
+def test_no_provisioning_check_where_no_pool_is_autoscaled() -> None:
+    """A region whose only GPUs are a site's gets no check: nothing would answer its ProvisioningRequests."""
+    site = kueue.Flavor("r", "site-s", "site", "s", 64, "A100", "owned")
+    quotas = kueue.RegionQuotas("r", (site,), {"a": {"site-s": 32}})
+    assert "admissionChecksStrategy" not in kueue_chart.cluster_queue_spec("a", "team-a", quotas)
+    pool = kueue.Flavor("r", "pool-p", "pool", "p", 64, "H100", "on-demand")
+    quotas = kueue.RegionQuotas("r", (site, pool), {"a": {"site-s": 32, "pool-p": 32}})
+    spec = kueue_chart.cluster_queue_spec("a", "team-a", quotas)
+    assert spec["admissionChecksStrategy"] == {
+        "admissionChecks": [{"name": kueue_chart.PROVISIONING_CHECK, "onFlavors": ["pool-p"]}]
+    }

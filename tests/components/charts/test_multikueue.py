@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import yaml
 
+from components.charts import kueue as kueue_chart
 from components.charts import multikueue
 from dlinfra.model import job_operators, kueue
 from dlinfra.model.fleet.schema import Fleet
@@ -51,7 +52,9 @@ def test_multikueue_overflow(stacks: dict[str, Stack], fleet: Fleet) -> None:
     assert "overflow/team-robotics" not in local
     for region, teams in (("us-east-1", {"language", "vision"}), ("eu-west-1", {"language"})):
         worker = stacks[f"prod-{region}"]
-        assert not worker.kueue("MultiKueueCluster") and not worker.kueue("AdmissionCheck")
+        assert not worker.kueue("MultiKueueCluster")
+        # A worker's only check is its own provisioning check: the manager keeps the worker whose copy passed it.
+        assert set(worker.kueue("AdmissionCheck")) == {f"{kueue_chart.PROVISIONING_CHECK}/"}
         # Jobs arrive with the queue name they were submitted with: `overflow` feeds the team's own queue.
         overflow_queues = {k: v["spec"] for k, v in worker.kueue("LocalQueue").items() if k.startswith("overflow/")}
         assert overflow_queues == {f"overflow/team-{t}": {"clusterQueue": t} for t in teams}
@@ -80,7 +83,11 @@ def test_multikueue_overflow(stacks: dict[str, Stack], fleet: Fleet) -> None:
             for rule in roles[multikueue.MULTIKUEUE_WRITE_ROLE] + roles[multikueue.MULTIKUEUE_READ_ROLE]
         )
     staging = stacks["staging-us-west-2"]
-    assert not staging.kueue("MultiKueueCluster") and not staging.kueue("AdmissionCheck")
+    assert not staging.kueue("MultiKueueCluster")
+    assert all(
+        c["spec"]["controllerName"] != multikueue.MULTIKUEUE_CONTROLLER
+        for c in staging.kueue("AdmissionCheck").values()
+    )
 
 
 def test_the_manager_is_granted_each_operators_kinds_only_when_named() -> None:

@@ -6,6 +6,7 @@ import json
 
 import pytest
 
+from dlinfra.model.fleet.pools import DRAIN_MARGIN_SECONDS
 from dlinfra.model.fleet.schema import Fleet
 from tests.components._platform import Stack, asg_name, regional_stacks
 
@@ -17,7 +18,11 @@ def test_termination_handler_queue_rules_and_values(stacks: dict[str, Stack], fl
     (queue,) = stack.of_type("aws:sqs/queue:Queue")
     assert queue.inputs["sqsManagedSseEnabled"] is True
     queue_arn, queue_url = queue.outputs["arn"], queue.outputs["url"]
-    rules = {r.name.removeprefix("platform-nth-"): r for r in stack.of_type("aws:cloudwatch/eventRule:EventRule")}
+    rules = {
+        r.name.removeprefix("platform-nth-"): r
+        for r in stack.of_type("aws:cloudwatch/eventRule:EventRule")
+        if r.name.startswith("platform-nth-")
+    }
     patterns = {key: json.loads(rule.inputs["eventPattern"]) for key, rule in rules.items()}
     assert patterns["scheduled-change"] == {
         "source": ["aws.health"],
@@ -37,7 +42,7 @@ def test_termination_handler_queue_rules_and_values(stacks: dict[str, Stack], fl
         # In pool-name order, so reordering the fleet's pools changes no pattern.
         "detail": {"AutoScalingGroupName": [asg_name(stack, p) for p in sorted(fleet.pools_in(env, region))]},
     }
-    targets = stack.of_type("aws:cloudwatch/eventTarget:EventTarget")
+    targets = [t for t in stack.of_type("aws:cloudwatch/eventTarget:EventTarget") if t.name.startswith("platform-nth-")]
     assert sorted(t.inputs["rule"] for t in targets) == sorted(r.inputs["name"] for r in rules.values())
     assert {t.inputs["arn"] for t in targets} == {queue_arn}
     (queue_policy,) = stack.of_type("aws:sqs/queuePolicy:QueuePolicy")
@@ -51,6 +56,17 @@ def test_termination_handler_queue_rules_and_values(stacks: dict[str, Stack], fl
     assert values["enableSqsTerminationDraining"] is True and values["queueURL"] == queue_url
     assert values["cordonOnly"] is False and values["taintNode"] is True  # cordon, taint and drain
     assert values["awsRegion"] == region
+    # The disruption contract: each pod drains with its own grace, and the drain waits for the longest grace any
+    # pool of the region allows (train-h100's 1800 s where it runs) plus the margin, never the chart's 120 s.
+    largest = max(p.checkpoint_grace for p in fleet.pools_in(env, region).values())
+    assert values["podTerminationGracePeriod"] == -1
+    assert values["nodeTerminationGracePeriod"] == largest + DRAIN_MARGIN_SECONDS
+    assert values["logFormatVersion"] == 2  # events name their source (what-happened)
+    assert values.get("heartbeatInterval", -1) == -1  # the hook's own timeout covers grace + margin
+    # One drain per worker: every node the region's pools may run can drain at once (the chart's 10 would leave the
+    # 11th node of a maintenance wave or a roll uncordoned until its hook ran out).
+    nodes = sum(p.max_size for p in fleet.pools_in(env, region).values())
+    assert values["workers"] == max(10, nodes) >= nodes
 
 
 def test_termination_handler_least_privilege(stacks: dict[str, Stack], fleet: Fleet) -> None:
@@ -66,3 +82,12 @@ def test_termination_handler_least_privilege(stacks: dict[str, Stack], fleet: Fl
     pools = sorted(fleet.pools_in("prod", "eu-west-1"))
     assert lifecycle["Resource"] == [stack.by_name[f"pool-{p}-asg"].outputs["arn"] for p in pools]
     assert set(by_sid) == {"ConsumeQueue", "DescribeInstances", "CompleteLifecycle"}
+
+
+def test_a_spot_notice_gives_two_minutes_whatever_the_grace() -> None:
+    """EC2 takes a spot instance 2 minutes after its notice: the contract cannot give more, so no GPU pool is spot."""
+    from components.charts import termination_handler
+
+    assert termination_handler.SPOT_NOTICE_SECONDS == 120
+    assert termination_handler.drain_timeout(1800) > termination_handler.SPOT_NOTICE_SECONDS
+    assert termination_handler.largest_grace([]) == 900

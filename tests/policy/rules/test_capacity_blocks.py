@@ -1,7 +1,7 @@
-"""capacity-block-closes-before-cut: a pool on a Capacity Block is set to 0 by a scheduled action early enough that
-its termination hook is done before EC2's cut (EC2 guide, "Work with Capacity Blocks"; Auto Scaling guide, "Use
-Capacity Blocks for machine learning workloads"), and the block's expiration warning is routed ("Monitor Capacity
-Blocks using EventBridge")."""
+"""capacity-block-closes-before-cut: a pool on a Capacity Block is declared closed, and a keeper invoked every minute
+and by the block's expiration warning drains it early enough that its termination hook is done before EC2's cut
+(EC2 guide, "Work with Capacity Blocks" and "Monitor Capacity Blocks using EventBridge"; Auto Scaling guide, "Use
+Capacity Blocks for machine learning workloads")."""
 
 from __future__ import annotations
 
@@ -13,13 +13,22 @@ from tests.policy.rules._resources import ASG, LT, TAGS, messages, pass_and_fail
 
 BLOCK = "cr-0a1b2c3d4e5f60718"
 GROUP = "dlinfra-prod-usw2-pool-train-h100"
-SCHEDULE = "aws:autoscaling/schedule:Schedule"
+HOOK = "aws:autoscaling/lifecycleHook:LifecycleHook"
+FUNCTION = "aws:lambda/function:Function"
 RULE = "aws:cloudwatch/eventRule:EventRule"
 TARGET = "aws:cloudwatch/eventTarget:EventTarget"
-END = "2027-01-18T11:30:00Z"
+RULE_NAME = "ok"
 
 
-def plan(*, drain: str | None = "2027-01-18T10:40:00Z", heartbeat: int = 900, routed: bool = True) -> list[Resource]:
+def plan(
+    *,
+    drain: str = "2027-01-18T10:44:00Z",
+    heartbeat: int = 900,
+    warning: bool = True,
+    tick: str | None = "rate(1 minute)",
+    keeper: bool = True,
+    declared_max: int = 0,
+) -> list[Resource]:
     template = res(LT, "pool-train-h100-lt", id="lt-1")(
         instanceMarketOptions={"marketType": "capacity-block"},
         capacityReservationSpecification={"capacityReservationTarget": {"capacityReservationId": BLOCK}},
@@ -27,50 +36,80 @@ def plan(*, drain: str | None = "2027-01-18T10:40:00Z", heartbeat: int = 900, ro
     group = res(ASG, "pool-train-h100-asg", dependencies=[template.urn])(
         name=GROUP,
         minSize=0,
-        maxSize=0,
+        maxSize=declared_max,
         launchTemplate={"id": "lt-1"},
         initialLifecycleHooks=[
-            {"lifecycleTransition": "autoscaling:EC2_INSTANCE_TERMINATING", "heartbeatTimeout": heartbeat}
+            {"name": "drain", "lifecycleTransition": "autoscaling:EC2_INSTANCE_TERMINATING", "heartbeatTimeout": 900}
         ],
     )
-    out = [template, group]
-    out.append(
-        res(SCHEDULE, "block-open")(
-            autoscalingGroupName=GROUP, startTime="2027-01-04T11:30:00Z", minSize=0, maxSize=16, desiredCapacity=-1
-        )
+    hook = res(HOOK, "pool-train-h100-drain-hook", dependencies=[group.urn])(
+        name="drain",
+        autoscalingGroupName=GROUP,
+        lifecycleTransition="autoscaling:EC2_INSTANCE_TERMINATING",
+        heartbeatTimeout=heartbeat,
     )
-    if drain is not None:
-        out.append(
-            res(SCHEDULE, "block-drain")(
-                autoscalingGroupName=GROUP, startTime=drain, minSize=0, maxSize=0, desiredCapacity=0
-            )
-        )
+    out = [template, group, hook]
+    if not keeper:
+        return out
+    function = res(FUNCTION, "block-train-h100-keeper")(
+        name="keeper",
+        environment={
+            "variables": {
+                "GROUP_NAME": GROUP,
+                "CAPACITY_RESERVATION_ID": BLOCK,
+                "OPENS_AT": "2027-01-04T11:30:00Z",
+                "DRAINS_AT": drain,
+                "ENDS_AT": "2027-01-18T11:30:00Z",
+                "MIN_SIZE": "0",
+                "MAX_SIZE": "16",
+            }
+        },
+    )
+    out.append(function)
     pattern: dict[str, Any] = {
         "source": ["aws.ec2"],
-        "detail-type": ["Capacity Block Expiration Warning"],
+        "detail-type": ["Capacity Block Delivered", "Capacity Block Expiration Warning"][: 2 if warning else 1],
         "detail": {"capacity-reservation-id": [BLOCK]},
     }
-    tags = TAGS | {"dlinfra:capacity-block": BLOCK, "dlinfra:capacity-block-end": END}
-    out.append(res(RULE, "block-warning")(name="block-end", eventPattern=json.dumps(pattern), tags=tags))
-    if routed:
-        out.append(res(TARGET, "block-target")(rule="block-end", arn="arn:aws:lambda:us-west-2:1:function:f"))
+    rules = [res(RULE, "block-events")(name="events", eventPattern=json.dumps(pattern), tags=TAGS)]
+    if tick is not None:
+        rules.append(res(RULE, "block-tick")(name="tick", scheduleExpression=tick, tags=TAGS))
+    for rule in rules:
+        out.append(rule)
+        out.append(
+            res(TARGET, f"{rule.name}-target", dependencies=[function.urn])(rule=rule.inputs["name"], arn="arn:f")
+        )
     return out
 
 
 CASES: dict[str, tuple[list[Resource], list[Resource]]] = {
-    "capacity-block-closes-before-cut": (plan(), plan(drain=None)),
+    "capacity-block-closes-before-cut": (plan(), plan(keeper=False)),
 }
 
 test_rule_passes_good_resources, test_rule_flags_bad_resources = pass_and_fail(CASES)
 
 
 def test_a_drain_too_late_for_the_hook_is_flagged() -> None:
-    # Closed at 10:50 with a 15-minute hook: an instance may still be held at EC2's cut, 11:00.
-    (message,) = messages("capacity-block-closes-before-cut", plan(drain="2027-01-18T10:50:00Z"))
-    assert "close by 2027-01-18T10:45:00Z" in message
-    assert messages("capacity-block-closes-before-cut", plan(drain="2027-01-18T10:45:00Z")) == []
+    # A 15-minute hook and a keeper that may act a minute late: drained at 10:45, an instance may still be held at
+    # EC2's cut, 11:00.
+    (message,) = messages("capacity-block-closes-before-cut", plan(drain="2027-01-18T10:45:00Z"))
+    assert "drain by 2027-01-18T10:44:00Z" in message
+    # The rule reads the hook resource that replaces the 900 s initial hook: a 30-minute hold needs 10:29.
+    (message,) = messages("capacity-block-closes-before-cut", plan(heartbeat=1800))
+    assert "drain by 2027-01-18T10:29:00Z" in message
 
 
-def test_an_unrouted_warning_is_flagged() -> None:
-    (message,) = messages("capacity-block-closes-before-cut", plan(routed=False))
+def test_a_keeper_without_the_warning_is_flagged() -> None:
+    (message,) = messages("capacity-block-closes-before-cut", plan(warning=False))
     assert "Capacity Block Expiration Warning" in message
+
+
+def test_a_keeper_that_does_not_tick_every_minute_is_flagged() -> None:
+    for tick in (None, "rate(5 minutes)"):
+        (message,) = messages("capacity-block-closes-before-cut", plan(tick=tick))
+        assert "every minute" in message
+
+
+def test_a_block_pool_declared_open_is_flagged() -> None:
+    (message,) = messages("capacity-block-closes-before-cut", plan(declared_max=16))
+    assert "declared closed" in message

@@ -11,6 +11,7 @@ from policy.dlinfra_policy.rules.compute import (
     AUTOSCALER,
     GPU_TEMPLATE_TAG,
     INSTANCE,
+    drain_outlasts_checkpoint_grace,
     gpu_pools_no_auto_refresh,
     gpu_pools_scale_from_zero,
     imdsv2_required,
@@ -48,6 +49,37 @@ IN_ITS_GROUP = {
     "tags": {"Name": "lt", "reservation-placement-group": "lab-h100-cpg"},
 }
 
+# The disruption contract: a GPU pool with a 1800 s grace, its hook, and a cluster whose handler, autoscaler and
+# grace policy all outlast it.
+GRACE_TAGS = [*GPU_TAGS, {"key": "dlinfra:checkpoint-grace", "value": "1800", "propagateAtLaunch": True}]
+HOOK = {
+    "name": "drain-before-terminate",
+    "lifecycleTransition": "autoscaling:EC2_INSTANCE_TERMINATING",
+    "heartbeatTimeout": 2100.0,
+    "defaultResult": "CONTINUE",
+}
+RELEASE = "kubernetes:helm.sh/v3:Release"
+VAP = "kubernetes:admissionregistration.k8s.io/v1:ValidatingAdmissionPolicy"
+VAP_BINDING = "kubernetes:admissionregistration.k8s.io/v1:ValidatingAdmissionPolicyBinding"
+CAPS = {"dlinfra.io/checkpoint-grace-caps": '{"cpu": 900, "train-h100": 1800}'}
+
+
+def _nth(values: dict[str, Any]) -> Resource:
+    return res(RELEASE, "nth")(chart="oci://public.ecr.aws/aws-ec2/helm/aws-node-termination-handler", values=values)
+
+
+def _ca(args: dict[str, str]) -> Resource:
+    return res(RELEASE, "ca")(chart="cluster-autoscaler", values={"extraArgs": args})
+
+
+CLUSTER = [
+    res(VAP, "grace")(metadata={"name": "dlinfra-checkpoint-grace-cap", "annotations": CAPS}),
+    res(VAP_BINDING, "grace-binding")(
+        spec={"policyName": "dlinfra-checkpoint-grace-cap", "validationActions": ["Deny"]}
+    ),
+    _nth({"podTerminationGracePeriod": -1, "nodeTerminationGracePeriod": 2100}),
+    _ca({"max-graceful-termination-sec": "3600", "scale-down-gpu-utilization-threshold": "0.1"}),
+]
 
 # rule -> (resources that pass, resources that fail).
 CASES: dict[str, tuple[list[Resource], list[Resource]]] = {
@@ -89,10 +121,54 @@ CASES: dict[str, tuple[list[Resource], list[Resource]]] = {
             res(LT, "block-tagged")(**{**IN_ITS_GROUP, "instanceMarketOptions": {"marketType": "capacity-block"}}),
         ],
     ),
+    "drain-outlasts-checkpoint-grace": (
+        [
+            LT_GPU,
+            res(ASG, dependencies=[LT_GPU.urn])(
+                launchTemplate={"id": "lt-1"}, tags=GRACE_TAGS, initialLifecycleHooks=[HOOK]
+            ),
+            *CLUSTER,
+        ],
+        [
+            # The hook gives up before the pool's grace (the 900 s every pool had before checkpoint_grace).
+            res(ASG, "short-hook")(tags=GRACE_TAGS, initialLifecycleHooks=[HOOK | {"heartbeatTimeout": 900}]),
+            # A GPU pool that does not say what it must outlast.
+            LT_GPU,
+            res(ASG, "no-grace", dependencies=[LT_GPU.urn])(
+                launchTemplate={"id": "lt-1"}, initialLifecycleHooks=[HOOK]
+            ),
+            # The handler's chart default drain timeout, and the autoscaler's default 600 s.
+            CLUSTER[0],
+            CLUSTER[1],
+            res(RELEASE, "nth")(chart="oci://x/aws-node-termination-handler", values={"podTerminationGracePeriod": -1}),
+            res(RELEASE, "ca")(chart="cluster-autoscaler", values={"extraArgs": {}}),
+        ],
+    ),
 }
 
 
 test_rule_passes_good_resources, test_rule_flags_bad_resources = pass_and_fail(CASES)
+
+
+@pytest.mark.parametrize(
+    ("resources", "expected"),
+    [
+        ([res(ASG)(tags=GRACE_TAGS, initialLifecycleHooks=[HOOK | {"heartbeatTimeout": 2099}])], "less than"),
+        ([res(ASG)(tags=GRACE_TAGS, initialLifecycleHooks=[HOOK | {"heartbeatTimeout": 7201}])], "7200"),
+        ([res(ASG)(tags=GRACE_TAGS)], "no autoscaling:EC2_INSTANCE_TERMINATING lifecycle hook"),
+        ([*CLUSTER[:3], _ca({"max-graceful-termination-sec": "1799"})], "max-graceful-termination-sec 1799"),
+        ([*CLUSTER[:3], _ca({"max-graceful-termination-sec": "3600", "scale-down-gpu-utilization-threshold": "0.125"})],
+         "one GPU of 8"),
+        ([*CLUSTER[:2], _nth({"podTerminationGracePeriod": -1, "nodeTerminationGracePeriod": 1800}), CLUSTER[3]],
+         "gives up first"),
+        ([*CLUSTER[:2], _nth({"podTerminationGracePeriod": 60, "nodeTerminationGracePeriod": 2100}), CLUSTER[3]],
+         "cuts pods' grace"),
+        ([CLUSTER[0], *CLUSTER[2:]], "not bound with Deny"),
+    ],
+)  # fmt: skip
+def test_drain_outlasts_checkpoint_grace_details(resources: list[Resource], expected: str) -> None:
+    found = [v.message for v in drain_outlasts_checkpoint_grace(resources, CTX)]
+    assert any(expected in m for m in found), found
 
 
 def test_imdsv2_disabled_endpoint_is_fine_and_unset_is_not() -> None:

@@ -1,4 +1,5 @@
-"""The platform rules: team namespaces' Pod Security, MultiKueue wiring, no toleration of drain taints."""
+"""The platform rules: team namespaces' Pod Security, MultiKueue wiring, no toleration of drain taints, capacity that
+arrives whole (rules/provisioning.py)."""
 
 from __future__ import annotations
 
@@ -25,6 +26,13 @@ from policy.dlinfra_policy.rules.platform import (
     team_namespaces_pod_security,
     team_namespaces_volume_policy,
     tolerates,
+)
+from policy.dlinfra_policy.rules.provisioning import (
+    ATOMIC_CLASS,
+    CRD_TYPE,
+    PROVISIONING_CONTROLLER,
+    PROVREQ_CRD,
+    gpu_queues_provision_whole,
 )
 from tests.policy.rules._resources import CTX, pass_and_fail, res
 
@@ -133,6 +141,48 @@ OWNERS = [_owner_policy(), _binding("Deny", policy="owners")]
 QUEUED = [TEAM_NAMESPACE, _kueue_release(), _gate_policy(), _binding("Deny"), *OWNERS]
 
 
+def _whole(
+    *, on_flavors: list[str] | None = None, provreq: bool = True, crd: bool = True, timeout: str = "30m",
+    check: bool = True,
+) -> list[Resource]:  # fmt: skip
+    """A stack with a cloud pool flavor and a site flavor in a team queue, and what makes the pool's jobs whole."""
+    checks = [{"name": "whole"} | ({"onFlavors": on_flavors} if on_flavors is not None else {})] if check else []
+    out = [
+        res(RESOURCE_FLAVOR, "fp")(metadata={"name": "pool-p"}, spec={"nodeLabels": {"dlinfra.io/pool": "p"}}),
+        res(RESOURCE_FLAVOR, "fs")(metadata={"name": "site-s"}, spec={"nodeLabels": {"dlinfra.io/site": "s"}}),
+        res(f"{KUEUE_CUSTOM}AdmissionCheck", "ac")(
+            metadata={"name": "whole"},
+            spec={
+                "controllerName": PROVISIONING_CONTROLLER,
+                "parameters": {"apiGroup": "kueue.x-k8s.io", "kind": "ProvisioningRequestConfig", "name": "whole"},
+            },
+        ),
+        res(f"{KUEUE_CUSTOM}ProvisioningRequestConfig", "prc")(
+            metadata={"name": "whole"}, spec={"provisioningClassName": ATOMIC_CLASS}
+        ),
+        res(f"{KUEUE_CUSTOM}ClusterQueue", "cq")(
+            metadata={"name": "a"},
+            spec={
+                "cohortName": "research",
+                "resourceGroups": [{"coveredResources": ["nvidia.com/gpu"], "flavors": [
+                    {"name": "pool-p", "resources": [{"name": "nvidia.com/gpu", "nominalQuota": "8"}]},
+                    {"name": "site-s", "resources": [{"name": "nvidia.com/gpu", "nominalQuota": "8"}]},
+                ]}],
+                **({"admissionChecksStrategy": {"admissionChecks": checks}} if checks else {}),
+            },
+        ),
+        res(HELM_RELEASE, "ca")(
+            name="cluster-autoscaler", chart="cluster-autoscaler",
+            values={"extraArgs": {"max-node-provision-time": "25m"}
+                    | ({"enable-provisioning-requests": "true"} if provreq else {})},
+        ),
+        _kueue_release(KUEUE_CONFIG | {"waitForPodsReady": {"timeout": timeout}}),
+    ]  # fmt: skip
+    if crd:
+        out.append(res(CRD_TYPE, "crd")(metadata={"name": PROVREQ_CRD}, spec={}))
+    return out
+
+
 # rule -> (resources that pass, resources that fail).
 CASES: dict[str, tuple[list[Resource], list[Resource]]] = {
     "team-namespaces-pod-security": (
@@ -205,7 +255,32 @@ CASES: dict[str, tuple[list[Resource], list[Resource]]] = {
         [TEAM_A, CLUSTER_QUEUE_A, local_queue("team-a"), res(K8S_NAMESPACE, "kube-system")(metadata={"name": "x"})],
         [TEAM_A, CLUSTER_QUEUE_A, local_queue("team-b")],
     ),
+    "gpu-queues-provision-whole": (_whole(on_flavors=["pool-p"]), _whole(on_flavors=["site-s"])),
 }
+
+
+@pytest.mark.parametrize(
+    ("stack", "problem"),
+    [
+        (_whole(check=False), "flavors pool-p are autoscaled GPU pools without the provisioning check"),
+        (_whole(on_flavors=["site-s"]), "flavors pool-p are autoscaled GPU pools without the provisioning check"),
+        (_whole(provreq=False), "enable-provisioning-requests is not true"),
+        (_whole(crd=False), f"no CustomResourceDefinition {PROVREQ_CRD}"),
+        (_whole(timeout="20m"), "waitForPodsReady.timeout '20m' must exceed"),
+        (_whole(timeout="25m"), "waitForPodsReady.timeout '25m' must exceed"),
+        (_whole(timeout="soon"), "waitForPodsReady.timeout 'soon' must exceed"),
+    ],
+)
+def test_gpu_queues_provision_whole_names_each_missing_piece(stack: list[Resource], problem: str) -> None:
+    (violation,) = gpu_queues_provision_whole(stack, CTX)
+    assert problem in violation.message
+
+
+def test_gpu_queues_provision_whole_passes_a_check_on_every_flavor_and_site_only_queues() -> None:
+    assert gpu_queues_provision_whole(_whole(), CTX) == []  # no onFlavors: the check runs for every flavor
+    assert gpu_queues_provision_whole(_whole(on_flavors=["pool-p"], timeout="1h"), CTX) == []
+    sites_only = [r for r in _whole(check=False, provreq=False, crd=False) if r.name != "fp"]
+    assert gpu_queues_provision_whole(sites_only, CTX) == []  # no autoscaler behind a site: nothing to provision
 
 
 def test_a_local_queue_must_feed_a_declared_cluster_queue() -> None:
