@@ -53,7 +53,12 @@ def declare(
                     "checkpoint-grace",
                     checkpoint_grace.POLICY_NAME,
                     checkpoint_grace.policy_spec(selector, grace_caps, gpu_pools),
-                )
+                ),
+                (
+                    "checkpoint-grace-jobs",
+                    checkpoint_grace.JOBS_POLICY_NAME,
+                    checkpoint_grace.policy_spec(selector, grace_caps, gpu_pools, jobs=True),
+                ),
             ]
             if grace_caps is not None
             else []

@@ -112,11 +112,16 @@ def _gated(pod: str) -> str:
     return f"has({pod}.spec.schedulingGates) && {pod}.spec.schedulingGates.exists(g, g.name == '{ADMISSION_GATE}')"
 
 
+def asks_gpu(pod: str) -> str:
+    """CEL: the pod (or pod template) at `pod` asks for GPUs, in a container or an init container."""
+    return f"{_asks_gpu(f'{pod}.spec.containers')} || " + (
+        f"(has({pod}.spec.initContainers) && {_asks_gpu(f'{pod}.spec.initContainers')})"
+    )
+
+
 def match_condition() -> str:
     """CEL: the pod asks for GPUs, in a container or an init container."""
-    return f"{_asks_gpu('object.spec.containers')} || " + (
-        f"(has(object.spec.initContainers) && {_asks_gpu('object.spec.initContainers')})"
-    )
+    return asks_gpu("object")
 
 
 def _by_controller(controller_namespaces: Sequence[str]) -> str:

@@ -54,14 +54,30 @@ def _request(operation: str, user: str = TEAM_USER) -> dict[str, Any]:
     return {"operation": operation, "userInfo": {"username": user}, "namespace": "team-vision"}
 
 
+def _job(pod: dict[str, Any]) -> dict[str, Any]:
+    """A batch/v1 Job whose pod template is `pod`'s metadata and spec, suspended as Kueue's webhook leaves it."""
+    template = {"metadata": {"labels": {"app": "train"}}, "spec": pod["spec"]}
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": "j", "namespace": "team-vision", "labels": {"kueue.x-k8s.io/queue-name": "default"}},
+        "spec": {"suspend": True, "template": template},
+    }
+
+
+def _declared(stacks: dict[str, Stack], name: str) -> dict[str, Any]:
+    (declared,) = [p for p in stacks["prod-us-west-2"].of_type(POLICY) if p.inputs["metadata"]["name"] == name]
+    return dict(declared.inputs)
+
+
 @pytest.fixture(scope="module")
 def policy(stacks: dict[str, Stack]) -> dict[str, Any]:
-    (declared,) = [
-        p
-        for p in stacks["prod-us-west-2"].of_type(POLICY)
-        if p.inputs["metadata"]["name"] == checkpoint_grace.POLICY_NAME
-    ]
-    return dict(declared.inputs)
+    return _declared(stacks, checkpoint_grace.POLICY_NAME)
+
+
+@pytest.fixture(scope="module")
+def job_policy(stacks: dict[str, Stack]) -> dict[str, Any]:
+    return _declared(stacks, checkpoint_grace.JOBS_POLICY_NAME)
 
 
 @pytest.mark.parametrize(
@@ -71,11 +87,13 @@ def policy(stacks: dict[str, Stack]) -> dict[str, Any]:
         ("GPU pod above its pool's grace", _pod(1801, pool="train-h100"), False),
         ("GPU pod above a smaller pool's grace", _pod(1200, pool="interactive"), False),
         ("GPU pod with the default grace", _pod(None, pool="interactive"), True),
-        ("GPU pod without a pool, within the largest GPU grace", _pod(1800), True),
+        ("GPU pod without a pool, within the smallest GPU grace", _pod(900), True),
+        ("GPU pod without a pool, above the smallest GPU grace", _pod(1800), False),
         ("GPU pod without a pool, above every GPU grace", _pod(1900), False),
         ("CPU pod on the CPU pool above its grace", _pod(1000, gpus=0, pool="cpu"), False),
         ("CPU pod without a pool: nothing to wait for it", _pod(7200, gpus=0), True),
-        ("pod naming a pool of another region: GPU cap", _pod(1800, pool="train-a100"), True),
+        # No node here can take it: a job bound for eu-west-1 through MultiKueue is checked by that region's policy.
+        ("pod naming a pool of another region", _pod(1800, pool="train-a100"), True),
     ],
 )
 def test_grace_is_capped_by_the_pool(policy: dict[str, Any], case: str, pod: dict[str, Any], admitted: bool) -> None:
@@ -101,6 +119,47 @@ def test_kueue_injecting_a_pool_is_checked_other_updates_are_not(policy: dict[st
     assert _review(policy, _request("UPDATE", KUEUE), relabelled, running) == []
 
 
+@pytest.mark.parametrize(
+    ("case", "pod", "admitted"),
+    [
+        ("GPU job within the smallest GPU grace", _pod(900), True),
+        ("GPU job pinned to its pool, within its grace", _pod(1800, pool="train-h100"), True),
+        ("GPU job without a pool, above the smallest GPU grace", _pod(1800), False),
+        ("GPU job pinned to a pool, above its grace", _pod(1200, pool="interactive"), False),
+        ("CPU job without a pool", _pod(7200, gpus=0), True),
+    ],
+)
+def test_a_job_is_refused_at_submission_not_after_admission(
+    job_policy: dict[str, Any], case: str, pod: dict[str, Any], admitted: bool
+) -> None:
+    """The Job is created suspended, before Kueue admits it: refusing it then returns the error to its author and
+    holds no quota. Its pods, created after admission, would otherwise be refused with the quota held."""
+    failed = _review(job_policy, _request("CREATE"), _job(pod))
+    assert (failed == []) is admitted, (case, failed)
+
+
+def test_kueue_writing_a_pool_into_a_job_is_checked(job_policy: dict[str, Any]) -> None:
+    submitted = _job(_pod(1800))  # as if created before the cap was lowered
+    admitted = copy.deepcopy(submitted)
+    admitted["spec"]["template"]["spec"]["nodeSelector"] = {"dlinfra.io/pool": "interactive"}
+    assert _review(job_policy, _request("UPDATE", KUEUE), admitted, submitted)
+    admitted["spec"]["template"]["spec"]["nodeSelector"] = {"dlinfra.io/pool": "train-h100"}
+    assert _review(job_policy, _request("UPDATE", KUEUE), admitted, submitted) == []
+
+
+@pytest.mark.parametrize("grace", [30, 600, 900, 901, 1800, 3600])
+def test_what_passes_at_submission_passes_on_any_pool_kueue_picks(
+    policy: dict[str, Any], job_policy: dict[str, Any], grace: int
+) -> None:
+    """Finding 3 of the issue-22 review: capped by the largest GPU grace at submission, a 1800 s job was admitted to
+    the 900 s pool and its pods refused only then. Now whatever a pool-less GPU job passes with, every GPU pool
+    Kueue may give it (us-west-2: train-h100, interactive) accepts its pods."""
+    if _review(job_policy, _request("CREATE"), _job(_pod(grace))):
+        return
+    for pool in ("train-h100", "interactive"):
+        assert _review(policy, _request("CREATE", KUEUE), _pod(grace, pool=pool)) == [], pool
+
+
 def test_caps_follow_the_fleet_in_every_region(stacks: dict[str, Stack], fleet: Fleet) -> None:
     for stack in stacks.values():
         env, region = stack.role.environment, stack.role.region
@@ -112,11 +171,15 @@ def test_caps_follow_the_fleet_in_every_region(stacks: dict[str, Stack], fleet: 
         pools = fleet.pools_in(env, region)
         for name, pool in pools.items():
             assert f"'{name}': {pool.checkpoint_grace}" in variables["caps"]
-        assert variables["gpuCap"] == str(max(p.checkpoint_grace for p in pools.values() if p.kind == "gpu"))
-        (binding,) = [
-            b for b in stack.of_type(BINDING) if b.inputs["spec"]["policyName"] == checkpoint_grace.POLICY_NAME
+        assert variables["gpuCap"] == str(min(p.checkpoint_grace for p in pools.values() if p.kind == "gpu"))
+        (jobs,) = [
+            p for p in stack.of_type(POLICY) if p.inputs["metadata"]["name"] == checkpoint_grace.JOBS_POLICY_NAME
         ]
-        assert binding.inputs["spec"]["validationActions"] == ["Deny"]
+        (rule,) = jobs.inputs["spec"]["matchConstraints"]["resourceRules"]
+        assert (rule["apiGroups"], rule["resources"]) == (["batch"], ["jobs"])
+        for name in (checkpoint_grace.POLICY_NAME, checkpoint_grace.JOBS_POLICY_NAME):
+            (binding,) = [b for b in stack.of_type(BINDING) if b.inputs["spec"]["policyName"] == name]
+            assert binding.inputs["spec"]["validationActions"] == ["Deny"]
 
 
 def test_without_the_policy_an_oversized_grace_is_admitted(policy: dict[str, Any]) -> None:
