@@ -6,8 +6,11 @@ Pure. The causes are the events each source records (docs/what-happened.md, "Who
 - the termination queue's messages (AWS Health, spot warning, rebalance, Auto Scaling lifecycle action),
 - cluster-autoscaler's pod event ScaleDown, "deleting pod for node scale down" (v1.33.6 scaledown/actuation/drain.go),
 - Kueue's workload and job events (Preempted; an eviction for waitForPodsReady; Stopped on the job),
-- an Auto Scaling activity caused by an instance refresh (`pool roll`),
+- an Auto Scaling activity caused by an instance refresh (`pool roll`), or by a request that set the group to 0
+  (a Capacity Block's keeper at its drain time: components/capacity_block.py),
 - a Capacity Block's expiration warning.
+Auto Scaling's termination is how the last two reach a node, so when the handler's lifecycle event is the latest
+cause, the Auto Scaling reason recorded before it names the source.
 The signal is the kubelet's Killing event on the pod (SIGTERM); its end is the container's end, or else its node's.
 """
 
@@ -39,6 +42,12 @@ NTH_V1_MESSAGES: Mapping[str, str] = {
     "ASG Lifecycle Termination": NTH_KINDS["ASGLifecycle"],
     "EC2 State Change": NTH_KINDS["StateChange"],
 }
+POOL_ROLL = "pool roll (instance refresh)"
+POOL_CLOSED = "pool set to 0 (a Capacity Block's keeper at its drain time, or by hand)"
+CAPACITY_BLOCK = "Capacity Block end"
+# What AWS writes in an activity's cause when UpdateAutoScalingGroup set the sizes to 0 ("a user request update of
+# AutoScalingGroup constraints to min: 0, max: 0, desired: 0 changing the desired capacity from N to 0").
+CLOSED_CAUSE = "constraints to min: 0, max: 0, desired: 0"
 QUEUE_KINDS: Mapping[str, str] = {
     "AWS Health scheduled change": NTH_KINDS["ScheduledEvent"],
     "spot interruption warning": NTH_KINDS["SpotInterruption"],
@@ -79,17 +88,31 @@ def cause(event: Event) -> str | None:
         if reason in ("Evicted", "Stopped") and "PodsReady" in detail:
             return "Kueue waitForPodsReady eviction"
         if "Capacity Block" in detail:
-            return "Capacity Block end"
+            return CAPACITY_BLOCK
         return None
     if event.source == "termination-queue":
         if "Capacity Block" in event.what:
-            return "Capacity Block end"
+            return CAPACITY_BLOCK
         return QUEUE_KINDS.get(event.what)
     if event.source == "autoscaling" and "instance refresh" in detail:
-        return "pool roll (instance refresh)"
+        return POOL_ROLL
+    if event.source == "autoscaling" and CLOSED_CAUSE in detail:
+        return POOL_CLOSED
     if event.source == "ec2" and "Capacity Block" in detail:
-        return "Capacity Block end"
+        return CAPACITY_BLOCK
     return None
+
+
+def _source(before: Sequence[str]) -> str:
+    """The latest cause; when that is Auto Scaling's termination, the reason it was for, if one was recorded."""
+    if not before:
+        return "unknown (no recorded cause in the two hours before SIGTERM)"
+    latest = before[-1]
+    if latest == NTH_KINDS["ASGLifecycle"]:
+        reasons = [c for c in before if c in (POOL_ROLL, POOL_CLOSED, CAPACITY_BLOCK)]
+        if reasons:
+            return f"{reasons[-1]}, through Auto Scaling termination"
+    return latest
 
 
 def _waited(signalled: Event, ended: Event | None, grace: int | None) -> str:
@@ -119,7 +142,7 @@ def disruptions(events: Sequence[Event], graces: Mapping[str, int]) -> list[Disr
         seen.add(event.subject)
         before = [c for e, c in causes if event.time - LOOKBACK <= e.time <= event.time]
         # A pod's own record (CA's ScaleDown, Kueue's) outranks its node's: the last recorded cause wins.
-        source = before[-1] if before else "unknown (no recorded cause in the two hours before SIGTERM)"
+        source = _source(before)
         ended = next(
             (
                 e

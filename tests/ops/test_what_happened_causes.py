@@ -46,11 +46,36 @@ NTH = "[aws-node-termination-handler]"
          "pool roll (instance refresh)"),
         (_at(0, "termination-queue", "instance/i-1", "Capacity Block Reservation Expiration Warning"),
          "Capacity Block end"),
+        (_at(0, "autoscaling", "group/g", "Terminating EC2 instance: i-1",
+             "At 2027-01-18T10:24:31Z a user request update of AutoScalingGroup constraints to min: 0, max: 0, "
+             "desired: 0 changing the desired capacity from 16 to 0."),
+         "pool set to 0 (a Capacity Block's keeper at its drain time, or by hand)"),
         (_at(0, "kubernetes", POD, "Killing", "Stopping container trainer [kubelet]"), None),
     ],
 )  # fmt: skip
 def test_each_source_is_named(event: Event, source: str | None) -> None:
     assert cause(event) == source
+
+
+def test_a_block_pools_drain_is_named_behind_the_lifecycle_event() -> None:
+    """The keeper sets the group to 0; Auto Scaling terminates the node through its hook; the handler drains it.
+    The handler's event is the latest cause, but the reason is the group's closing."""
+    events = [
+        _at(0, "autoscaling", "group/g", "Terminating EC2 instance: i-1",
+            "At 2027-01-18T10:24:31Z a user request update of AutoScalingGroup constraints to min: 0, max: 0, "
+            "desired: 0 changing the desired capacity from 16 to 0."),
+        _at(60, "kubernetes", NODE, "ASGLifecycle", NTH),
+        _at(62, "kubernetes", POD, "Killing", "Stopping container trainer [kubelet]"),
+        _at(542, "kubernetes", POD, "container ended", "trainer: Completed, exit code 0"),
+    ]  # fmt: skip
+    (found,) = disruptions(events, {POD: 1800})
+    assert found.source == (
+        "pool set to 0 (a Capacity Block's keeper at its drain time, or by hand), through Auto Scaling termination"
+    )
+    assert found.waited.startswith("waited: it exited on its own 480s after SIGTERM")
+    # Without the group's activity it is only the mechanism that is known.
+    (bare,) = disruptions(events[1:], {POD: 1800})
+    assert bare.source == "Auto Scaling termination (scale-in, health replacement or pool roll)"
 
 
 def test_maintenance_waited_for_the_checkpoint() -> None:
