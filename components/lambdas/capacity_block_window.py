@@ -22,7 +22,8 @@ from __future__ import annotations
 
 import datetime
 import os
-from collections.abc import Mapping
+import time
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -31,6 +32,10 @@ from typing import Any, Protocol
 WARNING_DETAIL_TYPES = ("Capacity Block Expiration Warning", "Capacity Block Reservation Expiration Warning")
 DELIVERED_DETAIL_TYPES = ("Capacity Block Delivered", "Capacity Block Reservation Delivered")
 TIME_FORMAT = "%Y-%m-%dT%H:%M:%SZ"
+# UpdateAutoScalingGroup's errors worth another try within this call (Auto Scaling API reference: a scaling
+# activity in progress, or contention on the group): the drain's budget has room for one tick, not two.
+RETRIED = ("ScalingActivityInProgress", "ResourceContention")
+BACKOFF_SECONDS = (2, 4, 8)  # 14 s in all, within the function's 30 s timeout
 
 
 class AutoScaling(Protocol):
@@ -90,14 +95,27 @@ def wanted(event: Mapping[str, Any], window: Window, now: datetime.datetime) -> 
 
 
 def respond(
-    event: Mapping[str, Any], autoscaling: AutoScaling, window: Window, now: datetime.datetime
+    event: Mapping[str, Any],
+    autoscaling: AutoScaling,
+    window: Window,
+    now: datetime.datetime,
+    sleep: Callable[[float], None] = time.sleep,
 ) -> dict[str, Any]:
-    """Set the group to what `wanted` says; an event about another block leaves it alone."""
+    """Set the group to what `wanted` says, trying again while Auto Scaling is busy with the group; an event about
+    another block leaves it alone."""
     decision = wanted(event, window, now)
     if decision is None:
         return {"group": None, "ignored": f"{event.get('detail-type')} about {reservation_of(event) or 'nothing'}"}
     why, sizes = decision
-    autoscaling.update_auto_scaling_group(AutoScalingGroupName=window.group, **sizes)
+    for pause in (*BACKOFF_SECONDS, None):
+        try:
+            autoscaling.update_auto_scaling_group(AutoScalingGroupName=window.group, **sizes)
+            break
+        except Exception as exc:  # botocore's ClientError, whose code says whether to try again
+            code = getattr(exc, "response", {}).get("Error", {}).get("Code")
+            if pause is None or code not in RETRIED:
+                raise
+            sleep(pause)
     return {"group": window.group, "why": why, **sizes}
 
 

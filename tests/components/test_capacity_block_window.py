@@ -138,3 +138,30 @@ def test_the_handler_reads_its_window_from_the_environment(autoscaling: Any, mon
     make_group(autoscaling, 2, 16, 4)
     assert keeper.handler(event(keeper.WARNING_DETAIL_TYPES[0]), None)["why"] == "expiration-warning"
     assert sizes(autoscaling) == (0, 0, 0)
+
+
+class _Busy:
+    """A client whose group is busy for the first `busy` calls (botocore's ClientError shape)."""
+
+    def __init__(self, busy: int, code: str = "ScalingActivityInProgress") -> None:
+        self.busy, self.code, self.calls = busy, code, 0
+
+    def update_auto_scaling_group(self, **kwargs: Any) -> dict[str, Any]:
+        self.calls += 1
+        if self.calls <= self.busy:
+            error = RuntimeError(self.code)
+            error.response = {"Error": {"Code": self.code}}  # type: ignore[attr-defined]
+            raise error
+        return {}
+
+
+def test_a_busy_group_is_tried_again_within_the_call() -> None:
+    """A scaling activity in progress at the drain time must not cost a whole tick of the drain's budget."""
+    pauses: list[float] = []
+    client = _Busy(busy=3)
+    answer = keeper.respond(TICK, client, WINDOW, DRAINS, sleep=pauses.append)
+    assert answer["why"] == "after-drain" and client.calls == 4 and sum(pauses) == 14
+    with pytest.raises(RuntimeError):
+        keeper.respond(TICK, _Busy(busy=4), WINDOW, DRAINS, sleep=pauses.append)  # then the next tick
+    with pytest.raises(RuntimeError):
+        keeper.respond(TICK, _Busy(busy=1, code="ValidationError"), WINDOW, DRAINS, sleep=pauses.append)

@@ -202,17 +202,17 @@ RULES: tuple[ResourceRule | StackRule, ...] = (
         platform.team_namespaces_have_local_queue,
     ),
     StackRule(
-        "capacity-block-closes-before-cut",
-        "Pools on Capacity Blocks are open only inside the block's window, kept every minute and drained before EC2's "
-        "30-minute cut, and the block's expiration warning reaches the keeper",
-        "mandatory",
-        capacity_blocks.capacity_block_closes_before_cut,
-    ),
-    StackRule(
         "gpu-queues-provision-whole",
         "Jobs on autoscaled GPU pools are admitted only once the autoscaler takes all their nodes, and evicted whole "
         "when the nodes come in part",
         "mandatory",
         provisioning.gpu_queues_provision_whole,
+    ),
+    StackRule(
+        "capacity-block-closes-before-cut",
+        "Pools on Capacity Blocks are open only inside the block's window, kept every minute and drained before EC2's "
+        "30-minute cut, and the block's expiration warning reaches the keeper",
+        "mandatory",
+        capacity_blocks.capacity_block_closes_before_cut,
     ),
 )
