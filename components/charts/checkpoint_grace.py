@@ -85,7 +85,8 @@ def variables(caps: Mapping[str, int], gpu_pools: Sequence[str], template: str =
         "poolChanged": f"request.operation == 'CREATE' || variables.pool != ({_pool_of(old)})",
         "caps": _caps_literal(caps),
         "asksGpu": gpu_admission.asks_gpu(pod),
-        # A GPU pod without a pool: any GPU pool may take it. No GPU pool in the region: -1, nothing may ask.
+        # A GPU pod without a pool: any GPU pool may take it. No GPU pool in the region: -1, no cap, since only a
+        # site's machines can run it and no cloud disruption source drains them.
         "gpuCap": str(-1 if smallest is None else smallest),
     }
 
@@ -104,7 +105,8 @@ def validations(caps: Mapping[str, int], gpu_pools: Sequence[str]) -> list[tuple
         (
             "!variables.poolChanged || (variables.pool in variables.caps ? "
             "variables.grace <= variables.caps[variables.pool] : "
-            "(variables.pool != '' || !variables.asksGpu || variables.grace <= variables.gpuCap))",
+            "(variables.pool != '' || !variables.asksGpu || variables.gpuCap < 0 || "
+            "variables.grace <= variables.gpuCap))",
             f"terminationGracePeriodSeconds is above the checkpoint_grace of the pool the pod runs on ({listed}"
             f"{without}): disruptions wait only that long, so the pod would be killed mid-checkpoint. Ask for at "
             "most the pool's grace, or have the fleet raise the pool's checkpoint_grace (docs/jobs.md)",

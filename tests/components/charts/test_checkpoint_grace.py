@@ -194,3 +194,14 @@ def test_bad_inputs() -> None:
     with pytest.raises(ValueError, match="no checkpoint grace"):
         checkpoint_grace.variables({"a": 900}, ["b"])
     assert checkpoint_grace.variables({"cpu": 900}, [])["gpuCap"] == "-1"
+
+
+def test_a_region_without_gpu_pools_caps_no_pool_less_gpu_job(policy: dict[str, Any]) -> None:
+    """Only a site's machines can run it there, and no cloud disruption drains them: refusing every GPU job (the
+    old -1 meant "nothing may ask") would have made a site-only region unusable."""
+    site_only = copy.deepcopy(policy)
+    for variable in site_only["spec"]["variables"]:
+        if variable["name"] == "gpuCap":
+            variable["expression"] = "-1"
+    assert _review(site_only, _request("CREATE"), _pod(3600)) == []
+    assert _review(policy, _request("CREATE"), _pod(3600))
