@@ -240,6 +240,16 @@ class Platform(pulumi.ComponentResource):
             ),
             opts=self._k8s(),
         )
+        # The provider does not wait for a CRD to be Established, and a Kueue that starts before would skip its
+        # provisioning controller until restarted (cmd/kueue/main.go, v0.19.2): Kueue waits until it is served.
+        provreq_served: pulumi.Resource = provreq_crd
+        if args.kubeconfig is not None:
+            provreq_served = CrdWait(
+                f"{name}-provisioning-request-crd-wait",
+                args.kubeconfig,
+                [autoscaler.PROVREQ_CRD],
+                opts=pulumi.ResourceOptions(parent=self, depends_on=[provreq_crd]),
+            )
         self._autoscaler(provreq_crd)
         self._release(
             "aws-node-termination-handler",
@@ -253,7 +263,7 @@ class Platform(pulumi.ComponentResource):
         # Every node, cloud and hybrid: kubelets list its address first (dlinfra.model.dns.node_dns_servers).
         self._release("node-local-dns", node_local_dns.node_local_dns_values(args.kube_dns_ip))
         self._frameworks = job_operators.frameworks(args.job_operators)
-        kueue_release = self._release("kueue", kueue_chart.kueue_values(self._frameworks), depends_on=[provreq_crd])
+        kueue_release = self._release("kueue", kueue_chart.kueue_values(self._frameworks), depends_on=[provreq_served])
         namespaces = self._teams()
         # No GPU pod in a team namespace starts without Kueue's admission, and no job hides under another's. Trusted
         # controllers: the cluster's, the add-ons' and the job operators the fleet names.

@@ -97,9 +97,13 @@ def test_in_cluster_stack_reads_its_region_and_declares_only_kubernetes_objects(
     kubeconfig = __import__("json").loads(k8s_provider.inputs["kubeconfig"])
     assert kubeconfig["clusters"][0]["cluster"]["server"] == results[regional].outputs["cluster_endpoint"]
     assert kubeconfig["users"][0]["user"]["exec"]["args"][-1] == regional.split("-", 1)[1]
-    # The one other custom resource: the wait for Cilium's CRDs where sites are homed, through the same kubeconfig.
+    # The other custom resources: the waits for the ProvisioningRequest CRD (before Kueue starts) and for Cilium's
+    # CRDs where sites are homed, through the same kubeconfig.
     waits = [r for r in result.resources if r.type == "pulumi-python:dynamic:Resource"]
-    assert [r.name for r in waits] == (["platform-cilium-crds"] if _of_type(result, CILIUM_POOL) else [])
+    cilium = ["platform-cilium-crds"] if _of_type(result, CILIUM_POOL) else []
+    assert sorted(r.name for r in waits) == sorted(["platform-provisioning-request-crd-wait", *cilium])
+    (kueue,) = [r for r in result.resources if r.name == "platform-kueue"]
+    assert any(w.urn in kueue.dependencies for w in waits if w.name.startswith("platform-provisioning"))
     assert all(r.inputs["kubeconfig"] == k8s_provider.inputs["kubeconfig"] for r in waits)
     custom = [r for r in result.resources if r.custom and not r.type.startswith("pulumi:") and r not in waits]
     assert custom and all(r.type.startswith("kubernetes:") for r in custom)
