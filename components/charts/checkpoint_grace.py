@@ -81,8 +81,12 @@ def variables(caps: Mapping[str, int], gpu_pools: Sequence[str], template: str =
             f"{DEFAULT_GRACE}"
         ),
         "pool": _pool_of(pod),
-        # oldObject is null on CREATE.
-        "poolChanged": f"request.operation == 'CREATE' || variables.pool != ({_pool_of(old)})",
+        # oldObject is null on CREATE. An UPDATE is checked only when it gives a pool: Kueue restores a Job's
+        # template to its submitted node selector when it evicts or preempts it (RestorePodSetsInfo), and that must
+        # never be refused, or the eviction could not finish.
+        "poolChanged": (
+            f"request.operation == 'CREATE' || (variables.pool != '' && variables.pool != ({_pool_of(old)}))"
+        ),
         "caps": _caps_literal(caps),
         "asksGpu": gpu_admission.asks_gpu(pod),
         # A GPU pod without a pool: any GPU pool may take it. No GPU pool in the region: -1, no cap, since only a

@@ -145,6 +145,8 @@ def test_kueue_writing_a_pool_into_a_job_is_checked(job_policy: dict[str, Any]) 
     assert _review(job_policy, _request("UPDATE", KUEUE), admitted, submitted)
     admitted["spec"]["template"]["spec"]["nodeSelector"] = {"dlinfra.io/pool": "train-h100"}
     assert _review(job_policy, _request("UPDATE", KUEUE), admitted, submitted) == []
+    # Evicted or preempted, Kueue restores the submitted selector: never refused, or the eviction could not finish.
+    assert _review(job_policy, _request("UPDATE", KUEUE), submitted, admitted) == []
 
 
 @pytest.mark.parametrize("grace", [30, 600, 900, 901, 1800, 3600])
