@@ -250,7 +250,7 @@ class Platform(pulumi.ComponentResource):
                 [autoscaler.PROVREQ_CRD],
                 opts=pulumi.ResourceOptions(parent=self, depends_on=[provreq_crd]),
             )
-        self._autoscaler(provreq_crd)
+        self._autoscaler(provreq_served)
         self._release(
             "aws-node-termination-handler",
             termination_handler.termination_handler_values(

@@ -81,11 +81,13 @@ def variables(caps: Mapping[str, int], gpu_pools: Sequence[str], template: str =
             f"{DEFAULT_GRACE}"
         ),
         "pool": _pool_of(pod),
-        # oldObject is null on CREATE. An UPDATE is checked only when it gives a pool: Kueue restores a Job's
-        # template to its submitted node selector when it evicts or preempts it (RestorePodSetsInfo), and that must
-        # never be refused, or the eviction could not finish.
+        # oldObject is null on CREATE. An UPDATE is checked when it changes the pool, except Kueue's own that takes
+        # it away: Kueue restores a Job's template to its submitted node selector when it evicts or preempts it
+        # (RestorePodSetsInfo), and that must never be refused, or the eviction could not finish. Anyone else
+        # removing a pin is checked, since the job could then be given a pool with a smaller cap.
         "poolChanged": (
-            f"request.operation == 'CREATE' || (variables.pool != '' && variables.pool != ({_pool_of(old)}))"
+            f"request.operation == 'CREATE' || (variables.pool != ({_pool_of(old)}) && "
+            f"(variables.pool != '' || request.userInfo.username != '{gpu_admission.KUEUE_CONTROLLER}'))"
         ),
         "caps": _caps_literal(caps),
         "asksGpu": gpu_admission.asks_gpu(pod),

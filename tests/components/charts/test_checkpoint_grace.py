@@ -147,6 +147,9 @@ def test_kueue_writing_a_pool_into_a_job_is_checked(job_policy: dict[str, Any]) 
     assert _review(job_policy, _request("UPDATE", KUEUE), admitted, submitted) == []
     # Evicted or preempted, Kueue restores the submitted selector: never refused, or the eviction could not finish.
     assert _review(job_policy, _request("UPDATE", KUEUE), submitted, admitted) == []
+    # Its author removing the pin of a suspended job is checked: Kueue could then give it a smaller pool.
+    pinned = _job(_pod(1800, pool="train-h100"))
+    assert _review(job_policy, _request("UPDATE"), submitted, pinned)
 
 
 @pytest.mark.parametrize("grace", [30, 600, 900, 901, 1800, 3600])
