@@ -216,12 +216,14 @@ def test_gpu_queues_provision_whole(stacks: dict[str, Stack], stack_name: str) -
         if r.inputs["metadata"]["name"] == kueue_chart.PROVISIONING_CHECK
     )  # fmt: skip
     assert all(check_urn in r.dependencies for r in queue_records if "cohortName" in r.inputs["spec"])
-    # The ProvisioningRequest CRD exists before Kueue starts (it enables its provisioning controller only then) and
-    # before the autoscaler that serves it.
+    # The ProvisioningRequest CRD is served before Kueue starts (it enables its provisioning controller only then)
+    # and before the autoscaler that serves it: both wait for it to be Established (CrdWait), after its creation.
     (crd,) = stack.of_type("kubernetes:apiextensions.k8s.io/v1:CustomResourceDefinition")
     assert crd.inputs["metadata"]["name"] == "provisioningrequests.autoscaling.x-k8s.io"
-    assert crd.urn in kueue_release.dependencies
-    assert crd.urn in stack.by_name["platform-cluster-autoscaler"].dependencies
+    wait = stack.by_name["platform-provisioning-request-crd-wait"]
+    assert wait.inputs["crds"] == [crd.inputs["metadata"]["name"]] and crd.urn in wait.dependencies
+    assert wait.urn in kueue_release.dependencies
+    assert wait.urn in stack.by_name["platform-cluster-autoscaler"].dependencies
     args = stack.release("cluster-autoscaler")["values"]["extraArgs"]
     assert args["enable-provisioning-requests"] == "true"
     wait = _declared_config(stack)["waitForPodsReady"]
