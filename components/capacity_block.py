@@ -29,7 +29,7 @@ from pathlib import Path
 import pulumi
 import pulumi_aws as aws
 
-from components.iam import service_trust
+from components import lambda_function
 from components.lambdas.capacity_block_window import DELIVERED_DETAIL_TYPES, TIME_FORMAT, WARNING_DETAIL_TYPES
 from dlinfra.model.fleet.checks import BLOCK_CUT
 from dlinfra.model.fleet.pools import DRAIN_MARGIN_SECONDS
@@ -117,80 +117,39 @@ class CapacityBlockWindow(pulumi.ComponentResource):
 
         function_name = names.physical("capacity-block", args.pool, max_len=64)
         tags = names.tags(component, function_name)
-        logs = aws.cloudwatch.LogGroup(
-            f"{name}-logs",
-            name=f"/aws/lambda/{function_name}",
-            retention_in_days=args.log_retention_days,
-            kms_key_id=args.log_kms_key_arn,
-            tags=tags,
-            opts=child,
-        )
-        role = aws.iam.Role(
-            f"{name}-role",
-            name=function_name,
-            assume_role_policy=service_trust("lambda.amazonaws.com"),
-            tags=tags,
-            opts=child,
-        )
-        policy = aws.iam.RolePolicy(
-            f"{name}-policy",
-            role=role.id,
-            name="keep-pool-in-block-window",
-            policy=pulumi.Output.json_dumps(
-                {
-                    "Version": "2012-10-17",
-                    "Statement": [
-                        {
-                            "Sid": "Logs",
-                            "Effect": "Allow",
-                            "Action": ["logs:CreateLogStream", "logs:PutLogEvents"],
-                            "Resource": pulumi.Output.concat(logs.arn, ":*"),
-                        },
-                        {
-                            "Sid": "Traces",  # X-Ray takes no resource-level scoping
-                            "Effect": "Allow",
-                            "Action": ["xray:PutTraceSegments", "xray:PutTelemetryRecords"],
-                            "Resource": "*",
-                        },
-                        {
-                            # UpdateAutoScalingGroup takes the autoScalingGroup resource type (Service
-                            # Authorization Reference, Amazon EC2 Auto Scaling): this pool's group, no other.
-                            "Sid": "SizePool",
-                            "Effect": "Allow",
-                            "Action": "autoscaling:UpdateAutoScalingGroup",
-                            "Resource": args.group_arn,
-                        },
-                    ],
-                }
-            ),
-            opts=pulumi.ResourceOptions(parent=role),
-        )
-        function = aws.lambda_.Function(
-            f"{name}-keeper",
-            name=function_name,
+        function = lambda_function.declare(
+            name,
+            parent=self,
+            resource_name=f"{name}-keeper",
+            function_name=function_name,
+            role_name=function_name,
             description=f"Keeps pool {args.pool}'s group open only inside Capacity Block {args.reservation_id}",
-            runtime="python3.12",
-            handler=f"{KEEPER.stem}.handler",
-            code=pulumi.AssetArchive({KEEPER.name: pulumi.FileAsset(str(KEEPER))}),
-            role=role.arn,
-            timeout=30,  # one UpdateAutoScalingGroup call
-            memory_size=128,
-            # None of it is secret; a customer key would add a key-policy dependency and protect nothing.
-            environment=aws.lambda_.FunctionEnvironmentArgs(
-                variables={
-                    "GROUP_NAME": args.group_name,
-                    "CAPACITY_RESERVATION_ID": args.reservation_id,
-                    "OPENS_AT": utc_text(args.start),
-                    "DRAINS_AT": self.drain_time,
-                    "ENDS_AT": utc_text(args.end),
-                    "MIN_SIZE": str(args.min_size),
-                    "MAX_SIZE": str(args.max_size),
-                }
-            ),
-            tracing_config=aws.lambda_.FunctionTracingConfigArgs(mode="Active"),
-            logging_config=aws.lambda_.FunctionLoggingConfigArgs(log_format="Text", log_group=logs.name),
+            source=KEEPER,
+            policy_name="keep-pool-in-block-window",
             tags=tags,
-            opts=pulumi.ResourceOptions(parent=self, depends_on=[policy]),
+            log_kms_key_arn=args.log_kms_key_arn,
+            log_retention_days=args.log_retention_days,
+            timeout=30,  # one UpdateAutoScalingGroup call, tried again while the group is busy
+            statements=[
+                {
+                    # UpdateAutoScalingGroup takes the autoScalingGroup resource type (Service Authorization
+                    # Reference, Amazon EC2 Auto Scaling): this pool's group, no other.
+                    "Sid": "SizePool",
+                    "Effect": "Allow",
+                    "Action": "autoscaling:UpdateAutoScalingGroup",
+                    "Resource": args.group_arn,
+                }
+            ],
+            # None of it is secret; a customer key would add a key-policy dependency and protect nothing.
+            environment={
+                "GROUP_NAME": args.group_name,
+                "CAPACITY_RESERVATION_ID": args.reservation_id,
+                "OPENS_AT": utc_text(args.start),
+                "DRAINS_AT": self.drain_time,
+                "ENDS_AT": utc_text(args.end),
+                "MIN_SIZE": str(args.min_size),
+                "MAX_SIZE": str(args.max_size),
+            },
         )
         rule_name = names.physical("capacity-block", args.pool, max_len=64)
         rule = aws.cloudwatch.EventRule(

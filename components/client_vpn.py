@@ -20,7 +20,7 @@ import pulumi
 import pulumi_aws as aws
 import pulumi_tls as tls
 
-from components.iam import service_trust
+from components import lambda_function
 from components.network import LOG_RETENTION_DAYS
 from dlinfra.model.naming import Names
 
@@ -294,66 +294,22 @@ class ClientVpn(pulumi.ComponentResource):
         names = args.names
         function_name = f"AWSClientVPN-{endpoint_name}"[:64]
         tags = names.tags("vpn", function_name)
-        child = pulumi.ResourceOptions(parent=self)
-        logs = aws.cloudwatch.LogGroup(
-            f"{name}-connect-logs",
-            name=f"/aws/lambda/{function_name}",
-            retention_in_days=args.log_retention_days,
-            kms_key_id=args.log_kms_key_arn,
-            tags=tags,
-            opts=child,
-        )
-        role = aws.iam.Role(
-            f"{name}-connect-role",
-            name=names.physical("client-vpn", "connect", max_len=64),
-            assume_role_policy=service_trust("lambda.amazonaws.com"),
-            tags=tags,
-            opts=child,
-        )
-        policy = aws.iam.RolePolicy(
-            f"{name}-connect-policy",
-            role=role.id,
-            name="connect-handler",
-            policy=pulumi.Output.json_dumps(
-                {
-                    "Version": "2012-10-17",
-                    "Statement": [
-                        {
-                            "Sid": "Logs",
-                            "Effect": "Allow",
-                            "Action": ["logs:CreateLogStream", "logs:PutLogEvents"],
-                            "Resource": pulumi.Output.concat(logs.arn, ":*"),
-                        },
-                        {
-                            "Sid": "Traces",  # X-Ray takes no resource-level scoping
-                            "Effect": "Allow",
-                            "Action": ["xray:PutTraceSegments", "xray:PutTelemetryRecords"],
-                            "Resource": "*",
-                        },
-                    ],
-                }
-            ),
-            opts=pulumi.ResourceOptions(parent=role),
-        )
-        return aws.lambda_.Function(
+        return lambda_function.declare(
             f"{name}-connect",
-            name=function_name,
+            parent=self,
+            resource_name=f"{name}-connect",
+            function_name=function_name,
+            role_name=names.physical("client-vpn", "connect", max_len=64),
             description=f"Admits the listed people's certificates to {endpoint_name}",
-            runtime="python3.12",
-            handler=f"{CONNECT_HANDLER.stem}.handler",
-            code=pulumi.AssetArchive({CONNECT_HANDLER.name: pulumi.FileAsset(str(CONNECT_HANDLER))}),
-            role=role.arn,
-            timeout=10,  # Client VPN waits at most 30 s
-            memory_size=128,
-            # The list of people is not secret; a customer key would add a key-policy dependency for nothing.
-            environment=aws.lambda_.FunctionEnvironmentArgs(
-                variables={"ALLOWED_COMMON_NAMES": json.dumps(sorted(args.users))}
-            ),
-            reserved_concurrent_executions=10,  # bounds what a flood of connection attempts can cost
-            tracing_config=aws.lambda_.FunctionTracingConfigArgs(mode="Active"),
-            logging_config=aws.lambda_.FunctionLoggingConfigArgs(log_format="Text", log_group=logs.name),
+            source=CONNECT_HANDLER,
+            policy_name="connect-handler",
             tags=tags,
-            opts=pulumi.ResourceOptions(parent=self, depends_on=[policy]),
+            log_kms_key_arn=args.log_kms_key_arn,
+            log_retention_days=args.log_retention_days,
+            timeout=10,  # Client VPN waits at most 30 s
+            # The list of people is not secret; a customer key would add a key-policy dependency for nothing.
+            environment={"ALLOWED_COMMON_NAMES": json.dumps(sorted(args.users))},
+            reserved_concurrency=10,  # bounds what a flood of connection attempts can cost
         )
 
     def _sweep(
@@ -374,73 +330,32 @@ class ClientVpn(pulumi.ComponentResource):
         names = args.names
         function_name = names.physical("client-vpn", "sweep", max_len=64)
         tags = names.tags("vpn", function_name)
-        child = pulumi.ResourceOptions(parent=self)
-        logs = aws.cloudwatch.LogGroup(
-            f"{name}-sweep-logs",
-            name=f"/aws/lambda/{function_name}",
-            retention_in_days=args.log_retention_days,
-            kms_key_id=args.log_kms_key_arn,
-            tags=tags,
-            opts=child,
-        )
-        role = aws.iam.Role(
-            f"{name}-sweep-role",
-            name=function_name,
-            assume_role_policy=service_trust("lambda.amazonaws.com"),
-            tags=tags,
-            opts=child,
-        )
-        policy = aws.iam.RolePolicy(
-            f"{name}-sweep-policy",
-            role=role.id,
-            name="end-removed-sessions",
-            policy=pulumi.Output.json_dumps(
-                {
-                    "Version": "2012-10-17",
-                    "Statement": [
-                        {
-                            "Sid": "Logs",
-                            "Effect": "Allow",
-                            "Action": ["logs:CreateLogStream", "logs:PutLogEvents"],
-                            "Resource": pulumi.Output.concat(logs.arn, ":*"),
-                        },
-                        {
-                            "Sid": "Traces",  # X-Ray takes no resource-level scoping
-                            "Effect": "Allow",
-                            "Action": ["xray:PutTraceSegments", "xray:PutTelemetryRecords"],
-                            "Resource": "*",
-                        },
-                        {
-                            # Both take the client-vpn-endpoint resource type (Service Authorization Reference,
-                            # Amazon EC2): the function sees and ends this endpoint's connections, no other's.
-                            "Sid": "EndConnections",
-                            "Effect": "Allow",
-                            "Action": ["ec2:DescribeClientVpnConnections", "ec2:TerminateClientVpnConnections"],
-                            "Resource": endpoint.arn,
-                        },
-                    ],
-                }
-            ),
-            opts=pulumi.ResourceOptions(parent=role),
-        )
-        function = aws.lambda_.Function(
+        function = lambda_function.declare(
             f"{name}-sweep",
-            name=function_name,
+            parent=self,
+            resource_name=f"{name}-sweep",
+            function_name=function_name,
+            role_name=function_name,
             description=f"Ends the open sessions of people no longer listed for {endpoint_name}",
-            runtime="python3.12",
-            handler=f"{SWEEP.stem}.handler",
-            code=pulumi.AssetArchive({SWEEP.name: pulumi.FileAsset(str(SWEEP))}),
-            role=role.arn,
-            timeout=60,  # a page of connections and one terminate call each
-            memory_size=128,
-            # No reserved concurrency: reserving fails when it would leave the account fewer than 100 unreserved
-            # executions (Lambda developer guide, "Configuring reserved concurrency for a function"), and new
-            # accounts start below 1,000 ("Lambda quotas": reduced concurrency), so even 1 can break the apply. One
-            # apply at a time invokes it anyway. `dlinfra check` counts reservations (limit-lambda-concurrent-...).
-            tracing_config=aws.lambda_.FunctionTracingConfigArgs(mode="Active"),
-            logging_config=aws.lambda_.FunctionLoggingConfigArgs(log_format="Text", log_group=logs.name),
+            source=SWEEP,
+            policy_name="end-removed-sessions",
             tags=tags,
-            opts=pulumi.ResourceOptions(parent=self, depends_on=[policy]),
+            log_kms_key_arn=args.log_kms_key_arn,
+            log_retention_days=args.log_retention_days,
+            timeout=60,  # a page of connections and one terminate call each
+            statements=[
+                {
+                    # Both take the client-vpn-endpoint resource type (Service Authorization Reference, Amazon
+                    # EC2): the function sees and ends this endpoint's connections, no other's.
+                    "Sid": "EndConnections",
+                    "Effect": "Allow",
+                    "Action": ["ec2:DescribeClientVpnConnections", "ec2:TerminateClientVpnConnections"],
+                    "Resource": endpoint.arn,
+                }
+            ],
+            # No reserved concurrency: new accounts start below 1,000 ("Lambda quotas": reduced concurrency), so
+            # even 1 can break the apply. One apply at a time invokes it anyway. `dlinfra check` counts
+            # reservations (limit-lambda-concurrent-...).
         )
         return aws.lambda_.Invocation(
             f"{name}-sweep-run",
