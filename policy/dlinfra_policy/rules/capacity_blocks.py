@@ -14,19 +14,19 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .core import Context, Resource, Violation, as_int, as_object, as_objects
+from dlinfra.model.fleet.checks import BLOCK_CUT
+
+from .core import Context, Resource, Violation, as_int, as_object, termination_hooks
 
 LAUNCH_TEMPLATE = "aws:ec2/launchTemplate:LaunchTemplate"
 AUTOSCALING_GROUP = "aws:autoscaling/group:Group"
-LIFECYCLE_HOOK = "aws:autoscaling/lifecycleHook:LifecycleHook"
 FUNCTION = "aws:lambda/function:Function"
 EVENT_RULE = "aws:cloudwatch/eventRule:EventRule"
 EVENT_TARGET = "aws:cloudwatch/eventTarget:EventTarget"
-TERMINATING = "autoscaling:EC2_INSTANCE_TERMINATING"
-# EC2 terminates a block's instances 30 minutes before its end ("Work with Capacity Blocks"); Auto Scaling's guide:
-# scale the group to zero before that, leaving the lifecycle hooks time to finish ("Use Capacity Blocks for machine
-# learning workloads", operational guidelines).
-CUT = datetime.timedelta(minutes=30)
+# EC2 terminates a block's instances 30 minutes before its end (dlinfra.model.fleet.checks BLOCK_CUT); Auto
+# Scaling's guide: scale the group to zero before that, leaving the lifecycle hooks time to finish ("Use Capacity
+# Blocks for machine learning workloads", operational guidelines).
+CUT = BLOCK_CUT
 WARNING = "Capacity Block Expiration Warning"  # "Monitor Capacity Blocks using EventBridge"
 # The keeper's schedule must tick at least this often: the drain time is brought forward by one minute for it.
 TICK = datetime.timedelta(minutes=1)
@@ -84,18 +84,10 @@ def _groups_of(template: Resource, groups: Sequence[Resource]) -> list[Resource]
 
 
 def _hook_hold(group: Resource, resources: Sequence[Resource]) -> datetime.timedelta:
-    """The longest a terminating instance of the group may be held: its termination hooks as AWS holds them (a
-    LifecycleHook resource replaces the initial hook of the same name; PutLifecycleHook works by name)."""
-    hooks = {str(h.get("name")): h for h in as_objects(group.inputs.get("initialLifecycleHooks"))}
-    for r in resources:
-        if r.type == LIFECYCLE_HOOK and (
-            group.urn in r.dependencies or r.inputs.get("autoscalingGroupName") == group.inputs.get("name")
-        ):
-            hooks[str(r.inputs.get("name"))] = r.inputs
+    """The longest a terminating instance of the group may be held by its termination hooks."""
     held = [
         3600 if (t := as_int(h.get("heartbeatTimeout"))) is None else t  # AWS's default heartbeat is one hour
-        for h in hooks.values()
-        if h.get("lifecycleTransition") == TERMINATING
+        for h in termination_hooks(group, resources)
     ]
     return datetime.timedelta(seconds=max(held, default=0))
 

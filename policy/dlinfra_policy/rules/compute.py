@@ -4,7 +4,7 @@ Auto Scaling groups of node pools."""
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from dlinfra.model import instances
@@ -16,6 +16,7 @@ from dlinfra.model.fleet.pools import (
 )
 
 from .core import (
+    TERMINATING,
     VAP,
     Context,
     Resource,
@@ -28,6 +29,7 @@ from .core import (
     has_key,
     is_true,
     tags_of,
+    termination_hooks,
 )
 
 LAUNCH_TEMPLATE = "aws:ec2/launchTemplate:LaunchTemplate"
@@ -256,29 +258,14 @@ def reserved_capacity_no_placement_group(resources: Sequence[Resource], ctx: Con
 
 # --- the disruption contract ----------------------------------------------------------------------------------
 HELM_RELEASE = "kubernetes:helm.sh/v3:Release"
-TERMINATING = "autoscaling:EC2_INSTANCE_TERMINATING"
 HOOK_MAX_SECONDS = 7200  # PutLifecycleHook HeartbeatTimeout: 30 to 7200 seconds
 CA_DEFAULT_MAX_GRACEFUL = 600  # cluster-autoscaler v1.33.6 config/flags/flags.go max-graceful-termination-sec
 CA_DEFAULT_GPU_THRESHOLD = 0.5  # v1.33.6 config/const.go DefaultScaleDownGpuUtilizationThreshold
 NTH_DEFAULT_DRAIN_TIMEOUT = 120  # NTH chart 0.27.6 values.yaml nodeTerminationGracePeriod
 
 
-LIFECYCLE_HOOK = "aws:autoscaling/lifecycleHook:LifecycleHook"
-
-
-def _termination_hooks(group: Resource, resources: Sequence[Resource]) -> list[Mapping[str, Any]]:
-    """The group's termination hooks as AWS will hold them: a LifecycleHook resource on the group replaces the
-    initial hook of the same name (PutLifecycleHook creates or updates a hook by name)."""
-    hooks = {str(h.get("name")): h for h in as_objects(group.inputs.get("initialLifecycleHooks"))}
-    for r in resources:
-        target = r.inputs.get("autoscalingGroupName")
-        if r.type == LIFECYCLE_HOOK and (group.urn in r.dependencies or target == group.inputs.get("name")):
-            hooks[str(r.inputs.get("name"))] = r.inputs
-    return [h for _, h in sorted(hooks.items()) if h.get("lifecycleTransition") == TERMINATING]
-
-
 def _hook_problems(group: Resource, resources: Sequence[Resource], grace: int) -> list[str]:
-    hooks = _termination_hooks(group, resources)
+    hooks = termination_hooks(group, resources)
     if not hooks:
         return [f"no {TERMINATING} lifecycle hook: a scale-in or `pool roll` terminates the node without a drain"]
     out = []

@@ -169,3 +169,18 @@ def deny_bound_policies(resources: Sequence[Resource]) -> set[str]:
         for spec in [as_object(r.inputs.get("spec"))]
         if "Deny" in as_list(spec.get("validationActions"))
     }
+
+
+TERMINATING = "autoscaling:EC2_INSTANCE_TERMINATING"
+LIFECYCLE_HOOK = "aws:autoscaling/lifecycleHook:LifecycleHook"
+
+
+def termination_hooks(group: Resource, resources: Sequence[Resource]) -> list[Mapping[str, Any]]:
+    """The group's termination hooks as AWS will hold them: a LifecycleHook resource on the group replaces the
+    initial hook of the same name (PutLifecycleHook creates or updates a hook by name)."""
+    hooks = {str(h.get("name")): h for h in as_objects(group.inputs.get("initialLifecycleHooks"))}
+    for r in resources:
+        target = r.inputs.get("autoscalingGroupName")
+        if r.type == LIFECYCLE_HOOK and (group.urn in r.dependencies or target == group.inputs.get("name")):
+            hooks[str(r.inputs.get("name"))] = r.inputs
+    return [h for _, h in sorted(hooks.items()) if h.get("lifecycleTransition") == TERMINATING]
