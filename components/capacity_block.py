@@ -13,10 +13,9 @@ Why not two one-time scheduled actions: Auto Scaling refuses one whose start tim
 (PutScheduledUpdateGroupAction) and forgets it once it has run, so a first apply after the block started would fail,
 and so would every apply after a refresh. The keeper holds no such state.
 
-Kueue's side needs nothing of its own: a block pool's flavor carries the provisioning check (capacity arrives
-whole), and the cluster-autoscaler cannot grow a group beyond its max, so before the window a job assigned to the
-block waits unadmitted (its ProvisioningRequest stays Provisioned=False, "CA will try to find it later") and runs
-once the keeper opens the group.
+Kueue's side: the block's flavor admits work only inside the window, opened and closed by its own keeper in the
+cluster (components/block_flavors.py); and a block pool's flavor carries the provisioning check (capacity arrives
+whole), while the cluster-autoscaler cannot grow a group beyond its max.
 """
 
 from __future__ import annotations

@@ -11,6 +11,7 @@ One component and its checked arguments: one concern that reads best whole.
 
 from __future__ import annotations
 
+import datetime
 import ipaddress
 import re
 from collections.abc import Mapping, Sequence
@@ -20,7 +21,7 @@ from typing import Literal, cast
 import pulumi
 import pulumi_kubernetes as k8s
 
-from components import admission, overflow, team_volumes
+from components import admission, block_flavors, overflow, team_volumes
 from components.charts import (
     autoscaler,
     cilium,
@@ -54,6 +55,9 @@ class PoolView:
     max_size: int  # instances in this region
     taints: Sequence[Taint] = ()  # (key, value, effect) on the pool's nodes
     checkpoint_grace: int = 900  # seconds its pods may take to checkpoint (fleet checkpoint_grace): their grace cap
+    # When the flavor of the pool's Capacity Block in this region admits work (block_flavors.flavor_window), aware
+    # UTC; None for any other pool.
+    block_window: tuple[datetime.datetime, datetime.datetime] | None = None
     asg_name: pulumi.Input[str]  # Auto Scaling group name (NodePool.group_name, read from the regional stack)
 
     def __post_init__(self) -> None:
@@ -63,6 +67,12 @@ class PoolView:
             raise ValueError(f"{self.instance_type}: a GPU pool needs gpus_per_node > 0 and a gpu_model")
         if self.kind == "cpu" and (self.gpus_per_node or self.gpu_model):
             raise ValueError(f"{self.instance_type}: a CPU pool has no GPUs")
+        if self.block_window is not None:
+            opens, closes = self.block_window
+            if opens.utcoffset() is None or closes.utcoffset() is None:
+                raise ValueError(f"block_window: give aware UTC datetimes, got {opens} and {closes}")
+            if closes <= opens:
+                raise ValueError(f"block_window: the block closes ({closes}) before it opens ({opens})")
         if self.capacity_class not in autoscaler.CLASS_PRIORITY:
             raise ValueError(
                 f"capacity_class: {self.capacity_class!r} is not one of {', '.join(autoscaler.CLASS_PRIORITY)}"
@@ -493,19 +503,36 @@ class Platform(pulumi.ComponentResource):
         without GPU capacity still queues its teams' pods (kueue_chart.NO_GPU_FLAVOR says why)."""
         args, quotas = self._args, self._args.quotas
         queues: dict[str, k8s.apiextensions.CustomResource] = {}
-        flavors = []
+        flavors, blocks, block_flavor_objects = [], [], []
         for flavor in quotas.flavors:
             source = args.pools[flavor.source_name] if flavor.source == "pool" else args.sites[flavor.source_name]
             taints = source.taints
-            flavors.append(
-                self._custom(
-                    f"flavor-{flavor.name}",
-                    "ResourceFlavor",
-                    flavor.name,
-                    kueue_chart.resource_flavor_spec(flavor, taints),
-                    [release],
+            window = source.block_window if isinstance(source, PoolView) else None
+            if window is not None:
+                # The block's keeper owns this flavor's taints (components/block_flavors.py), so none are declared.
+                blocks.append(
+                    block_flavors.BlockFlavor(
+                        flavor=flavor.name, opens_at=window[0], closes_at=window[1], taints=taints
+                    )
                 )
+            resource_flavor = self._custom(
+                f"flavor-{flavor.name}",
+                "ResourceFlavor",
+                flavor.name,
+                kueue_chart.resource_flavor_spec(flavor, () if window is not None else taints),
+                [release],
             )
+            flavors.append(resource_flavor)
+            if window is not None:
+                block_flavor_objects.append(resource_flavor)
+        block_flavors.declare(
+            self._name,
+            blocks,
+            namespace=pinned.load_addons()["kueue"].namespace,
+            depends_on=[release, *block_flavor_objects],
+            opts=self._k8s,
+            meta=self._meta,
+        )
         if flavors:
             above = [self._custom("cohort", "Cohort", kueue.COHORT, kueue_chart.cohort_spec(quotas), flavors)]
             if kueue_chart.provisioned_flavors(quotas):

@@ -8,6 +8,7 @@ provider from outputs of the same apply, which breaks whenever the cluster is re
 
 from __future__ import annotations
 
+import datetime
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Protocol
@@ -15,11 +16,13 @@ from typing import Protocol
 import pulumi
 import pulumi_kubernetes as k8s
 
+from components.block_flavors import flavor_window
 from components.charts.multikueue import multikueue_kubeconfig
 from components.charts.nodes import SITE_GPU_TAINT
 from components.cluster import kubeconfig_json, team_group
 from components.platform import Platform, PlatformArgs, PoolView, SiteView, TeamView
 from dlinfra.model import dns, hybrid_routing, instances, kueue, planner, sites, team_storage
+from dlinfra.model.fleet.pools import NodePool
 from dlinfra.model.fleet.schema import Fleet
 from dlinfra.model.naming import Names
 from dlinfra.model.stackroles import K8S_SUFFIX
@@ -143,6 +146,7 @@ def platform_args_from_fleet(
             max_size=pool.max_size,
             taints=tuple((t.key, t.value, t.effect) for t in pool.taints),
             checkpoint_grace=pool.checkpoint_grace,
+            block_window=_block_window(pool, region),
             asg_name=outputs.group_name,
         )
     return PlatformArgs(
@@ -177,3 +181,13 @@ def platform_args_from_fleet(
         termination_queue_url=termination_queue_url,
         kube_dns_ip=dns.kube_dns_ip(str(plan.cidr(f"service/{env}/{region}"))),
     )
+
+
+def _block_window(pool: NodePool, region: str) -> tuple[datetime.datetime, datetime.datetime] | None:
+    """When the flavor of the pool's Capacity Block in `region` admits work (components/block_flavors.flavor_window);
+    None where the pool has no block there."""
+    block = pool.capacity_reservations.get(region)
+    if block is None or block.type != "capacity_block":
+        return None
+    assert block.start is not None and block.end is not None  # the fleet model requires both on a block
+    return flavor_window(block.start, block.end, pool.checkpoint_grace)

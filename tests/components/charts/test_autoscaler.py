@@ -49,7 +49,11 @@ def test_priority_expander_ranks_reserved_on_demand_spot(
 ) -> None:
     stack = stacks[stack_name]
     env, region = stack.role.environment, stack.role.region
-    (config_map,) = stack.of_type("kubernetes:core/v1:ConfigMap")
+    (config_map,) = [
+        c
+        for c in stack.of_type("kubernetes:core/v1:ConfigMap")
+        if c.inputs["metadata"]["name"] == "cluster-autoscaler-priority-expander"
+    ]
     assert config_map.inputs["metadata"] == {
         "name": "cluster-autoscaler-priority-expander",
         "namespace": "kube-system",
