@@ -44,6 +44,7 @@ SCHEDULE = "* * * * *"  # every minute: the flavor follows the clock within a mi
 # otherwise skip it); its one PATCH per flavor times out after keeper.TIMEOUT_SECONDS.
 ACTIVE_DEADLINE_SECONDS = 50
 NOBODY = 65534
+TOKEN_SECONDS = 600  # the shortest a projected service account token may live (TokenRequest); a run takes seconds
 # The flavor closes this long before the block's group does (its drain time), so a job Kueue reserves the block for
 # in the flavor's last minute still has its nodes asked for while the group can grow: the autoscaler takes a
 # ProvisioningRequest within one scan (10 s by default, its FAQ), and one it cannot serve because the group is
@@ -109,14 +110,19 @@ def cron_job_spec() -> dict[str, Any]:
         "name": "keeper",
         "image": IMAGE,
         "command": ["python3", f"{MOUNT}/{SCRIPT.name}", f"{MOUNT}/config.json"],
+        # An exact release tag: cached on the node, it runs while the registry is away.
+        "imagePullPolicy": "IfNotPresent",
         "env": [{"name": "PYTHONDONTWRITEBYTECODE", "value": "1"}],
-        "resources": {"requests": {"cpu": "10m", "memory": "32Mi"}, "limits": {"memory": "64Mi"}},
+        "resources": {"requests": {"cpu": "10m", "memory": "32Mi"}, "limits": {"cpu": "200m", "memory": "64Mi"}},
         "securityContext": {
             "allowPrivilegeEscalation": False,
             "readOnlyRootFilesystem": True,
             "capabilities": {"drop": ["ALL"]},
         },
-        "volumeMounts": [{"name": "keeper", "mountPath": MOUNT, "readOnly": True}],
+        "volumeMounts": [
+            {"name": "keeper", "mountPath": MOUNT, "readOnly": True},
+            {"name": "api-token", "mountPath": keeper.SERVICE_ACCOUNT, "readOnly": True},
+        ],
     }
     pod = {
         "serviceAccountName": NAME,
@@ -130,7 +136,21 @@ def cron_job_spec() -> dict[str, Any]:
             "seccompProfile": {"type": "RuntimeDefault"},
         },
         "containers": [container],
-        "volumes": [{"name": "keeper", "configMap": {"name": NAME}}],
+        # The API token only where it is used, short-lived, at the path the keeper reads; the same files the
+        # kubelet would mount by itself (Kubernetes "Configure Service Accounts for Pods", projected volume).
+        "automountServiceAccountToken": False,
+        "volumes": [
+            {"name": "keeper", "configMap": {"name": NAME}},
+            {
+                "name": "api-token",
+                "projected": {
+                    "sources": [
+                        {"serviceAccountToken": {"path": "token", "expirationSeconds": TOKEN_SECONDS}},
+                        {"configMap": {"name": "kube-root-ca.crt", "items": [{"key": "ca.crt", "path": "ca.crt"}]}},
+                    ]
+                },
+            },
+        ],
     }
     return {
         "schedule": SCHEDULE,

@@ -24,6 +24,7 @@ import pulumi_kubernetes as k8s
 from components import admission, block_flavors, overflow, team_volumes
 from components.charts import (
     autoscaler,
+    checkpoint_grace,
     cilium,
     efa,
     node_local_dns,
@@ -37,6 +38,7 @@ from components.crd_wait import CrdWait
 from dlinfra.model import hybrid_routing, job_operators, kueue, team_storage
 from dlinfra.model.fleet.schema import RESERVED_NAMESPACES
 from dlinfra.model.naming import Names
+from dlinfra.render.nodeadm import site_pool
 
 KUEUE_USER_ROLE = "kueue-batch-user-role"  # ClusterRole the Kueue chart creates (release name "kueue")
 _K8S_VERSION = re.compile(r"^1\.\d{2}$")
@@ -284,7 +286,7 @@ class Platform(pulumi.ComponentResource):
             frameworks=self._frameworks,
             opts=self._k8s,
             meta=self._meta,
-            grace_caps={pool_name: pool.checkpoint_grace for pool_name, pool in args.pools.items()},
+            grace_caps=self._grace_caps(),
             gpu_pools=[pool_name for pool_name, pool in args.pools.items() if pool.kind == "gpu"],
         )
         queues = self._queues(kueue_release, namespaces)
@@ -337,6 +339,17 @@ class Platform(pulumi.ComponentResource):
                 "storage_class_name": self.storage_class_name,
             }
         )
+
+    def _grace_caps(self) -> dict[str, int]:
+        """Pool label value -> the longest checkpoint grace its pods may ask: each pool's own, and on a site's
+        machines (pool label site-<site>) what a GPU pod that names no pool gets, the smallest GPU pool's: a site's
+        machines were taken that way before they carried a pool label, and nothing there is sized from a grace."""
+        caps = {pool_name: pool.checkpoint_grace for pool_name, pool in self._args.pools.items()}
+        gpu_pools = [pool_name for pool_name, pool in self._args.pools.items() if pool.kind == "gpu"]
+        smallest = checkpoint_grace.gpu_cap(caps, gpu_pools)
+        if smallest is not None:
+            caps |= {site_pool(site): smallest for site in self._args.sites}
+        return caps
 
     # Options ------------------------------------------------------------------------------------------------
     def _k8s(

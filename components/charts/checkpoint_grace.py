@@ -7,7 +7,8 @@ voluntary disruption waits that long (the termination handler's drain, the termi
 scale-down), and each is sized from the fleet's per-pool checkpoint_grace. A pod asking for more than its pool's
 cap would outlast them and be killed mid-checkpoint, so it is refused at the door instead, where its author sees why.
 
-Which pool: the `dlinfra.io/pool` node selector, which every node carries (components/nodepool.py node_labels) and
+Which pool: the `dlinfra.io/pool` node selector, which every node carries (components/nodepool.py node_labels; a
+site's machines carry site-<site>, capped like a GPU pod naming no pool: dlinfra/render/nodeadm.py) and
 Kueue's ResourceFlavor nodeLabels inject into the pod when it admits the workload (Kueue docs, "Resource Flavor":
 nodeLabels are added to the pod's nodeSelector). Kueue injects it into a plain pod by an UPDATE when it ungates it
 (the pod's scheduling gates and node selector may change while it is gated: Kubernetes docs "Pod Scheduling

@@ -11,6 +11,7 @@ from components.charts import autoscaler, pinned
 from components.charts.nodes import COMPUTE_TYPE_LABEL, GPU_PRODUCT_LABEL, POOL_LABEL, SITE_LABEL, Taint
 from dlinfra.model import kueue
 from dlinfra.model.fleet.schema import RESERVED_NAMESPACES
+from dlinfra.render.nodeadm import site_pool
 
 TEAM_LABEL = "dlinfra.io/team"  # on team namespaces: Kueue manages every job in them (kueue_manager_config)
 LOCAL_QUEUE = "default"  # Kueue sends jobs without a queue-name label to the LocalQueue named "default"
@@ -202,7 +203,12 @@ def resource_flavor_spec(flavor: kueue.Flavor, taints: Sequence[Taint] = ()) -> 
     if flavor.source == "pool":
         labels[POOL_LABEL] = flavor.source_name
     else:
-        labels |= {SITE_LABEL: flavor.source_name, COMPUTE_TYPE_LABEL: "hybrid"}
+        # The site's machines carry a pool label too (dlinfra/render/nodeadm.py POOL_LABEL says why).
+        labels |= {
+            SITE_LABEL: flavor.source_name,
+            COMPUTE_TYPE_LABEL: "hybrid",
+            POOL_LABEL: site_pool(flavor.source_name),
+        }
     spec: dict[str, Any] = {"nodeLabels": dict(sorted(labels.items()))}
     if taints:
         spec["nodeTaints"] = [{"key": k, "value": v, "effect": e} for k, v, e in taints]

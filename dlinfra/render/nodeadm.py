@@ -12,8 +12,14 @@ from dataclasses import dataclass, field
 
 import yaml
 
+from dlinfra.model.kueue import site_flavor
+
 NODE_CONFIG_API = "node.eks.aws/v1alpha1"
 SITE_LABEL = "dlinfra.io/site"
+# Every node carries a pool label, a site's machines too: Kueue compares a job's node selector with a flavor's node
+# labels on the flavor's own keys only (v0.19.2 flavorassigner.go flavorSelector), so a site flavor without this key
+# would be given to a job pinned to a cloud pool, whose pods could then never be placed.
+POOL_LABEL = "dlinfra.io/pool"
 GPU_TAINT = ("nvidia.com/gpu", "true", "NoSchedule")
 
 # On hybrid nodes nodeadm owns containerd's configuration; the NVIDIA runtime must be declared here so
@@ -61,9 +67,15 @@ class HybridNodeView:
                 raise ValueError(f"cluster_dns: {address!r} is not an IPv4 address") from None
 
 
+def site_pool(site: str) -> str:
+    """The pool label value of a site's machines: its Kueue flavor's name (dlinfra.model.kueue.site_flavor), which
+    no fleet pool may take (dlinfra.model.fleet.checks)."""
+    return site_flavor(site)
+
+
 def node_labels(view: HybridNodeView) -> dict[str, str]:
     """Labels every machine of the site registers with (Kueue flavors and the device plugin select on them)."""
-    labels = {SITE_LABEL: view.site}
+    labels = {SITE_LABEL: view.site, POOL_LABEL: site_pool(view.site)}
     if view.gpu_model:
         labels["nvidia.com/gpu.product"] = view.gpu_model
     return labels

@@ -451,6 +451,12 @@ NAMES_AND_LABELS = [
         id="pool-name",
     ),
     pytest.param(
+        _set("environments.prod.node_pools.site-cpu", {"kind": "cpu", "instance_types": ["m7i.large"], "max_size": 1}),
+        "environments.prod.node_pools.site-cpu",
+        "pool names beginning 'site-' are the sites'",
+        id="pool-name-of-a-site",
+    ),
+    pytest.param(
         _set("environments.prod.node_pools.cpu.labels", {"team name": "x"}),
         "environments.prod.node_pools.cpu.labels",
         "node label 'team name': the name (after any '/') must be 1-63",

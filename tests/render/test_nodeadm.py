@@ -36,7 +36,10 @@ def test_structure() -> None:
     spec = config["spec"]
     assert spec["cluster"] == {"name": "dlinfra-prod-usw2-eks", "region": "us-west-2"}
     assert spec["hybrid"]["ssm"]["activationId"] == VIEW.activation_id
-    assert "--node-labels=dlinfra.io/site=sjc1,nvidia.com/gpu.product=H100" in spec["kubelet"]["flags"]
+    assert (
+        "--node-labels=dlinfra.io/pool=site-sjc1,dlinfra.io/site=sjc1,nvidia.com/gpu.product=H100"
+        in spec["kubelet"]["flags"]
+    )
     assert "--register-with-taints=nvidia.com/gpu=true:NoSchedule" in spec["kubelet"]["flags"]
     assert 'default_runtime_name = "nvidia"' in spec["containerd"]["config"]
     # Pods ask the node's NodeLocal DNS cache first, kube-dns while it restarts.

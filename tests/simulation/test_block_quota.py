@@ -261,6 +261,19 @@ def test_without_the_keeper_the_job_waits_for_a_block_that_has_not_begun_or_has_
     assert where_it_runs(after, keeper=False) == {("us-west-2", BLOCK_FLAVOR)}
 
 
+def test_a_job_pinned_to_the_block_pool_is_never_given_the_site() -> None:
+    """The site's flavor names its own pool (dlinfra/render/nodeadm.py POOL_LABEL), so the pin excludes it; without
+    that key Kueue would give the site's H100s to a job pinned to train-h100, whose pods then fit no node."""
+    start, _, _ = block()
+    home = cluster("us-west-2")
+    assert home.flavors[SITE_FLAVOR]["nodeLabels"]["dlinfra.io/pool"] == SITE_FLAVOR
+    flavor, why = assign(home, live_flavors(home, start + datetime.timedelta(hours=1)), JOB)  # the site is free
+    assert flavor == BLOCK_FLAVOR
+    assert f"flavor {SITE_FLAVOR} doesn't match node affinity" in why
+    unpinned = {**JOB, "nodeSelector": {"nvidia.com/gpu.product": "H100"}}
+    assert assign(home, live_flavors(home, start + datetime.timedelta(hours=1)), unpinned)[0] == SITE_FLAVOR
+
+
 def test_a_job_that_tolerates_every_taint_is_not_kept_off_the_closed_block() -> None:
     """What the keeper cannot do (docs/jobs.md says so): an `operator: Exists` toleration without a key."""
     start, _, _ = block()

@@ -19,6 +19,9 @@ from dlinfra.model.regions import known_regions, region_of_zone
 
 # The laptop VPN's authorization rules for saml.admin_group go by this name beside the teams' (stacks/regional.py).
 ADMINS_ACCESS_KEY = "admins"
+# A site's machines carry dlinfra.io/pool = its Kueue flavor's name, site-<site> (dlinfra.model.kueue.site_flavor,
+# dlinfra/render/nodeadm.py site_pool); a fleet pool of that name would share their label.
+SITE_POOL_PREFIX = "site-"
 # Hybrid nodes take one pod block each (Cilium's maskSize; dlinfra.model.hybrid_routing.NODE_POD_PREFIX says why /25).
 _NODE_POD_PREFIX = 25
 
@@ -277,6 +280,13 @@ def _site_checks(fleet: Fleet) -> Iterator[FleetError]:
 def _pool_checks(fleet: Fleet, env_name: str, env: Environment) -> Iterator[FleetError]:
     for pool_name, pool in env.node_pools.items():
         key = f"environments.{env_name}.node_pools.{pool_name}"
+        if pool_name.startswith(SITE_POOL_PREFIX):
+            yield FleetError(
+                f"pool names beginning {SITE_POOL_PREFIX!r} are the sites' (their machines' dlinfra.io/pool label, "
+                f"dlinfra/render/nodeadm.py): rename the pool",
+                key=key,
+            )
+            return
         for region in pool.regions or ():
             if region not in env.regions:
                 yield FleetError(f"region {region!r} is not a region of environment {env_name!r}", key=f"{key}.regions")

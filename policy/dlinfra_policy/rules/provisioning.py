@@ -15,7 +15,8 @@ PROVISIONING_CONTROLLER = "kueue.x-k8s.io/provisioning-request"  # Kueue v0.19.2
 ATOMIC_CLASS = "best-effort-atomic-scale-up.autoscaling.x-k8s.io"  # the autoscaler's atomic scale-up class
 PROVREQ_CRD = "provisioningrequests.autoscaling.x-k8s.io"
 CRD_TYPE = "kubernetes:apiextensions.k8s.io/v1:CustomResourceDefinition"
-POOL_LABEL = "dlinfra.io/pool"  # components/charts/nodes.py POOL_LABEL: a cloud pool's nodes (sites' have none)
+POOL_LABEL = "dlinfra.io/pool"  # components/charts/nodes.py POOL_LABEL: every node's pool, a site's machines too
+SITE_LABEL = "dlinfra.io/site"  # dlinfra/render/nodeadm.py SITE_LABEL: a site's machines only
 _GO_DURATION = re.compile(r"(\d+(?:\.\d+)?)(h|m|s)")
 
 
@@ -57,7 +58,8 @@ def gpu_queues_provision_whole(resources: Sequence[Resource], ctx: Context) -> l
     """A job on an autoscaled GPU pool is admitted only when its nodes can be had together, and gives back what it
     got when they cannot.
 
-    - Every ClusterQueue flavor whose nodes the cluster-autoscaler adds (a ResourceFlavor selecting dlinfra.io/pool)
+    - Every ClusterQueue flavor whose nodes the cluster-autoscaler adds (a ResourceFlavor selecting dlinfra.io/pool
+      and not dlinfra.io/site)
       carries an AdmissionCheck of Kueue's provisioning controller whose ProvisioningRequestConfig asks for the
       best-effort-atomic-scale-up class (Kueue v0.19.2 docs "ProvisioningRequest"; apis/kueue/v1beta2
       AdmissionCheckStrategyRule.onFlavors: empty means every flavor). Without it Kueue admits on quota alone and the
@@ -74,7 +76,8 @@ def gpu_queues_provision_whole(resources: Sequence[Resource], ctx: Context) -> l
     pool_flavors = {
         name
         for name, flavor in _kueue_named(resources, "ResourceFlavor").items()
-        if POOL_LABEL in as_object(as_object(flavor.inputs.get("spec")).get("nodeLabels"))
+        if POOL_LABEL in (labels := as_object(as_object(flavor.inputs.get("spec")).get("nodeLabels")))
+        and SITE_LABEL not in labels
     }
     checks = _provisioning_checks(resources)
     out: list[Violation] = []

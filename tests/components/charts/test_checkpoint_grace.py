@@ -94,6 +94,9 @@ def job_policy(stacks: dict[str, Stack]) -> dict[str, Any]:
         ("CPU pod without a pool: nothing to wait for it", _pod(7200, gpus=0), True),
         # No node here can take it: a job bound for eu-west-1 through MultiKueue is checked by that region's policy.
         ("pod naming a pool of another region", _pod(1800, pool="train-a100"), True),
+        # A site's machines carry pool site-<site> (dlinfra/render/nodeadm.py): capped as a GPU pod naming no pool.
+        ("GPU pod pinned to the site, within the smallest GPU grace", _pod(900, pool="site-sjc1"), True),
+        ("GPU pod pinned to the site, above the smallest GPU grace", _pod(901, pool="site-sjc1"), False),
     ],
 )
 def test_grace_is_capped_by_the_pool(policy: dict[str, Any], case: str, pod: dict[str, Any], admitted: bool) -> None:

@@ -49,8 +49,9 @@ def test_kueue_flavors_cohort_and_queues(stacks: dict[str, Stack], fleet: Fleet,
                 [] if block else [{"key": t.key, "value": t.value, "effect": t.effect} for t in pool.taints]
             )
         else:
+            # The site's pool label keeps a job pinned to a cloud pool off the site (nodeadm.POOL_LABEL).
             assert labels == {"dlinfra.io/site": flavor.source_name, "eks.amazonaws.com/compute-type": "hybrid",
-                              "nvidia.com/gpu.product": flavor.gpu_model}  # fmt: skip
+                              "dlinfra.io/pool": flavor.name, "nvidia.com/gpu.product": flavor.gpu_model}  # fmt: skip
             # The labels and taint the site's machines register with (dlinfra/render/nodeadm.py).
             assert flavors[flavor.name]["spec"]["nodeTaints"] == [
                 {"key": "nvidia.com/gpu", "value": "true", "effect": "NoSchedule"}
@@ -193,8 +194,8 @@ def test_gpu_queues_provision_whole(stacks: dict[str, Stack], stack_name: str) -
     pod set), site flavors do not, and Kueue's waitForPodsReady outlasts the autoscaler's wait for a node."""
     stack = stacks[stack_name]
     flavors = stack.kueue("ResourceFlavor")
-    pools = {k.rstrip("/") for k, v in flavors.items() if "dlinfra.io/pool" in v["spec"].get("nodeLabels", {})}
     sites = {k.rstrip("/") for k, v in flavors.items() if "dlinfra.io/site" in v["spec"].get("nodeLabels", {})}
+    pools = {k.rstrip("/") for k, v in flavors.items() if "dlinfra.io/pool" in v["spec"].get("nodeLabels", {})} - sites
     assert pools  # every reference region has a cloud GPU pool
     checks = stack.kueue("AdmissionCheck")
     assert checks[f"{kueue_chart.PROVISIONING_CHECK}/"]["spec"] == {
