@@ -88,7 +88,15 @@ def test_the_cron_job_runs_the_shipped_script_every_minute_as_nobody() -> None:
     assert container["image"].startswith("public.ecr.aws/docker/library/python:3.")
     assert container["image"].split(":")[1].count(".") == 2  # one exact release, no floating tag
     assert pod["securityContext"]["runAsNonRoot"] and container["securityContext"]["readOnlyRootFilesystem"]
-    assert pod["volumes"] == [{"name": "keeper", "configMap": {"name": block_flavors.NAME}}]
+    assert pod["volumes"][0] == {"name": "keeper", "configMap": {"name": block_flavors.NAME}}
+    # The API token only in this pod, short-lived, where the script reads it (and its CA beside it).
+    assert pod["automountServiceAccountToken"] is False
+    (token,) = [v for v in pod["volumes"] if v["name"] == "api-token"]
+    sources = token["projected"]["sources"]
+    assert sources[0]["serviceAccountToken"]["expirationSeconds"] >= 600  # TokenRequest's minimum
+    assert sources[1]["configMap"]["items"] == [{"key": "ca.crt", "path": "ca.crt"}]
+    mounts = {m["name"]: m["mountPath"] for m in container["volumeMounts"]}
+    assert mounts["api-token"] == keeper.SERVICE_ACCOUNT
 
 
 # The script against a loopback API server ------------------------------------------------------------------
@@ -123,7 +131,7 @@ def api(tmp_path: Path) -> Iterator[tuple[keeper.ApiServer, type[_Recorder]]]:
     finally:
         server.shutdown()
         server.server_close()
-        thread.join(timeout=30)
+        thread.join(timeout=120)
 
 
 def test_each_flavor_is_one_server_side_apply_of_its_taints(api: tuple[keeper.ApiServer, type[_Recorder]]) -> None:
