@@ -8,9 +8,15 @@ flavor over for the next one. The window is the block's start up to a little bef
 group closes (components/capacity_block.py; CLOSE_LEAD says why earlier), so a job requeued from the block's drain is
 offered another flavor, or another region, and never the ended block.
 
-The program declares these flavors without nodeTaints, so the keeper's server-side apply and the program's never
-contend for the field (Kubernetes "Server-Side Apply", field management); the keeper may patch these flavors and
-nothing else, and cannot create one.
+Who owns spec.nodeTaints (Kubernetes "Server-Side Apply", field management; pulumi-kubernetes
+provider/pkg/await/await.go, handleSSAIgnoreFields and patchForce):
+- The program creates a block's flavor closed (the pool's taints and CLOSED_TAINT), so it admits nothing until the
+  keeper has run, and tells Pulumi to ignore later changes to the field (KEEPER_FIELDS). The keeper's forced apply
+  takes the field over, and from then on Pulumi leaves out of its applies a field another manager holds.
+- Every pool's flavor carries Pulumi's patchForce annotation (FLAVOR_ANNOTATIONS): once a block leaves the fleet its
+  pool's flavor is declared with the pool's taints again, and that apply must take the field back from the keeper
+  rather than fail on the conflict.
+The keeper may patch these flavors and nothing else, and cannot create one.
 """
 
 from __future__ import annotations
@@ -26,6 +32,7 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 from components.capacity_block import drain_at
+from components.charts.kueue import PODS_READY_TIMEOUT_SECONDS
 from components.charts.nodes import CLOUD_NODE_AFFINITY, Taint
 from components.scripts import capacity_block_flavor as keeper
 
@@ -44,13 +51,17 @@ SCHEDULE = "* * * * *"  # every minute: the flavor follows the clock within a mi
 # otherwise skip it); its one PATCH per flavor times out after keeper.TIMEOUT_SECONDS.
 ACTIVE_DEADLINE_SECONDS = 50
 NOBODY = 65534
+KEEPER_FIELDS = ("spec.nodeTaints",)  # what Pulumi leaves to the keeper once it has run (ignoreChanges)
+FLAVOR_ANNOTATIONS = {"pulumi.com/patchForce": "true"}  # a pool's flavor takes its taints back from a removed keeper
 TOKEN_SECONDS = 600  # the shortest a projected service account token may live (TokenRequest); a run takes seconds
-# The flavor closes this long before the block's group does (its drain time), so a job Kueue reserves the block for
-# in the flavor's last minute still has its nodes asked for while the group can grow: the autoscaler takes a
-# ProvisioningRequest within one scan (10 s by default, its FAQ), and one it cannot serve because the group is
-# already closed would hold the job's quota, unadmitted, until the request fails days later. The job then runs until
-# the drain like any other on the block, and is requeued elsewhere.
-CLOSE_LEAD = datetime.timedelta(minutes=10)
+# The flavor closes this long before the block's group does (its drain time), so a job Kueue gives the block in the
+# flavor's last minute still gets its nodes and starts while the group is open: the autoscaler marks its
+# ProvisioningRequest provisioned once it has asked for the scale-up, not when the nodes arrive (best-effort-atomic
+# provisioning_class.go), and nodes and pods may take up to Kueue's waitForPodsReady timeout (the autoscaler's
+# max-node-provision-time plus the pods' start); then half an hour of training at least, so the checkpoint written at
+# the drain is worth the start. A job still waiting when the group closes would only be evicted by that timeout.
+MIN_RUN = datetime.timedelta(minutes=30)
+CLOSE_LEAD = datetime.timedelta(seconds=PODS_READY_TIMEOUT_SECONDS) + MIN_RUN
 
 
 def flavor_window(
@@ -68,6 +79,11 @@ class BlockFlavor:
     opens_at: datetime.datetime  # the block's start (aware, UTC)
     closes_at: datetime.datetime  # CLOSE_LEAD before the block's drain time (flavor_window)
     taints: Sequence[Taint] = ()  # the pool's own node taints, which the flavor always carries
+
+    def created_taints(self) -> list[Taint]:
+        """What the program creates the flavor with: closed, until the keeper has run."""
+        closed = keeper.CLOSED_TAINT
+        return [*self.taints, (closed["key"], closed["value"], closed["effect"])]
 
     def __post_init__(self) -> None:
         for field in ("opens_at", "closes_at"):

@@ -498,15 +498,19 @@ class Platform(pulumi.ComponentResource):
     # Kueue --------------------------------------------------------------------------------------------------
     def _custom(
         self, key: str, kind: str, name: str, spec: dict[str, object], depends_on: Sequence[pulumi.Resource],
-        namespace: str | None = None,
+        namespace: str | None = None, annotations: Mapping[str, str] | None = None,
+        ignore_changes: Sequence[str] = (),
     ) -> k8s.apiextensions.CustomResource:  # fmt: skip
+        opts = self._k8s(depends_on=depends_on)
+        if ignore_changes:
+            opts = pulumi.ResourceOptions.merge(opts, pulumi.ResourceOptions(ignore_changes=list(ignore_changes)))
         return k8s.apiextensions.CustomResource(
             f"{self._name}-{key}",
             api_version=kueue_chart.KUEUE_API,
             kind=kind,
-            metadata=self._meta(name, namespace),
+            metadata=self._meta(name, namespace, annotations=annotations),
             spec=spec,
-            opts=self._k8s(depends_on=depends_on),
+            opts=opts,
         )
 
     def _queues(
@@ -521,22 +525,25 @@ class Platform(pulumi.ComponentResource):
             source = args.pools[flavor.source_name] if flavor.source == "pool" else args.sites[flavor.source_name]
             taints = source.taints
             window = source.block_window if isinstance(source, PoolView) else None
+            block = None
             if window is not None:
-                # The block's keeper owns this flavor's taints (components/block_flavors.py), so none are declared.
-                blocks.append(
-                    block_flavors.BlockFlavor(
-                        flavor=flavor.name, opens_at=window[0], closes_at=window[1], taints=taints
-                    )
+                block = block_flavors.BlockFlavor(
+                    flavor=flavor.name, opens_at=window[0], closes_at=window[1], taints=taints
                 )
+                blocks.append(block)
             resource_flavor = self._custom(
                 f"flavor-{flavor.name}",
                 "ResourceFlavor",
                 flavor.name,
-                kueue_chart.resource_flavor_spec(flavor, () if window is not None else taints),
+                kueue_chart.resource_flavor_spec(flavor, block.created_taints() if block else taints),
                 [release],
+                # A block's keeper owns the taints once it has run (block_flavors.py says how the two never contend);
+                # a pool's flavor takes them back when its block leaves the fleet.
+                annotations=block_flavors.FLAVOR_ANNOTATIONS if flavor.source == "pool" else None,
+                ignore_changes=block_flavors.KEEPER_FIELDS if block else (),
             )
             flavors.append(resource_flavor)
-            if window is not None:
+            if block is not None:
                 block_flavor_objects.append(resource_flavor)
         block_flavors.declare(
             self._name,

@@ -86,7 +86,7 @@ def test_an_ended_block_says_the_pool_can_never_launch() -> None:
     # From EC2's cut on, nothing runs in the block any more.
     (warning,) = _warnings(datetime.datetime(2027, 1, 18, 11, 0, tzinfo=UTC))
     assert "can never launch in us-west-2 again" in warning[1]
-    assert "jobs queued for the block wait unadmitted" in warning[1]
+    assert "its Kueue flavor closed: jobs run on other flavors or overflow" in warning[1]
 
 
 def test_an_edited_copy_of_a_parsed_fleet_keeps_the_windows_instant() -> None:

@@ -13,14 +13,18 @@ Where it stands in for a controller it copies documented behaviour:
   workloads it left inadmissible (pkg/controller/core/resourceflavor_controller.go, Update).
 - The CronJob controller starts a Job at each schedule time ("CronJob": schedule syntax); the keeper's pod is
   assumed to have run POD_START later.
-- Server-side apply: the live object is the declared fields plus the keeper's; the keeper may write only what its
-  ClusterRole names (Kubernetes "Server-Side Apply"; "Using RBAC Authorization", resourceNames).
+- Server-side apply: a forced apply takes a field over from its manager, an unforced one that would change another
+  manager's field fails with a conflict; the keeper may write only what its ClusterRole names (Kubernetes
+  "Server-Side Apply"; "Using RBAC Authorization", resourceNames). Pulumi's applies (pulumi-kubernetes
+  provider/pkg/await/await.go): a field under ignoreChanges that another manager holds is left out; the
+  pulumi.com/patchForce annotation forces.
 - MultiKueue, all-at-once dispatcher: a job is offered to every worker of its team and runs where it is admitted
   (Kueue docs "MultiKueue").
 """
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import functools
 import importlib.util
@@ -36,9 +40,12 @@ import pytest
 
 from components.block_flavors import CLOSE_LEAD, NAME
 from components.capacity_block import drain_at
+from components.charts.kueue import PODS_READY_TIMEOUT_SECONDS
 from tests import reference
 
 TEAM = "language"
+GPU_TAINT = {"key": "nvidia.com/gpu", "value": "true", "effect": "NoSchedule"}
+CLOSED = {"key": "dlinfra.io/capacity-block-closed", "value": "true", "effect": "NoSchedule"}
 BLOCK_FLAVOR = "pool-train-h100"
 SITE_FLAVOR = "site-sjc1"
 POD_START = datetime.timedelta(seconds=30)  # schedule time -> the keeper's PATCH (image cached, one small pod)
@@ -59,10 +66,20 @@ class Cluster:
     region: str
     flavors: Mapping[str, dict[str, Any]]  # name -> declared spec
     queue: Mapping[str, Any]  # the team's ClusterQueue spec
+    flavor_meta: Mapping[str, dict[str, Any]] = field(default_factory=dict)  # name -> metadata
+    flavor_ignored: Mapping[str, tuple[str, ...]] = field(default_factory=dict)  # name -> ignoreChanges
     keeper_script: str | None = None
     keeper_config: str | None = None
     keeper_schedule: str | None = None
     keeper_may_patch: frozenset[str] = frozenset()
+
+
+def _flavor_records(stack: str) -> dict[str, Any]:
+    return {
+        r.inputs["metadata"]["name"]: r
+        for r in reference.runs()[stack].resources
+        if r.type == f"{KUEUE_API}:ResourceFlavor"
+    }
 
 
 def _kueue(stack: str, kind: str) -> dict[str, dict[str, Any]]:
@@ -88,7 +105,15 @@ def cluster(region: str) -> Cluster:
             found["keeper_may_patch"] = frozenset(
                 n for rule in r.inputs["rules"] if "patch" in rule["verbs"] for n in rule["resourceNames"]
             )
-    return Cluster(region, _kueue(stack, "ResourceFlavor"), _kueue(stack, "ClusterQueue")[TEAM], **found)
+    records = _flavor_records(stack)
+    return Cluster(
+        region,
+        _kueue(stack, "ResourceFlavor"),
+        _kueue(stack, "ClusterQueue")[TEAM],
+        flavor_meta={name: r.inputs["metadata"] for name, r in records.items()},
+        flavor_ignored={name: tuple(r.ignore_changes) for name, r in records.items()},
+        **found,
+    )
 
 
 def workers() -> list[str]:
@@ -117,31 +142,47 @@ def keeper_module(source: str) -> types.ModuleType:
     return module
 
 
+class ConflictError(Exception):
+    """The API server refused an unforced apply: another manager holds the field."""
+
+
 @dataclass
 class ApiServer:
-    """The flavors as the API server holds them: declared fields, plus the keeper's taints where RBAC lets it."""
+    """One cluster's flavors as the API server holds them: each spec.nodeTaints and the manager that owns it."""
 
-    declared: Mapping[str, dict[str, Any]]
-    may_patch: frozenset[str]
-    applied: dict[str, list[dict[str, str]]] = field(default_factory=dict)
+    cluster: Cluster
+    taints: dict[str, list[dict[str, str]]] = field(default_factory=dict)
+    owner: dict[str, str] = field(default_factory=dict)  # flavor -> "pulumi" or "keeper"
+
+    def __post_init__(self) -> None:
+        for name in self.cluster.flavors:  # created by the program's first apply
+            self.pulumi_apply(name, self.cluster.flavors[name])
+
+    def pulumi_apply(self, name: str, spec: Mapping[str, Any]) -> None:
+        """The program's apply of a flavor (pulumi-kubernetes: unforced unless annotated patchForce)."""
+        meta = self.cluster.flavor_meta.get(name, {})
+        force = (meta.get("annotations") or {}).get("pulumi.com/patchForce") == "true"
+        if "spec.nodeTaints" in self.cluster.flavor_ignored.get(name, ()) and self.owner.get(name) == "keeper":
+            return  # handleSSAIgnoreFields: left out of the apply
+        wanted = list(spec.get("nodeTaints", []))
+        if self.owner.get(name, "pulumi") != "pulumi" and wanted != self.taints.get(name) and not force:
+            raise ConflictError(f"conflict with {self.owner[name]}: .spec.nodeTaints of {name}")
+        self.taints[name], self.owner[name] = wanted, "pulumi"
 
     def apply(self, name: str, body: Mapping[str, Any]) -> None:
-        if name not in self.may_patch or name not in self.declared:
+        """The keeper's apply: forced, and only where its ClusterRole lets it."""
+        if name not in self.cluster.keeper_may_patch or name not in self.cluster.flavors:
             raise urllib.error.URLError(f"403 resourceflavors {name!r} is forbidden")
         assert body["kind"] == "ResourceFlavor" and set(body["spec"]) == {"nodeTaints"}  # the keeper's one field
-        assert "nodeTaints" not in self.declared[name], "two managers would own nodeTaints: an apply conflicts"
-        self.applied[name] = list(body["spec"]["nodeTaints"])
+        self.taints[name], self.owner[name] = list(body["spec"]["nodeTaints"]), "keeper"
 
     def live(self, name: str) -> dict[str, Any]:
-        spec = dict(self.declared[name])
-        if name in self.applied:
-            spec["nodeTaints"] = self.applied[name]
-        return spec
+        return {**self.cluster.flavors[name], "nodeTaints": self.taints[name]}
 
 
 def live_flavors(c: Cluster, now: datetime.datetime, keeper: bool = True) -> dict[str, dict[str, Any]]:
     """The flavors at `now`: the keeper's last run before it has applied (every minute, POD_START after)."""
-    api = ApiServer(c.flavors, c.keeper_may_patch)
+    api = ApiServer(c)
     if keeper and c.keeper_script is not None:
         assert c.keeper_schedule == "* * * * *" and c.keeper_config is not None
         module = keeper_module(c.keeper_script)
@@ -213,7 +254,11 @@ def test_the_planned_configuration_is_what_the_scenarios_read() -> None:
     home = cluster("us-west-2")
     order = [f["name"] for f in home.queue["resourceGroups"][0]["flavors"]]
     assert order.index(SITE_FLAVOR) < order.index(BLOCK_FLAVOR)
-    assert "nodeTaints" not in home.flavors[BLOCK_FLAVOR]  # the keeper's field
+    # Created closed, the field left to the keeper once it has run.
+    assert {"key": "dlinfra.io/capacity-block-closed", "value": "true", "effect": "NoSchedule"} in home.flavors[
+        BLOCK_FLAVOR
+    ]["nodeTaints"]
+    assert home.flavor_ignored[BLOCK_FLAVOR] == ("spec.nodeTaints",)
     assert home.keeper_may_patch == {BLOCK_FLAVOR}
     assert sorted(workers()) == ["eu-west-1", "us-east-1"]
     assert cluster("us-east-1").keeper_script is None  # no block there
@@ -244,21 +289,56 @@ def test_after_the_drain_a_requeued_job_runs_elsewhere_and_never_on_the_ended_bl
         assert where_it_runs(group_closes + after) == {("us-east-1", "pool-train-h100")}
 
 
-def test_the_flavor_closes_while_the_group_can_still_grow_for_its_last_job() -> None:
+def test_the_last_job_given_the_block_has_its_nodes_and_pods_before_the_group_closes() -> None:
     _, end, grace = block()
     group_closes = drain_at(end, grace)
-    minute = datetime.timedelta(minutes=1)
-    moments = [group_closes - CLOSE_LEAD - 3 * minute + k * datetime.timedelta(seconds=10) for k in range(60)]
+    step = datetime.timedelta(seconds=10)
+    moments = [group_closes - CLOSE_LEAD - datetime.timedelta(minutes=3) + k * step for k in range(60)]
     last_on_block = max(t for t in moments if where_it_runs(t) == {("us-west-2", BLOCK_FLAVOR)})
-    # A job Kueue gives the block at that moment has its nodes asked for before the group closes.
-    assert group_closes - last_on_block >= 30 * AUTOSCALER_SCAN
+    # Its nodes may take the autoscaler's max-node-provision-time and its pods their start (Kueue's
+    # waitForPodsReady timeout covers both), all while the group is still open, and it trains a while before the drain.
+    assert group_closes - last_on_block >= datetime.timedelta(seconds=PODS_READY_TIMEOUT_SECONDS + 25 * 60)
 
 
-def test_without_the_keeper_the_job_waits_for_a_block_that_has_not_begun_or_has_ended() -> None:
+def test_without_the_keeper_the_block_stays_closed_and_nothing_waits_for_it() -> None:
+    """The flavor is created closed: a keeper that never runs wastes the block, but no job waits on it."""
+    start, _, _ = block()
+    assert where_it_runs(start + datetime.timedelta(days=3), keeper=False) == {("us-east-1", "pool-train-h100")}
+
+
+def test_a_flavor_declared_open_would_keep_jobs_waiting_for_a_block_that_has_not_begun_or_has_ended() -> None:
+    """What the closed taint prevents: the flavor as declared before this change, the pool's taints alone."""
     start, end, grace = block()
-    assert where_it_runs(start - datetime.timedelta(hours=1), keeper=False) == {("us-west-2", BLOCK_FLAVOR)}
-    after = drain_at(end, grace) + datetime.timedelta(hours=1)
-    assert where_it_runs(after, keeper=False) == {("us-west-2", BLOCK_FLAVOR)}
+    home = cluster("us-west-2")
+    opened = dict(home.flavors)
+    opened[BLOCK_FLAVOR] = {**opened[BLOCK_FLAVOR], "nodeTaints": [GPU_TAINT]}
+    # Nothing in the flavor follows the clock then: before the block and after its drain alike, Kueue gives it.
+    assert start < drain_at(end, grace)
+    assert assign(home, opened, JOB, frozenset({SITE_FLAVOR}))[0] == BLOCK_FLAVOR
+
+
+def test_applies_and_the_keeper_never_fight_and_a_removed_block_gives_the_field_back() -> None:
+    start, _, _ = block()
+    home = cluster("us-west-2")
+    api = ApiServer(home)
+    assert home.keeper_script is not None and home.keeper_config is not None
+    module = keeper_module(home.keeper_script)
+    module.run(module.load(home.keeper_config), api, start + datetime.timedelta(hours=1))
+    assert api.owner[BLOCK_FLAVOR] == "keeper" and api.taints[BLOCK_FLAVOR] == [GPU_TAINT]  # open now
+    api.pulumi_apply(BLOCK_FLAVOR, home.flavors[BLOCK_FLAVOR])  # a later apply of the program: left alone
+    assert api.owner[BLOCK_FLAVOR] == "keeper" and api.taints[BLOCK_FLAVOR] == [GPU_TAINT]
+    # The block leaves the fleet: the pool's flavor is declared with the pool's taints and no ignoreChanges.
+    removed = dataclasses.replace(home, flavor_ignored={**home.flavor_ignored, BLOCK_FLAVOR: ()})
+    after = ApiServer(removed)
+    after.taints[BLOCK_FLAVOR], after.owner[BLOCK_FLAVOR] = [GPU_TAINT, CLOSED], "keeper"
+    after.pulumi_apply(BLOCK_FLAVOR, {**home.flavors[BLOCK_FLAVOR], "nodeTaints": [GPU_TAINT]})
+    assert after.owner[BLOCK_FLAVOR] == "pulumi" and after.taints[BLOCK_FLAVOR] == [GPU_TAINT]
+    # Without the patchForce annotation that apply would fail on the keeper's field.
+    unforced = dataclasses.replace(removed, flavor_meta={BLOCK_FLAVOR: {"name": BLOCK_FLAVOR}})
+    stuck = ApiServer(unforced)
+    stuck.taints[BLOCK_FLAVOR], stuck.owner[BLOCK_FLAVOR] = [GPU_TAINT, CLOSED], "keeper"
+    with pytest.raises(ConflictError):
+        stuck.pulumi_apply(BLOCK_FLAVOR, {**home.flavors[BLOCK_FLAVOR], "nodeTaints": [GPU_TAINT]})
 
 
 def test_a_job_pinned_to_the_block_pool_is_never_given_the_site() -> None:
@@ -286,12 +366,12 @@ def test_a_job_that_tolerates_every_taint_is_not_kept_off_the_closed_block() -> 
 @pytest.mark.parametrize("region", ["us-west-2"])
 def test_the_keeper_cannot_touch_other_flavors(region: str) -> None:
     c = cluster(region)
-    api = ApiServer(c.flavors, c.keeper_may_patch)
+    api = ApiServer(c)
     assert c.keeper_script is not None
     module = keeper_module(c.keeper_script)
     start, _, _ = block()
     stray = module.FlavorWindow("pool-interactive", start, start + datetime.timedelta(days=1), ())
     with pytest.raises(module.KeeperError, match="forbidden"):
         module.run([stray], api, start)
-    assert api.applied == {}
+    assert all(owner == "pulumi" for owner in api.owner.values())
     assert json.loads(c.keeper_config or "{}")["flavors"][0]["flavor"] == BLOCK_FLAVOR

@@ -434,8 +434,8 @@ def block_warnings(fleet: Fleet, now: datetime.datetime, within: datetime.timede
                             key,
                             f"Capacity Block {cr.id} ended {end} (its instances went 30 minutes before): pool "
                             f"{pool_name} can never launch in {region} again (its keeper holds the group at 0, and "
-                            "jobs queued for the block wait unadmitted); extend the block and give its new end, or "
-                            "remove it from the fleet",
+                            "its Kueue flavor closed: jobs run on other flavors or overflow); extend the block and "
+                            "give its new end, or remove it from the fleet",
                         )
                     )
                 elif cr.end - now <= within:

@@ -43,11 +43,13 @@ def test_kueue_flavors_cohort_and_queues(stacks: dict[str, Stack], fleet: Fleet,
             assert labels["dlinfra.io/pool"] == flavor.source_name
             pool = fleet.environments[env].node_pools[flavor.source_name]
             reservation = pool.capacity_reservations.get(region)
-            # A Capacity Block's flavor leaves its taints to the block's keeper (components/block_flavors.py).
             block = reservation is not None and reservation.type == "capacity_block"
-            assert flavors[flavor.name]["spec"].get("nodeTaints", []) == (
-                [] if block else [{"key": t.key, "value": t.value, "effect": t.effect} for t in pool.taints]
-            )
+            own = [{"key": t.key, "value": t.value, "effect": t.effect} for t in pool.taints]
+            # A Capacity Block's flavor is created closed and its taints left to the block's keeper
+            # (components/block_flavors.py); every pool's flavor may take them back (patchForce).
+            closed = [{"key": "dlinfra.io/capacity-block-closed", "value": "true", "effect": "NoSchedule"}]
+            assert flavors[flavor.name]["spec"].get("nodeTaints", []) == own + (closed if block else [])
+            assert flavors[flavor.name]["metadata"]["annotations"] == {"pulumi.com/patchForce": "true"}
         else:
             # The site's pool label keeps a job pinned to a cloud pool off the site (nodeadm.POOL_LABEL).
             assert labels == {"dlinfra.io/site": flavor.source_name, "eks.amazonaws.com/compute-type": "hybrid",
