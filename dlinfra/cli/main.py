@@ -16,7 +16,7 @@ from typing import Any
 from rich.text import Text
 
 from dlinfra import PROJECT_ROOT as ROOT
-from dlinfra.cli import access, checks, cost, doctor, fleet, network, pools, preview, what_happened
+from dlinfra.cli import access, checks, cost, doctor, fleet, gpu, network, pools, preview, what_happened
 from dlinfra.cli.common import EXIT_BAD_INPUT, Handler, err
 from dlinfra.errors import DlinfraError
 
@@ -61,6 +61,7 @@ def _parser() -> argparse.ArgumentParser:
         | cost.register(sub, common)
         | pools.register(sub, common)
         | what_happened.register(sub, common)
+        | gpu.register(sub, common)
         | doctor.register(sub)
     )
     parser.set_defaults(handlers=handlers)
@@ -91,6 +92,8 @@ EXAMPLES: dict[str, str] = {
     "pool": "dlinfra pool roll --stack prod-us-west-2 --pool train-h100",
     "pool roll": "dlinfra pool roll --stack prod-us-west-2 --pool train-h100",
     "what-happened": "dlinfra what-happened i-0123456789abcdef0 --since 6h",
+    "gpu": "dlinfra gpu expect --env prod --region us-west-2 --pool train-h100 --dcgm-level 2 --out expect.json",
+    "gpu expect": "dlinfra gpu expect --instance-type p5.48xlarge --efa --out expect.json",
     "doctor": "dlinfra doctor",
 }
 

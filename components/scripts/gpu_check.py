@@ -1,0 +1,378 @@
+"""The GPU health check of one node: are all its GPUs there, of the expected model, healthy, and fast enough?
+
+It runs on the GPU machine itself: in an image's validate step, as the node's burn-in before it takes work, and by
+hand (`python3 gpu_check.py EXPECTATION.json`; dlinfra writes the expectation of each pool and site from its data,
+dlinfra.model.gpu_health). Standard library plus NVIDIA's NVML bindings (nvidia-ml-py, module `pynvml`); PyTorch for
+the throughput tests and `dcgmi` for DCGM's diagnostic, each only where the expectation asks for it.
+
+What it reads, per GPU (NVML API reference, docs.nvidia.com/deploy/nvml-api):
+- the product name (nvmlDeviceGetName) and the GPU count;
+- memory health as the generation reports it: on Ampere and later the row remapper (nvmlDeviceGetRemappedRows: a
+  pending remap needs a GPU reset, a failed one a new GPU), where retired pages read "not supported"; before Ampere
+  the retired pages (nvmlDeviceGetRetiredPages, nvmlDeviceGetRetiredPagesPendingStatus: a pending retirement needs a
+  driver reload) (NVIDIA "Dynamic Page Retirement", "GPU Memory Error Management");
+- uncorrectable ECC errors since the driver loaded (nvmlDeviceGetTotalEccErrors, volatile);
+and per node: the Xid events the driver logged to the kernel since boot, classed by NVIDIA's Xid catalog (the
+expectation carries the codes that take a GPU out of work), the EFA devices (/sys/class/infiniband), and optionally
+DCGM's diagnostic and a BF16 matrix multiply and a device-to-device copy against per-model floors.
+
+Prints one JSON report: {"passed": bool, "problems": [...], "reading": {...}}; exits 0 when the node passes, 1 when it
+does not, 2 when it could not be checked (no NVML, unreadable expectation).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+# NVIDIA's kernel log line for an Xid: "NVRM: Xid (PCI:0000:10:1c): 79, pid=..., GPU has fallen off the bus."
+XID_LINE = re.compile(r"NVRM: Xid \((?:PCI:)?(?P<pci>[0-9a-fA-F:.]+)\): (?P<code>\d+)\b")
+EFA_PREFIX = "rdmap"  # EFA's RDMA devices under /sys/class/infiniband (the EFA kernel driver names them rdmapNsM)
+INFINIBAND = "/sys/class/infiniband"
+
+
+@dataclass(frozen=True)
+class Expectation:
+    """What this node must show (dlinfra.model.gpu_health.expectation writes it)."""
+
+    gpu_count: int
+    products: tuple[str, ...]  # NVML product names any of which a GPU may report
+    memory_health: str  # "row_remap" (Ampere and later) or "retired_pages"
+    failing_xids: Mapping[int, str]  # Xid -> NVIDIA's immediate action; any of these logged since boot fails
+    efa_devices: int = 0
+    dcgm_level: int = 0  # 0: no DCGM diagnostic; 1-4: `dcgmi diag -r LEVEL`
+    gemm_tflops_floor: float | None = None  # BF16 matrix multiply, per GPU
+    bandwidth_gbs_floor: float | None = None  # device memory, per GPU
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> Expectation:
+        return cls(
+            gpu_count=int(data["gpu_count"]),
+            products=tuple(str(p) for p in data["products"]),
+            memory_health=str(data["memory_health"]),
+            failing_xids={int(k): str(v) for k, v in data.get("failing_xids", {}).items()},
+            efa_devices=int(data.get("efa_devices", 0)),
+            dcgm_level=int(data.get("dcgm_level", 0)),
+            gemm_tflops_floor=_float_or_none(data.get("gemm_tflops_floor")),
+            bandwidth_gbs_floor=_float_or_none(data.get("bandwidth_gbs_floor")),
+        )
+
+
+def _float_or_none(value: Any) -> float | None:
+    return None if value is None else float(value)
+
+
+@dataclass
+class GpuReading:
+    index: int
+    name: str
+    pci_bus_id: str = ""
+    remapped_rows: dict[str, int] | None = None  # correctable, uncorrectable, pending, failure; None: not supported
+    retired_pages: dict[str, int] | None = None  # single_bit, double_bit, pending; None: not supported
+    uncorrectable_ecc: int | None = None  # volatile count; None: no ECC on this GPU or not supported
+    gemm_tflops: float | None = None
+    bandwidth_gbs: float | None = None
+
+
+@dataclass
+class NodeReading:
+    nvml: bool = False  # NVML started: without it nothing about the GPUs is known
+    driver: str = ""
+    gpus: list[GpuReading] = field(default_factory=list)
+    xids: list[tuple[str, int]] = field(default_factory=list)  # (PCI address, Xid) logged since boot
+    efa_devices: int | None = None
+    dcgm: dict[str, Any] | None = None  # {"level": n, "passed": bool, "failures": [...]}
+    errors: list[str] = field(default_factory=list)  # what could not be read
+
+
+@dataclass(frozen=True)
+class Problem:
+    gpu: int | None  # None: the node as a whole
+    check: str
+    detail: str
+
+
+# Reading ---------------------------------------------------------------------------------------------------
+
+
+def _supported(nvml: Any, call: Callable[[], Any]) -> Any:
+    """The call's value, or None where NVML says this GPU does not support it (a generation's N/A)."""
+    try:
+        return call()
+    except nvml.NVMLError as exc:
+        if getattr(exc, "value", None) == nvml.NVML_ERROR_NOT_SUPPORTED:
+            return None
+        raise
+
+
+def read_gpu(nvml: Any, index: int) -> GpuReading:
+    handle = nvml.nvmlDeviceGetHandleByIndex(index)
+    reading = GpuReading(index=index, name=_text(nvml.nvmlDeviceGetName(handle)))
+    pci = _supported(nvml, lambda: nvml.nvmlDeviceGetPciInfo(handle))
+    if pci is not None:
+        reading.pci_bus_id = _text(pci.busId)
+    rows = _supported(nvml, lambda: nvml.nvmlDeviceGetRemappedRows(handle))
+    if rows is not None:
+        correctable, uncorrectable, pending, failure = rows
+        reading.remapped_rows = {
+            "correctable": int(correctable), "uncorrectable": int(uncorrectable),
+            "pending": int(pending), "failure": int(failure),
+        }  # fmt: skip
+    single = _supported(
+        nvml,
+        lambda: nvml.nvmlDeviceGetRetiredPages(handle, nvml.NVML_PAGE_RETIREMENT_CAUSE_MULTIPLE_SINGLE_BIT_ECC_ERRORS),
+    )
+    if single is not None:
+        double = nvml.nvmlDeviceGetRetiredPages(handle, nvml.NVML_PAGE_RETIREMENT_CAUSE_DOUBLE_BIT_ECC_ERROR)
+        pending = nvml.nvmlDeviceGetRetiredPagesPendingStatus(handle)
+        reading.retired_pages = {"single_bit": len(single), "double_bit": len(double), "pending": int(pending)}
+    reading.uncorrectable_ecc = _supported(
+        nvml,
+        lambda: int(
+            nvml.nvmlDeviceGetTotalEccErrors(handle, nvml.NVML_MEMORY_ERROR_TYPE_UNCORRECTED, nvml.NVML_VOLATILE_ECC)
+        ),
+    )
+    return reading
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def read_nvml(nvml: Any) -> NodeReading:
+    """Every GPU NVML sees; an NVML that cannot start is an error of the reading, not an exception."""
+    node = NodeReading()
+    try:
+        nvml.nvmlInit()
+    except nvml.NVMLError as exc:
+        node.errors.append(f"NVML: {exc}")
+        return node
+    node.nvml = True
+    try:
+        node.driver = _text(nvml.nvmlSystemGetDriverVersion())
+        for index in range(nvml.nvmlDeviceGetCount()):
+            try:
+                node.gpus.append(read_gpu(nvml, index))
+            except nvml.NVMLError as exc:
+                node.errors.append(f"GPU {index}: NVML: {exc}")
+    finally:
+        nvml.nvmlShutdown()
+    return node
+
+
+def pci_key(address: str) -> tuple[int, int, int]:
+    """(domain, bus, device) of a PCI address as NVML ("00000000:10:1C.0") or the kernel log ("0000:10:1c") write it."""
+    parts = address.lower().split(":")
+    domain = int(parts[-3], 16) if len(parts) >= 3 else 0
+    return domain, int(parts[-2], 16), int(parts[-1].split(".")[0], 16)
+
+
+def parse_xids(kernel_log: str) -> list[tuple[str, int]]:
+    """(PCI address, Xid) of each NVRM Xid line of a kernel log."""
+    return [(m["pci"].lower(), int(m["code"])) for m in XID_LINE.finditer(kernel_log)]
+
+
+def kernel_log() -> str:
+    """The kernel's messages since boot (journald, else the ring buffer)."""
+    for command in (["journalctl", "-k", "-b", "-o", "cat", "--no-pager"], ["dmesg"]):
+        if shutil.which(command[0]):
+            done = subprocess.run(command, capture_output=True, text=True, timeout=120, check=False)
+            if done.returncode == 0:
+                return done.stdout
+    raise OSError("cannot read the kernel log (journalctl -k, dmesg)")
+
+
+def count_efa(root: str = INFINIBAND) -> int:
+    """EFA devices the kernel driver registered."""
+    try:
+        return sum(1 for name in os.listdir(root) if name.startswith(EFA_PREFIX))
+    except FileNotFoundError:
+        return 0
+
+
+def run_dcgm(level: int) -> dict[str, Any]:
+    """DCGM's diagnostic at `level` (dcgmi diag -r LEVEL -j): passed unless a test reports Fail."""
+    done = subprocess.run(
+        ["dcgmi", "diag", "-r", str(level), "-j"], capture_output=True, text=True, timeout=3 * 3600, check=False
+    )
+    try:
+        report = json.loads(done.stdout)
+    except json.JSONDecodeError:
+        return {"level": level, "passed": False, "failures": [f"dcgmi exited {done.returncode}: {done.stderr[-500:]}"]}
+    failures = sorted(set(_dcgm_failures(report)))
+    return {"level": level, "passed": not failures and done.returncode == 0, "failures": failures}
+
+
+def _dcgm_failures(node: Any, test: str = "") -> list[str]:
+    """Names of the tests whose result is Fail, anywhere in dcgmi's JSON report."""
+    found: list[str] = []
+    if isinstance(node, Mapping):
+        name = str(node.get("test_name") or node.get("name") or test)
+        status = str(node.get("status") or node.get("result") or "")
+        if status.lower() == "fail":
+            found.append(name or "unnamed test")
+        for value in node.values():
+            found += _dcgm_failures(value, name)
+    elif isinstance(node, list):
+        for value in node:
+            found += _dcgm_failures(value, test)
+    return found
+
+
+def measure_throughput(gpus: Sequence[GpuReading], size: int = 8192, seconds: float = 5.0) -> None:
+    """BF16 matrix multiply (TFLOPS) and device-to-device copy (GB/s) on each GPU, with PyTorch."""
+    import torch  # only where the expectation has floors: images with PyTorch
+
+    for gpu in gpus:
+        _measure(torch, gpu, size, seconds)
+        torch.cuda.empty_cache()
+
+
+def _measure(torch: Any, gpu: GpuReading, size: int, seconds: float) -> None:
+    device = torch.device(f"cuda:{gpu.index}")
+    a = torch.randn(size, size, device=device, dtype=torch.bfloat16)
+    b = torch.randn(size, size, device=device, dtype=torch.bfloat16)
+    gpu.gemm_tflops = 2 * size**3 * _rate(lambda: torch.matmul(a, b), device, seconds) / 1e12
+    source = torch.empty(1 << 30, device=device, dtype=torch.uint8)  # 1 GiB
+    target = torch.empty_like(source)
+    # A copy reads and writes every byte.
+    gpu.bandwidth_gbs = 2 * source.numel() * _rate(lambda: target.copy_(source), device, seconds) / 1e9
+
+
+def _rate(step: Callable[[], Any], device: Any, seconds: float) -> float:
+    """Steps per second, after a warm-up, timed on the GPU by events."""
+    import torch
+
+    for _ in range(3):
+        step()
+    torch.cuda.synchronize(device)
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    count, began = 0, time.monotonic()
+    start.record()
+    while time.monotonic() - began < seconds:
+        step()
+        count += 1
+    end.record()
+    torch.cuda.synchronize(device)
+    return float(count / (start.elapsed_time(end) / 1000))
+
+
+# Judging ---------------------------------------------------------------------------------------------------
+
+
+def problems(expect: Expectation, node: NodeReading) -> list[Problem]:
+    """Every reason this node must not take work; none: it passes."""
+    found = [Problem(None, "read", error) for error in node.errors]
+    if len(node.gpus) != expect.gpu_count:
+        found.append(Problem(None, "count", f"{len(node.gpus)} GPUs visible, {expect.gpu_count} expected"))
+    for gpu in node.gpus:
+        found += _gpu_problems(expect, gpu)
+    by_pci = {pci_key(gpu.pci_bus_id): gpu.index for gpu in node.gpus if gpu.pci_bus_id}
+    for pci, code in node.xids:
+        if code in expect.failing_xids:
+            found.append(
+                Problem(by_pci.get(pci_key(pci)), "xid", f"Xid {code} logged ({pci}): {expect.failing_xids[code]}")
+            )
+    if expect.efa_devices and node.efa_devices != expect.efa_devices:
+        found.append(Problem(None, "efa", f"{node.efa_devices} EFA devices, {expect.efa_devices} expected"))
+    if expect.dcgm_level:
+        if node.dcgm is None:
+            found.append(Problem(None, "dcgm", f"DCGM diagnostic level {expect.dcgm_level} did not run"))
+        elif not node.dcgm["passed"]:
+            found.append(
+                Problem(None, "dcgm", f"level {node.dcgm['level']} failed: {', '.join(node.dcgm['failures'])}")
+            )
+    return found
+
+
+def _gpu_problems(expect: Expectation, gpu: GpuReading) -> list[Problem]:
+    found = []
+
+    def add(check: str, detail: str) -> None:
+        found.append(Problem(gpu.index, check, detail))
+
+    if gpu.name not in expect.products:
+        add("model", f"{gpu.name!r}, expected {' or '.join(repr(p) for p in expect.products)}")
+    if expect.memory_health == "row_remap":
+        rows = gpu.remapped_rows
+        if rows is None:
+            add("memory", "row remapping not readable (NVML: not supported), though this GPU generation remaps rows")
+        else:
+            if rows["failure"]:
+                add("memory", "a row remapping failed: the GPU needs replacing")
+            if rows["pending"]:
+                add("memory", "a row remapping is pending: reset the GPU to apply it")
+    else:
+        pages = gpu.retired_pages
+        if pages is None:
+            add("memory", "retired pages not readable (NVML: not supported)")
+        elif pages["pending"]:
+            add("memory", "a page retirement is pending: reload the driver (reboot) to apply it")
+    if gpu.uncorrectable_ecc:
+        add("ecc", f"{gpu.uncorrectable_ecc} uncorrectable ECC errors since the driver loaded")
+    for check, value, floor, unit in (
+        ("gemm", gpu.gemm_tflops, expect.gemm_tflops_floor, "TFLOPS BF16"),
+        ("bandwidth", gpu.bandwidth_gbs, expect.bandwidth_gbs_floor, "GB/s"),
+    ):
+        if floor is None:
+            continue
+        if value is None:
+            add(check, "not measured")
+        elif value < floor:
+            add(check, f"{value:.0f} {unit}, below the floor of {floor:.0f}")
+    return found
+
+
+# The command -----------------------------------------------------------------------------------------------
+
+
+def check(expect: Expectation, nvml: Any, log: str | None, efa_root: str = INFINIBAND) -> dict[str, Any]:
+    node = read_nvml(nvml)
+    if log is not None:
+        node.xids = parse_xids(log)
+    else:
+        node.errors.append("the kernel log could not be read: Xid events unknown")
+    node.efa_devices = count_efa(efa_root)
+    if node.gpus and (expect.gemm_tflops_floor is not None or expect.bandwidth_gbs_floor is not None):
+        try:
+            measure_throughput(node.gpus)
+        except (ImportError, RuntimeError, OSError) as exc:  # no PyTorch, no CUDA: floors report "not measured"
+            node.errors.append(f"throughput: {type(exc).__name__}: {exc}")
+    if expect.dcgm_level:
+        node.dcgm = run_dcgm(expect.dcgm_level) if shutil.which("dcgmi") else None
+    found = problems(expect, node)
+    return {
+        "passed": not found,
+        "checked": node.nvml,
+        "problems": [asdict(p) for p in found],
+        "reading": asdict(node),
+    }
+
+
+def main(argv: Sequence[str]) -> int:
+    try:
+        with open(argv[1], encoding="utf-8") as f:
+            expect = Expectation.from_json(json.load(f))
+        import pynvml
+    except (IndexError, OSError, ValueError, KeyError, ImportError) as exc:
+        print(json.dumps({"passed": False, "error": f"cannot check: {type(exc).__name__}: {exc}"}))
+        return 2
+    try:
+        log: str | None = kernel_log()
+    except (OSError, subprocess.SubprocessError):
+        log = None
+    report = check(expect, pynvml, log)
+    print(json.dumps(report, indent=2))
+    return 0 if report["passed"] else 1 if report["checked"] else 2
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))

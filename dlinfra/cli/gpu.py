@@ -1,0 +1,82 @@
+"""`dlinfra gpu expect`: what a GPU node of a pool, a site or an instance type must show, as the JSON the GPU health
+check reads on the machine (components/scripts/gpu_check.py; dlinfra.model.gpu_health writes it)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Any
+
+from dlinfra.cli.common import Handler, load_checked, out
+from dlinfra.errors import FleetError
+from dlinfra.model import gpu_health
+
+
+def register(subparsers: Any, common: argparse.ArgumentParser) -> dict[str, Handler]:
+    """Add `gpu expect` to the CLI; returns command name -> handler."""
+    gpu = subparsers.add_parser("gpu", help="GPU node health: what the check on each GPU machine expects")
+    gpu_sub = gpu.add_subparsers(dest="gpu_command", required=True, metavar="{expect}")
+    expect = gpu_sub.add_parser(
+        "expect",
+        parents=[common],
+        help="write the health check's expectation for a pool's, a site's or an instance type's GPU nodes",
+    )
+    which = expect.add_mutually_exclusive_group(required=True)
+    which.add_argument("--pool", help="a GPU pool of the fleet (with --env and --region)")
+    which.add_argument("--site", help="a site of the fleet: its machines' GPUs")
+    which.add_argument("--instance-type", help="an EC2 instance type of dlinfra/data/instance_types.yaml")
+    expect.add_argument("--env", help="with --pool: the environment")
+    expect.add_argument("--region", help="with --pool: the region (its first instance type sold there)")
+    expect.add_argument("--efa", action="store_true", help="with --instance-type: expect its EFA devices")
+    expect.add_argument(
+        "--dcgm-level", type=int, default=0, choices=gpu_health.DCGM_LEVELS, help="DCGM diagnostic level (0: none)"
+    )
+    expect.add_argument(
+        "--no-throughput", action="store_true", help="do not judge the throughput floors (no PyTorch on the machine)"
+    )
+    expect.add_argument("--out", type=Path, metavar="FILE", help="write the JSON here (default: print it)")
+    return {"gpu": cmd_gpu}
+
+
+def cmd_gpu(args: argparse.Namespace) -> int:
+    expectation = _expectation(args)
+    text = json.dumps(expectation, indent=2) + "\n"
+    if args.out is not None:
+        args.out.write_text(text, encoding="utf-8")
+    else:
+        out.print(text, end="", markup=False)
+    return 0
+
+
+def _expectation(args: argparse.Namespace) -> dict[str, Any]:
+    throughput = not args.no_throughput
+    if args.instance_type:
+        spec = gpu_health.instance_expectation(args.instance_type, efa=args.efa, dcgm_level=args.dcgm_level)
+        return spec if throughput else _without_floors(spec)
+    fleet = load_checked(args).fleet
+    if args.site:
+        site = fleet.sites.get(args.site)
+        if site is None:
+            raise FleetError(f"{args.fleet}: sites.{args.site}: no such site (known: {', '.join(sorted(fleet.sites))})")
+        if not site.gpu_nodes or not site.gpus_per_node:
+            raise FleetError(f"{args.fleet}: sites.{args.site}: the site declares no GPU machines")
+        return gpu_health.expectation(
+            site.gpu_model, site.gpus_per_node, dcgm_level=args.dcgm_level, throughput=throughput
+        )
+    if not args.env or not args.region:
+        raise FleetError("--pool needs --env and --region")
+    key = f"environments.{args.env}.node_pools.{args.pool}"
+    env = fleet.environments.get(args.env)
+    pool = env.node_pools.get(args.pool) if env else None
+    if pool is None or pool.kind != "gpu":
+        raise FleetError(f"{args.fleet}: {key}: no such GPU pool")
+    if args.pool not in fleet.pools_in(args.env, args.region):
+        raise FleetError(f"{args.fleet}: {key}.regions: the pool does not run in {args.region}")
+    instance_type = fleet.pool_types(args.env, args.region, args.pool)[0]
+    spec = gpu_health.instance_expectation(instance_type, efa=pool.efa, dcgm_level=args.dcgm_level)
+    return spec if throughput else _without_floors(spec)
+
+
+def _without_floors(spec: dict[str, Any]) -> dict[str, Any]:
+    return {**spec, "gemm_tflops_floor": None, "bandwidth_gbs_floor": None}

@@ -1,0 +1,113 @@
+"""What a GPU node must show before it takes work: the expectation the GPU health check reads
+(components/scripts/gpu_check.py), from the GPU model table (dlinfra/data/gpu_models.yaml) and the instance type
+table or a site's declaration.
+
+Pure planning code (no pulumi, no NVML): it writes what to expect; the check, on the machine, reads the GPUs.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Mapping
+from importlib import resources
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from ruamel.yaml import YAML
+from ruamel.yaml.error import YAMLError
+
+from dlinfra.errors import DlinfraError
+from dlinfra.model import instances
+
+TABLE_PATH = "dlinfra/data/gpu_models.yaml"
+DCGM_LEVELS = (0, 1, 2, 3, 4)  # 0: no DCGM diagnostic; `dcgmi diag -r 1..4` (DCGM user guide, "Run levels")
+
+
+class GpuTableError(DlinfraError):
+    """The GPU model table itself is malformed (a bug in dlinfra, not in the fleet file)."""
+
+
+class Floor(BaseModel):
+    """A throughput a healthy GPU of the model reaches in the check's test, and where that figure comes from."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    value: float = Field(gt=0)
+    source: str = Field(min_length=10)  # who measured what, how: a floor without a measurement is not a floor
+
+
+class GpuModel(BaseModel):
+    """One GPU model, by dlinfra's short name (the instance table's gpu_model)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    products: tuple[str, ...] = Field(min_length=1)  # NVML product names (nvmlDeviceGetName) it may report
+    memory_health: Literal["row_remap", "retired_pages"]  # Ampere and later remap rows; older GPUs retire pages
+    source: str = Field(min_length=10)  # where the product names and the generation come from
+    gemm_tflops: Floor | None = None  # BF16 matrix multiply, per GPU; None: measured and reported, not judged
+    bandwidth_gbs: Floor | None = None  # device memory copy, per GPU; None likewise
+
+
+class XidAction(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    action: str = Field(min_length=3)  # NVIDIA's immediate action for it (Xid catalog)
+    meaning: str = Field(min_length=3)
+
+
+class GpuTable(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    models: Mapping[str, GpuModel]
+    # Xids that take a GPU out of work when logged since boot, with NVIDIA's immediate action; Xids the catalog
+    # leaves to the application (13, 31, 43, 45...) are not here.
+    failing_xids: Mapping[int, XidAction]
+    xid_source: str = Field(min_length=10)
+
+
+@functools.cache
+def table() -> GpuTable:
+    text = resources.files("dlinfra").joinpath("data/gpu_models.yaml").read_text(encoding="utf-8")
+    try:
+        return GpuTable.model_validate(YAML(typ="safe").load(text))
+    except (YAMLError, ValidationError) as exc:
+        raise GpuTableError(f"{TABLE_PATH}: {exc}") from None
+
+
+def model(name: str) -> GpuModel:
+    try:
+        return table().models[name]
+    except KeyError:
+        known = ", ".join(sorted(table().models))
+        raise GpuTableError(f"{TABLE_PATH}: no GPU model {name!r} (known: {known})") from None
+
+
+def expectation(
+    gpu_model: str, gpu_count: int, *, efa_devices: int = 0, dcgm_level: int = 0, throughput: bool = True
+) -> dict[str, Any]:
+    """The check's expectation (gpu_check.Expectation.from_json) for a node with `gpu_count` GPUs of `gpu_model`.
+    `throughput`: judge the model's floors (needs PyTorch on the machine)."""
+    if gpu_count <= 0:
+        raise ValueError(f"gpu_count: a GPU node has GPUs, got {gpu_count}")
+    if dcgm_level not in DCGM_LEVELS:
+        raise ValueError(f"dcgm_level: one of {DCGM_LEVELS}, got {dcgm_level}")
+    spec = model(gpu_model)
+    return {
+        "gpu_count": gpu_count,
+        "products": list(spec.products),
+        "memory_health": spec.memory_health,
+        "failing_xids": {str(code): xid.action for code, xid in sorted(table().failing_xids.items())},
+        "efa_devices": efa_devices,
+        "dcgm_level": dcgm_level,
+        "gemm_tflops_floor": spec.gemm_tflops.value if throughput and spec.gemm_tflops else None,
+        "bandwidth_gbs_floor": spec.bandwidth_gbs.value if throughput and spec.bandwidth_gbs else None,
+    }
+
+
+def instance_expectation(instance_type: str, *, efa: bool, dcgm_level: int = 0) -> dict[str, Any]:
+    """The expectation of a cloud node of `instance_type` (instance_types.yaml); `efa`: the pool attaches EFA, one
+    device per EFA interface the type supports (dlinfra attaches them all on an EFA pool)."""
+    spec = instances.lookup(instance_type)
+    if not spec.gpus or spec.gpu_model is None:
+        raise ValueError(f"{instance_type}: not a GPU instance type")
+    return expectation(spec.gpu_model, spec.gpus, efa_devices=spec.efa_interfaces if efa else 0, dcgm_level=dcgm_level)

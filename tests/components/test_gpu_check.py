@@ -1,0 +1,194 @@
+"""The GPU health check (components/scripts/gpu_check.py) on recorded GPU readings (tests/fixtures/gpu), read through
+nvidia-ml-py's own error class and constants, so a call the check makes that the bindings do not have fails here."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pynvml
+import pytest
+
+from components.scripts import gpu_check
+
+FIXTURES = Path(__file__).parents[1] / "fixtures" / "gpu"
+CATALOG = {48: "RESET_GPU", 63: "RESET_GPU", 64: "RESET_GPU", 79: "RESTART_BM", 94: "RESET_GPU", 95: "RESET_GPU"}
+H100 = gpu_check.Expectation(gpu_count=8, products=("NVIDIA H100 80GB HBM3",), memory_health="row_remap",
+                             failing_xids=CATALOG)  # fmt: skip
+
+
+class RecordedNvml:
+    """The pynvml functions the check calls, answering from a recorded reading; everything else is pynvml's own."""
+
+    def __init__(self, recording: dict[str, Any], *, init_error: int | None = None) -> None:
+        self.recording, self.init_error = recording, init_error
+        self.NVMLError = pynvml.NVMLError
+        for name in dir(pynvml):
+            if name.startswith("NVML_"):
+                setattr(self, name, getattr(pynvml, name))
+        self.shut_down = False
+
+    def _answer(self, index: int, key: str) -> Any:
+        value = self.recording["gpus"][index][key]
+        if value == "not_supported":
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_NOT_SUPPORTED)
+        return value
+
+    def nvmlInit(self) -> None:
+        if self.init_error is not None:
+            raise pynvml.NVMLError(self.init_error)
+
+    def nvmlShutdown(self) -> None:
+        self.shut_down = True
+
+    def nvmlSystemGetDriverVersion(self) -> str:
+        return str(self.recording["driver"])
+
+    def nvmlDeviceGetCount(self) -> int:
+        return len(self.recording["gpus"])
+
+    def nvmlDeviceGetHandleByIndex(self, index: int) -> int:
+        return index
+
+    def nvmlDeviceGetName(self, handle: int) -> str:
+        return str(self._answer(handle, "name"))
+
+    def nvmlDeviceGetPciInfo(self, handle: int) -> SimpleNamespace:
+        return SimpleNamespace(busId=self._answer(handle, "pci_bus_id").encode())
+
+    def nvmlDeviceGetRemappedRows(self, handle: int) -> tuple[int, int, int, int]:
+        return tuple(self._answer(handle, "remapped_rows"))  # type: ignore[return-value]
+
+    def nvmlDeviceGetRetiredPages(self, handle: int, cause: int) -> list[int]:
+        pages = self._answer(handle, "retired_pages")
+        single = cause == pynvml.NVML_PAGE_RETIREMENT_CAUSE_MULTIPLE_SINGLE_BIT_ECC_ERRORS
+        return list(pages["single_bit" if single else "double_bit"])
+
+    def nvmlDeviceGetRetiredPagesPendingStatus(self, handle: int) -> int:
+        return int(self._answer(handle, "retired_pages")["pending"])
+
+    def nvmlDeviceGetTotalEccErrors(self, handle: int, error_type: int, counter: int) -> int:
+        assert (error_type, counter) == (pynvml.NVML_MEMORY_ERROR_TYPE_UNCORRECTED, pynvml.NVML_VOLATILE_ECC)
+        return int(self._answer(handle, "uncorrectable_ecc"))
+
+
+def recorded(name: str) -> RecordedNvml:
+    return RecordedNvml(json.loads((FIXTURES / name).read_text()))
+
+
+def test_the_bindings_have_every_call_the_check_makes() -> None:
+    for name in vars(RecordedNvml):
+        if name.startswith("nvml"):
+            assert callable(getattr(pynvml, name)), name
+
+
+def test_a_healthy_h100_node_passes(tmp_path: Path) -> None:
+    nvml = recorded("h100-healthy.json")
+    report = gpu_check.check(H100, nvml, log="", efa_root=str(tmp_path))
+    assert report["passed"] and report["checked"], report["problems"]
+    gpus = report["reading"]["gpus"]
+    assert len(gpus) == 8 and gpus[0]["retired_pages"] is None  # N/A on Hopper: not a problem there
+    assert gpus[0]["remapped_rows"] == {"correctable": 0, "uncorrectable": 0, "pending": 0, "failure": 0}
+    assert nvml.shut_down
+
+
+def test_pending_and_failed_row_remaps_and_ecc_errors_are_refused(tmp_path: Path) -> None:
+    report = gpu_check.check(H100, recorded("h100-memory-errors.json"), log="", efa_root=str(tmp_path))
+    assert not report["passed"]
+    found = {(p["gpu"], p["check"], p["detail"].split(":")[0]) for p in report["problems"]}
+    assert found == {
+        (3, "memory", "a row remapping is pending"),
+        (5, "memory", "a row remapping failed"),
+        (6, "ecc", "4 uncorrectable ECC errors since the driver loaded"),
+    }
+
+
+def test_a_missing_gpu_is_refused(tmp_path: Path) -> None:
+    report = gpu_check.check(H100, recorded("h100-seven-gpus.json"), log="", efa_root=str(tmp_path))
+    assert [(p["check"], p["detail"]) for p in report["problems"]] == [("count", "7 GPUs visible, 8 expected")]
+
+
+def test_the_wrong_model_is_refused(tmp_path: Path) -> None:
+    h200 = gpu_check.Expectation(gpu_count=8, products=("NVIDIA H200",), memory_health="row_remap", failing_xids={})
+    report = gpu_check.check(h200, recorded("h100-healthy.json"), log="", efa_root=str(tmp_path))
+    assert {p["check"] for p in report["problems"]} == {"model"}
+    assert len(report["problems"]) == 8
+
+
+def test_an_ampere_gpu_whose_row_remapper_cannot_be_read_is_refused(tmp_path: Path) -> None:
+    nvml = recorded("a10g-healthy.json")
+    nvml.recording["gpus"][0]["remapped_rows"] = "not_supported"
+    a10g = gpu_check.Expectation(gpu_count=1, products=("NVIDIA A10G",), memory_health="row_remap", failing_xids={})
+    (problem,) = gpu_check.check(a10g, nvml, log="", efa_root=str(tmp_path))["problems"]
+    assert problem["check"] == "memory" and "not readable" in problem["detail"]
+
+
+def test_an_older_gpu_reports_retired_pages_and_a_pending_retirement_is_refused(tmp_path: Path) -> None:
+    t4 = gpu_check.Expectation(gpu_count=1, products=("Tesla T4",), memory_health="retired_pages", failing_xids={})
+    report = gpu_check.check(t4, recorded("t4-pending-retirement.json"), log="", efa_root=str(tmp_path))
+    assert report["reading"]["gpus"][0]["retired_pages"] == {"single_bit": 0, "double_bit": 1, "pending": 1}
+    assert {p["check"] for p in report["problems"]} == {"memory", "ecc"}
+
+
+def test_a_catalogued_xid_fails_the_gpu_it_names_and_an_application_xid_does_not(tmp_path: Path) -> None:
+    fell_off = (FIXTURES / "kernel-xid79.log").read_text()
+    (problem,) = gpu_check.check(H100, recorded("h100-healthy.json"), log=fell_off, efa_root=str(tmp_path))["problems"]
+    assert problem == {"gpu": 3, "check": "xid", "detail": "Xid 79 logged (0000:40:1c): RESTART_BM"}
+    app_error = (FIXTURES / "kernel-xid13.log").read_text()
+    assert gpu_check.check(H100, recorded("h100-healthy.json"), log=app_error, efa_root=str(tmp_path))["passed"]
+
+
+def test_an_unreadable_kernel_log_fails_closed(tmp_path: Path) -> None:
+    report = gpu_check.check(H100, recorded("h100-healthy.json"), log=None, efa_root=str(tmp_path))
+    assert [p["check"] for p in report["problems"]] == ["read"]
+
+
+def test_nvml_that_cannot_start_is_a_reading_error(tmp_path: Path) -> None:
+    nvml = RecordedNvml({"driver": "", "gpus": []}, init_error=pynvml.NVML_ERROR_DRIVER_NOT_LOADED)
+    report = gpu_check.check(H100, nvml, log="", efa_root=str(tmp_path))
+    assert [p["check"] for p in report["problems"]] == ["read", "count"]
+    assert "Driver Not Loaded" in report["problems"][0]["detail"]
+    assert report["checked"] is False  # main exits 2: could not check, which is not "unhealthy"
+
+
+def test_efa_devices_are_counted_from_the_kernel(tmp_path: Path) -> None:
+    for name in ("rdmap0s26", "rdmap16s27", "mlx5_0"):
+        (tmp_path / name).mkdir()
+    assert gpu_check.count_efa(str(tmp_path)) == 2
+    with_efa = gpu_check.Expectation(**{**H100.__dict__, "efa_devices": 32})
+    (problem,) = gpu_check.check(with_efa, recorded("h100-healthy.json"), log="", efa_root=str(tmp_path))["problems"]
+    assert problem["detail"] == "2 EFA devices, 32 expected"
+
+
+def test_throughput_below_its_floor_is_refused_and_an_unmeasured_floor_too() -> None:
+    floors = gpu_check.Expectation(**{**H100.__dict__, "gemm_tflops_floor": 600.0, "bandwidth_gbs_floor": 2600.0})
+    node = gpu_check.NodeReading(driver="570", gpus=[
+        gpu_check.GpuReading(index=i, name="NVIDIA H100 80GB HBM3",
+                             remapped_rows={"correctable": 0, "uncorrectable": 0, "pending": 0, "failure": 0},
+                             uncorrectable_ecc=0, gemm_tflops=t, bandwidth_gbs=b)
+        for i, (t, b) in enumerate([(700.0, 2900.0)] * 6 + [(410.0, 2900.0), (None, None)])
+    ])  # fmt: skip
+    found = [(p.gpu, p.check, p.detail) for p in gpu_check.problems(floors, node)]
+    assert found == [
+        (6, "gemm", "410 TFLOPS BF16, below the floor of 600"),
+        (7, "gemm", "not measured"),
+        (7, "bandwidth", "not measured"),
+    ]
+
+
+@pytest.mark.parametrize(
+    ("report", "failures"),
+    [
+        ({"tests": [{"name": "Memory", "results": [{"status": "Pass"}]}]}, []),
+        ({"tests": [{"name": "Diagnostic", "results": [{"gpu_id": 2, "status": "Fail"}]}]}, ["Diagnostic"]),
+    ],
+)
+def test_dcgm_failures_are_found_by_test(report: dict[str, Any], failures: list[str]) -> None:
+    assert gpu_check._dcgm_failures(report) == failures
+
+
+def test_main_cannot_check_without_an_expectation(capsys: pytest.CaptureFixture[str]) -> None:
+    assert gpu_check.main(["gpu_check.py", "/nonexistent/expectation.json"]) == 2
+    assert json.loads(capsys.readouterr().out)["passed"] is False

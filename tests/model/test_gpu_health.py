@@ -1,0 +1,81 @@
+"""The GPU model table and the health check's expectations: every GPU dlinfra runs has an entry, floors carry their
+measurement, and what `dlinfra gpu expect` writes is what the check on the machine reads and judges."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from components.scripts import gpu_check
+from dlinfra.cli import main as cli
+from dlinfra.model import gpu_health, instances
+from tests.components.test_gpu_check import FIXTURES, recorded
+from tests.conftest import REFERENCE_FLEET
+
+
+def test_every_gpu_model_of_the_instance_table_is_known() -> None:
+    used = {t.gpu_model for t in instances.all_types().values() if t.gpu_model}
+    assert used <= set(gpu_health.table().models), used - set(gpu_health.table().models)
+
+
+def test_every_floor_names_its_measurement_and_products_look_like_nvml_names() -> None:
+    for name, model in gpu_health.table().models.items():
+        for floor in (model.gemm_tflops, model.bandwidth_gbs):
+            if floor is not None:  # NVIDIA's DCGM threshold, or 0.75 of a named measurement
+                assert "DCGM" in floor.source or floor.source.startswith("0.75 x "), name
+        assert all(p.strip() == p and "  " not in p for p in model.products), name
+    assert set(gpu_health.table().failing_xids) >= {48, 64, 74, 79, 95}  # DBE, remap failure, NVLink, bus, ECC
+    assert not set(gpu_health.table().failing_xids) & {13, 31, 43, 63, 94, 154}  # the application's, or info
+
+
+def test_a_p5_expectation_carries_count_model_efa_and_floors() -> None:
+    spec = gpu_health.instance_expectation("p5.48xlarge", efa=True, dcgm_level=2)
+    expect = gpu_check.Expectation.from_json(spec)
+    assert (expect.gpu_count, expect.products, expect.memory_health) == (8, ("NVIDIA H100 80GB HBM3",), "row_remap")
+    assert expect.efa_devices == instances.lookup("p5.48xlarge").efa_interfaces == 32
+    assert expect.dcgm_level == 2 and expect.failing_xids[79] == "RESTART_BM"
+    assert expect.gemm_tflops_floor == 587 and expect.bandwidth_gbs_floor == 1905
+    assert gpu_health.expectation("A10G", 1)["gemm_tflops_floor"] is None  # no healthy measurement found
+
+
+@pytest.mark.parametrize(
+    ("call", "message"),
+    [
+        (lambda: gpu_health.instance_expectation("m7i.2xlarge", efa=False), "not a GPU instance type"),
+        (lambda: gpu_health.expectation("H100", 8, dcgm_level=5), "dcgm_level"),
+        (lambda: gpu_health.expectation("V100", 8), "no GPU model 'V100'"),
+    ],
+)
+def test_bad_requests_say_what_is_wrong(call: object, message: str) -> None:
+    with pytest.raises((ValueError, gpu_health.GpuTableError), match=message):
+        call()  # type: ignore[operator]
+
+
+def test_dlinfra_gpu_expect_feeds_the_check(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "expect.json"
+    argv = ["gpu", "expect", "--fleet", str(REFERENCE_FLEET), "--env", "prod", "--region", "us-west-2"]
+    assert cli.main([*argv, "--pool", "train-h100", "--dcgm-level", "1", "--out", str(out)]) == 0
+    expect = gpu_check.Expectation.from_json(json.loads(out.read_text()))
+    assert expect.gpu_count == 8 and expect.efa_devices == 32 and expect.dcgm_level == 1
+    # The recorded healthy H100 node, here without EFA devices, DCGM or PyTorch, fails exactly on those.
+    report = gpu_check.check(expect, recorded("h100-healthy.json"), log="", efa_root=str(tmp_path))
+    assert {p["check"] for p in report["problems"]} == {"read", "efa", "dcgm", "gemm", "bandwidth"}
+    assert next(p["detail"] for p in report["problems"] if p["check"] == "read").startswith("throughput: ")
+    assert cli.main([*argv, "--pool", "train-h100", "--no-throughput"]) == 0
+    printed = json.loads(capsys.readouterr().out)
+    assert printed["gemm_tflops_floor"] is None and printed["bandwidth_gbs_floor"] is None
+
+
+def test_a_site_expectation_follows_its_declaration(capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli.main(["gpu", "expect", "--fleet", str(REFERENCE_FLEET), "--site", "sjc1"]) == 0
+    expect = json.loads(capsys.readouterr().out)
+    assert (expect["gpu_count"], expect["products"], expect["efa_devices"]) == (8, ["NVIDIA H100 80GB HBM3"], 0)
+
+
+def test_an_unknown_pool_is_one_clear_error(capsys: pytest.CaptureFixture[str]) -> None:
+    argv = ["gpu", "expect", "--fleet", str(REFERENCE_FLEET), "--env", "prod", "--region", "us-west-2"]
+    assert cli.main([*argv, "--pool", "nope"]) == 2
+    assert "environments.prod.node_pools.nope: no such GPU pool" in capsys.readouterr().err
+    assert FIXTURES.is_dir()
