@@ -199,7 +199,7 @@ def count_efa(root: str = INFINIBAND) -> int:
 
 
 def run_dcgm(level: int) -> dict[str, Any]:
-    """DCGM's diagnostic at `level` (dcgmi diag -r LEVEL -j): passed unless a test reports Fail."""
+    """DCGM's diagnostic at `level` (`dcgmi diag -r LEVEL -j`): passed unless a test or the run itself failed."""
     done = subprocess.run(
         ["dcgmi", "diag", "-r", str(level), "-j"], capture_output=True, text=True, timeout=3 * 3600, check=False
     )
@@ -207,24 +207,28 @@ def run_dcgm(level: int) -> dict[str, Any]:
         report = json.loads(done.stdout)
     except json.JSONDecodeError:
         return {"level": level, "passed": False, "failures": [f"dcgmi exited {done.returncode}: {done.stderr[-500:]}"]}
-    failures = sorted(set(_dcgm_failures(report)))
+    failures = dcgm_failures(report)
     return {"level": level, "passed": not failures and done.returncode == 0, "failures": failures}
 
 
-def _dcgm_failures(node: Any, test: str = "") -> list[str]:
-    """Names of the tests whose result is Fail, anywhere in dcgmi's JSON report."""
-    found: list[str] = []
-    if isinstance(node, Mapping):
-        name = str(node.get("test_name") or node.get("name") or test)
-        status = str(node.get("status") or node.get("result") or "")
-        if status.lower() == "fail":
-            found.append(name or "unnamed test")
-        for value in node.values():
-            found += _dcgm_failures(value, name)
-    elif isinstance(node, list):
-        for value in node:
-            found += _dcgm_failures(value, test)
-    return found
+def dcgm_failures(report: Mapping[str, Any]) -> list[str]:
+    """What failed in dcgmi's JSON report (DCGM testing/python3/dcgm_diag_schema.json: "DCGM Diagnostic" holds
+    test_categories, each with tests that have per-entity results and a test_summary, and a runtime_error when the
+    run itself failed)."""
+    diag = report.get("DCGM Diagnostic")
+    if not isinstance(diag, Mapping):
+        return ["no 'DCGM Diagnostic' in dcgmi's report"]
+    failures = [f"runtime error: {diag['runtime_error']}"] if diag.get("runtime_error") else []
+    for category in diag.get("test_categories") or ():
+        for test in category.get("tests") or ():
+            failed = [
+                r.get("entity_id") for r in test.get("results") or () if str(r.get("status", "")).lower() == "fail"
+            ]
+            summary = str((test.get("test_summary") or {}).get("status", "")).lower()
+            if failed or summary == "fail":
+                where = f" (GPU {', '.join(str(e) for e in failed)})" if failed else ""
+                failures.append(f"{test.get('name', 'unnamed test')}{where}")
+    return failures
 
 
 def measure_throughput(gpus: Sequence[GpuReading], size: int = 8192, seconds: float = 5.0) -> None:

@@ -178,15 +178,44 @@ def test_throughput_below_its_floor_is_refused_and_an_unmeasured_floor_too() -> 
     ]
 
 
+def _diag(*tests: tuple[str, list[str], str], runtime_error: str = "") -> dict[str, Any]:
+    """A dcgmi -j report in DCGM's schema (testing/python3/dcgm_diag_schema.json): tests as (name, per-GPU
+    statuses, summary status)."""
+    diag: dict[str, Any] = {
+        "test_categories": [
+            {
+                "category": "Hardware",
+                "tests": [
+                    {
+                        "name": name,
+                        "results": [
+                            {"entity_group": "GPU", "entity_group_id": 1, "entity_id": i, "status": status}
+                            for i, status in enumerate(statuses)
+                        ],
+                        "test_summary": {"status": summary},
+                    }
+                    for name, statuses, summary in tests
+                ],
+            }
+        ]
+    }
+    if runtime_error:
+        diag["runtime_error"] = runtime_error
+    return {"DCGM Diagnostic": diag, "entity_groups": [], "metadata": {"version": "4.5.3"}}
+
+
 @pytest.mark.parametrize(
     ("report", "failures"),
     [
-        ({"tests": [{"name": "Memory", "results": [{"status": "Pass"}]}]}, []),
-        ({"tests": [{"name": "Diagnostic", "results": [{"gpu_id": 2, "status": "Fail"}]}]}, ["Diagnostic"]),
+        (_diag(("memory", ["Pass", "Pass"], "Pass"), ("pcie", ["Pass", "Skip"], "Pass")), []),
+        (_diag(("memory", ["Pass", "Fail"], "Fail")), ["memory (GPU 1)"]),
+        (_diag(("diagnostic", ["Pass"], "Fail")), ["diagnostic"]),
+        (_diag(runtime_error="unable to load the NVML library"), ["runtime error: unable to load the NVML library"]),
+        ({"error": "not a diagnostic"}, ["no 'DCGM Diagnostic' in dcgmi's report"]),
     ],
 )
-def test_dcgm_failures_are_found_by_test(report: dict[str, Any], failures: list[str]) -> None:
-    assert gpu_check._dcgm_failures(report) == failures
+def test_dcgm_failures_follow_dcgms_report_schema(report: dict[str, Any], failures: list[str]) -> None:
+    assert gpu_check.dcgm_failures(report) == failures
 
 
 def test_main_cannot_check_without_an_expectation(capsys: pytest.CaptureFixture[str]) -> None:
