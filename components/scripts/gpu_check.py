@@ -8,7 +8,8 @@ the throughput tests and `dcgmi` for DCGM's diagnostic, each only where the expe
 What it reads, per GPU (NVML API reference, docs.nvidia.com/deploy/nvml-api):
 - the product name (nvmlDeviceGetName) and the GPU count;
 - memory health as the generation reports it: on Ampere and later the row remapper (nvmlDeviceGetRemappedRows: a
-  pending remap needs a GPU reset, a failed one a new GPU), where retired pages read "not supported"; before Ampere
+  pending remap needs a GPU reset, a failed one a new GPU; nvmlDeviceGetRowRemapperHistogram: banks with no spare row
+  left cannot repair the next error), where retired pages read "not supported"; before Ampere
   the retired pages (nvmlDeviceGetRetiredPages, nvmlDeviceGetRetiredPagesPendingStatus: a pending retirement needs a
   driver reload) (NVIDIA "Dynamic Page Retirement", "GPU Memory Error Management");
 - uncorrectable ECC errors since the driver loaded (nvmlDeviceGetTotalEccErrors, volatile);
@@ -76,6 +77,7 @@ class GpuReading:
     name: str
     pci_bus_id: str = ""
     remapped_rows: dict[str, int] | None = None  # correctable, uncorrectable, pending, failure; None: not supported
+    row_spares: dict[str, int] | None = None  # memory banks by spare rows left: max, high, partial, low, none
     retired_pages: dict[str, int] | None = None  # single_bit, double_bit, pending; None: not supported
     uncorrectable_ecc: int | None = None  # volatile count; None: no ECC on this GPU or not supported
     gemm_tflops: float | None = None
@@ -126,6 +128,9 @@ def read_gpu(nvml: Any, index: int) -> GpuReading:
             "correctable": int(correctable), "uncorrectable": int(uncorrectable),
             "pending": int(pending), "failure": int(failure),
         }  # fmt: skip
+    spares = _supported(nvml, lambda: nvml.nvmlDeviceGetRowRemapperHistogram(handle))
+    if spares is not None:
+        reading.row_spares = {k: int(getattr(spares, k)) for k in ("max", "high", "partial", "low", "none")}
     single = _supported(
         nvml,
         lambda: nvml.nvmlDeviceGetRetiredPages(handle, nvml.NVML_PAGE_RETIREMENT_CAUSE_MULTIPLE_SINGLE_BIT_ECC_ERRORS),
@@ -314,6 +319,12 @@ def _gpu_problems(expect: Expectation, gpu: GpuReading) -> list[Problem]:
                 add("memory", "a row remapping failed: the GPU needs replacing")
             if rows["pending"]:
                 add("memory", "a row remapping is pending: reset the GPU to apply it")
+        if gpu.row_spares and gpu.row_spares["none"]:
+            add(
+                "memory",
+                f"{gpu.row_spares['none']} memory banks have no spare rows left: the next uncorrectable error there "
+                "cannot be remapped",
+            )
     else:
         pages = gpu.retired_pages
         if pages is None:

@@ -61,6 +61,11 @@ class RecordedNvml:
     def nvmlDeviceGetRemappedRows(self, handle: int) -> tuple[int, int, int, int]:
         return tuple(self._answer(handle, "remapped_rows"))  # type: ignore[return-value]
 
+    def nvmlDeviceGetRowRemapperHistogram(self, handle: int) -> SimpleNamespace:
+        return SimpleNamespace(
+            **dict(zip(("max", "high", "partial", "low", "none"), self._answer(handle, "row_spares"), strict=True))
+        )
+
     def nvmlDeviceGetRetiredPages(self, handle: int, cause: int) -> list[int]:
         pages = self._answer(handle, "retired_pages")
         single = cause == pynvml.NVML_PAGE_RETIREMENT_CAUSE_MULTIPLE_SINGLE_BIT_ECC_ERRORS
@@ -99,6 +104,7 @@ def test_pending_and_failed_row_remaps_and_ecc_errors_are_refused(tmp_path: Path
     assert not report["passed"]
     found = {(p["gpu"], p["check"], p["detail"].split(":")[0]) for p in report["problems"]}
     assert found == {
+        (2, "memory", "1 memory banks have no spare rows left"),
         (3, "memory", "a row remapping is pending"),
         (5, "memory", "a row remapping failed"),
         (6, "ecc", "4 uncorrectable ECC errors since the driver loaded"),
