@@ -9,7 +9,8 @@ What it reads, per GPU (NVML API reference, docs.nvidia.com/deploy/nvml-api):
 - the product name (nvmlDeviceGetName) and the GPU count;
 - memory health as the generation reports it: on Ampere and later the row remapper (nvmlDeviceGetRemappedRows: a
   pending remap needs a GPU reset, a failed one a new GPU; nvmlDeviceGetRowRemapperHistogram: banks with no spare row
-  left cannot repair the next error), where retired pages read "not supported"; before Ampere
+  left cannot repair the next error, and refusing them is dlinfra's policy, stricter than NVIDIA's rule of a failed
+  remap), where retired pages read "not supported"; before Ampere
   the retired pages (nvmlDeviceGetRetiredPages, nvmlDeviceGetRetiredPagesPendingStatus: a pending retirement needs a
   driver reload) (NVIDIA "Dynamic Page Retirement", "GPU Memory Error Management");
 - uncorrectable ECC errors since the driver loaded (nvmlDeviceGetTotalEccErrors, volatile);
@@ -35,7 +36,8 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 # NVIDIA's kernel log line for an Xid: "NVRM: Xid (PCI:0000:10:1c): 79, pid=..., GPU has fallen off the bus."
-XID_LINE = re.compile(r"NVRM: Xid \((?:PCI:)?(?P<pci>[0-9a-fA-F:.]+)\): (?P<code>\d+)\b")
+# With MIG the address is followed by the instance: "NVRM: Xid (PCI:0000:01:00 GPU-I:05): 94, ..."
+XID_LINE = re.compile(r"NVRM: Xid \((?:PCI:)?(?P<pci>[0-9a-fA-F:.]+)(?: [^)]*)?\): (?P<code>\d+)\b")
 EFA_PREFIX = "rdmap"  # EFA's RDMA devices under /sys/class/infiniband (the EFA kernel driver names them rdmapNsM)
 INFINIBAND = "/sys/class/infiniband"
 
@@ -80,6 +82,8 @@ class GpuReading:
     row_spares: dict[str, int] | None = None  # memory banks by spare rows left: max, high, partial, low, none
     retired_pages: dict[str, int] | None = None  # single_bit, double_bit, pending; None: not supported
     uncorrectable_ecc: int | None = None  # volatile count; None: no ECC on this GPU or not supported
+    ecc_enabled: bool | None = None  # nvmlDeviceGetEccMode, current; None: not supported
+    mig: bool = False  # MIG mode on: NVML does not report remapped rows while MIG instances exist
     gemm_tflops: float | None = None
     bandwidth_gbs: float | None = None
 
@@ -100,6 +104,7 @@ class Problem:
     gpu: int | None  # None: the node as a whole
     check: str
     detail: str
+    fault: bool = True  # False: the check could not run, so nothing is known either way (exit 2, not 1)
 
 
 # Reading ---------------------------------------------------------------------------------------------------
@@ -139,6 +144,11 @@ def read_gpu(nvml: Any, index: int) -> GpuReading:
         double = nvml.nvmlDeviceGetRetiredPages(handle, nvml.NVML_PAGE_RETIREMENT_CAUSE_DOUBLE_BIT_ECC_ERROR)
         pending = nvml.nvmlDeviceGetRetiredPagesPendingStatus(handle)
         reading.retired_pages = {"single_bit": len(single), "double_bit": len(double), "pending": int(pending)}
+    ecc = _supported(nvml, lambda: nvml.nvmlDeviceGetEccMode(handle))
+    if ecc is not None:
+        reading.ecc_enabled = bool(ecc[0])
+    mig = _supported(nvml, lambda: nvml.nvmlDeviceGetMigMode(handle))
+    reading.mig = bool(mig and mig[0])
     reading.uncorrectable_ecc = _supported(
         nvml,
         lambda: int(
@@ -186,13 +196,14 @@ def parse_xids(kernel_log: str) -> list[tuple[str, int]]:
 
 
 def kernel_log() -> str:
-    """The kernel's messages since boot (journald, else the ring buffer)."""
+    """The kernel's messages since boot: the first of journald and the ring buffer that has any (in a container
+    journalctl may succeed with nothing to show while dmesg has the lines)."""
     for command in (["journalctl", "-k", "-b", "-o", "cat", "--no-pager"], ["dmesg"]):
         if shutil.which(command[0]):
             done = subprocess.run(command, capture_output=True, text=True, timeout=120, check=False)
-            if done.returncode == 0:
+            if done.returncode == 0 and done.stdout.strip():
                 return done.stdout
-    raise OSError("cannot read the kernel log (journalctl -k, dmesg)")
+    raise OSError("cannot read the kernel log: journalctl -k and dmesg gave nothing")
 
 
 def count_efa(root: str = INFINIBAND) -> int:
@@ -205,22 +216,27 @@ def count_efa(root: str = INFINIBAND) -> int:
 
 def run_dcgm(level: int) -> dict[str, Any]:
     """DCGM's diagnostic at `level` (`dcgmi diag -r LEVEL -j`): passed unless a test or the run itself failed."""
-    done = subprocess.run(
-        ["dcgmi", "diag", "-r", str(level), "-j"], capture_output=True, text=True, timeout=3 * 3600, check=False
-    )
+    try:
+        done = subprocess.run(
+            ["dcgmi", "diag", "-r", str(level), "-j"], capture_output=True, text=True, timeout=3 * 3600, check=False
+        )
+    except subprocess.TimeoutExpired:
+        return {"level": level, "passed": False, "failures": ["dcgmi did not finish within 3 hours"], "ran": False}
     try:
         report = json.loads(done.stdout)
     except json.JSONDecodeError:
-        return {"level": level, "passed": False, "failures": [f"dcgmi exited {done.returncode}: {done.stderr[-500:]}"]}
+        # No JSON at all: dcgmi itself failed (nv-hostengine not running, say), so the GPUs were not judged.
+        failure = f"dcgmi exited {done.returncode}: {(done.stderr or done.stdout)[-500:]}"
+        return {"level": level, "passed": False, "failures": [failure], "ran": False}
     failures = dcgm_failures(report)
-    return {"level": level, "passed": not failures and done.returncode == 0, "failures": failures}
+    return {"level": level, "passed": not failures and done.returncode == 0, "failures": failures, "ran": True}
 
 
 def dcgm_failures(report: Mapping[str, Any]) -> list[str]:
     """What failed in dcgmi's JSON report (DCGM testing/python3/dcgm_diag_schema.json: "DCGM Diagnostic" holds
     test_categories, each with tests that have per-entity results and a test_summary, and a runtime_error when the
     run itself failed)."""
-    diag = report.get("DCGM Diagnostic")
+    diag = report.get("DCGM Diagnostic", report.get("DCGM GPU Diagnostic"))  # DCGM 4, DCGM 3
     if not isinstance(diag, Mapping):
         return ["no 'DCGM Diagnostic' in dcgmi's report"]
     failures = [f"runtime error: {diag['runtime_error']}"] if diag.get("runtime_error") else []
@@ -238,11 +254,14 @@ def dcgm_failures(report: Mapping[str, Any]) -> list[str]:
 
 def measure_throughput(gpus: Sequence[GpuReading], size: int = 8192, seconds: float = 5.0) -> None:
     """BF16 matrix multiply (TFLOPS) and device-to-device copy (GB/s) on each GPU, with PyTorch."""
+    # CUDA numbers GPUs fastest first unless told otherwise; NVML, whose index the readings carry, by PCI bus.
+    os.environ.setdefault("CUDA_DEVICE_ORDER", "PCI_BUS_ID")
     import torch  # only where the expectation has floors: images with PyTorch
 
     for gpu in gpus:
-        _measure(torch, gpu, size, seconds)
-        torch.cuda.empty_cache()
+        with torch.cuda.device(gpu.index):  # streams and timing events on the GPU under test
+            _measure(torch, gpu, size, seconds)
+            torch.cuda.empty_cache()
 
 
 def _measure(torch: Any, gpu: GpuReading, size: int, seconds: float) -> None:
@@ -279,7 +298,7 @@ def _rate(step: Callable[[], Any], device: Any, seconds: float) -> float:
 
 def problems(expect: Expectation, node: NodeReading) -> list[Problem]:
     """Every reason this node must not take work; none: it passes."""
-    found = [Problem(None, "read", error) for error in node.errors]
+    found = [Problem(None, "read", error, fault=False) for error in node.errors]
     if len(node.gpus) != expect.gpu_count:
         found.append(Problem(None, "count", f"{len(node.gpus)} GPUs visible, {expect.gpu_count} expected"))
     for gpu in node.gpus:
@@ -294,25 +313,26 @@ def problems(expect: Expectation, node: NodeReading) -> list[Problem]:
         found.append(Problem(None, "efa", f"{node.efa_devices} EFA devices, {expect.efa_devices} expected"))
     if expect.dcgm_level:
         if node.dcgm is None:
-            found.append(Problem(None, "dcgm", f"DCGM diagnostic level {expect.dcgm_level} did not run"))
+            found.append(Problem(None, "dcgm", f"DCGM diagnostic level {expect.dcgm_level} did not run", fault=False))
         elif not node.dcgm["passed"]:
-            found.append(
-                Problem(None, "dcgm", f"level {node.dcgm['level']} failed: {', '.join(node.dcgm['failures'])}")
-            )
+            failures = ", ".join(node.dcgm["failures"])
+            found.append(Problem(None, "dcgm", f"level {node.dcgm['level']} failed: {failures}", node.dcgm["ran"]))
     return found
 
 
 def _gpu_problems(expect: Expectation, gpu: GpuReading) -> list[Problem]:
     found = []
 
-    def add(check: str, detail: str) -> None:
-        found.append(Problem(gpu.index, check, detail))
+    def add(check: str, detail: str, fault: bool = True) -> None:
+        found.append(Problem(gpu.index, check, detail, fault))
 
     if gpu.name not in expect.products:
         add("model", f"{gpu.name!r}, expected {' or '.join(repr(p) for p in expect.products)}")
     if expect.memory_health == "row_remap":
         rows = gpu.remapped_rows
-        if rows is None:
+        if rows is None and gpu.mig:
+            add("memory", "row remapping cannot be read while MIG instances exist: check it with MIG off", fault=False)
+        elif rows is None:
             add("memory", "row remapping not readable (NVML: not supported), though this GPU generation remaps rows")
         else:
             if rows["failure"]:
@@ -331,6 +351,8 @@ def _gpu_problems(expect: Expectation, gpu: GpuReading) -> list[Problem]:
             add("memory", "retired pages not readable (NVML: not supported)")
         elif pages["pending"]:
             add("memory", "a page retirement is pending: reload the driver (reboot) to apply it")
+    if gpu.ecc_enabled is False:
+        add("ecc", "ECC is off: memory errors would go unseen (nvidia-smi -e 1, then a reset)")
     if gpu.uncorrectable_ecc:
         add("ecc", f"{gpu.uncorrectable_ecc} uncorrectable ECC errors since the driver loaded")
     for check, value, floor, unit in (
@@ -340,7 +362,7 @@ def _gpu_problems(expect: Expectation, gpu: GpuReading) -> list[Problem]:
         if floor is None:
             continue
         if value is None:
-            add(check, "not measured")
+            add(check, "not measured", fault=False)
         elif value < floor:
             add(check, f"{value:.0f} {unit}, below the floor of {floor:.0f}")
     return found
@@ -366,7 +388,8 @@ def check(expect: Expectation, nvml: Any, log: str | None, efa_root: str = INFIN
     found = problems(expect, node)
     return {
         "passed": not found,
-        "checked": node.nvml,
+        # Unhealthy is known only from a fault; otherwise an unfinished check leaves the node unjudged.
+        "checked": node.nvml and (any(p.fault for p in found) or not found),
         "problems": [asdict(p) for p in found],
         "reading": asdict(node),
     }
@@ -384,7 +407,11 @@ def main(argv: Sequence[str]) -> int:
         log: str | None = kernel_log()
     except (OSError, subprocess.SubprocessError):
         log = None
-    report = check(expect, pynvml, log)
+    try:
+        report = check(expect, pynvml, log)
+    except Exception as exc:  # noqa: BLE001 - any failure still prints a verdict: not passed, not judged
+        print(json.dumps({"passed": False, "checked": False, "error": f"{type(exc).__name__}: {exc}"}))
+        return 2
     print(json.dumps(report, indent=2))
     return 0 if report["passed"] else 1 if report["checked"] else 2
 

@@ -110,4 +110,11 @@ def instance_expectation(instance_type: str, *, efa: bool, dcgm_level: int = 0) 
     spec = instances.lookup(instance_type)
     if not spec.gpus or spec.gpu_model is None:
         raise ValueError(f"{instance_type}: not a GPU instance type")
-    return expectation(spec.gpu_model, spec.gpus, efa_devices=spec.efa_interfaces if efa else 0, dcgm_level=dcgm_level)
+    result = expectation(
+        spec.gpu_model, spec.gpus, efa_devices=spec.efa_interfaces if efa else 0, dcgm_level=dcgm_level
+    )
+    # A model sold in two memory sizes names the size (A100-SXM4-40GB on p4d, -80GB on p4de): keep this type's.
+    sized = [p for p in result["products"] if f"-{spec.gpu_memory_gib}GB" in p or f" {spec.gpu_memory_gib}GB" in p]
+    if sized:
+        result["products"] = sized
+    return result

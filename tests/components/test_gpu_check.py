@@ -61,6 +61,12 @@ class RecordedNvml:
     def nvmlDeviceGetRemappedRows(self, handle: int) -> tuple[int, int, int, int]:
         return tuple(self._answer(handle, "remapped_rows"))  # type: ignore[return-value]
 
+    def nvmlDeviceGetEccMode(self, handle: int) -> list[int]:
+        return list(self.recording["gpus"][handle].get("ecc_mode", [1, 1]))  # current, pending
+
+    def nvmlDeviceGetMigMode(self, handle: int) -> list[int]:
+        return list(self.recording["gpus"][handle].get("mig_mode", [0, 0]))
+
     def nvmlDeviceGetRowRemapperHistogram(self, handle: int) -> SimpleNamespace:
         return SimpleNamespace(
             **dict(zip(("max", "high", "partial", "low", "none"), self._answer(handle, "row_spares"), strict=True))
@@ -141,14 +147,44 @@ def test_an_older_gpu_reports_retired_pages_and_a_pending_retirement_is_refused(
 def test_a_catalogued_xid_fails_the_gpu_it_names_and_an_application_xid_does_not(tmp_path: Path) -> None:
     fell_off = (FIXTURES / "kernel-xid79.log").read_text()
     (problem,) = gpu_check.check(H100, recorded("h100-healthy.json"), log=fell_off, efa_root=str(tmp_path))["problems"]
-    assert problem == {"gpu": 3, "check": "xid", "detail": "Xid 79 logged (0000:40:1c): RESTART_BM"}
+    assert problem == {"gpu": 3, "check": "xid", "detail": "Xid 79 logged (0000:40:1c): RESTART_BM", "fault": True}
     app_error = (FIXTURES / "kernel-xid13.log").read_text()
     assert gpu_check.check(H100, recorded("h100-healthy.json"), log=app_error, efa_root=str(tmp_path))["passed"]
 
 
-def test_an_unreadable_kernel_log_fails_closed(tmp_path: Path) -> None:
+def test_an_unreadable_kernel_log_fails_closed_but_judges_nothing(tmp_path: Path) -> None:
     report = gpu_check.check(H100, recorded("h100-healthy.json"), log=None, efa_root=str(tmp_path))
     assert [p["check"] for p in report["problems"]] == ["read"]
+    assert not report["passed"] and not report["checked"]  # main exits 2: unknown, not unhealthy
+
+
+def test_the_kernel_log_comes_from_the_first_source_with_lines(monkeypatch: pytest.MonkeyPatch) -> None:
+    outputs = {"journalctl": "", "dmesg": (FIXTURES / "kernel-xid79.log").read_text()}
+    monkeypatch.setattr(gpu_check.shutil, "which", lambda name: f"/usr/bin/{name}")
+    monkeypatch.setattr(
+        gpu_check.subprocess,
+        "run",
+        lambda command, **_: SimpleNamespace(returncode=0, stdout=outputs[command[0]], stderr=""),
+    )
+    assert gpu_check.parse_xids(gpu_check.kernel_log()) == [("0000:40:1c", 79)]
+    outputs["dmesg"] = ""
+    with pytest.raises(OSError, match="gave nothing"):
+        gpu_check.kernel_log()
+
+
+def test_xids_of_mig_instances_are_read() -> None:
+    line = "NVRM: Xid (PCI:0000:40:1c GPU-I:05): 95, pid=1234, name=python, Uncontained: FBHUB. RST: Yes, D-RST: No"
+    assert gpu_check.parse_xids(line) == [("0000:40:1c", 95)]
+
+
+def test_ecc_switched_off_is_refused_and_mig_hides_rows_without_blaming_the_gpu(tmp_path: Path) -> None:
+    nvml = recorded("h100-healthy.json")
+    nvml.recording["gpus"][1]["ecc_mode"] = [0, 0]
+    nvml.recording["gpus"][2].update(mig_mode=[1, 1], remapped_rows="not_supported", row_spares="not_supported")
+    report = gpu_check.check(H100, nvml, log="", efa_root=str(tmp_path))
+    found = {(p["gpu"], p["check"], p["fault"]) for p in report["problems"]}
+    assert found == {(1, "ecc", True), (2, "memory", False)}
+    assert report["checked"]  # the ECC fault is known
 
 
 def test_nvml_that_cannot_start_is_a_reading_error(tmp_path: Path) -> None:
@@ -177,6 +213,7 @@ def test_throughput_below_its_floor_is_refused_and_an_unmeasured_floor_too() -> 
         for i, (t, b) in enumerate([(700.0, 2900.0)] * 6 + [(410.0, 2900.0), (None, None)])
     ])  # fmt: skip
     found = [(p.gpu, p.check, p.detail) for p in gpu_check.problems(floors, node)]
+    assert [p.fault for p in gpu_check.problems(floors, node)] == [True, False, False]
     assert found == [
         (6, "gemm", "410 TFLOPS BF16, below the floor of 600"),
         (7, "gemm", "not measured"),
@@ -218,6 +255,10 @@ def _diag(*tests: tuple[str, list[str], str], runtime_error: str = "") -> dict[s
         (_diag(("diagnostic", ["Pass"], "Fail")), ["diagnostic"]),
         (_diag(runtime_error="unable to load the NVML library"), ["runtime error: unable to load the NVML library"]),
         ({"error": "not a diagnostic"}, ["no 'DCGM Diagnostic' in dcgmi's report"]),
+        (  # DCGM 3 names the report "DCGM GPU Diagnostic"
+            {"DCGM GPU Diagnostic": _diag(("memory", ["Fail"], "Fail"))["DCGM Diagnostic"]},
+            ["memory (GPU 0)"],
+        ),
     ],
 )
 def test_dcgm_failures_follow_dcgms_report_schema(report: dict[str, Any], failures: list[str]) -> None:

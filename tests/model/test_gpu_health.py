@@ -38,6 +38,13 @@ def test_a_p5_expectation_carries_count_model_efa_and_floors() -> None:
     assert expect.dcgm_level == 2 and expect.failing_xids[79] == "RESTART_BM"
     assert expect.gemm_tflops_floor == 587 and expect.bandwidth_gbs_floor == 1905
     assert gpu_health.expectation("A10G", 1)["gemm_tflops_floor"] is None  # no healthy measurement found
+    # p4d's A100s are the 40 GB ones, p4de's the 80 GB ones: each refuses the other.
+    assert gpu_health.instance_expectation("p4d.24xlarge", efa=False)["products"] == [
+        "NVIDIA A100-SXM4-40GB",
+        "A100-SXM4-40GB",
+    ]
+    assert gpu_health.instance_expectation("p4de.24xlarge", efa=False)["products"][0] == "NVIDIA A100-SXM4-80GB"
+    assert gpu_health.instance_expectation("p5e.48xlarge", efa=False)["products"] == ["NVIDIA H200"]  # one size
 
 
 @pytest.mark.parametrize(
