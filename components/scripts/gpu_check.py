@@ -13,7 +13,9 @@ What it reads, per GPU (NVML API reference, docs.nvidia.com/deploy/nvml-api):
   remap), where retired pages read "not supported"; before Ampere
   the retired pages (nvmlDeviceGetRetiredPages, nvmlDeviceGetRetiredPagesPendingStatus: a pending retirement needs a
   driver reload) (NVIDIA "Dynamic Page Retirement", "GPU Memory Error Management");
-- uncorrectable ECC errors since the driver loaded (nvmlDeviceGetTotalEccErrors, volatile);
+- uncorrectable ECC errors since the driver loaded (nvmlDeviceGetTotalEccErrors, volatile), and ECC switched off;
+- the driver's own verdict: the recovery action it asks for (field NVML_FI_DEV_GET_GPU_RECOVERY_ACTION, which
+  Xid 154 announces), and on NVSwitch machines whether Fabric Manager trained the fabric (nvmlDeviceGetGpuFabricInfo);
 and per node: the Xid events the driver logged to the kernel since boot, classed by NVIDIA's Xid catalog (the
 expectation carries the codes that take a GPU out of work), the EFA devices (/sys/class/infiniband), and optionally
 DCGM's diagnostic and a BF16 matrix multiply and a device-to-device copy against per-model floors.
@@ -40,6 +42,12 @@ from typing import Any
 XID_LINE = re.compile(r"NVRM: Xid \((?:PCI:)?(?P<pci>[0-9a-fA-F:.]+)(?: [^)]*)?\): (?P<code>\d+)\b")
 EFA_PREFIX = "rdmap"  # EFA's RDMA devices under /sys/class/infiniband (the EFA kernel driver names them rdmapNsM)
 INFINIBAND = "/sys/class/infiniband"
+# nvmlDeviceGpuRecoveryAction_t (NVML API reference): what the driver says a GPU needs before it is usable again.
+RECOVERY_ACTIONS = {
+    1: "GPU reset", 2: "node reboot", 3: "drain peer-to-peer", 4: "drain and reset", 5: "recover the IMEX domain",
+    6: "bus reset", 7: "system reboot",
+}  # fmt: skip
+FABRIC_COMPLETED = 3  # NVML_GPU_FABRIC_STATE_COMPLETED
 
 
 @dataclass(frozen=True)
@@ -51,6 +59,7 @@ class Expectation:
     memory_health: str  # "row_remap" (Ampere and later) or "retired_pages"
     failing_xids: Mapping[int, str]  # Xid -> NVIDIA's immediate action; any of these logged since boot fails
     efa_devices: int = 0
+    fabric: bool = False  # NVSwitch: Fabric Manager must have trained the fabric before CUDA works across GPUs
     dcgm_level: int = 0  # 0: no DCGM diagnostic; 1-4: `dcgmi diag -r LEVEL`
     gemm_tflops_floor: float | None = None  # BF16 matrix multiply, per GPU
     bandwidth_gbs_floor: float | None = None  # device memory, per GPU
@@ -63,6 +72,7 @@ class Expectation:
             memory_health=str(data["memory_health"]),
             failing_xids={int(k): str(v) for k, v in data.get("failing_xids", {}).items()},
             efa_devices=int(data.get("efa_devices", 0)),
+            fabric=bool(data.get("fabric", False)),
             dcgm_level=int(data.get("dcgm_level", 0)),
             gemm_tflops_floor=_float_or_none(data.get("gemm_tflops_floor")),
             bandwidth_gbs_floor=_float_or_none(data.get("bandwidth_gbs_floor")),
@@ -84,6 +94,9 @@ class GpuReading:
     uncorrectable_ecc: int | None = None  # volatile count; None: no ECC on this GPU or not supported
     ecc_enabled: bool | None = None  # nvmlDeviceGetEccMode, current; None: not supported
     mig: bool = False  # MIG mode on: NVML does not report remapped rows while MIG instances exist
+    recovery_action: int | None = None  # what the driver says the GPU needs (NVML_GPU_RECOVERY_ACTION_*); None: unknown
+    fabric_state: int | None = None  # NVML_GPU_FABRIC_STATE_*; None: not supported (no NVSwitch fabric here)
+    fabric_status: int | None = None  # the NVML return code of the fabric's training, once completed
     gemm_tflops: float | None = None
     bandwidth_gbs: float | None = None
 
@@ -147,6 +160,10 @@ def read_gpu(nvml: Any, index: int) -> GpuReading:
     ecc = _supported(nvml, lambda: nvml.nvmlDeviceGetEccMode(handle))
     if ecc is not None:
         reading.ecc_enabled = bool(ecc[0])
+    reading.recovery_action = _recovery_action(nvml, handle)
+    fabric = _fabric(nvml, handle)
+    if fabric is not None:
+        reading.fabric_state, reading.fabric_status = fabric
     mig = _supported(nvml, lambda: nvml.nvmlDeviceGetMigMode(handle))
     reading.mig = bool(mig and mig[0])
     reading.uncorrectable_ecc = _supported(
@@ -156,6 +173,28 @@ def read_gpu(nvml: Any, index: int) -> GpuReading:
         ),
     )
     return reading
+
+
+def _recovery_action(nvml: Any, handle: Any) -> int | None:
+    """The driver's recovery action for the GPU (field NVML_FI_DEV_GET_GPU_RECOVERY_ACTION, R550 and later; the
+    action Xid 154 announces): 0 none, 1 GPU reset, 2 node reboot, 3 drain P2P, 4 drain and reset, ..."""
+    field = getattr(nvml, "NVML_FI_DEV_GET_GPU_RECOVERY_ACTION", None)
+    if field is None:
+        return None
+    values = _supported(nvml, lambda: nvml.nvmlDeviceGetFieldValues(handle, [field]))
+    if values is None or values[0].nvmlReturn != nvml.NVML_SUCCESS:  # a driver that does not know the field
+        return None
+    return int(values[0].value.uiVal)
+
+
+def _fabric(nvml: Any, handle: Any) -> tuple[int, int] | None:
+    """(state, status) of the GPU's NVSwitch fabric (nvmlDeviceGetGpuFabricInfo); None where there is none."""
+    info = nvml.c_nvmlGpuFabricInfo_t()
+    if _supported(nvml, lambda: nvml.nvmlDeviceGetGpuFabricInfo(handle, info)) is None:
+        return None
+    if info.state == nvml.NVML_GPU_FABRIC_STATE_NOT_SUPPORTED:
+        return None
+    return int(info.state), int(info.status)
 
 
 def _text(value: Any) -> str:
@@ -351,6 +390,14 @@ def _gpu_problems(expect: Expectation, gpu: GpuReading) -> list[Problem]:
             add("memory", "retired pages not readable (NVML: not supported)")
         elif pages["pending"]:
             add("memory", "a page retirement is pending: reload the driver (reboot) to apply it")
+    if gpu.recovery_action:
+        action = RECOVERY_ACTIONS.get(gpu.recovery_action, "unknown")
+        add("driver", f"the driver asks for recovery action {gpu.recovery_action} ({action})")
+    if expect.fabric and gpu.fabric_state is not None:
+        if gpu.fabric_state != FABRIC_COMPLETED:
+            add("fabric", f"NVSwitch fabric not trained (state {gpu.fabric_state}): is Fabric Manager running?")
+        elif gpu.fabric_status:
+            add("fabric", f"NVSwitch fabric training failed (NVML status {gpu.fabric_status})")
     if gpu.ecc_enabled is False:
         add("ecc", "ECC is off: memory errors would go unseen (nvidia-smi -e 1, then a reset)")
     if gpu.uncorrectable_ecc:

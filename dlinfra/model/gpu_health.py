@@ -83,7 +83,13 @@ def model(name: str) -> GpuModel:
 
 
 def expectation(
-    gpu_model: str, gpu_count: int, *, efa_devices: int = 0, dcgm_level: int = 0, throughput: bool = True
+    gpu_model: str,
+    gpu_count: int,
+    *,
+    efa_devices: int = 0,
+    fabric: bool = False,
+    dcgm_level: int = 0,
+    throughput: bool = True,
 ) -> dict[str, Any]:
     """The check's expectation (gpu_check.Expectation.from_json) for a node with `gpu_count` GPUs of `gpu_model`.
     `throughput`: judge the model's floors (needs PyTorch on the machine)."""
@@ -98,6 +104,7 @@ def expectation(
         "memory_health": spec.memory_health,
         "failing_xids": {str(code): xid.action for code, xid in sorted(table().failing_xids.items())},
         "efa_devices": efa_devices,
+        "fabric": fabric,
         "dcgm_level": dcgm_level,
         "gemm_tflops_floor": spec.gemm_tflops.value if throughput and spec.gemm_tflops else None,
         "bandwidth_gbs_floor": spec.bandwidth_gbs.value if throughput and spec.bandwidth_gbs else None,
@@ -111,7 +118,11 @@ def instance_expectation(instance_type: str, *, efa: bool, dcgm_level: int = 0) 
     if not spec.gpus or spec.gpu_model is None:
         raise ValueError(f"{instance_type}: not a GPU instance type")
     result = expectation(
-        spec.gpu_model, spec.gpus, efa_devices=spec.efa_interfaces if efa else 0, dcgm_level=dcgm_level
+        spec.gpu_model,
+        spec.gpus,
+        efa_devices=spec.efa_interfaces if efa else 0,
+        fabric=spec.nvswitch,  # Fabric Manager trains the NVSwitch fabric (instance_types.yaml nvswitch)
+        dcgm_level=dcgm_level,
     )
     # A model sold in two memory sizes names the size (A100-SXM4-40GB on p4d, -80GB on p4de): keep this type's.
     sized = [p for p in result["products"] if f"-{spec.gpu_memory_gib}GB" in p or f" {spec.gpu_memory_gib}GB" in p]

@@ -28,6 +28,7 @@ class RecordedNvml:
         for name in dir(pynvml):
             if name.startswith("NVML_"):
                 setattr(self, name, getattr(pynvml, name))
+        self.c_nvmlGpuFabricInfo_t = pynvml.c_nvmlGpuFabricInfo_t
         self.shut_down = False
 
     def _answer(self, index: int, key: str) -> Any:
@@ -60,6 +61,16 @@ class RecordedNvml:
 
     def nvmlDeviceGetRemappedRows(self, handle: int) -> tuple[int, int, int, int]:
         return tuple(self._answer(handle, "remapped_rows"))  # type: ignore[return-value]
+
+    def nvmlDeviceGetFieldValues(self, handle: int, fields: list[int]) -> list[SimpleNamespace]:
+        assert fields == [pynvml.NVML_FI_DEV_GET_GPU_RECOVERY_ACTION]
+        action = self.recording["gpus"][handle].get("recovery_action", 0)
+        return [SimpleNamespace(nvmlReturn=pynvml.NVML_SUCCESS, value=SimpleNamespace(uiVal=action))]
+
+    def nvmlDeviceGetGpuFabricInfo(self, handle: int, info: Any) -> int:
+        state, status = self.recording["gpus"][handle].get("fabric", [pynvml.NVML_GPU_FABRIC_STATE_NOT_SUPPORTED, 0])
+        info.state, info.status = state, status
+        return int(pynvml.NVML_SUCCESS)
 
     def nvmlDeviceGetEccMode(self, handle: int) -> list[int]:
         return list(self.recording["gpus"][handle].get("ecc_mode", [1, 1]))  # current, pending
@@ -193,6 +204,25 @@ def test_nvml_that_cannot_start_is_a_reading_error(tmp_path: Path) -> None:
     assert [p["check"] for p in report["problems"]] == ["read", "count"]
     assert "Driver Not Loaded" in report["problems"][0]["detail"]
     assert report["checked"] is False  # main exits 2: could not check, which is not "unhealthy"
+
+
+def test_the_drivers_recovery_action_and_an_untrained_fabric_are_refused(tmp_path: Path) -> None:
+    nvml = recorded("h100-healthy.json")
+    completed = pynvml.NVML_GPU_FABRIC_STATE_COMPLETED
+    for gpu in nvml.recording["gpus"]:
+        gpu["fabric"] = [completed, 0]
+    nvml.recording["gpus"][0]["recovery_action"] = pynvml.NVML_GPU_RECOVERY_ACTION_DRAIN_AND_RESET
+    nvml.recording["gpus"][4]["fabric"] = [pynvml.NVML_GPU_FABRIC_STATE_NOT_STARTED, 0]
+    nvml.recording["gpus"][5]["fabric"] = [completed, pynvml.NVML_ERROR_UNKNOWN]
+    fabric = gpu_check.Expectation(**{**H100.__dict__, "fabric": True})
+    found = [(p["gpu"], p["check"], p["detail"]) for p in gpu_check.check(fabric, nvml, "", str(tmp_path))["problems"]]
+    assert found == [
+        (0, "driver", "the driver asks for recovery action 4 (drain and reset)"),
+        (4, "fabric", "NVSwitch fabric not trained (state 1): is Fabric Manager running?"),
+        (5, "fabric", f"NVSwitch fabric training failed (NVML status {pynvml.NVML_ERROR_UNKNOWN})"),
+    ]
+    # Without NVSwitch in the expectation the fabric is not judged; nor where NVML has no fabric to report.
+    assert {p["check"] for p in gpu_check.check(H100, nvml, "", str(tmp_path))["problems"]} == {"driver"}
 
 
 def test_efa_devices_are_counted_from_the_kernel(tmp_path: Path) -> None:

@@ -35,6 +35,8 @@ def test_a_p5_expectation_carries_count_model_efa_and_floors() -> None:
     expect = gpu_check.Expectation.from_json(spec)
     assert (expect.gpu_count, expect.products, expect.memory_health) == (8, ("NVIDIA H100 80GB HBM3",), "row_remap")
     assert expect.efa_devices == instances.lookup("p5.48xlarge").efa_interfaces == 32
+    assert expect.fabric  # NVSwitch: Fabric Manager must have trained it
+    assert not gpu_health.instance_expectation("g6.12xlarge", efa=False)["fabric"]
     assert expect.dcgm_level == 2 and expect.failing_xids[79] == "RESTART_BM"
     assert expect.gemm_tflops_floor == 587 and expect.bandwidth_gbs_floor == 1905
     assert gpu_health.expectation("A10G", 1)["gemm_tflops_floor"] is None  # no healthy measurement found
