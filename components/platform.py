@@ -277,6 +277,7 @@ class Platform(pulumi.ComponentResource):
         self._frameworks = job_operators.frameworks(args.job_operators)
         kueue_release = self._release("kueue", kueue_chart.kueue_values(self._frameworks), depends_on=[provreq_served])
         namespaces = self._teams()
+        gpu_pools = [pool_name for pool_name, pool in args.pools.items() if pool.kind == "gpu"]
         # No GPU pod in a team namespace starts without Kueue's admission, and no job hides under another's. Trusted
         # controllers: the cluster's, the add-ons' and the job operators the fleet names.
         addons = {pinned.SYSTEM_NAMESPACE} | {s.namespace for s in pinned.load_addons().values()}
@@ -286,8 +287,8 @@ class Platform(pulumi.ComponentResource):
             frameworks=self._frameworks,
             opts=self._k8s,
             meta=self._meta,
-            grace_caps=self._grace_caps(),
-            gpu_pools=[pool_name for pool_name, pool in args.pools.items() if pool.kind == "gpu"],
+            grace_caps=self._grace_caps(gpu_pools),
+            gpu_pools=gpu_pools,
         )
         queues = self._queues(kueue_release, namespaces)
         self.multikueue_token = None
@@ -340,12 +341,11 @@ class Platform(pulumi.ComponentResource):
             }
         )
 
-    def _grace_caps(self) -> dict[str, int]:
+    def _grace_caps(self, gpu_pools: Sequence[str]) -> dict[str, int]:
         """Pool label value -> the longest checkpoint grace its pods may ask: each pool's own, and on a site's
         machines (pool label site-<site>) what a GPU pod that names no pool gets, the smallest GPU pool's: a site's
         machines were taken that way before they carried a pool label, and nothing there is sized from a grace."""
         caps = {pool_name: pool.checkpoint_grace for pool_name, pool in self._args.pools.items()}
-        gpu_pools = [pool_name for pool_name, pool in self._args.pools.items() if pool.kind == "gpu"]
         smallest = checkpoint_grace.gpu_cap(caps, gpu_pools)
         if smallest is not None:
             caps |= {site_pool(site): smallest for site in self._args.sites}
@@ -353,10 +353,18 @@ class Platform(pulumi.ComponentResource):
 
     # Options ------------------------------------------------------------------------------------------------
     def _k8s(
-        self, *, depends_on: Sequence[pulumi.Resource] = (), retain_on_delete: bool = False
+        self,
+        *,
+        depends_on: Sequence[pulumi.Resource] = (),
+        retain_on_delete: bool = False,
+        ignore_changes: Sequence[str] = (),
     ) -> pulumi.ResourceOptions:
         return pulumi.ResourceOptions(
-            parent=self, provider=self._args.provider, depends_on=list(depends_on), retain_on_delete=retain_on_delete
+            parent=self,
+            provider=self._args.provider,
+            depends_on=list(depends_on),
+            retain_on_delete=retain_on_delete,
+            ignore_changes=list(ignore_changes) or None,
         )
 
     def _meta(
@@ -501,16 +509,13 @@ class Platform(pulumi.ComponentResource):
         namespace: str | None = None, annotations: Mapping[str, str] | None = None,
         ignore_changes: Sequence[str] = (),
     ) -> k8s.apiextensions.CustomResource:  # fmt: skip
-        opts = self._k8s(depends_on=depends_on)
-        if ignore_changes:
-            opts = pulumi.ResourceOptions.merge(opts, pulumi.ResourceOptions(ignore_changes=list(ignore_changes)))
         return k8s.apiextensions.CustomResource(
             f"{self._name}-{key}",
             api_version=kueue_chart.KUEUE_API,
             kind=kind,
             metadata=self._meta(name, namespace, annotations=annotations),
             spec=spec,
-            opts=opts,
+            opts=self._k8s(depends_on=depends_on, ignore_changes=ignore_changes),
         )
 
     def _queues(

@@ -96,17 +96,17 @@ def declare_block_windows(
     windows: dict[str, CapacityBlockWindow] = {}
     for pool_name, pool in ctx.fleet.pools_in(env, region).items():
         block = pool.capacity_reservations.get(region)
-        if block is None or block.type != "capacity_block" or pool_name not in pools:
+        window = block.block_window() if block else None
+        if block is None or window is None or pool_name not in pools:
             continue
-        assert block.start is not None and block.end is not None  # the fleet model requires both on a block
         key = f"environments.{env}.node_pools.{pool_name}"
         try:
             args = CapacityBlockWindowArgs(
                 names=ctx.names,
                 pool=pool_name,
                 reservation_id=block.id,
-                start=block.start,
-                end=block.end,
+                start=window[0],
+                end=window[1],
                 group_name=pools[pool_name].group_name,
                 group_arn=pools[pool_name].group_arn,
                 min_size=pool.min_size,

@@ -187,7 +187,5 @@ def _block_window(pool: NodePool, region: str) -> tuple[datetime.datetime, datet
     """When the flavor of the pool's Capacity Block in `region` admits work (components/block_flavors.flavor_window);
     None where the pool has no block there."""
     block = pool.capacity_reservations.get(region)
-    if block is None or block.type != "capacity_block":
-        return None
-    assert block.start is not None and block.end is not None  # the fleet model requires both on a block
-    return flavor_window(block.start, block.end, pool.checkpoint_grace)
+    window = block.block_window() if block else None
+    return flavor_window(*window, pool.checkpoint_grace) if window else None

@@ -52,8 +52,9 @@ def cmd_gpu(args: argparse.Namespace) -> int:
 def _expectation(args: argparse.Namespace) -> dict[str, Any]:
     throughput = not args.no_throughput
     if args.instance_type:
-        spec = gpu_health.instance_expectation(args.instance_type, efa=args.efa, dcgm_level=args.dcgm_level)
-        return spec if throughput else _without_floors(spec)
+        return gpu_health.instance_expectation(
+            args.instance_type, efa=args.efa, dcgm_level=args.dcgm_level, throughput=throughput
+        )
     fleet = load_checked(args).fleet
     if args.site:
         site = fleet.sites.get(args.site)
@@ -74,9 +75,6 @@ def _expectation(args: argparse.Namespace) -> dict[str, Any]:
     if args.pool not in fleet.pools_in(args.env, args.region):
         raise FleetError(f"{args.fleet}: {key}.regions: the pool does not run in {args.region}")
     instance_type = fleet.pool_types(args.env, args.region, args.pool)[0]
-    spec = gpu_health.instance_expectation(instance_type, efa=pool.efa, dcgm_level=args.dcgm_level)
-    return spec if throughput else _without_floors(spec)
-
-
-def _without_floors(spec: dict[str, Any]) -> dict[str, Any]:
-    return {**spec, "gemm_tflops_floor": None, "bandwidth_gbs_floor": None}
+    return gpu_health.instance_expectation(
+        instance_type, efa=pool.efa, dcgm_level=args.dcgm_level, throughput=throughput
+    )

@@ -111,7 +111,9 @@ def expectation(
     }
 
 
-def instance_expectation(instance_type: str, *, efa: bool, dcgm_level: int = 0) -> dict[str, Any]:
+def instance_expectation(
+    instance_type: str, *, efa: bool, dcgm_level: int = 0, throughput: bool = True
+) -> dict[str, Any]:
     """The expectation of a cloud node of `instance_type` (instance_types.yaml); `efa`: the pool attaches EFA, one
     device per EFA interface the type supports (dlinfra attaches them all on an EFA pool)."""
     spec = instances.lookup(instance_type)
@@ -123,6 +125,7 @@ def instance_expectation(instance_type: str, *, efa: bool, dcgm_level: int = 0) 
         efa_devices=spec.efa_interfaces if efa else 0,
         fabric=spec.nvswitch,  # Fabric Manager trains the NVSwitch fabric (instance_types.yaml nvswitch)
         dcgm_level=dcgm_level,
+        throughput=throughput,
     )
     # A model sold in two memory sizes names the size (A100-SXM4-40GB on p4d, -80GB on p4de): keep this type's.
     sized = [p for p in result["products"] if f"-{spec.gpu_memory_gib}GB" in p or f" {spec.gpu_memory_gib}GB" in p]

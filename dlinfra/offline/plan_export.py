@@ -15,6 +15,7 @@ from typing import Any
 import yaml
 from pulumi import asset as pulumi_asset
 
+from dlinfra.model.replacement import normal
 from dlinfra.model.stackroles import StackRole
 from dlinfra.offline import schema
 
@@ -135,29 +136,18 @@ def _resource_json(r: ResourceRecord) -> dict[str, Any]:
     }
 
 
-def _as_sent(value: Any) -> Any:
-    """A Pulumi number as the provider's JSON carries it: every number is a float64 in Pulumi's property values, so
-    65534 arrives as 65534.0, but encoded for the API server a whole one is an integer (65534), which is what
-    integer fields (runAsUser, backoffLimit...) and checks reading them expect."""
-    if isinstance(value, float) and value.is_integer():
-        return int(value)
-    if isinstance(value, dict):
-        return {k: _as_sent(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_as_sent(v) for v in value]
-    return value
-
-
 def manifests(result: StackResult) -> list[dict[str, Any]]:
     """The Kubernetes objects a stack declares as typed resources (not Helm charts), as manifests.
 
     The engine records kubernetes:* inputs exactly as the provider receives them: camelCase, with apiVersion
-    and kind, so they are manifests already, once whole numbers are integers again (_as_sent). Secrets stay masked.
+    and kind, so they are manifests already, once whole numbers are integers again: Pulumi's numbers are float64
+    (65534.0), the provider's JSON writes a whole one as an integer, which integer fields and checks expect
+    (replacement.normal). Secrets stay masked.
     """
     out = []
     for r in sorted(result.resources, key=lambda r: r.urn):
         if r.custom and r.type.startswith("kubernetes:") and not r.type.startswith("kubernetes:helm.sh/"):
-            manifest = _as_sent(_mask(r.inputs))
+            manifest = normal(_mask(r.inputs))
             if isinstance(manifest, dict) and "kind" in manifest and "apiVersion" in manifest:
                 out.append(manifest)
     return out

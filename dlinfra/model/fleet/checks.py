@@ -424,11 +424,13 @@ def block_warnings(fleet: Fleet, now: datetime.datetime, within: datetime.timede
     for env_name, env in sorted(fleet.environments.items()):
         for pool_name, pool in sorted(env.node_pools.items()):
             for region, cr in sorted(pool.capacity_reservations.items()):
-                if cr.type != "capacity_block" or cr.end is None:
+                window = cr.block_window()
+                if window is None:
                     continue
+                _, block_end = window
                 key = f"environments.{env_name}.node_pools.{pool_name}.capacity_reservations.{region}.end"
-                end = f"{cr.end:%Y-%m-%d %H:%M} UTC"
-                if cr.end - BLOCK_CUT <= now:
+                end = f"{block_end:%Y-%m-%d %H:%M} UTC"
+                if block_end - BLOCK_CUT <= now:
                     warnings.append(
                         (
                             key,
@@ -438,8 +440,8 @@ def block_warnings(fleet: Fleet, now: datetime.datetime, within: datetime.timede
                             "give its new end, or remove it from the fleet",
                         )
                     )
-                elif cr.end - now <= within:
-                    left = cr.end - BLOCK_CUT - now
+                elif block_end - now <= within:
+                    left = block_end - BLOCK_CUT - now
                     hours = int(left.total_seconds() // 3600)
                     warnings.append(
                         (

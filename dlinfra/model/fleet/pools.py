@@ -136,6 +136,13 @@ class CapacityReservation(Strict):
         # The same instant in UTC, whatever offset the file wrote (ruamel keeps it): one spelling in the plan.
         return None if v is None else datetime.datetime.fromtimestamp(v.timestamp(), datetime.UTC)
 
+    def block_window(self) -> tuple[datetime.datetime, datetime.datetime] | None:
+        """(start, end) of a Capacity Block, in UTC; None for an on-demand reservation (the validator below makes a
+        block give both)."""
+        if self.type != "capacity_block" or self.start is None or self.end is None:
+            return None
+        return self.start, self.end
+
     @model_validator(mode="after")
     def _window(self) -> CapacityReservation:
         if self.type != "capacity_block":
