@@ -62,6 +62,12 @@ def _expectation(args: argparse.Namespace) -> dict[str, Any]:
             raise FleetError(f"{args.fleet}: sites.{args.site}: no such site (known: {', '.join(sorted(fleet.sites))})")
         if not site.gpu_nodes or not site.gpus_per_node:
             raise FleetError(f"{args.fleet}: sites.{args.site}: the site declares no GPU machines")
+        if site.gpu_model not in gpu_health.table().models:
+            known = ", ".join(sorted(gpu_health.table().models))
+            raise FleetError(
+                f"{args.fleet}: sites.{args.site}.gpu_model: {site.gpu_model!r} is not a GPU model dlinfra can check "
+                f"(dlinfra/data/gpu_models.yaml knows {known})"
+            )
         return gpu_health.expectation(
             site.gpu_model, site.gpus_per_node, dcgm_level=args.dcgm_level, throughput=throughput
         )

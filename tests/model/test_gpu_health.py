@@ -88,3 +88,14 @@ def test_an_unknown_pool_is_one_clear_error(capsys: pytest.CaptureFixture[str]) 
     assert cli.main([*argv, "--pool", "nope"]) == 2
     assert "environments.prod.node_pools.nope: no such GPU pool" in capsys.readouterr().err
     assert FIXTURES.is_dir()
+
+
+def test_a_site_of_an_unknown_gpu_model_is_one_clear_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    text = REFERENCE_FLEET.read_text()
+    assert "gpu_model: H100" in text
+    fleet = tmp_path / "fleet.yaml"
+    fleet.write_text(text.replace("gpu_model: H100", "gpu_model: V100", 1))
+    (tmp_path / "cidr-lock.yaml").write_text((REFERENCE_FLEET.parent / "cidr-lock.yaml").read_text())
+    assert cli.main(["gpu", "expect", "--fleet", str(fleet), "--site", "sjc1"]) == 2
+    err = capsys.readouterr().err
+    assert "sites.sjc1.gpu_model: 'V100' is not a GPU model dlinfra can check" in err
