@@ -25,32 +25,28 @@ import datetime
 import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, cast
 
 import pulumi
 import pulumi_kubernetes as k8s
 
+from components import pod_scripts
 from components.capacity_block import drain_at
 from components.charts.kueue import PODS_READY_TIMEOUT_SECONDS
 from components.charts.nodes import CLOUD_NODE_AFFINITY, Taint
 from components.scripts import capacity_block_flavor as keeper
+from components.scripts import kube_api
 
 Options = Callable[..., pulumi.ResourceOptions]
 Meta = Callable[..., k8s.meta.v1.ObjectMetaArgs]
 
-SCRIPT = Path(keeper.__file__)
 NAME = "capacity-block-flavors"  # the keeper's ServiceAccount, ClusterRole, binding, ConfigMap and CronJob
-MOUNT = "/etc/capacity-block-flavors"
-# The Docker official Python image, as ECR Public mirrors it (docker/library/python), one exact release: tag
-# 3.13.9-slim-bookworm (docker-library/python 3.13/slim-bookworm/Dockerfile, PYTHON_VERSION 3.13.9). The script
-# uses the standard library only.
-IMAGE = "public.ecr.aws/docker/library/python:3.13.9-slim-bookworm"
+FILES = pod_scripts.script_files(kube_api, keeper)  # the keeper's code, shipped in its ConfigMap
+CONFIG = "config.json"  # beside it: the flavors and their windows (keeper_config)
 SCHEDULE = "* * * * *"  # every minute: the flavor follows the clock within a minute, as the group's keeper does
 # A run that has not finished in this long is stopped, so the next minute's starts (concurrencyPolicy Forbid would
 # otherwise skip it); its one PATCH per flavor times out after keeper.TIMEOUT_SECONDS.
 ACTIVE_DEADLINE_SECONDS = 50
-NOBODY = 65534
 KEEPER_FIELDS = ("spec.nodeTaints",)  # what Pulumi leaves to the keeper once it has run (ignoreChanges)
 FLAVOR_ANNOTATIONS = {"pulumi.com/patchForce": "true"}  # a pool's flavor takes its taints back from a removed keeper
 TOKEN_SECONDS = 600  # the shortest a projected service account token may live (TokenRequest); a run takes seconds
@@ -122,51 +118,16 @@ def cluster_role_rules(blocks: Sequence[BlockFlavor]) -> list[dict[str, Any]]:
 
 def cron_job_spec() -> dict[str, Any]:
     """Every minute, one short Job: the keeper's script and configuration from its ConfigMap, as nobody."""
-    container = {
-        "name": "keeper",
-        "image": IMAGE,
-        "command": ["python3", f"{MOUNT}/{SCRIPT.name}", f"{MOUNT}/config.json"],
-        # An exact release tag: cached on the node, it runs while the registry is away.
-        "imagePullPolicy": "IfNotPresent",
-        "env": [{"name": "PYTHONDONTWRITEBYTECODE", "value": "1"}],
-        "resources": {"requests": {"cpu": "10m", "memory": "32Mi"}, "limits": {"cpu": "200m", "memory": "64Mi"}},
-        "securityContext": {
-            "allowPrivilegeEscalation": False,
-            "readOnlyRootFilesystem": True,
-            "capabilities": {"drop": ["ALL"]},
-        },
-        "volumeMounts": [
-            {"name": "keeper", "mountPath": MOUNT, "readOnly": True},
-            {"name": "api-token", "mountPath": keeper.SERVICE_ACCOUNT, "readOnly": True},
-        ],
-    }
+    container = pod_scripts.python_container("keeper", keeper, f"{pod_scripts.SCRIPTS_MOUNT}/{CONFIG}", mounts=[])
     pod = {
         "serviceAccountName": NAME,
         "restartPolicy": "Never",
         # It needs the API server only; cloud nodes reach it whatever a site's VPN does.
         "affinity": CLOUD_NODE_AFFINITY,
-        "securityContext": {
-            "runAsNonRoot": True,
-            "runAsUser": NOBODY,
-            "runAsGroup": NOBODY,
-            "seccompProfile": {"type": "RuntimeDefault"},
-        },
+        "securityContext": pod_scripts.pod_security(),
         "containers": [container],
-        # The API token only where it is used, short-lived, at the path the keeper reads; the same files the
-        # kubelet would mount by itself (Kubernetes "Configure Service Accounts for Pods", projected volume).
         "automountServiceAccountToken": False,
-        "volumes": [
-            {"name": "keeper", "configMap": {"name": NAME}},
-            {
-                "name": "api-token",
-                "projected": {
-                    "sources": [
-                        {"serviceAccountToken": {"path": "token", "expirationSeconds": TOKEN_SECONDS}},
-                        {"configMap": {"name": "kube-root-ca.crt", "items": [{"key": "ca.crt", "path": "ca.crt"}]}},
-                    ]
-                },
-            },
-        ],
+        "volumes": pod_scripts.pod_volumes(NAME, FILES, TOKEN_SECONDS, CONFIG),
     }
     return {
         "schedule": SCHEDULE,
@@ -220,7 +181,7 @@ def declare(
     config = k8s.core.v1.ConfigMap(
         f"{name}-{NAME}-config",
         metadata=meta(NAME, namespace),
-        data={SCRIPT.name: SCRIPT.read_text(), "config.json": json.dumps(keeper_config(blocks), indent=2) + "\n"},
+        data=FILES | {CONFIG: json.dumps(keeper_config(blocks), indent=2) + "\n"},
         opts=opts(depends_on=depends_on),
     )
     k8s.batch.v1.CronJob(

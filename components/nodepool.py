@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import ipaddress
+import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -15,12 +16,13 @@ import pulumi_aws as aws
 
 from components import security_groups as sg
 from components.iam import service_trust
-from dlinfra.model import instances
+from dlinfra.model import gpu_health, instances
 from dlinfra.model.fleet.pools import (
     CHECKPOINT_GRACE_TAG,
     DEFAULT_CHECKPOINT_GRACE,
     DRAIN_MARGIN_SECONDS,
     RESERVATION_GROUP_TAG,
+    GpuCheck,
 )
 from dlinfra.model.naming import Names
 
@@ -81,6 +83,8 @@ class NodePoolArgs:
     # Seconds the pool's pods may take to checkpoint (fleet: checkpoint_grace): the termination hook holds a
     # terminating instance this long plus DRAIN_MARGIN_SECONDS while the termination handler drains it.
     checkpoint_grace: int = DEFAULT_CHECKPOINT_GRACE
+    # GPU pools: what each new node's burn-in runs before the burn-in taint comes off (fleet: gpu_check)
+    gpu_check: GpuCheck = field(default_factory=GpuCheck)
     attach_cni_policy: bool = False  # only when the VPC CNI has no Pod Identity association
     internal_cidrs: Sequence[str] = ()  # VPCs and site networks nodes may reach on any port
     # The cluster's group on every node (Cluster): pods of all pools, the control plane, sites, laptops.
@@ -232,11 +236,28 @@ def capacity_class(args: NodePoolArgs) -> str:
     return "spot" if args.spot else "on-demand"
 
 
+def register_taints(args: NodePoolArgs) -> tuple[tuple[str, str, str], ...]:
+    """The taints a node registers with: the pool's, and on a GPU pool the burn-in taint, which the burn-in agent
+    removes once the node's GPUs have passed their check (dlinfra.model.gpu_health). The burn-in taint is not among
+    the autoscaler's node-template tags (autoscaler_tags): the autoscaler knows it as a startup taint, one a node
+    sheds by itself, so a job that does not tolerate it still scales the pool up (components/charts/autoscaler.py)."""
+    return (*args.taints, gpu_health.BURN_IN_TAINT) if args.kind == "gpu" else tuple(args.taints)
+
+
+def gpu_expectation(args: NodePoolArgs) -> str | None:
+    """What a GPU node's burn-in expects, per instance type the pool may launch (compact JSON), or None."""
+    if args.kind != "gpu":
+        return None
+    expect = gpu_health.pool_expectations(args.instance_types, efa=args.efa, check=args.gpu_check)
+    return json.dumps(expect, sort_keys=True, separators=(",", ":"))
+
+
 def render_user_data(
     *, pool: str, cluster_name: str, region: str, labels: Mapping[str, str], taints: Sequence[tuple[str, str, str]],
-    max_pods: int | None, cluster_dns: Sequence[str],
+    max_pods: int | None, cluster_dns: Sequence[str], gpu_expectation: str | None = None,
 ) -> str:  # fmt: skip
-    """The node's user data: it only joins the cluster; everything else is baked into the image."""
+    """The node's user data: on GPU pools the burn-in's expectation and its start, then the join; everything else is
+    baked into the image."""
     return _ENV.get_template("node-user-data.sh.j2").render(
         pool=pool,
         cluster_name=cluster_name,
@@ -245,6 +266,9 @@ def render_user_data(
         taints=",".join(f"{k}={v}:{e}" for k, v, e in taints),
         max_pods=max_pods or "",
         cluster_dns=",".join(cluster_dns),
+        gpu_expectation=gpu_expectation,
+        expect_path=gpu_health.EXPECT_PATH,
+        check_unit=gpu_health.CHECK_UNIT,
     )
 
 
@@ -357,9 +381,10 @@ class NodePool(pulumi.ComponentResource):
             cluster_name=args.cluster_name,
             region=names.region or "",
             labels=node_labels(args),
-            taints=args.taints,
+            taints=register_taints(args),
             max_pods=spec.max_pods,
             cluster_dns=args.cluster_dns,
+            gpu_expectation=gpu_expectation(args),
         )
         lt_name = names.physical("lt", args.pool)
         network_interfaces = None

@@ -21,7 +21,7 @@ from typing import Literal, cast
 import pulumi
 import pulumi_kubernetes as k8s
 
-from components import admission, block_flavors, overflow, team_volumes
+from components import admission, block_flavors, gpu_burn_in, overflow, team_volumes
 from components.charts import (
     autoscaler,
     checkpoint_grace,
@@ -290,6 +290,8 @@ class Platform(pulumi.ComponentResource):
             grace_caps=self._grace_caps(gpu_pools),
             gpu_pools=gpu_pools,
         )
+        # Every GPU node, cloud and site, takes work only once its GPUs have passed their check.
+        gpu_burn_in.declare(name, opts=self._k8s, meta=self._meta)
         queues = self._queues(kueue_release, namespaces)
         self.multikueue_token = None
         if args.overflow is not None:

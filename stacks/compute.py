@@ -71,6 +71,7 @@ def declare_pools(
                 pod_imds_access=pool.pod_imds_access,
                 root_volume_gib=pool.root_volume_gib,
                 checkpoint_grace=pool.checkpoint_grace,
+                gpu_check=pool.burn_in,
                 internal_cidrs=internal,
                 node_security_group_id=cluster.node_security_group_id if cluster else None,
                 join_after=cluster.join_prerequisites if cluster else (),

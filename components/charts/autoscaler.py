@@ -13,6 +13,7 @@ import yaml
 from components.charts.nodes import CLOUD_NODE_AFFINITY
 from components.charts.pinned import ADDONS_FILE, load_addons
 from dlinfra.errors import DlinfraError
+from dlinfra.model import gpu_health
 from dlinfra.model.fleet.pools import MAX_CHECKPOINT_GRACE
 
 AUTOSCALER_TAG = "k8s.io/cluster-autoscaler"
@@ -92,6 +93,13 @@ def autoscaler_args(kubernetes_version: str) -> dict[str, str]:
         # status, and podtemplates (templates/clusterrole.yaml, chart 9.59.0); the CRD is ours
         # (provisioning_request_crd).
         "enable-provisioning-requests": "true",
+        # A new GPU node registers with the burn-in taint and sheds it once its GPUs pass (dlinfra.model.gpu_health).
+        # As a startup taint the autoscaler counts the node as coming up rather than as a node pending pods cannot
+        # use, and leaves it out of node templates, so it neither scales up again for the same pods nor gives up on
+        # the pool (FAQ "How does Cluster Autoscaler treat nodes with status/startup/ignore taints?", v1.33.6). A node
+        # still tainted after 15 minutes counts as unready (clusterstate.go MaxNodeStartupTime), which the burn-in's
+        # time limit stays under (gpu_health.BURN_IN_SECONDS).
+        "startup-taint": gpu_health.BURN_IN_TAINT[0],
     }
     if int(kubernetes_version.split(".")[1]) < _PROVREQ_JSON_FROM_MINOR:
         args["kube-api-content-type"] = "application/json"

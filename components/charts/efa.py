@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from components.charts.nodes import GPU_TAINT_KEY
+from components.charts.nodes import GPU_HEALTH_TOLERATIONS, GPU_TAINT_KEY
 from components.charts.pinned import image_registry
 
 # EFA pools label their nodes with this (components/nodepool.py EFA_LABEL); the EFA device plugin runs there and
@@ -33,5 +33,7 @@ def efa_device_plugin_values(
             "keys": ["node.kubernetes.io/instance-type"],
             "values": sorted(set(instance_types)),
         },
-        "tolerations": [{"key": key, "operator": "Exists", "effect": effect} for key, effect in sorted(tolerated)],
+        # The GPU health taints too: EFA devices are part of what the burn-in counts.
+        "tolerations": [{"key": key, "operator": "Exists", "effect": effect} for key, effect in sorted(tolerated)]
+        + GPU_HEALTH_TOLERATIONS,
     }

@@ -9,7 +9,7 @@ import yaml
 
 from components.charts import autoscaler, pinned
 from components.charts.nodes import COMPUTE_TYPE_LABEL, GPU_PRODUCT_LABEL, POOL_LABEL, SITE_LABEL, Taint
-from dlinfra.model import kueue
+from dlinfra.model import gpu_health, kueue
 from dlinfra.model.fleet.schema import RESERVED_NAMESPACES
 from dlinfra.render.nodeadm import site_pool
 
@@ -51,9 +51,10 @@ PROVISIONING_CHECK = "gpu-nodes-whole"  # the AdmissionCheck and its Provisionin
 POD_START_SECONDS = 5 * 60
 # waitForPodsReady: the timeout counts from admission, which the provisioning check holds back until the autoscaler
 # has asked for the nodes (pkg/controller/core/workload_controller.go admittedNotReadyWorkload, v0.19.2); it outlasts
-# the autoscaler's own wait for a node (max-node-provision-time), so a job is never evicted while its nodes may
+# the autoscaler's own wait for a node (max-node-provision-time) and then the node's GPU burn-in, which keeps pods off
+# it until its GPUs pass (dlinfra.model.gpu_health.BURN_IN_SECONDS), so a job is never evicted while its nodes may
 # still come, and by no more than the pods' start, so GPUs obtained for a job that cannot be whole are freed soon.
-PODS_READY_TIMEOUT_SECONDS = autoscaler.MAX_NODE_PROVISION_SECONDS + POD_START_SECONDS
+PODS_READY_TIMEOUT_SECONDS = autoscaler.MAX_NODE_PROVISION_SECONDS + gpu_health.BURN_IN_SECONDS + POD_START_SECONDS
 # A job evicted this many times in a row for pods not ready is deactivated (.spec.active=false, reason
 # RequeuingLimitExceeded: apis/config/v1beta2 RequeuingStrategy.BackoffLimitCount; unset means requeue forever). Each
 # failed attempt holds the nodes EC2 did give for up to the timeout plus the scale-down delay (the simulation in

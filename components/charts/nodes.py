@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from dlinfra.model import gpu_health
 from dlinfra.render import nodeadm
 
 POOL_LABEL = "dlinfra.io/pool"
@@ -26,8 +27,15 @@ GPU_NODE_AFFINITY: dict[str, Any] = {
         }
     }
 }
+# The GPU health taints (dlinfra.model.gpu_health): the GPU DaemonSets run through the burn-in, so the device plugin
+# advertises the GPUs the agent waits for, and on a node that failed, so what failed stays visible.
+GPU_HEALTH_TOLERATIONS: list[dict[str, str]] = [
+    {"key": key, "operator": "Exists", "effect": effect}
+    for key, _, effect in (gpu_health.BURN_IN_TAINT, gpu_health.UNHEALTHY_TAINT)
+]
 GPU_TOLERATIONS: list[dict[str, str]] = [
     {"key": GPU_TAINT_KEY, "operator": "Exists", "effect": "NoSchedule"},
+    *GPU_HEALTH_TOLERATIONS,
     {"key": "CriticalAddonsOnly", "operator": "Exists"},
 ]
 # Controllers that call AWS run on cloud nodes: Pod Identity and the VPC reach them there.

@@ -13,30 +13,29 @@ Level-triggered, like the block's group keeper (components/lambdas/capacity_bloc
 CronJob) it computes each flavor's taints from the clock and applies them by server-side apply as its own field
 manager, which owns spec.nodeTaints of these flavors alone (the program declares them without). It runs in the
 stock Python image with the standard library only, so nothing is installed at run time; its Kubernetes calls are
-one PATCH per flavor with the pod's service account token (Kubernetes docs "Server-Side Apply", "Accessing the
-Kubernetes API from a Pod").
+one PATCH per flavor with the pod's service account token (Kubernetes docs "Server-Side Apply"; the client is
+kube_api, shipped beside it).
 """
 
 from __future__ import annotations
 
 import datetime
 import json
-import os
-import ssl
 import sys
 import urllib.error
 import urllib.parse
-import urllib.request
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
+
+from components.scripts import kube_api
 
 TIME_FORMAT = "%Y-%m-%dT%H:%M:%SZ"
 CLOSED_TAINT = {"key": "dlinfra.io/capacity-block-closed", "value": "true", "effect": "NoSchedule"}
 FIELD_MANAGER = "dlinfra-capacity-block-window"
 KUEUE_API = "kueue.x-k8s.io/v1beta2"
-SERVICE_ACCOUNT = "/var/run/secrets/kubernetes.io/serviceaccount"
-TIMEOUT_SECONDS = 10  # one PATCH; the CronJob runs every minute and its Job is cut at ACTIVE_DEADLINE seconds
+SERVICE_ACCOUNT = kube_api.SERVICE_ACCOUNT
+TIMEOUT_SECONDS = kube_api.TIMEOUT_SECONDS  # one PATCH; the CronJob runs every minute, its Job cut before the next
 
 
 @dataclass(frozen=True)
@@ -95,33 +94,18 @@ class Cluster(Protocol):
     def apply(self, name: str, body: Mapping[str, Any]) -> None: ...
 
 
-class ApiServer:
-    """The cluster's API server, as a pod reaches it: its service address, CA and service account token."""
-
-    def __init__(self, base_url: str, token_file: str, context: ssl.SSLContext | None) -> None:
-        self.base_url, self.token_file, self.context = base_url.rstrip("/"), token_file, context
-
-    @classmethod
-    def in_cluster(cls, env: Mapping[str, str] = os.environ) -> ApiServer:
-        host, port = env["KUBERNETES_SERVICE_HOST"], env.get("KUBERNETES_SERVICE_PORT", "443")
-        host = f"[{host}]" if ":" in host else host
-        context = ssl.create_default_context(cafile=f"{SERVICE_ACCOUNT}/ca.crt")
-        return cls(f"https://{host}:{port}", f"{SERVICE_ACCOUNT}/token", context)
+class ApiServer(kube_api.ApiServer):
+    """The API server, with the one call this keeper makes."""
 
     def apply(self, name: str, body: Mapping[str, Any]) -> None:
         # Force: the field is this keeper's alone; a hand edit of the taints is put back.
-        query = urllib.parse.urlencode({"fieldManager": FIELD_MANAGER, "force": "true"})
-        path = f"/apis/{KUEUE_API}/resourceflavors/{urllib.parse.quote(name, safe='')}?{query}"
-        with open(self.token_file, encoding="utf-8") as token:  # read per call: the kubelet rotates it
-            bearer = token.read().strip()
-        request = urllib.request.Request(
-            self.base_url + path,
-            data=json.dumps(body).encode(),
-            method="PATCH",
-            headers={"Content-Type": "application/apply-patch+yaml", "Authorization": f"Bearer {bearer}"},
+        self.request(
+            "PATCH",
+            f"/apis/{KUEUE_API}/resourceflavors/{urllib.parse.quote(name, safe='')}",
+            body,
+            content_type="application/apply-patch+yaml",
+            query={"fieldManager": FIELD_MANAGER, "force": "true"},
         )
-        with urllib.request.urlopen(request, timeout=TIMEOUT_SECONDS, context=self.context) as response:
-            response.read()
 
 
 class KeeperError(Exception):

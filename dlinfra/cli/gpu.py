@@ -1,5 +1,5 @@
 """`dlinfra gpu expect`: what a GPU node of a pool, a site or an instance type must show, as the JSON the GPU health
-check reads on the machine (components/scripts/gpu_check.py; dlinfra.model.gpu_health writes it)."""
+check reads on the machine (chef/cookbooks/dlinfra_gpu/files/gpu_check.py; dlinfra.model.gpu_health writes it)."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from typing import Any
 from dlinfra.cli.common import Handler, load_checked, out
 from dlinfra.errors import FleetError
 from dlinfra.model import gpu_health
+from dlinfra.model.fleet.pools import GpuCheck
 
 
 def register(subparsers: Any, common: argparse.ArgumentParser) -> dict[str, Handler]:
@@ -27,10 +28,15 @@ def register(subparsers: Any, common: argparse.ArgumentParser) -> dict[str, Hand
     which.add_argument("--site", help="a site of the fleet: its machines' GPUs")
     which.add_argument("--instance-type", help="an EC2 instance type of dlinfra/data/instance_types.yaml")
     expect.add_argument("--env", help="with --pool: the environment")
-    expect.add_argument("--region", help="with --pool: the region (its first instance type sold there)")
+    expect.add_argument(
+        "--region", help="with --pool: the region (one expectation per instance type the pool launches there)"
+    )
     expect.add_argument("--efa", action="store_true", help="with --instance-type: expect its EFA devices")
     expect.add_argument(
-        "--dcgm-level", type=int, default=0, choices=gpu_health.DCGM_LEVELS, help="DCGM diagnostic level (0: none)"
+        "--dcgm-level",
+        type=int,
+        choices=gpu_health.DCGM_LEVELS,
+        help="DCGM diagnostic level, 0 for none (default: the pool's or site's gpu_check; 0 for an instance type)",
     )
     expect.add_argument(
         "--no-throughput", action="store_true", help="do not judge the throughput floors (no PyTorch on the machine)"
@@ -50,10 +56,9 @@ def cmd_gpu(args: argparse.Namespace) -> int:
 
 
 def _expectation(args: argparse.Namespace) -> dict[str, Any]:
-    throughput = not args.no_throughput
     if args.instance_type:
         return gpu_health.instance_expectation(
-            args.instance_type, efa=args.efa, dcgm_level=args.dcgm_level, throughput=throughput
+            args.instance_type, efa=args.efa, dcgm_level=args.dcgm_level or 0, throughput=not args.no_throughput
         )
     fleet = load_checked(args).fleet
     if args.site:
@@ -62,15 +67,8 @@ def _expectation(args: argparse.Namespace) -> dict[str, Any]:
             raise FleetError(f"{args.fleet}: sites.{args.site}: no such site (known: {', '.join(sorted(fleet.sites))})")
         if not site.gpu_nodes or not site.gpus_per_node:
             raise FleetError(f"{args.fleet}: sites.{args.site}: the site declares no GPU machines")
-        if site.gpu_model not in gpu_health.table().models:
-            known = ", ".join(sorted(gpu_health.table().models))
-            raise FleetError(
-                f"{args.fleet}: sites.{args.site}.gpu_model: {site.gpu_model!r} is not a GPU model dlinfra can check "
-                f"(dlinfra/data/gpu_models.yaml knows {known})"
-            )
-        return gpu_health.expectation(
-            site.gpu_model, site.gpus_per_node, dcgm_level=args.dcgm_level, throughput=throughput
-        )
+        check = _check(site.gpu_check, args)
+        return gpu_health.site_expectation(site.gpu_model, site.gpus_per_node, check)
     if not args.env or not args.region:
         raise FleetError("--pool needs --env and --region")
     key = f"environments.{args.env}.node_pools.{args.pool}"
@@ -80,7 +78,15 @@ def _expectation(args: argparse.Namespace) -> dict[str, Any]:
         raise FleetError(f"{args.fleet}: {key}: no such GPU pool")
     if args.pool not in fleet.pools_in(args.env, args.region):
         raise FleetError(f"{args.fleet}: {key}.regions: the pool does not run in {args.region}")
-    instance_type = fleet.pool_types(args.env, args.region, args.pool)[0]
-    return gpu_health.instance_expectation(
-        instance_type, efa=pool.efa, dcgm_level=args.dcgm_level, throughput=throughput
-    )
+    check = _check(pool.burn_in, args)
+    return gpu_health.pool_expectations(fleet.pool_types(args.env, args.region, args.pool), efa=pool.efa, check=check)
+
+
+def _check(declared: GpuCheck, args: argparse.Namespace) -> GpuCheck:
+    """The burn-in the fleet declares, with what the command line overrides."""
+    changes: dict[str, Any] = {}
+    if args.dcgm_level is not None:
+        changes["dcgm_level"] = args.dcgm_level
+    if args.no_throughput:
+        changes["throughput"] = False
+    return declared.model_copy(update=changes)

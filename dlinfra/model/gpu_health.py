@@ -1,6 +1,6 @@
 """What a GPU node must show before it takes work: the expectation the GPU health check reads
-(components/scripts/gpu_check.py), from the GPU model table (dlinfra/data/gpu_models.yaml) and the instance type
-table or a site's declaration.
+(chef/cookbooks/dlinfra_gpu/files/gpu_check.py), from the GPU model table (dlinfra/data/gpu_models.yaml) and the
+instance type table or a site's declaration; and how the burn-in's parts meet (BURN_IN_TAINT below).
 
 Pure planning code (no pulumi, no NVML): it writes what to expect; the check, on the machine, reads the GPUs.
 """
@@ -8,7 +8,7 @@ Pure planning code (no pulumi, no NVML): it writes what to expect; the check, on
 from __future__ import annotations
 
 import functools
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from importlib import resources
 from typing import Any, Literal
 
@@ -18,9 +18,33 @@ from ruamel.yaml.error import YAMLError
 
 from dlinfra.errors import DlinfraError
 from dlinfra.model import instances
+from dlinfra.model.fleet.labels import GPU_BURN_IN_TAINT_KEY, GPU_UNHEALTHY_TAINT_KEY
+from dlinfra.model.fleet.pools import GpuCheck
 
 TABLE_PATH = "dlinfra/data/gpu_models.yaml"
 DCGM_LEVELS = (0, 1, 2, 3, 4)  # 0: no DCGM diagnostic; `dcgmi diag -r 1..4` (DCGM user guide, "Run levels")
+
+# Burn-in: how a GPU node goes from registered to taking work.
+# - It registers with BURN_IN_TAINT (kubelet --register-with-taints: the launch template's user data, a site's
+#   NodeConfig), which no job tolerates.
+# - On the machine, the unit dlinfra-gpu-check (Chef, dlinfra_gpu::gpu_check) runs the check at every boot against
+#   EXPECT_PATH and writes REPORT_PATH.
+# - In the cluster, the burn-in agent (components/gpu_burn_in.py) on the node reads the report and, through the API
+#   (a kubelet may not remove its own taints: the NodeRestriction admission plugin), removes the taint and sets
+#   HEALTH_CONDITION True, or replaces it with UNHEALTHY_TAINT and sets the condition False.
+Taint = tuple[str, str, str]
+BURN_IN_TAINT: Taint = (GPU_BURN_IN_TAINT_KEY, "pending", "NoSchedule")
+UNHEALTHY_TAINT: Taint = (GPU_UNHEALTHY_TAINT_KEY, "check-failed", "NoSchedule")
+HEALTH_CONDITION = "GPUHealthy"  # a node condition type of our own, as Node Problem Detector's are
+CHECK_ANNOTATION = "dlinfra.io/gpu-check"  # the last check's verdict, time and first problems, as JSON
+EXPECT_PATH = "/etc/dlinfra/gpu-expect.json"
+REPORT_DIR = "/var/lib/dlinfra/gpu-check"
+REPORT_PATH = f"{REPORT_DIR}/report.json"
+CHECK_UNIT = "dlinfra-gpu-check.service"
+# The longest a burn-in may take, from boot: the check's own time limit on the machine (the unit's TimeoutStartSec)
+# and the agent's wait for a report. Inside the cluster-autoscaler's 15 minutes for a new node to become ready
+# (BURN_IN_MAX_DCGM_LEVEL says why that matters), with room for the boot itself.
+BURN_IN_SECONDS = 10 * 60
 
 
 class GpuTableError(DlinfraError):
@@ -108,6 +132,22 @@ def expectation(
         "dcgm_level": dcgm_level,
         "gemm_tflops_floor": spec.gemm_tflops.value if throughput and spec.gemm_tflops else None,
         "bandwidth_gbs_floor": spec.bandwidth_gbs.value if throughput and spec.bandwidth_gbs else None,
+    }
+
+
+def site_expectation(gpu_model: str, gpus_per_node: int, check: GpuCheck) -> dict[str, Any]:
+    """What each GPU machine of a site writes to EXPECT_PATH (`dlinfra site render`): the site's declaration."""
+    return expectation(gpu_model, gpus_per_node, dcgm_level=check.dcgm_level, throughput=check.throughput)
+
+
+def pool_expectations(instance_types: Sequence[str], *, efa: bool, check: GpuCheck) -> dict[str, Any]:
+    """What a cloud pool's nodes write to EXPECT_PATH: one expectation per instance type the pool may launch, as the
+    check picks its own by the machine's instance type (gpu_check.Expectation.select)."""
+    return {
+        "instance_types": {
+            name: instance_expectation(name, efa=efa, dcgm_level=check.dcgm_level, throughput=check.throughput)
+            for name in sorted(set(instance_types))
+        }
     }
 
 

@@ -11,6 +11,7 @@ from typing import Any, Final
 
 from dlinfra.errors import DlinfraError
 from dlinfra.files import write_atomic, write_private
+from dlinfra.model import gpu_health
 from dlinfra.model.fleet.schema import Fleet, Site
 from dlinfra.model.sites import stack_of
 from dlinfra.ops.stack_outputs import SECRET_PLACEHOLDER, as_int, check_stack, require_output
@@ -23,6 +24,7 @@ from dlinfra.render.strongswan import render_charon, render_swanctl
 
 # Where the site-gateway Chef role expects the rendered files (chef/cookbooks/dlinfra_gateway attributes).
 DEFAULT_INSTALL_DIR = "/etc/dlinfra/site"
+GPU_EXPECTATION_FILE = "gpu-expect.json"  # the GPU machines' burn-in expectation, beside their NodeConfig
 
 
 @dataclass(frozen=True)
@@ -215,6 +217,11 @@ def render_site(
         files["gpu-node"] = out_dir / "site-gpu-node.json"
         gpu_node = gpu_node_json(fleet, site, install_dir=install_dir)
         write_atomic(files["gpu-node"], json.dumps(gpu_node, indent=2, sort_keys=True) + "\n", mode=0o644)
+        spec = fleet.sites[site]
+        if spec.gpus_per_node:  # what the machines' GPU burn-in expects (dlinfra.model.gpu_health)
+            files["gpu-expect"] = out_dir / GPU_EXPECTATION_FILE
+            expect = gpu_health.site_expectation(spec.gpu_model, spec.gpus_per_node, spec.gpu_check)
+            write_atomic(files["gpu-expect"], json.dumps(expect, indent=2, sort_keys=True) + "\n", mode=0o644)
     return RenderedSite(view=view, files=files, failover=failover_budget(public["charon"] or "", swanctl, frr))
 
 
@@ -259,17 +266,15 @@ def _cluster_dns(outputs: Mapping[str, Any], *, source: str, stack: str) -> tupl
 def gpu_node_json(fleet: Fleet, site: str, *, install_dir: str) -> dict[str, Any]:
     """Chef node JSON for the site's GPU machines (role site-gpu-node); the NodeConfig holds the secret."""
     spec = fleet.sites[site]
-    return {
-        "run_list": ["role[site-gpu-node]"],
-        "dlinfra_hybrid": {
-            "kubernetes_version": fleet.environments[spec.environment].kubernetes.version,
-            "credential_provider": "ssm",
-            "node_config_source": f"{install_dir}/nodeadm.yaml",
-            "nfs_mounts": [
-                {"server": str(m.server), "export": m.export, "mount_point": m.mount_point} for m in spec.nfs
-            ],
-        },
+    hybrid: dict[str, Any] = {
+        "kubernetes_version": fleet.environments[spec.environment].kubernetes.version,
+        "credential_provider": "ssm",
+        "node_config_source": f"{install_dir}/nodeadm.yaml",
+        "nfs_mounts": [{"server": str(m.server), "export": m.export, "mount_point": m.mount_point} for m in spec.nfs],
     }
+    if spec.gpus_per_node:
+        hybrid["gpu_expectation_source"] = f"{install_dir}/{GPU_EXPECTATION_FILE}"
+    return {"run_list": ["role[site-gpu-node]"], "dlinfra_hybrid": hybrid}
 
 
 # What the operator runs after `site render`. docs/site-onboarding.md shows these same commands (a test keeps
@@ -319,6 +324,11 @@ def install_steps(files: Mapping[str, Path], *, install_dir: str = DEFAULT_INSTA
                 (
                     f"sudo install -d -m 0700 {install_dir}",
                     f"sudo install -m 0600 -t {install_dir} {files['nodeadm'].name} {files['gpu-node'].name}",
+                    *(
+                        [f"sudo install -m 0644 -t {install_dir} {files['gpu-expect'].name}"]
+                        if "gpu-expect" in files
+                        else []
+                    ),
                     converge(files["gpu-node"]),
                 ),
             )

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 
 import yaml
 
+from dlinfra.model import gpu_health
 from dlinfra.model.kueue import site_flavor
 
 NODE_CONFIG_API = "node.eks.aws/v1alpha1"
@@ -85,7 +86,11 @@ def render_node_config(view: HybridNodeView) -> str:
     """The NodeConfig YAML for `nodeadm init -c file://...` on every machine of the site."""
     flags = ["--node-labels=" + ",".join(f"{k}={v}" for k, v in sorted(node_labels(view).items()))]
     if view.gpu_model:
-        flags.append("--register-with-taints=" + "{}={}:{}".format(*GPU_TAINT))
+        # The burn-in taint too: work waits until the machine's GPUs pass their check (dlinfra.model.gpu_health).
+        # Taints given at registration apply once, when the node object is created; after a reboot the burn-in agent
+        # puts the burn-in taint back until that boot's check has passed.
+        taints = (GPU_TAINT, gpu_health.BURN_IN_TAINT)
+        flags.append("--register-with-taints=" + ",".join("{}={}:{}".format(*t) for t in taints))
     flags.append(f"--max-pods={view.max_pods}")
     config = {
         "apiVersion": NODE_CONFIG_API,

@@ -37,3 +37,22 @@ grep --quiet 'default_runtime_name = "nvidia"' /etc/containerd/config.toml ||
 [[ -x /usr/local/libexec/dlinfra/needs-fabricmanager ]] || fail "Fabric Manager gate script is missing"
 grep --quiet '^# EFA installer version:' /opt/amazon/efa_installed_packages || fail "EFA is not installed"
 systemctl is-enabled --quiet nvidia-dcgm || fail "nvidia-dcgm is not enabled"
+
+# The GPU burn-in: the check, its Python environment and the unit that runs it at every boot. The build machine has
+# no GPU, so the check itself runs only as far as NVML: it must start, read its expectation and report that it could
+# not judge this machine (exit 2), which proves the script and its imports work in the image.
+check_python=/opt/dlinfra/gpu-check/bin/python
+check_script=/usr/local/libexec/dlinfra/gpu_check.py
+"${check_python}" -c 'import pynvml, torch' || fail "the GPU check's environment lacks nvidia-ml-py or PyTorch"
+cuda=$("${check_python}" -c 'import torch; print(torch.version.cuda or "")')
+[[ "${cuda%%.*}" == 12 ]] || fail "PyTorch is built for CUDA '${cuda}'; the ${branch} driver runs CUDA 12"
+systemctl is-enabled --quiet dlinfra-gpu-check.service || fail "dlinfra-gpu-check is not enabled"
+[[ -d /var/lib/dlinfra/gpu-check ]] || fail "the GPU check's report directory is missing"
+if ! nvidia-smi --list-gpus >/dev/null 2>&1; then
+  expectation=$(mktemp)
+  echo '{"gpu_count": 1, "products": ["none"], "memory_health": "row_remap"}' >"${expectation}"
+  status=0
+  "${check_python}" "${check_script}" "${expectation}" >/dev/null || status=$?
+  rm -f "${expectation}"
+  [[ "${status}" == 2 ]] || fail "the GPU check exited ${status} on a machine without GPUs; want 2 (not judged)"
+fi

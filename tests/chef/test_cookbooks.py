@@ -7,6 +7,7 @@ import json
 import os
 import re
 import subprocess
+import sys
 import tomllib
 from collections.abc import Callable
 from pathlib import Path
@@ -14,9 +15,11 @@ from typing import Any
 
 import pytest
 import yaml
+from packaging.specifiers import SpecifierSet
+from packaging.version import Version
 
 from dlinfra.checks import chef as chefcheck
-from dlinfra.model import instances
+from dlinfra.model import gpu_health, instances
 from tests.conftest import REFERENCE_FLEET
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -433,3 +436,61 @@ def test_kitchen_fixtures_are_what_site_render_writes() -> None:
     assert (fixtures / "sysctl-dlinfra-gateway.conf").read_text() == kernel.render_sysctl(v)
     assert (fixtures / "dlinfra-mss.nft").read_text() == kernel.render_nftables(v)
     assert (fixtures / "dlinfra-xfrm").read_text() == kernel.render_xfrm_script(v)
+
+
+# -- the GPU burn-in ----------------------------------------------------------------------------------------------
+
+
+def _gpu_check_attribute(name: str) -> str:
+    attributes = (CHEF / "cookbooks" / "dlinfra_gpu" / "attributes" / "default.rb").read_text()
+    match = re.search(rf"\['gpu_check'\]\['{name}'\] = '?([^'\n]*)'?$", attributes, re.M)
+    assert match is not None, name
+    return match.group(1)
+
+
+def test_the_burn_in_unit_runs_where_dlinfra_says() -> None:
+    # The user data, site render and the burn-in agent use gpu_health's paths; the machine's unit must match.
+    assert _gpu_check_attribute("expectation") == gpu_health.EXPECT_PATH
+    assert _gpu_check_attribute("report_dir") == gpu_health.REPORT_DIR
+    assert _gpu_check_attribute("unit") == gpu_health.CHECK_UNIT
+    assert int(_gpu_check_attribute("timeout_seconds")) == gpu_health.BURN_IN_SECONDS
+    hybrid = (CHEF / "cookbooks" / "dlinfra_hybrid" / "recipes" / "gpu_check.rb").read_text()
+    assert "node['dlinfra_gpu']['gpu_check']" in hybrid and "restart', '--no-block'" in hybrid
+
+
+def test_the_burn_in_environment_pins_what_the_repository_tests() -> None:
+    attributes = (CHEF / "cookbooks" / "dlinfra_gpu" / "attributes" / "default.rb").read_text()
+    pins = dict(re.findall(r"^  '([\w-]+)' => '([^']+)'", attributes, re.M))
+    assert set(pins) == {"nvidia-ml-py", "torch"}
+    # NVML's bindings: a version inside requirements.txt's range, so the check's tests ran against its API.
+    (requirement,) = [r for r in (ROOT / "requirements.txt").read_text().splitlines() if r.startswith("nvidia-ml-py")]
+    assert Version(pins["nvidia-ml-py"]) in SpecifierSet(requirement.removeprefix("nvidia-ml-py"))
+    # The 570 driver runs CUDA 12.x: PyTorch from PyPI at this release is built for CUDA 12.8 (its Requires-Dist).
+    assert _driver_branch() == "570" and pins["torch"] == "2.9.1"
+
+
+def _driver_branch() -> str:
+    attributes = (CHEF / "cookbooks" / "dlinfra_gpu" / "attributes" / "default.rb").read_text()
+    match = re.search(r"\['driver'\]\['branch'\] = '(\d+)'", attributes)
+    assert match is not None
+    return match.group(1)
+
+
+def test_the_burn_in_unit_is_a_valid_systemd_unit(tmp_path: Path, require_tool: Callable[[str], str]) -> None:
+    ruby, analyze = require_tool("ruby"), require_tool("systemd-analyze")
+    script = tmp_path / "gpu_check.py"
+    script.write_text("")
+    text = render(
+        ruby,
+        "dlinfra_gpu/templates/dlinfra-gpu-check.service.erb",
+        python=sys.executable,
+        script=str(script),
+        expectation=gpu_health.EXPECT_PATH,
+        report=gpu_health.REPORT_PATH,
+        timeout_seconds=gpu_health.BURN_IN_SECONDS,
+    )
+    assert f"TimeoutStartSec={gpu_health.BURN_IN_SECONDS}" in text and "SuccessExitStatus=1 2" in text
+    unit = tmp_path / gpu_health.CHECK_UNIT
+    unit.write_text(text)
+    result = run(analyze, "verify", "--man=no", "--recursive-errors=no", str(unit))
+    assert result.returncode == 0, result.stdout + result.stderr

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from components import block_flavors
+from components import block_flavors, pod_scripts
 from components.capacity_block import drain_at
 from components.scripts import capacity_block_flavor as keeper
 
@@ -84,11 +84,14 @@ def test_the_cron_job_runs_the_shipped_script_every_minute_as_nobody() -> None:
     assert job["activeDeadlineSeconds"] > keeper.TIMEOUT_SECONDS
     pod = job["template"]["spec"]
     (container,) = pod["containers"]
-    assert container["command"][1] == f"{block_flavors.MOUNT}/{block_flavors.SCRIPT.name}"
+    assert container["command"] == ["python3", "-m", keeper.__name__, f"{pod_scripts.SCRIPTS_MOUNT}/config.json"]
     assert container["image"].startswith("public.ecr.aws/docker/library/python:3.")
     assert container["image"].split(":")[1].count(".") == 2  # one exact release, no floating tag
     assert pod["securityContext"]["runAsNonRoot"] and container["securityContext"]["readOnlyRootFilesystem"]
-    assert pod["volumes"][0] == {"name": "keeper", "configMap": {"name": block_flavors.NAME}}
+    scripts = pod["volumes"][0]["configMap"]
+    assert scripts["name"] == block_flavors.NAME
+    assert {"key": "config.json", "path": "config.json"} in scripts["items"]
+    assert {"key": "components.scripts.kube_api.py", "path": "components/scripts/kube_api.py"} in scripts["items"]
     # The API token only in this pod, short-lived, where the script reads it (and its CA beside it).
     assert pod["automountServiceAccountToken"] is False
     (token,) = [v for v in pod["volumes"] if v["name"] == "api-token"]

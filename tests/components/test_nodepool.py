@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import json
 import os
 import re
 import textwrap
@@ -11,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from components import nodepool
-from dlinfra.model import dns, instances, planner, replacement, stackroles
+from dlinfra.model import dns, gpu_health, instances, planner, replacement, stackroles
 from dlinfra.model.fleet.load import load_fleet
 from dlinfra.model.fleet.pools import DRAIN_MARGIN_SECONDS
 from dlinfra.offline import engine, plan_export
@@ -97,6 +98,23 @@ def test_pool(pools: dict, stack: str, pool: str) -> None:
     plan = planner.plan(load_fleet(REFERENCE_FLEET), planner.load_lock(REFERENCE_LOCK))
     kube_dns = dns.kube_dns_ip(str(plan.cidr(f"service/{env}/{region}")))
     assert f"--cluster-dns '169.254.20.10,{kube_dns}'" in user_data
+    # GPU nodes register with the burn-in taint and start the check against their pool's expectation (one per type
+    # the pool launches in the region); the autoscaler's template leaves the taint out (a startup taint).
+    registered = re.search(r"--register-with-taints '([^']*)'", user_data)
+    assert registered is not None
+    burn_in = "{}={}:{}".format(*gpu_health.BURN_IN_TAINT)
+    assert f"{CA}/node-template/taint/{gpu_health.BURN_IN_TAINT[0]}" not in tags
+    if spec.kind == "gpu":
+        assert burn_in in registered[1].split(",")
+        expect = re.search(r"<<'DLINFRA_GPU_EXPECTATION'\n(.*)\nDLINFRA_GPU_EXPECTATION\n", user_data)
+        assert expect is not None and f"systemctl start --no-block {gpu_health.CHECK_UNIT}" in user_data
+        by_type = json.loads(expect[1])["instance_types"]
+        assert sorted(by_type) == sorted(set(fleet.pool_types(env, region, pool)))
+        assert by_type[itype.name]["gpu_count"] == itype.gpus
+        assert by_type[itype.name]["dcgm_level"] == spec.burn_in.dcgm_level
+        assert len(user_data.encode()) <= 16384  # EC2's limit on user data, before base64
+    else:
+        assert burn_in not in registered[1] and gpu_health.EXPECT_PATH not in user_data
     efa_label = f"{nodepool.EFA_LABEL}=true"
     if spec.efa:
         assert tags[f"{CA}/node-template/label/{nodepool.EFA_LABEL}"] == "true" and efa_label in user_data
@@ -243,9 +261,10 @@ def test_user_data_golden() -> None:
         cluster_name="dlinfra-prod-usw2-eks",
         region="us-west-2",
         labels={"dlinfra.io/pool": "train-h100", "nvidia.com/gpu.product": "H100"},
-        taints=[("nvidia.com/gpu", "true", "NoSchedule")],
+        taints=[("nvidia.com/gpu", "true", "NoSchedule"), gpu_health.BURN_IN_TAINT],
         max_pods=100,
         cluster_dns=("169.254.20.10", "172.20.0.10"),
+        gpu_expectation='{"instance_types":{"p5.48xlarge":{"gpu_count":8}}}',
     )
     golden = GOLDEN / "user-data-train-h100.sh"
     if os.environ.get("UPDATE_GOLDEN") == "1":

@@ -363,6 +363,30 @@ BAD = [
         "the cordon's taint",
         id="pool-taint-is-the-cordon",
     ),
+    pytest.param(
+        _set("environments.prod.node_pools.train-h100.taints", [{"key": "dlinfra.io/gpu-burn-in"}]),
+        "environments.prod.node_pools.train-h100.taints.0.key",
+        "would then start on GPUs that have not passed",
+        id="pool-taint-is-the-burn-in-taint",
+    ),
+    pytest.param(
+        _set("environments.prod.node_pools.train-h100.gpu_check", {"dcgm_level": 3}),
+        "environments.prod.node_pools.train-h100.gpu_check.dcgm_level",
+        "less than or equal to 2",
+        id="burn-in-dcgm-level-too-long-for-the-autoscaler",
+    ),
+    pytest.param(
+        _set("environments.prod.node_pools.cpu.gpu_check", {"dcgm_level": 1}),
+        "environments.prod.node_pools.cpu",
+        "the GPU burn-in is for GPU pools",
+        id="burn-in-on-a-cpu-pool",
+    ),
+    pytest.param(
+        _set("sites.sjc1.gpu_model", "V100"),
+        "sites.sjc1.gpu_model",
+        "'V100' is not a GPU model dlinfra can check",
+        id="site-gpu-model-the-burn-in-cannot-check",
+    ),
 ]
 
 

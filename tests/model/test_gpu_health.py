@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from components.scripts import gpu_check
 from dlinfra.cli import main as cli
 from dlinfra.model import gpu_health, instances
-from tests.components.test_gpu_check import FIXTURES, recorded
+from tests.chef._gpu_check import gpu_check
+from tests.chef.test_gpu_check import FIXTURES, recorded
 from tests.conftest import REFERENCE_FLEET
 
 
@@ -66,15 +66,26 @@ def test_dlinfra_gpu_expect_feeds_the_check(tmp_path: Path, capsys: pytest.Captu
     out = tmp_path / "expect.json"
     argv = ["gpu", "expect", "--fleet", str(REFERENCE_FLEET), "--env", "prod", "--region", "us-west-2"]
     assert cli.main([*argv, "--pool", "train-h100", "--dcgm-level", "1", "--out", str(out)]) == 0
-    expect = gpu_check.Expectation.from_json(json.loads(out.read_text()))
+    # A pool's nodes carry one expectation per instance type; the check takes the machine's own (DMI product name).
+    product = tmp_path / "product_name"
+    product.write_text("p5.48xlarge\n")
+    expect = gpu_check.Expectation.from_json(gpu_check.select(json.loads(out.read_text()), str(product)))
     assert expect.gpu_count == 8 and expect.efa_devices == 32 and expect.dcgm_level == 1
+    product.write_text("p4d.24xlarge\n")
+    with pytest.raises(ValueError, match=r"no expectation for instance type 'p4d.24xlarge' \(the pool has p5.48xlarge"):
+        gpu_check.select(json.loads(out.read_text()), str(product))
+    with pytest.raises(ValueError, match="this machine's is unknown"):
+        gpu_check.select(json.loads(out.read_text()), str(tmp_path / "no-dmi"))
     # The recorded healthy H100 node, here without EFA devices, DCGM or PyTorch, fails exactly on those.
     report = gpu_check.check(expect, recorded("h100-healthy.json"), log="", efa_root=str(tmp_path))
     assert {p["check"] for p in report["problems"]} == {"read", "efa", "dcgm", "gemm", "bandwidth"}
     assert next(p["detail"] for p in report["problems"] if p["check"] == "read").startswith("throughput: ")
     assert cli.main([*argv, "--pool", "train-h100", "--no-throughput"]) == 0
-    printed = json.loads(capsys.readouterr().out)
+    printed = json.loads(capsys.readouterr().out)["instance_types"]["p5.48xlarge"]
     assert printed["gemm_tflops_floor"] is None and printed["bandwidth_gbs_floor"] is None
+    # Without --dcgm-level the pool's own burn-in level: the default, DCGM level 2.
+    assert cli.main([*argv, "--pool", "train-h100"]) == 0
+    assert json.loads(capsys.readouterr().out)["instance_types"]["p5.48xlarge"]["dcgm_level"] == 2
 
 
 def test_a_site_expectation_follows_its_declaration(capsys: pytest.CaptureFixture[str]) -> None:

@@ -82,7 +82,14 @@ def test_site_render_prints_only_what_the_guide_shows(tmp_path: Path) -> None:
     assert _missing(commands) == []
     written = sorted(p.name for p in out_dir.iterdir())
     assert written == sorted(
-        ["swanctl.conf", *site_files.GATEWAY_FILES.values(), "site-gateway.json", "nodeadm.yaml", "site-gpu-node.json"]
+        [
+            "swanctl.conf",
+            *site_files.GATEWAY_FILES.values(),
+            "site-gateway.json",
+            "nodeadm.yaml",
+            "site-gpu-node.json",
+            site_files.GPU_EXPECTATION_FILE,
+        ]
     )
     text = _guide()
     assert [name for name in written if f"`{name}`" not in text] == []

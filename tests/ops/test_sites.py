@@ -303,6 +303,7 @@ def test_static_site_routes_aws_statically_and_peers_only_with_its_hybrid_nodes(
         "dlinfra-mss.nft",
         "dlinfra-xfrm",
         "frr.conf",
+        "gpu-expect.json",
         "nodeadm.yaml",
         "site-gateway.json",
         "site-gpu-node.json",
@@ -507,7 +508,7 @@ def test_node_json_golden(usw2_outputs: dict[str, Any], site: str, tmp_path: Pat
     outputs = usw2_outputs if home == "prod-us-west-2" else reference.runs()[home].outputs
     rendered = site_files.render_site(fleet, site, outputs, tmp_path, source="offline")
     golden_dir = Path(__file__).parent.parent / "render" / "golden"
-    for role in ("node", "gpu-node"):
+    for role in ("node", "gpu-node", "gpu-expect"):
         text = rendered.files[role].read_text()
         golden = golden_dir / f"{site}-{rendered.files[role].name}"
         if os.environ.get("UPDATE_GOLDEN") == "1":

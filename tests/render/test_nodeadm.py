@@ -40,7 +40,12 @@ def test_structure() -> None:
         "--node-labels=dlinfra.io/pool=site-sjc1,dlinfra.io/site=sjc1,nvidia.com/gpu.product=H100"
         in spec["kubelet"]["flags"]
     )
-    assert "--register-with-taints=nvidia.com/gpu=true:NoSchedule" in spec["kubelet"]["flags"]
+    # GPU machines join with the GPU taint and the burn-in taint, which the burn-in agent removes once their check
+    # has passed (dlinfra.model.gpu_health).
+    assert (
+        "--register-with-taints=nvidia.com/gpu=true:NoSchedule,dlinfra.io/gpu-burn-in=pending:NoSchedule"
+        in spec["kubelet"]["flags"]
+    )
     assert 'default_runtime_name = "nvidia"' in spec["containerd"]["config"]
     # Pods ask the node's NodeLocal DNS cache first, kube-dns while it restarts.
     assert spec["kubelet"]["config"] == {"clusterDNS": ["169.254.20.10", "172.20.0.10"]}

@@ -8,3 +8,4 @@ chef_version '>= 18.0'
 supports 'ubuntu', '>= 24.04'
 
 depends 'dlinfra_base'
+depends 'dlinfra_gpu'

@@ -7,7 +7,7 @@ import datetime
 from collections.abc import Iterator, Sequence
 
 from dlinfra.errors import FleetError
-from dlinfra.model import eks
+from dlinfra.model import eks, gpu_health
 from dlinfra.model.fleet.pools import CapacityReservation, NodePool
 from dlinfra.model.fleet.schema import (
     RESERVED_NAMESPACES,
@@ -240,6 +240,14 @@ def _site_checks(fleet: Fleet) -> Iterator[FleetError]:
     asns: dict[tuple[str, int], str] = {}
     for name, site in fleet.sites.items():
         key = f"sites.{name}"
+        # Every GPU machine runs the burn-in, whose expectation comes from the GPU model table.
+        if site.gpu_nodes and site.gpus_per_node and site.gpu_model not in gpu_health.table().models:
+            known = ", ".join(sorted(gpu_health.table().models))
+            yield FleetError(
+                f"{site.gpu_model!r} is not a GPU model dlinfra can check before the machines take work "
+                f"({gpu_health.TABLE_PATH} knows {known})",
+                key=f"{key}.gpu_model",
+            )
         other = gateways.setdefault(str(site.public_ip), name)
         if other != name:
             yield FleetError(

@@ -80,3 +80,9 @@ DRAIN_TAINT_KEYS = (
     f"{DRAIN_TAINT_PREFIX}rebalance-recommendation",
     "node.kubernetes.io/unschedulable",
 )
+# The GPU health taints (dlinfra.model.gpu_health): a GPU node registers with the burn-in taint and keeps work off
+# until its GPUs pass the check; a failed check puts the unhealthy one on. A pool taint is one its jobs tolerate
+# (Kueue copies it into the flavor), so neither may be a pool's: its jobs would start on unchecked or failed GPUs.
+GPU_BURN_IN_TAINT_KEY = "dlinfra.io/gpu-burn-in"
+GPU_UNHEALTHY_TAINT_KEY = "dlinfra.io/gpu-unhealthy"
+GPU_HEALTH_TAINT_KEYS = (GPU_BURN_IN_TAINT_KEY, GPU_UNHEALTHY_TAINT_KEY)

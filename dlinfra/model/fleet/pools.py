@@ -13,6 +13,7 @@ from dlinfra.model.fleet.base import Strict
 from dlinfra.model.fleet.labels import (
     DRAIN_TAINT_KEYS,
     DRAIN_TAINT_PREFIX,
+    GPU_HEALTH_TAINT_KEYS,
     label_key_problem,
     label_value_problem,
     own_label_problem,
@@ -38,6 +39,11 @@ class Taint(Strict):
             raise ValueError(
                 f"{v!r} is the termination handler's or the cordon's taint: jobs on the pool would have to tolerate "
                 "it, and would then start on nodes about to go into maintenance; choose another key"
+            )
+        if v in GPU_HEALTH_TAINT_KEYS:
+            raise ValueError(
+                f"{v!r} is dlinfra's GPU health taint: jobs on the pool would have to tolerate it, and would then "
+                "start on GPUs that have not passed, or have failed, their check; choose another key"
             )
         return v
 
@@ -182,6 +188,21 @@ class SpotSpec(Strict):
     )
 
 
+# The DCGM diagnostic a burn-in may run (`dcgmi diag -r LEVEL`; DCGM "dcgmi diag" reference: level 1 takes seconds,
+# 2 about two minutes, 3 about fifteen, 4 longer). A burn-in must end well inside the cluster-autoscaler's 15 minutes
+# for a new node to become ready (cluster-autoscaler 1.33 clusterstate.go MaxNodeStartupTime, a constant): a node
+# still tainted after that counts as unready, and enough of them stop the autoscaler (IsClusterHealthy), so levels 3
+# and 4 are for a hand-run check on a drained node.
+BURN_IN_MAX_DCGM_LEVEL = 2
+
+
+class GpuCheck(Strict):
+    """What a GPU node's burn-in runs besides the checks every GPU node gets (dlinfra.model.gpu_health)."""
+
+    dcgm_level: int = Field(2, ge=0, le=BURN_IN_MAX_DCGM_LEVEL)  # 0: no DCGM diagnostic
+    throughput: bool = True  # judge the model's matrix-multiply and memory-copy floors
+
+
 class NodePool(Strict):
     """An Auto Scaling group of GPU or CPU nodes, present in some or all regions of its environment."""
 
@@ -204,6 +225,8 @@ class NodePool(Strict):
     # is for; CPU pools carry it too, and their hook waits for it. 30 is the Kubernetes default grace; 3600 keeps
     # the hook (grace + DRAIN_MARGIN_SECONDS) well under EC2 Auto Scaling's 7200 s heartbeat limit.
     checkpoint_grace: int = DEFAULT_CHECKPOINT_GRACE
+    # GPU pools: the burn-in each new node runs before it takes work; absent: GpuCheck's defaults.
+    gpu_check: GpuCheck | None = None
 
     # regions, zones and taints are sets, unlike instance_types: their order in the file changes nothing declared.
     @field_validator("regions")
@@ -247,4 +270,11 @@ class NodePool(Strict):
             raise ValueError(f"min_size {self.min_size} is greater than max_size {self.max_size}")
         if self.spot is not None and self.kind == "gpu":
             raise ValueError("spot: GPU pools run on demand or on reserved capacity; spot is for CPU pools")
+        if self.gpu_check is not None and self.kind != "gpu":
+            raise ValueError("gpu_check: the GPU burn-in is for GPU pools; this pool is a CPU pool")
         return self
+
+    @property
+    def burn_in(self) -> GpuCheck:
+        """The burn-in its GPU nodes run: the fleet's, or the defaults."""
+        return self.gpu_check or GpuCheck()

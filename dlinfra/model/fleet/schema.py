@@ -16,7 +16,7 @@ from dlinfra.model.fleet.base import Name, Strict
 from dlinfra.model.fleet.labels import (
     label_value_problem,
 )
-from dlinfra.model.fleet.pools import NodePool
+from dlinfra.model.fleet.pools import GpuCheck, NodePool
 from dlinfra.model.naming import STANDARD_TAG_KEYS
 from dlinfra.model.quotas import QuotaValues, check_codes
 from dlinfra.model.regions import known_regions
@@ -374,6 +374,7 @@ class Site(Strict):
     gpu_nodes: int = Field(0, ge=0, le=_ACTIVATION_LIMIT)  # machines that join as hybrid nodes (one SSM activation)
     gpus_per_node: int = Field(8, ge=0)
     gpu_model: str = "H100"
+    gpu_check: GpuCheck = Field(default_factory=GpuCheck)  # the burn-in its GPU machines run at every boot
     nfs: tuple[NfsMount, ...] = ()  # a set: mounted in mount point order, so a parent mounts before its children
     # Until when the site's SSM hybrid activation registers new machines (UTC, at most 30 days after the apply
     # that creates it; default: AWS's 24 hours). A fixed instant, so previews stay stable; changing it creates

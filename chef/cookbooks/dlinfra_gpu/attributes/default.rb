@@ -27,3 +27,19 @@ default['dlinfra_gpu']['dcgm']['package'] = 'datacenter-gpu-manager-4-cuda12'
 
 # GPU containers run through the NVIDIA runtime by default, so the device plugin needs no runtimeClass.
 default['dlinfra_base']['containerd']['default_runtime'] = 'nvidia'
+
+# The GPU health check (files/gpu_check.py) and its burn-in at every boot (recipe gpu_check). Paths, the unit and the
+# time limit must equal dlinfra/model/gpu_health.py's (tests/chef checks it). The check's own Python environment:
+# NVML's bindings at the version the repository tests against (requirements.txt), and PyTorch for the throughput
+# tests, whose PyPI wheel for this release is built for CUDA 12.8 (Requires-Dist nvidia-cuda-runtime-cu12==12.8.90),
+# which the 570 driver branch runs.
+default['dlinfra_gpu']['gpu_check']['venv'] = '/opt/dlinfra/gpu-check'
+default['dlinfra_gpu']['gpu_check']['packages'] = {
+  'nvidia-ml-py' => '13.615.71',
+  'torch' => '2.9.1'
+}
+default['dlinfra_gpu']['gpu_check']['script'] = '/usr/local/libexec/dlinfra/gpu_check.py'
+default['dlinfra_gpu']['gpu_check']['expectation'] = '/etc/dlinfra/gpu-expect.json'
+default['dlinfra_gpu']['gpu_check']['report_dir'] = '/var/lib/dlinfra/gpu-check'
+default['dlinfra_gpu']['gpu_check']['unit'] = 'dlinfra-gpu-check.service'
+default['dlinfra_gpu']['gpu_check']['timeout_seconds'] = 600

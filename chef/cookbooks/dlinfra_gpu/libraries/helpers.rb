@@ -64,6 +64,23 @@ module DlinfraGpu
       instance_type = node['ec2'] && node['ec2']['instance_type']
       node['dlinfra_gpu']['fabricmanager']['instance_types'].include?(instance_type)
     end
+
+    # pip requirement specifiers of the GPU check's environment: name==version, sorted.
+    def dlinfra_gpu_check_requirements
+      node['dlinfra_gpu']['gpu_check']['packages'].sort.map { |name, version| "#{name}==#{version}" }
+    end
+
+    # Whether the check's environment holds exactly the pinned versions (pip's own report, so no import runs).
+    def dlinfra_gpu_check_packages_installed?
+      pip = ::File.join(node['dlinfra_gpu']['gpu_check']['venv'], 'bin', 'pip')
+      return false unless ::File.executable?(pip)
+
+      listed = shell_out(pip, 'list', '--format=freeze')
+      return false unless listed.exitstatus.zero?
+
+      installed = listed.stdout.lines.map(&:strip)
+      dlinfra_gpu_check_requirements.all? { |pin| installed.include?(pin) }
+    end
   end
 end
 

@@ -23,3 +23,6 @@ default['dlinfra_hybrid']['nfs_options'] = %w(
 # nodeadm writes containerd's configuration on hybrid nodes (including the NVIDIA runtime given in the
 # NodeConfig's containerd.config); Chef managing it too would fight nodeadm on every run.
 default['dlinfra_base']['containerd']['manage_config'] = false
+
+# The GPU burn-in's expectation that `dlinfra site render` wrote (gpu-expect.json); nil on machines without GPUs.
+default['dlinfra_hybrid']['gpu_expectation_source'] = nil

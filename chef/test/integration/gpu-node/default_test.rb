@@ -26,4 +26,12 @@ control 'dlinfra-gpu-node' do
   describe file('/opt/amazon/efa_installed_packages') do
     it { should exist }
   end
+
+  describe service('dlinfra-gpu-check') do
+    it { should be_enabled }
+  end
+
+  describe command('/opt/dlinfra/gpu-check/bin/python -c "import pynvml, torch; assert torch.cuda.is_available()"') do
+    its('exit_status') { should eq 0 }
+  end
 end

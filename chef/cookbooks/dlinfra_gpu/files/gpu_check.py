@@ -21,11 +21,16 @@ expectation carries the codes that take a GPU out of work), the EFA devices (/sy
 DCGM's diagnostic and a BF16 matrix multiply and a device-to-device copy against per-model floors.
 
 Prints one JSON report: {"passed": bool, "problems": [...], "reading": {...}}; exits 0 when the node passes, 1 when it
-does not, 2 when it could not be checked (no NVML, unreadable expectation).
+does not, 2 when it could not be checked (no NVML, unreadable expectation). The expectation is one node's, or a cloud
+pool's {"instance_types": {type: expectation}}, of which it takes the machine's own (EC2 Nitro instances name their
+type in the DMI product name). With `--report FILE` it also writes the report, with the verdict, the time and the
+boot it is for, to FILE (atomically, by rename): the burn-in's unit writes it at every boot and the burn-in agent in
+the cluster reads it (components/scripts/gpu_burn_in.py).
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import re
@@ -42,6 +47,8 @@ from typing import Any
 XID_LINE = re.compile(r"NVRM: Xid \((?:PCI:)?(?P<pci>[0-9a-fA-F:.]+)(?: [^)]*)?\): (?P<code>\d+)\b")
 EFA_PREFIX = "rdmap"  # EFA's RDMA devices under /sys/class/infiniband (the EFA kernel driver names them rdmapNsM)
 INFINIBAND = "/sys/class/infiniband"
+DMI_PRODUCT = "/sys/devices/virtual/dmi/id/product_name"  # "p5.48xlarge" on an EC2 Nitro instance
+BOOT_ID = "/proc/sys/kernel/random/boot_id"  # changes at every boot; the kernel's, in a container too
 # nvmlDeviceGpuRecoveryAction_t (NVML API reference): what the driver says a GPU needs before it is usable again.
 RECOVERY_ACTIONS = {
     1: "GPU reset", 2: "node reboot", 3: "drain peer-to-peer", 4: "drain and reset", 5: "recover the IMEX domain",
@@ -77,6 +84,23 @@ class Expectation:
             gemm_tflops_floor=_float_or_none(data.get("gemm_tflops_floor")),
             bandwidth_gbs_floor=_float_or_none(data.get("bandwidth_gbs_floor")),
         )
+
+
+def select(data: Mapping[str, Any], dmi_product: str = DMI_PRODUCT) -> Mapping[str, Any]:
+    """The expectation for this machine: `data` itself, or its entry for this machine's instance type."""
+    by_type = data.get("instance_types")
+    if by_type is None:
+        return data
+    try:
+        with open(dmi_product, encoding="utf-8") as f:
+            instance_type = f.read().strip()
+    except OSError as exc:
+        raise ValueError(f"the expectation is per instance type and this machine's is unknown: {exc}") from None
+    if instance_type not in by_type:
+        raise ValueError(
+            f"no expectation for instance type {instance_type!r} (the pool has {', '.join(sorted(by_type))})"
+        )
+    return dict(by_type[instance_type])
 
 
 def _float_or_none(value: Any) -> float | None:
@@ -437,30 +461,71 @@ def check(expect: Expectation, nvml: Any, log: str | None, efa_root: str = INFIN
         "passed": not found,
         # Unhealthy is known only from a fault; otherwise an unfinished check leaves the node unjudged.
         "checked": node.nvml and (any(p.fault for p in found) or not found),
+        "expected_gpus": expect.gpu_count,  # the burn-in agent waits until the node advertises this many
         "problems": [asdict(p) for p in found],
         "reading": asdict(node),
     }
 
 
-def main(argv: Sequence[str]) -> int:
+def verdict(report: Mapping[str, Any]) -> str:
+    """ "passed", "failed" (a fault was found) or "unchecked" (nothing is known either way)."""
+    return "passed" if report.get("passed") else "failed" if report.get("checked") else "unchecked"
+
+
+def write_report(path: str, report: Mapping[str, Any], *, boot_id_file: str | None = None) -> None:
+    """The report as the burn-in agent reads it: with its verdict, when it finished and which boot it is for."""
     try:
-        with open(argv[1], encoding="utf-8") as f:
-            expect = Expectation.from_json(json.load(f))
+        with open(boot_id_file or BOOT_ID, encoding="utf-8") as f:
+            boot_id = f.read().strip()
+    except OSError:
+        boot_id = ""
+    stamped = {
+        "verdict": verdict(report),
+        "finished_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "boot_id": boot_id,
+        **report,
+    }
+    partial = f"{path}.partial"
+    with open(partial, "w", encoding="utf-8") as f:
+        json.dump(stamped, f, indent=2)
+        f.write("\n")
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(partial, path)  # the agent never reads half a report
+
+
+def run_check(expect_file: str) -> dict[str, Any]:
+    """The whole check from an expectation file; any failure still gives a report (not passed, not judged)."""
+    try:
+        with open(expect_file, encoding="utf-8") as f:
+            expect = Expectation.from_json(select(json.load(f)))
         import pynvml
-    except (IndexError, OSError, ValueError, KeyError, ImportError) as exc:
-        print(json.dumps({"passed": False, "error": f"cannot check: {type(exc).__name__}: {exc}"}))
-        return 2
+    except (OSError, ValueError, KeyError, TypeError, ImportError) as exc:
+        return {"passed": False, "checked": False, "error": f"cannot check: {type(exc).__name__}: {exc}"}
     try:
         log: str | None = kernel_log()
     except (OSError, subprocess.SubprocessError):
         log = None
     try:
-        report = check(expect, pynvml, log)
-    except Exception as exc:  # noqa: BLE001 - any failure still prints a verdict: not passed, not judged
-        print(json.dumps({"passed": False, "checked": False, "error": f"{type(exc).__name__}: {exc}"}))
-        return 2
+        return check(expect, pynvml, log)
+    except Exception as exc:  # noqa: BLE001 - any failure still gives a verdict: not passed, not judged
+        return {"passed": False, "checked": False, "error": f"{type(exc).__name__}: {exc}"}
+
+
+def main(argv: Sequence[str]) -> int:
+    """python3 gpu_check.py EXPECTATION.json [--report FILE]: exit 0 passed, 1 failed, 2 not judged."""
+    parser = argparse.ArgumentParser(prog="gpu_check.py", description="The GPU health check of this machine.")
+    parser.add_argument("expectation", help="the JSON `dlinfra gpu expect` writes (one node's, or per instance type)")
+    parser.add_argument("--report", metavar="FILE", help="also write the stamped report here (the burn-in's)")
+    try:
+        args = parser.parse_args(argv[1:])
+    except SystemExit as exc:
+        return 2 if exc.code else 0
+    report = run_check(args.expectation)
     print(json.dumps(report, indent=2))
-    return 0 if report["passed"] else 1 if report["checked"] else 2
+    if args.report:
+        write_report(args.report, report)
+    return {"passed": 0, "failed": 1}.get(verdict(report), 2)
 
 
 if __name__ == "__main__":

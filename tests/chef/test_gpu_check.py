@@ -1,5 +1,6 @@
-"""The GPU health check (components/scripts/gpu_check.py) on recorded GPU readings (tests/fixtures/gpu), read through
-nvidia-ml-py's own error class and constants, so a call the check makes that the bindings do not have fails here."""
+"""The GPU health check (chef/cookbooks/dlinfra_gpu/files/gpu_check.py) on recorded GPU readings (tests/fixtures/gpu),
+read through nvidia-ml-py's own error class and constants, so a call the check makes that the bindings do not have
+fails here."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from typing import Any
 import pynvml
 import pytest
 
-from components.scripts import gpu_check
+from tests.chef._gpu_check import gpu_check
 
 FIXTURES = Path(__file__).parents[1] / "fixtures" / "gpu"
 CATALOG = {48: "RESET_GPU", 63: "RESET_GPU", 64: "RESET_GPU", 79: "RESTART_BM", 94: "RESET_GPU", 95: "RESET_GPU"}
@@ -298,3 +299,30 @@ def test_dcgm_failures_follow_dcgms_report_schema(report: dict[str, Any], failur
 def test_main_cannot_check_without_an_expectation(capsys: pytest.CaptureFixture[str]) -> None:
     assert gpu_check.main(["gpu_check.py", "/nonexistent/expectation.json"]) == 2
     assert json.loads(capsys.readouterr().out)["passed"] is False
+
+
+def test_main_writes_the_stamped_report_the_burn_in_agent_reads(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    expectation = tmp_path / "expect.json"
+    expectation.write_text(json.dumps({"gpu_count": 8, "products": list(H100.products), "memory_health": "row_remap"}))
+    report_file = tmp_path / "report.json"
+    boot = tmp_path / "boot_id"
+    boot.write_text("3f1c0d5e-boot\n")
+    monkeypatch.setattr(gpu_check, "BOOT_ID", str(boot))
+    monkeypatch.setattr(gpu_check, "kernel_log", lambda: "")
+    monkeypatch.setitem(__import__("sys").modules, "pynvml", recorded("h100-healthy.json"))
+    assert gpu_check.main(["gpu_check.py", str(expectation), "--report", str(report_file)]) == 0
+    written = json.loads(report_file.read_text())
+    assert written["verdict"] == "passed" and written["boot_id"] == "3f1c0d5e-boot"
+    assert written["expected_gpus"] == 8 and written["finished_at"].endswith("Z")
+    assert json.loads(capsys.readouterr().out)["passed"] is True
+    assert not list(tmp_path.glob("*.partial"))  # written whole, by rename
+    # One GPU short: a fault, so the verdict the agent acts on is "failed", and the exit 1.
+    monkeypatch.setitem(__import__("sys").modules, "pynvml", recorded("h100-seven-gpus.json"))
+    assert gpu_check.main(["gpu_check.py", str(expectation), "--report", str(report_file)]) == 1
+    assert json.loads(report_file.read_text())["verdict"] == "failed"
+    # A machine the check cannot read is not blamed: "unchecked", exit 2, and still a report.
+    assert gpu_check.main(["gpu_check.py", str(tmp_path / "missing.json"), "--report", str(report_file)]) == 2
+    assert json.loads(report_file.read_text())["verdict"] == "unchecked"
+    assert gpu_check.main(["gpu_check.py", str(expectation), "--report"]) == 2  # --report without a file

@@ -1,0 +1,242 @@
+"""The GPU burn-in agent, declared as children of the Platform in every in-cluster stack (not a component of its
+own): one pod on every GPU node, cloud and site, that lets work onto the node once its GPUs have passed their check
+(the script is components/scripts/gpu_burn_in.py; dlinfra.model.gpu_health says how the parts meet).
+
+A kubelet may not remove its own node's taints (NodeRestriction), so this agent, with its own service account, does.
+What it may do is held tight:
+- RBAC: read nodes and patch them and their status; RBAC cannot name "its own node" or "these fields".
+- A ValidatingAdmissionPolicy (OWN_NODE_POLICY) can, and refuses the agent any other change: only the node its pod
+  runs on (the service account token of a pod carries its node's name, authentication.kubernetes.io/node-name:
+  Kubernetes "Service account tokens", bound token node info, on by default since 1.30), only the burn-in and
+  unhealthy taints, only its annotation, only the GPUHealthy condition; labels, other taints and conditions,
+  unschedulable, capacity, allocatable and addresses stay as they were.
+The pod reads the check's report from the host read-only, runs as nobody with no privileges, in kube-system (the
+namespace where node agents run with host paths), at the node-critical priority so it is never the pod left out.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Callable
+from typing import Any, cast
+
+import pulumi
+import pulumi_kubernetes as k8s
+
+from components import pod_scripts
+from components.charts.gpu_admission import binding_spec
+from components.charts.nodes import GPU_NODE_AFFINITY
+from components.charts.pinned import SYSTEM_NAMESPACE
+from components.scripts import gpu_burn_in as agent
+from components.scripts import kube_api
+from dlinfra.model import gpu_health
+
+Options = Callable[..., pulumi.ResourceOptions]
+Meta = Callable[..., k8s.meta.v1.ObjectMetaArgs]
+
+NAME = "gpu-burn-in"  # the agent's ServiceAccount, ConfigMap and DaemonSet (kube-system)
+ROLE = "dlinfra-gpu-burn-in"  # its ClusterRole and binding
+OWN_NODE_POLICY = "dlinfra-gpu-burn-in-own-node"
+NAMESPACE = SYSTEM_NAMESPACE
+SERVICE_ACCOUNT_USER = f"system:serviceaccount:{NAMESPACE}:{NAME}"
+NODE_NAME_CLAIM = "authentication.kubernetes.io/node-name"
+FILES = pod_scripts.script_files(kube_api, agent)
+REPORT_MOUNT = "/host/gpu-check"  # the host's gpu_health.REPORT_DIR, read-only
+SCRIPTS_ANNOTATION = "dlinfra.io/scripts-sha256"
+LABELS = {"app.kubernetes.io/name": NAME}
+TOKEN_SECONDS = 3600  # the kubelet renews a projected token at 80% of its life; the agent reads it per call
+
+
+def cluster_role_rules() -> list[dict[str, Any]]:
+    """Nodes: read, and patch; their status: patch. OWN_NODE_POLICY narrows both to the agent's own node and fields."""
+    return [
+        {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "patch"]},
+        {"apiGroups": [""], "resources": ["nodes/status"], "verbs": ["patch"]},
+    ]
+
+
+def _field(obj: str, path: str, empty: str) -> str:
+    """`obj.path`, or `empty` where the field is absent (CEL's has() on the last step)."""
+    return f"(has({obj}.{path}) ? {obj}.{path} : {empty})"
+
+
+def _same(path: str, empty: str) -> str:
+    return f"{_field('object', path, empty)} == {_field('oldObject', path, empty)}"
+
+
+def own_node_policy_spec() -> dict[str, Any]:
+    """The policy that holds the agent to its own node and to the burn-in's fields, for updates of nodes and of
+    their status (a patch is an update to admission)."""
+    health_keys = sorted({gpu_health.BURN_IN_TAINT[0], gpu_health.UNHEALTHY_TAINT[0]})
+    keys = "[" + ", ".join(f"'{k}'" for k in health_keys) + "]"
+    others = f".filter(t, !(t.key in {keys}))"
+    conditions = f".filter(c, c.type != '{gpu_health.HEALTH_CONDITION}')"
+    annotation = gpu_health.CHECK_ANNOTATION
+    new_annotations = _field("object", "metadata.annotations", "{}")
+    old_annotations = _field("oldObject", "metadata.annotations", "{}")
+    return {
+        "failurePolicy": "Fail",
+        "matchConstraints": {
+            "resourceRules": [
+                {
+                    "apiGroups": [""],
+                    "apiVersions": ["v1"],
+                    "operations": ["UPDATE"],
+                    "resources": ["nodes", "nodes/status"],
+                }
+            ]
+        },
+        "matchConditions": [
+            {"name": "burn-in-agent", "expression": f"request.userInfo.username == '{SERVICE_ACCOUNT_USER}'"}
+        ],
+        "validations": [
+            {
+                "expression": f"'{NODE_NAME_CLAIM}' in request.userInfo.extra && "
+                f"request.userInfo.extra['{NODE_NAME_CLAIM}'] == [object.metadata.name]",
+                "message": "the GPU burn-in agent may change only the node its pod runs on",
+            },
+            {
+                "expression": f"{_field('object', 'spec.taints', '[]')}{others} == "
+                f"{_field('oldObject', 'spec.taints', '[]')}{others}",
+                "message": f"the GPU burn-in agent may change only the taints {', '.join(health_keys)}",
+            },
+            {
+                "expression": "(has(object.spec.unschedulable) && object.spec.unschedulable) == "
+                "(has(oldObject.spec.unschedulable) && oldObject.spec.unschedulable)",
+                "message": "the GPU burn-in agent may not cordon or uncordon a node",
+            },
+            {
+                "expression": _same("metadata.labels", "{}"),
+                "message": "the GPU burn-in agent may not change a node's labels",
+            },
+            {
+                "expression": f"{new_annotations}.all(k, k == '{annotation}' || "
+                f"(k in {old_annotations} && {old_annotations}[k] == {new_annotations}[k])) && "
+                f"{old_annotations}.all(k, k == '{annotation}' || k in {new_annotations})",
+                "message": f"the GPU burn-in agent may change only the annotation {annotation}",
+            },
+            {
+                "expression": f"{_field('object', 'status.conditions', '[]')}{conditions} == "
+                f"{_field('oldObject', 'status.conditions', '[]')}{conditions}",
+                "message": f"the GPU burn-in agent may change only the condition {gpu_health.HEALTH_CONDITION}",
+            },
+            {
+                "expression": " && ".join(
+                    _same(f"status.{name}", empty)
+                    for name, empty in (("capacity", "{}"), ("allocatable", "{}"), ("addresses", "[]"))
+                ),
+                "message": "the GPU burn-in agent may not change a node's capacity, allocatable or addresses",
+            },
+        ],
+    }
+
+
+def daemon_set_spec() -> dict[str, Any]:
+    """One agent on every GPU node, through the burn-in taint and whatever else the node carries."""
+    container = pod_scripts.python_container(
+        "agent",
+        agent,
+        f"{REPORT_MOUNT}/{gpu_health.REPORT_PATH.rsplit('/', 1)[1]}",
+        mounts=[{"name": "gpu-check", "mountPath": REPORT_MOUNT, "readOnly": True}],
+    )
+    container["env"].append({"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}})
+    container["volumeMounts"].append({"name": "heartbeat", "mountPath": agent.HEARTBEAT_DIR})
+    # Two probes on the agent's heartbeat files (agent.beat): live while its loop turns, ready while its passes
+    # reach the API server. A python3 per probe needs more than the keeper's 64 MiB.
+    container["resources"]["limits"]["memory"] = "128Mi"
+    container["livenessProbe"] = _beat_probe(agent.ALIVE, agent.LIVE_SECONDS)
+    container["readinessProbe"] = _beat_probe(agent.READY, agent.READY_SECONDS)
+    pod = {
+        "serviceAccountName": NAME,
+        "automountServiceAccountToken": False,
+        "priorityClassName": "system-node-critical",
+        "affinity": GPU_NODE_AFFINITY,
+        # Every taint: the burn-in's own, a pool's, a cordon's. A node agent that is not on its node does nothing.
+        "tolerations": [{"operator": "Exists"}],
+        "securityContext": pod_scripts.pod_security(),
+        "containers": [container],
+        "volumes": [
+            *pod_scripts.pod_volumes(NAME, FILES, TOKEN_SECONDS),
+            # DirectoryOrCreate: on a node whose image has no check yet the agent still runs, and says so.
+            {"name": "gpu-check", "hostPath": {"path": gpu_health.REPORT_DIR, "type": "DirectoryOrCreate"}},
+            {"name": "heartbeat", "emptyDir": {"medium": "Memory", "sizeLimit": "1Mi"}},
+        ],
+    }
+    labels = LABELS
+    # A new script rolls the pods (the ConfigMap's files change under running pods, but Python has read them).
+    scripts = hashlib.sha256(json.dumps(FILES, sort_keys=True).encode()).hexdigest()
+    return {
+        "selector": {"matchLabels": labels},
+        "updateStrategy": {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": "25%"}},
+        "template": {"metadata": {"labels": labels, "annotations": {SCRIPTS_ANNOTATION: scripts}}, "spec": pod},
+    }
+
+
+def _beat_probe(name: str, seconds: int) -> dict[str, Any]:
+    """Fails when the heartbeat file `name` is older than `seconds` (or missing)."""
+    path = f"{agent.HEARTBEAT_DIR}/{name}"
+    check = f"import os, sys, time; sys.exit(time.time() - os.stat({path!r}).st_mtime > {seconds})"
+    return {
+        "exec": {"command": ["python3", "-c", check]},
+        "initialDelaySeconds": agent.POLL_SECONDS,
+        "periodSeconds": 30,
+        "timeoutSeconds": 10,
+        "failureThreshold": 3,
+    }
+
+
+def network_policy_spec() -> dict[str, Any]:
+    """The agent takes no connections, and makes one kind: HTTPS to the API server (the kubernetes Service's
+    address, translated to the control plane's, on 443 for EKS)."""
+    return {
+        "podSelector": {"matchLabels": LABELS},
+        "policyTypes": ["Ingress", "Egress"],
+        "ingress": [],
+        "egress": [{"ports": [{"protocol": "TCP", "port": 443}]}],
+    }
+
+
+def declare(name: str, *, opts: Options, meta: Meta) -> None:
+    """The agent's account, its rights and their limits, its scripts and its DaemonSet."""
+    rbac, admission = k8s.rbac.v1, k8s.admissionregistration.v1
+    account = k8s.core.v1.ServiceAccount(f"{name}-{NAME}", metadata=meta(NAME, NAMESPACE), opts=opts())
+    role = rbac.ClusterRole(
+        f"{name}-{NAME}-role",
+        metadata=meta(ROLE),
+        rules=cast("list[k8s.rbac.v1.PolicyRuleArgsDict]", cluster_role_rules()),
+        opts=opts(),
+    )
+    # The limits exist before the rights do.
+    policy = admission.ValidatingAdmissionPolicy(
+        f"{name}-{NAME}-own-node",
+        metadata=meta(OWN_NODE_POLICY),
+        spec=cast("k8s.admissionregistration.v1.ValidatingAdmissionPolicySpecArgsDict", own_node_policy_spec()),
+        opts=opts(),
+    )
+    policy_binding = admission.ValidatingAdmissionPolicyBinding(
+        f"{name}-{NAME}-own-node-binding",
+        metadata=meta(OWN_NODE_POLICY),
+        spec=binding_spec(OWN_NODE_POLICY),
+        opts=opts(depends_on=[policy]),
+    )
+    binding = rbac.ClusterRoleBinding(
+        f"{name}-{NAME}-binding",
+        metadata=meta(ROLE),
+        role_ref=rbac.RoleRefArgs(api_group="rbac.authorization.k8s.io", kind="ClusterRole", name=ROLE),
+        subjects=[rbac.SubjectArgs(kind="ServiceAccount", name=NAME, namespace=NAMESPACE)],
+        opts=opts(depends_on=[role, account, policy_binding]),
+    )
+    config = k8s.core.v1.ConfigMap(f"{name}-{NAME}-scripts", metadata=meta(NAME, NAMESPACE), data=FILES, opts=opts())
+    k8s.networking.v1.NetworkPolicy(
+        f"{name}-{NAME}-network",
+        metadata=meta(NAME, NAMESPACE),
+        spec=cast("k8s.networking.v1.NetworkPolicySpecArgsDict", network_policy_spec()),
+        opts=opts(),
+    )
+    k8s.apps.v1.DaemonSet(
+        f"{name}-{NAME}",
+        metadata=meta(NAME, NAMESPACE),
+        spec=cast("k8s.apps.v1.DaemonSetSpecArgsDict", daemon_set_spec()),
+        opts=opts(depends_on=[binding, config]),
+    )

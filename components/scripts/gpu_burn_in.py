@@ -1,0 +1,323 @@
+"""The GPU burn-in agent: lets work onto a GPU node once its GPUs have passed their check (components/gpu_burn_in.py
+declares it, one pod per GPU node).
+
+A kubelet cannot take a taint off its own node (the NodeRestriction admission plugin refuses it), so the check on the
+machine (the unit dlinfra-gpu-check, chef/cookbooks/dlinfra_gpu/files/gpu_check.py) only writes its report, and this
+agent, in a pod on the node, reads it and tells the API server:
+- passed, and the device plugin advertises the GPUs: the burn-in taint comes off, condition GPUHealthy is True;
+- failed (a fault was found): the burn-in taint is replaced by the unhealthy taint, GPUHealthy is False with the
+  problems, so the node takes no work and, on a cloud pool, the autoscaler removes it as unneeded;
+- not judged (the check could not run to the end), or no report yet: the burn-in taint stays, GPUHealthy is Unknown
+  with the reason.
+The report names the boot it is for (the kernel's boot id, which a container reads as the host's): after a reboot
+the previous report no longer counts, and the agent puts the burn-in taint back until this boot's check is done,
+since registration taints apply only when the node object is created. A node with no report at all that registered
+without the burn-in taint predates the burn-in (an image without the check): it is left as it is, marked Unknown.
+
+Level-triggered: every POLL_SECONDS it reads the node and the report and changes only what differs, taints and the
+annotation by merge patch with the node's resourceVersion (a concurrent change makes it try again), the condition
+by strategic merge patch of the node's status. Standard library only; the API through kube_api.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import sys
+import time
+import urllib.error
+import urllib.parse
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from components.scripts import kube_api
+
+# These equal dlinfra.model.gpu_health's (tests/components/test_gpu_burn_in.py keeps them equal); the script runs in a
+# pod without dlinfra, so it carries its own copy.
+BURN_IN_TAINT = {"key": "dlinfra.io/gpu-burn-in", "value": "pending", "effect": "NoSchedule"}
+UNHEALTHY_TAINT = {"key": "dlinfra.io/gpu-unhealthy", "value": "check-failed", "effect": "NoSchedule"}
+CONDITION = "GPUHealthy"
+ANNOTATION = "dlinfra.io/gpu-check"
+BURN_IN_SECONDS = 600  # the longest a burn-in may take from boot (the check unit's own limit)
+GPU_RESOURCE = "nvidia.com/gpu"
+BOOT_ID = "/proc/sys/kernel/random/boot_id"
+UPTIME = "/proc/uptime"
+POLL_SECONDS = 15
+# Heartbeats for the pod's probes (components/gpu_burn_in.py): ALIVE after every pass, READY after one that reached
+# the API server; the probes fail when a file is older than these.
+HEARTBEAT_DIR = "/run/gpu-burn-in"
+ALIVE, READY = "alive", "ready"
+LIVE_SECONDS = 5 * 60
+READY_SECONDS = 2 * 60
+MAX_PROBLEMS = 5  # in the condition's message and the annotation; the whole report stays on the machine
+TIME_FORMAT = "%Y-%m-%dT%H:%M:%SZ"
+
+
+@dataclass(frozen=True)
+class Report:
+    """What the check wrote (gpu_check.write_report): its verdict and what it is about."""
+
+    verdict: str  # passed, failed or unchecked
+    finished_at: str
+    boot_id: str
+    expected_gpus: int | None
+    problems: tuple[str, ...] = ()
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> Report:
+        problems = [
+            ("" if p.get("gpu") is None else f"GPU {p['gpu']} ") + f"{p.get('check', '?')}: {p.get('detail', '')}"
+            for p in data.get("problems", ())
+        ]
+        if data.get("error"):
+            problems.insert(0, str(data["error"]))
+        expected = data.get("expected_gpus")
+        return cls(
+            verdict=str(data.get("verdict", "unchecked")),
+            finished_at=str(data.get("finished_at", "")),
+            boot_id=str(data.get("boot_id", "")),
+            expected_gpus=int(expected) if expected is not None else None,
+            problems=tuple(problems),
+        )
+
+    def summary(self) -> str:
+        """The annotation: the verdict, when, and the first problems, as compact JSON."""
+        body = {
+            "verdict": self.verdict,
+            "finished_at": self.finished_at,
+            "problems": list(self.problems[:MAX_PROBLEMS]),
+        }
+        return json.dumps(body, separators=(",", ":"))
+
+
+def read_report(path: str) -> Report | None:
+    """The report on the machine, or None if there is none (or half of one: the check writes it by rename)."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            return Report.from_json(json.load(f))
+    except (OSError, ValueError, TypeError, AttributeError):
+        return None
+
+
+@dataclass(frozen=True)
+class Condition:
+    status: str  # True, False, Unknown
+    reason: str  # CamelCase, as Kubernetes' own
+    message: str
+
+
+@dataclass(frozen=True)
+class Decision:
+    """What the node should carry: its taints, the check's annotation (None: leave it) and the condition."""
+
+    taints: list[dict[str, str]]
+    condition: Condition
+    annotation: str | None = None
+    notes: list[str] = field(default_factory=list)
+
+
+def _without(taints: Sequence[Mapping[str, Any]], key: str) -> list[dict[str, Any]]:
+    return [dict(t) for t in taints if t.get("key") != key]
+
+
+def _with(taints: Sequence[Mapping[str, Any]], taint: Mapping[str, str]) -> list[dict[str, Any]]:
+    if any(t.get("key") == taint["key"] for t in taints):
+        return [dict(t) for t in taints]
+    return [*(dict(t) for t in taints), dict(taint)]
+
+
+def advertised_gpus(node: Mapping[str, Any]) -> int:
+    """GPUs the device plugin advertises on the node (status.allocatable)."""
+    value = node.get("status", {}).get("allocatable", {}).get(GPU_RESOURCE, "0")
+    try:
+        return int(value)
+    except ValueError:
+        return 0
+
+
+def decide(node: Mapping[str, Any], report: Report | None, *, boot_id: str, uptime: float) -> Decision:
+    """What the node should carry, from its current state, the report on the machine and this boot."""
+    taints = node.get("spec", {}).get("taints", []) or []
+    tainted = any(t.get("key") == BURN_IN_TAINT["key"] for t in taints)
+    if report is None and not tainted:
+        return Decision(
+            taints=[dict(t) for t in taints],
+            condition=Condition(
+                "Unknown",
+                "NotChecked",
+                "no GPU check report on this machine, and the node joined without the burn-in taint: its image "
+                "predates the burn-in; replace the node (dlinfra pool roll) to have it checked",
+            ),
+        )
+    if report is None or report.boot_id != boot_id:
+        late = uptime >= BURN_IN_SECONDS
+        return Decision(
+            taints=_with(taints, BURN_IN_TAINT),
+            condition=Condition(
+                "Unknown",
+                "CheckNotFinished" if late else "Checking",
+                f"no GPU check report for this boot after {int(uptime)} s (the check's limit is {BURN_IN_SECONDS} s): "
+                "see `systemctl status dlinfra-gpu-check` on the machine"
+                if late
+                else "the GPU check of this boot is running",
+            ),
+        )
+    problems = "; ".join(report.problems[:MAX_PROBLEMS])
+    if report.verdict == "failed":
+        return Decision(
+            taints=_with(_without(taints, BURN_IN_TAINT["key"]), UNHEALTHY_TAINT),
+            condition=Condition("False", "CheckFailed", f"the GPU check failed at {report.finished_at}: {problems}"),
+            annotation=report.summary(),
+        )
+    if report.verdict != "passed":
+        return Decision(
+            taints=_with(taints, BURN_IN_TAINT),
+            condition=Condition(
+                "Unknown",
+                "CheckNotJudged",
+                f"the GPU check could not judge the node at {report.finished_at}: {problems}",
+            ),
+            annotation=report.summary(),
+        )
+    advertised = advertised_gpus(node)
+    if report.expected_gpus is not None and advertised < report.expected_gpus:
+        return Decision(
+            taints=_with(taints, BURN_IN_TAINT),
+            condition=Condition(
+                "Unknown",
+                "GPUsNotAdvertised",
+                f"the GPU check passed at {report.finished_at}, but the node advertises {advertised} of "
+                f"{report.expected_gpus} GPUs: is the NVIDIA device plugin running on it?",
+            ),
+            annotation=report.summary(),
+        )
+    kept = _without(taints, BURN_IN_TAINT["key"])
+    # A passing check clears a failure an earlier check put on (the value says whose it is), not another's.
+    kept = [
+        t for t in kept if not (t.get("key") == UNHEALTHY_TAINT["key"] and t.get("value") == UNHEALTHY_TAINT["value"])
+    ]
+    return Decision(
+        taints=kept,
+        condition=Condition("True", "CheckPassed", f"the GPU check passed at {report.finished_at}"),
+        annotation=report.summary(),
+    )
+
+
+class Cluster(Protocol):
+    def get_node(self, name: str) -> dict[str, Any]: ...
+    def patch_node(self, name: str, body: Mapping[str, Any]) -> None: ...
+    def patch_node_status(self, name: str, body: Mapping[str, Any]) -> None: ...
+
+
+class ApiServer(kube_api.ApiServer):
+    """The API server, with the three calls the agent makes on its own node."""
+
+    def _path(self, name: str) -> str:
+        return f"/api/v1/nodes/{urllib.parse.quote(name, safe='')}"
+
+    def get_node(self, name: str) -> dict[str, Any]:
+        node = self.request("GET", self._path(name))
+        if not isinstance(node, dict):
+            raise ValueError(f"node {name}: the API server answered {node!r}")
+        return node
+
+    def patch_node(self, name: str, body: Mapping[str, Any]) -> None:
+        self.request("PATCH", self._path(name), body, content_type="application/merge-patch+json")
+
+    def patch_node_status(self, name: str, body: Mapping[str, Any]) -> None:
+        self.request("PATCH", self._path(name) + "/status", body, content_type="application/strategic-merge-patch+json")
+
+
+def current_condition(node: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    for condition in node.get("status", {}).get("conditions", []) or []:
+        if condition.get("type") == CONDITION:
+            return dict(condition)
+    return None
+
+
+def apply(
+    cluster: Cluster, name: str, node: Mapping[str, Any], decision: Decision, now: datetime.datetime
+) -> list[str]:
+    """Change on the node what differs from the decision; what was changed, one line each."""
+    changed = []
+    metadata = node.get("metadata", {})
+    patch: dict[str, Any] = {}
+    if decision.taints != (node.get("spec", {}).get("taints") or []):
+        patch["spec"] = {"taints": decision.taints}
+        changed.append("taints: " + (", ".join(t["key"] for t in decision.taints) or "none"))
+    if decision.annotation is not None and (metadata.get("annotations") or {}).get(ANNOTATION) != decision.annotation:
+        patch.setdefault("metadata", {})["annotations"] = {ANNOTATION: decision.annotation}
+        changed.append("annotation")
+    if patch:
+        # With the resourceVersion read, a merge patch fails (409) if the node changed since: taints are one list.
+        patch.setdefault("metadata", {})["resourceVersion"] = metadata.get("resourceVersion", "")
+        cluster.patch_node(name, patch)
+    wanted = decision.condition
+    held = current_condition(node)
+    if held is None or (held.get("status"), held.get("reason"), held.get("message")) != (
+        wanted.status,
+        wanted.reason,
+        wanted.message,
+    ):
+        stamp = now.strftime(TIME_FORMAT)
+        since = held.get("lastTransitionTime", stamp) if held and held.get("status") == wanted.status else stamp
+        condition = {
+            "type": CONDITION,
+            "status": wanted.status,
+            "reason": wanted.reason,
+            "message": wanted.message,
+            "lastHeartbeatTime": stamp,
+            "lastTransitionTime": since,
+        }
+        cluster.patch_node_status(name, {"status": {"conditions": [condition]}})
+        changed.append(f"{CONDITION}={wanted.status} ({wanted.reason})")
+    return changed
+
+
+def read_text(path: str) -> str:
+    with open(path, encoding="utf-8") as f:
+        return f.read().strip()
+
+
+def once(
+    cluster: Cluster, name: str, report_path: str, *, boot_id: str, uptime: float, now: datetime.datetime
+) -> list[str]:
+    """One pass: read, decide, change what differs."""
+    node = cluster.get_node(name)
+    return apply(cluster, name, node, decide(node, read_report(report_path), boot_id=boot_id, uptime=uptime), now)
+
+
+def main(argv: Sequence[str]) -> int:
+    """python3 -m components.scripts.gpu_burn_in REPORT: runs until stopped; NODE_NAME from the downward API."""
+    report_path, name = argv[1], os.environ["NODE_NAME"]
+    cluster = ApiServer.in_cluster()
+    boot_id = read_text(BOOT_ID)
+    while True:
+        uptime = float(read_text(UPTIME).split()[0])
+        try:
+            for line in once(cluster, name, report_path, boot_id=boot_id, uptime=uptime, now=_now()):
+                print(f"node {name}: {line}", flush=True)
+            beat(READY)
+        except (OSError, ValueError, urllib.error.URLError) as exc:  # 409 after a concurrent change: next pass
+            detail = exc.read().decode(errors="replace")[:300] if isinstance(exc, urllib.error.HTTPError) else ""
+            print(f"node {name}: not changed: {exc} {detail}".rstrip(), file=sys.stderr, flush=True)
+        beat(ALIVE)
+        time.sleep(POLL_SECONDS)
+
+
+def beat(name: str, directory: str = HEARTBEAT_DIR) -> None:
+    """Touch a heartbeat file (the pod's probes read its age)."""
+    path = os.path.join(directory, name)
+    with open(path, "a", encoding="utf-8"):
+        pass
+    os.utime(path)
+
+
+def _now() -> datetime.datetime:
+    return datetime.datetime.now(datetime.UTC)
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))

@@ -1,0 +1,421 @@
+"""The GPU burn-in, end to end without a GPU: the check's stamped report (from a recorded H100 reading) read by the
+agent (components/scripts/gpu_burn_in.py) against a loopback API server that holds a node and enforces the agent's
+own-node admission policy (its CEL evaluated by cel-python, as tests/components/charts/test_gpu_admission.py does),
+and what the platform declares for it in every in-cluster stack."""
+
+from __future__ import annotations
+
+import copy
+import datetime
+import http.server
+import json
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import celpy
+import pytest
+
+from components import gpu_burn_in, pod_scripts
+from components.charts import autoscaler, nodes, nvidia
+from components.charts import kueue as kueue_chart
+from components.scripts import capacity_block_flavor, kube_api
+from components.scripts import gpu_burn_in as agent
+from dlinfra.model import gpu_health
+from tests import reference
+from tests.chef._gpu_check import gpu_check
+from tests.chef.test_gpu_check import H100, recorded
+from tests.components.charts.test_checkpoint_grace import _review
+
+NODE = "ip-10-1-2-3.us-west-2.compute.internal"
+BOOT = "5138c633-f26b-424d-b55b-d8189c8c1504"
+NOW = datetime.datetime(2027, 1, 5, 12, 0, tzinfo=datetime.UTC)
+GPU_TAINT = {"key": "nvidia.com/gpu", "value": "true", "effect": "NoSchedule"}
+BURN_IN = dict(zip(("key", "value", "effect"), gpu_health.BURN_IN_TAINT, strict=True))
+UNHEALTHY = dict(zip(("key", "value", "effect"), gpu_health.UNHEALTHY_TAINT, strict=True))
+READY = {"type": "Ready", "status": "True", "reason": "KubeletReady", "message": "kubelet is posting ready status"}
+
+
+def _node(taints: list[dict[str, str]], *, gpus: str = "8", name: str = NODE) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {
+            "name": name,
+            "resourceVersion": "100",
+            "labels": {"dlinfra.io/pool": "train-h100", "nvidia.com/gpu.product": "H100"},
+            "annotations": {"node.alpha.kubernetes.io/ttl": "0"},
+        },
+        "spec": {"providerID": "aws:///us-west-2a/i-0abc", "taints": taints},
+        "status": {
+            "capacity": {"cpu": "192", "nvidia.com/gpu": gpus},
+            "allocatable": {"cpu": "191", "nvidia.com/gpu": gpus},
+            "addresses": [{"type": "InternalIP", "address": "10.1.2.3"}],
+            "conditions": [READY],
+        },
+    }
+
+
+def _report(verdict: str, *, boot: str = BOOT, problems: tuple[str, ...] = ()) -> agent.Report:
+    return agent.Report(verdict=verdict, finished_at="2027-01-05T11:58:00Z", boot_id=boot, expected_gpus=8,
+                        problems=problems)  # fmt: skip
+
+
+def test_the_script_carries_the_burn_in_names_dlinfra_declares() -> None:
+    # The script runs in a pod without dlinfra, so it keeps its own copy; the two must not drift.
+    assert (BURN_IN, UNHEALTHY) == (agent.BURN_IN_TAINT, agent.UNHEALTHY_TAINT)
+    assert agent.CONDITION == gpu_health.HEALTH_CONDITION and agent.ANNOTATION == gpu_health.CHECK_ANNOTATION
+    assert agent.BURN_IN_SECONDS == gpu_health.BURN_IN_SECONDS
+
+
+# What the agent decides -----------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("taints", "report", "uptime", "after", "condition"),
+    [
+        # A new node, its check still running: the registration taint stays.
+        ([GPU_TAINT, BURN_IN], None, 60, [GPU_TAINT, BURN_IN], ("Unknown", "Checking")),
+        # Passed: the burn-in taint comes off, the pool's stays.
+        ([GPU_TAINT, BURN_IN], _report("passed"), 300, [GPU_TAINT], ("True", "CheckPassed")),
+        # Failed: the unhealthy taint replaces it.
+        (
+            [GPU_TAINT, BURN_IN],
+            _report("failed", problems=("GPU 3 memory: 1 failed row remap",)),
+            300,
+            [GPU_TAINT, UNHEALTHY],
+            ("False", "CheckFailed"),
+        ),
+        # Not judged: nothing is known, the node keeps waiting.
+        ([GPU_TAINT, BURN_IN], _report("unchecked"), 300, [GPU_TAINT, BURN_IN], ("Unknown", "CheckNotJudged")),
+        # Rebooted: the report is the last boot's, so the burn-in taint goes back on until this boot's check.
+        ([GPU_TAINT], _report("passed", boot="previous-boot"), 60, [GPU_TAINT, BURN_IN], ("Unknown", "Checking")),
+        # No report past the check's own limit: still kept off work, and said.
+        ([GPU_TAINT, BURN_IN], None, 900, [GPU_TAINT, BURN_IN], ("Unknown", "CheckNotFinished")),
+        # A node from an image without the check (joined untainted, no report): left as it is, and said.
+        ([GPU_TAINT], None, 86400, [GPU_TAINT], ("Unknown", "NotChecked")),
+        # After a repair and a reboot a passing check clears the failure an earlier check put on...
+        ([GPU_TAINT, UNHEALTHY, BURN_IN], _report("passed"), 300, [GPU_TAINT], ("True", "CheckPassed")),
+        # ...but not a taint of the same key someone else put on with another value.
+        (
+            [{**UNHEALTHY, "value": "xid-79"}, BURN_IN],
+            _report("passed"),
+            300,
+            [{**UNHEALTHY, "value": "xid-79"}],
+            ("True", "CheckPassed"),
+        ),
+    ],
+)
+def test_decide(
+    taints: list[dict[str, str]],
+    report: agent.Report | None,
+    uptime: float,
+    after: list[dict[str, str]],
+    condition: tuple[str, str],
+) -> None:
+    decision = agent.decide(_node(taints), report, boot_id=BOOT, uptime=uptime)
+    assert decision.taints == after
+    assert (decision.condition.status, decision.condition.reason) == condition
+
+
+def test_a_passed_check_waits_until_the_device_plugin_advertises_the_gpus() -> None:
+    decision = agent.decide(_node([GPU_TAINT, BURN_IN], gpus="0"), _report("passed"), boot_id=BOOT, uptime=300)
+    assert decision.taints == [GPU_TAINT, BURN_IN]
+    assert decision.condition.reason == "GPUsNotAdvertised" and "0 of 8 GPUs" in decision.condition.message
+
+
+def test_the_failure_names_the_problems() -> None:
+    report = _report("failed", problems=tuple(f"GPU {i} xid: Xid 79" for i in range(8)))
+    decision = agent.decide(_node([BURN_IN]), report, boot_id=BOOT, uptime=300)
+    assert "GPU 0 xid: Xid 79" in decision.condition.message
+    assert decision.condition.message.count("Xid 79") == agent.MAX_PROBLEMS  # the rest stay on the machine
+    assert json.loads(decision.annotation or "")["verdict"] == "failed"
+
+
+# The agent against a loopback API server that enforces its admission policy -------------------------------------
+
+
+def _merge(target: Any, patch: Any) -> Any:
+    """RFC 7386 JSON merge patch."""
+    if not isinstance(patch, dict):
+        return copy.deepcopy(patch)
+    result = dict(target) if isinstance(target, dict) else {}
+    for key, value in patch.items():
+        if value is None:
+            result.pop(key, None)
+        else:
+            result[key] = _merge(result.get(key), value)
+    return result
+
+
+def _policy_refusals(old: dict[str, Any], new: dict[str, Any], node_name: str) -> list[str]:
+    spec = gpu_burn_in.own_node_policy_spec()
+    request = {
+        "userInfo": {
+            "username": gpu_burn_in.SERVICE_ACCOUNT_USER,
+            "extra": {gpu_burn_in.NODE_NAME_CLAIM: [node_name]} if node_name else {},
+        }
+    }
+    env = celpy.Environment()
+    (match,) = spec["matchConditions"]
+    activation = {"request": celpy.json_to_cel(request)}
+    if not env.program(env.compile(match["expression"])).evaluate(activation):
+        return []
+    return _review({"spec": {**spec, "variables": []}}, request, new, old)
+
+
+class FakeNodeApi(http.server.BaseHTTPRequestHandler):
+    """GET and PATCH of one node and its status, the way the API server answers them, with the agent's policy."""
+
+    node: dict[str, Any]
+    pod_node: str  # the node the agent's pod runs on (its token's node-name claim)
+    patches: list[str]
+
+    def _send(self, status: int, body: Any) -> None:
+        data = json.dumps(body).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def do_GET(self) -> None:
+        if self.path != f"/api/v1/nodes/{NODE}":
+            return self._send(404, {"kind": "Status", "code": 404})
+        return self._send(200, type(self).node)
+
+    def do_PATCH(self) -> None:
+        cls = type(self)
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        old = cls.node
+        if self.path == f"/api/v1/nodes/{NODE}":
+            assert self.headers["Content-Type"] == "application/merge-patch+json"
+            if body["metadata"].get("resourceVersion") != old["metadata"]["resourceVersion"]:
+                return self._send(409, {"kind": "Status", "code": 409, "reason": "Conflict"})
+            new = _merge(old, body)
+        elif self.path == f"/api/v1/nodes/{NODE}/status":
+            assert self.headers["Content-Type"] == "application/strategic-merge-patch+json"
+            new = copy.deepcopy(old)
+            for condition in body["status"]["conditions"]:  # strategic merge: conditions by type
+                kept = [c for c in new["status"]["conditions"] if c["type"] != condition["type"]]
+                new["status"]["conditions"] = [*kept, condition]
+        else:
+            return self._send(404, {"kind": "Status", "code": 404})
+        refused = _policy_refusals(old, new, cls.pod_node)
+        if refused:
+            return self._send(422, {"kind": "Status", "code": 422, "message": "; ".join(refused)})
+        new["metadata"]["resourceVersion"] = str(int(old["metadata"]["resourceVersion"]) + 1)
+        cls.node = new
+        cls.patches.append(self.path)
+        return self._send(200, new)
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+@pytest.fixture
+def api(tmp_path: Path) -> Iterator[tuple[agent.ApiServer, type[FakeNodeApi]]]:
+    handler = type("Handler", (FakeNodeApi,), {"node": _node([GPU_TAINT, BURN_IN]), "pod_node": NODE, "patches": []})
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    token = tmp_path / "token"
+    token.write_text("agent-token\n")
+    try:
+        yield agent.ApiServer(f"http://127.0.0.1:{server.server_address[1]}", str(token), None), handler
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(timeout=120)
+
+
+def _write_check_report(tmp_path: Path, recording: str, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """What the unit on the machine writes: the check of a recorded reading, stamped for this boot."""
+    boot = tmp_path / "boot_id"
+    boot.write_text(BOOT + "\n")
+    monkeypatch.setattr(gpu_check, "BOOT_ID", str(boot))
+    report = gpu_check.check(H100, recorded(recording), log="", efa_root=str(tmp_path))
+    path = tmp_path / "report.json"
+    gpu_check.write_report(str(path), report)
+    return path
+
+
+def test_a_healthy_node_is_let_onto_work_once_and_then_left_alone(
+    api: tuple[agent.ApiServer, type[FakeNodeApi]], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    server, handler = api
+    report = tmp_path / "report.json"
+    # Booted a minute ago, no report yet: only the condition is written.
+    assert agent.once(server, NODE, str(report), boot_id=BOOT, uptime=60, now=NOW) == ["GPUHealthy=Unknown (Checking)"]
+    assert handler.node["spec"]["taints"] == [GPU_TAINT, BURN_IN]
+    _write_check_report(tmp_path, "h100-healthy.json", monkeypatch)
+    changed = agent.once(server, NODE, str(report), boot_id=BOOT, uptime=240, now=NOW)
+    assert changed == ["taints: nvidia.com/gpu", "annotation", "GPUHealthy=True (CheckPassed)"]
+    node = handler.node
+    assert node["spec"]["taints"] == [GPU_TAINT]
+    (condition,) = [c for c in node["status"]["conditions"] if c["type"] == "GPUHealthy"]
+    assert condition["status"] == "True" and condition["lastTransitionTime"] == "2027-01-05T12:00:00Z"
+    assert READY in node["status"]["conditions"]  # the kubelet's conditions untouched
+    assert json.loads(node["metadata"]["annotations"][gpu_health.CHECK_ANNOTATION])["verdict"] == "passed"
+    # Nothing differs any more: no call but the read.
+    patches = len(handler.patches)
+    assert agent.once(server, NODE, str(report), boot_id=BOOT, uptime=300, now=NOW) == []
+    assert len(handler.patches) == patches
+
+
+def test_a_node_one_gpu_short_is_marked_failed(
+    api: tuple[agent.ApiServer, type[FakeNodeApi]], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    server, handler = api
+    report = _write_check_report(tmp_path, "h100-seven-gpus.json", monkeypatch)
+    agent.once(server, NODE, str(report), boot_id=BOOT, uptime=240, now=NOW)
+    assert handler.node["spec"]["taints"] == [GPU_TAINT, UNHEALTHY]
+    (condition,) = [c for c in handler.node["status"]["conditions"] if c["type"] == "GPUHealthy"]
+    assert condition["status"] == "False" and "7 GPUs" in condition["message"]
+
+
+def test_a_concurrent_change_is_retried_on_the_next_pass(
+    api: tuple[agent.ApiServer, type[FakeNodeApi]], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    server, handler = api
+    report = _write_check_report(tmp_path, "h100-healthy.json", monkeypatch)
+    node = agent.ApiServer.get_node(server, NODE)
+    handler.node["metadata"]["resourceVersion"] = "101"  # the kubelet wrote in between
+    decision = agent.decide(node, agent.read_report(str(report)), boot_id=BOOT, uptime=240)
+    with pytest.raises(agent.urllib.error.HTTPError, match="409"):
+        agent.apply(server, NODE, node, decision, NOW)
+    assert handler.node["spec"]["taints"] == [GPU_TAINT, BURN_IN]  # nothing half-applied
+    agent.once(server, NODE, str(report), boot_id=BOOT, uptime=255, now=NOW)
+    assert handler.node["spec"]["taints"] == [GPU_TAINT]
+
+
+# The admission policy: the agent's own node, the burn-in's fields, nothing else ----------------------------------
+
+
+def _with(node: dict[str, Any], change: Any) -> dict[str, Any]:
+    new = copy.deepcopy(node)
+    change(new)
+    return new
+
+
+@pytest.mark.parametrize(
+    ("change", "pod_node", "refused"),
+    [
+        (lambda n: n["spec"].update(taints=[GPU_TAINT]), NODE, None),
+        (lambda n: n["spec"].update(taints=[GPU_TAINT, BURN_IN, UNHEALTHY]), NODE, None),
+        (lambda n: n["metadata"]["annotations"].update({gpu_health.CHECK_ANNOTATION: "{}"}), NODE, None),
+        (lambda n: n["status"]["conditions"].append({"type": "GPUHealthy", "status": "True"}), NODE, None),
+        (lambda n: n["spec"].update(taints=[GPU_TAINT]), "ip-10-9-9-9.other", "only the node its pod runs on"),
+        (lambda n: n["spec"].update(taints=[GPU_TAINT]), "", "only the node its pod runs on"),  # no claim
+        (lambda n: n["spec"].update(taints=[BURN_IN]), NODE, "only the taints"),  # the pool's taint removed
+        (lambda n: n["spec"].update(unschedulable=True), NODE, "may not cordon"),
+        (lambda n: n["metadata"]["labels"].update({"nvidia.com/gpu.product": "H200"}), NODE, "labels"),
+        (lambda n: n["metadata"]["annotations"].pop("node.alpha.kubernetes.io/ttl"), NODE, "only the annotation"),
+        (lambda n: n["status"]["conditions"].clear(), NODE, "only the condition"),
+        (lambda n: n["status"]["allocatable"].update({"nvidia.com/gpu": "16"}), NODE, "capacity, allocatable"),
+        (lambda n: n["status"]["addresses"].append({"type": "InternalIP", "address": "10.6.6.6"}), NODE, "addresses"),
+    ],
+)
+def test_the_agent_may_change_only_the_burn_in_on_its_own_node(change: Any, pod_node: str, refused: str | None) -> None:
+    old = _node([GPU_TAINT, BURN_IN])
+    refusals = _policy_refusals(old, _with(old, change), pod_node)
+    assert (refusals == []) if refused is None else any(refused in r for r in refusals), refusals
+
+
+def test_the_policy_leaves_everyone_else_to_rbac() -> None:
+    (match,) = gpu_burn_in.own_node_policy_spec()["matchConditions"]
+    env = celpy.Environment()
+    for user, matched in ((gpu_burn_in.SERVICE_ACCOUNT_USER, True), ("system:node:" + NODE, False)):
+        request = celpy.json_to_cel({"userInfo": {"username": user}})
+        assert bool(env.program(env.compile(match["expression"])).evaluate({"request": request})) is matched
+
+
+# What is declared --------------------------------------------------------------------------------------------------
+
+
+def test_the_shipped_scripts_run_from_their_config_map_layout_with_the_standard_library_only(tmp_path: Path) -> None:
+    """What the pods' ConfigMap volumes lay out, imported by a Python without site-packages (-S)."""
+    for module in (agent, capacity_block_flavor):
+        files = pod_scripts.script_files(kube_api, module)
+        root = tmp_path / module.__name__
+        for item in pod_scripts.script_items(files):
+            (root / item["path"]).parent.mkdir(parents=True, exist_ok=True)
+            (root / item["path"]).write_text(files[item["key"]])
+        done = subprocess.run(
+            [sys.executable, "-S", "-c", f"import {module.__name__}"],
+            cwd=root,
+            env={"PYTHONPATH": str(root), "PYTHONDONTWRITEBYTECODE": "1"},
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+        assert done.returncode == 0, done.stderr
+
+
+def test_the_probes_read_the_heartbeats_the_agent_writes(tmp_path: Path) -> None:
+    spec = gpu_burn_in.daemon_set_spec()["template"]["spec"]
+    (container,) = spec["containers"]
+    for probe, name in ((container["livenessProbe"], agent.ALIVE), (container["readinessProbe"], agent.READY)):
+        command = [c.replace(agent.HEARTBEAT_DIR, str(tmp_path)) for c in probe["exec"]["command"]]
+        command[0] = sys.executable
+        assert subprocess.run(command, timeout=120, check=False).returncode == 1  # no heartbeat yet
+        agent.beat(name, str(tmp_path))
+        assert subprocess.run(command, timeout=120, check=False).returncode == 0
+
+
+def test_the_daemon_set_runs_on_every_gpu_node_unprivileged_reading_the_report() -> None:
+    spec = gpu_burn_in.daemon_set_spec()["template"]["spec"]
+    (container,) = spec["containers"]
+    assert spec["affinity"] == nodes.GPU_NODE_AFFINITY and spec["tolerations"] == [{"operator": "Exists"}]
+    assert spec["priorityClassName"] == "system-node-critical"
+    assert spec["securityContext"]["runAsNonRoot"] and not container["securityContext"]["allowPrivilegeEscalation"]
+    (host,) = [v for v in spec["volumes"] if "hostPath" in v]
+    assert host["hostPath"]["path"] == gpu_health.REPORT_DIR
+    (mount,) = [m for m in container["volumeMounts"] if m["name"] == host["name"]]
+    assert mount["readOnly"] is True
+    assert container["command"][-1] == f"{gpu_burn_in.REPORT_MOUNT}/report.json"
+    assert f"{gpu_health.REPORT_DIR}/report.json" == gpu_health.REPORT_PATH
+
+
+def test_the_gpu_add_ons_run_through_the_burn_in() -> None:
+    """The device plugin must run on a node under burn-in: the agent waits for the GPUs it advertises."""
+    for values in (nvidia.device_plugin_values(), nvidia.dcgm_exporter_values()):
+        keys = {t["key"] for t in values["tolerations"]}
+        assert {BURN_IN["key"], UNHEALTHY["key"]} <= keys
+
+
+def test_the_autoscaler_knows_the_burn_in_as_a_startup_taint() -> None:
+    assert autoscaler.autoscaler_args("1.33")["startup-taint"] == BURN_IN["key"]
+    # Kueue's wait for a job's pods covers the node's provisioning and its burn-in.
+    assert kueue_chart.PODS_READY_TIMEOUT_SECONDS >= (
+        autoscaler.MAX_NODE_PROVISION_SECONDS + gpu_health.BURN_IN_SECONDS + kueue_chart.POD_START_SECONDS
+    )
+
+
+@pytest.mark.parametrize("stack", [s for s in reference.runs() if s.endswith("-k8s")])
+def test_every_in_cluster_stack_declares_the_agent_and_its_limits(stack: str) -> None:
+    result = reference.runs()[stack]
+    objects = [r for r in result.resources if r.type.startswith("kubernetes:") and "metadata" in r.inputs]
+    names = {(r.type.rsplit(":", 1)[1], r.inputs["metadata"]["name"]) for r in objects}
+    assert {
+        ("DaemonSet", gpu_burn_in.NAME),
+        ("ConfigMap", gpu_burn_in.NAME),
+        ("ServiceAccount", gpu_burn_in.NAME),
+        ("NetworkPolicy", gpu_burn_in.NAME),
+        ("ClusterRole", gpu_burn_in.ROLE),
+        ("ClusterRoleBinding", gpu_burn_in.ROLE),
+        ("ValidatingAdmissionPolicy", gpu_burn_in.OWN_NODE_POLICY),
+        ("ValidatingAdmissionPolicyBinding", gpu_burn_in.OWN_NODE_POLICY),
+    } <= names
+    (binding,) = [
+        r
+        for r in objects
+        if r.type.endswith(":ClusterRoleBinding") and r.inputs["metadata"]["name"] == gpu_burn_in.ROLE
+    ]
+    # The rights come after their limits: the binding waits for the policy's binding.
+    urns = {r.urn: r for r in result.resources}
+    assert any(urns[d].type.endswith(":ValidatingAdmissionPolicyBinding") for d in binding.dependencies if d in urns)
