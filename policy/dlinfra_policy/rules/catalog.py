@@ -8,6 +8,7 @@ from . import (
     cluster,
     compute,
     conventions,
+    gpu_health,
     iam,
     network,
     platform,
@@ -207,6 +208,13 @@ RULES: tuple[ResourceRule | StackRule, ...] = (
         "when the nodes come in part",
         "mandatory",
         provisioning.gpu_queues_provision_whole,
+    ),
+    StackRule(
+        "gpu-nodes-burn-in",
+        "GPU nodes register with the burn-in taint and start the GPU check; every cluster runs the agent that takes "
+        "the taint off, held to its own node, and the autoscaler and Kueue wait for the burn-in",
+        "mandatory",
+        gpu_health.gpu_nodes_burn_in,
     ),
     StackRule(
         "capacity-block-closes-before-cut",

@@ -1,0 +1,139 @@
+"""Rules for the GPU burn-in: GPU nodes register with the burn-in taint, and every cluster has what takes it off
+(docs/gpu-health.md; dlinfra.model.gpu_health holds the names)."""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import re
+from collections.abc import Sequence
+
+from dlinfra.model import gpu_health
+
+from .compute import AUTOSCALER, AUTOSCALING_GROUP, LAUNCH_TEMPLATE, _is_gpu_group
+from .core import VAP, Context, Resource, Violation, as_object, as_objects, deny_bound_policies, tags_of
+from .platform import _kueue_config
+from .provisioning import _release_named, _seconds
+
+DAEMON_SET = "kubernetes:apps/v1:DaemonSet"
+AGENT = "gpu-burn-in"  # components/gpu_burn_in.py NAME
+OWN_NODE_POLICY = "dlinfra-gpu-burn-in-own-node"  # components/gpu_burn_in.py OWN_NODE_POLICY
+_REGISTER = re.compile(r"--register-with-taints[ =]'?([^'\s]*)")
+
+
+def _user_data(template: Resource) -> str | None:
+    """The launch template's user data, decoded; None while unknown (a real preview) or not base64."""
+    value = template.inputs.get("userData")
+    if not isinstance(value, str):
+        return None
+    try:
+        return base64.b64decode(value, validate=True).decode("utf-8", errors="replace")
+    except (binascii.Error, ValueError):
+        return None
+
+
+def _tolerates(tolerations: Sequence[object], key: str) -> bool:
+    return any(
+        isinstance(t, dict)
+        and t.get("operator") == "Exists"
+        and (t.get("key") in (None, "", key))
+        and t.get("effect") in (None, "", "NoSchedule")
+        for t in tolerations
+    )
+
+
+def gpu_nodes_burn_in(resources: Sequence[Resource], ctx: Context) -> list[Violation]:
+    """GPU nodes take work only after their GPUs pass the check.
+
+    - Cloud GPU pools: the launch template's user data registers the node with the burn-in taint and writes the
+      check's expectation; the Auto Scaling group's scale-from-zero template does not carry the taint (the
+      autoscaler would then think no pending pod fits the pool and never scale it up: cluster-autoscaler FAQ, "How
+      can I scale a node group to 0?", node-template taint tags).
+    - Every cluster: the autoscaler knows the taint as a startup taint (FAQ, "startup taints"), the burn-in agent runs
+      on GPU nodes through it, its own-node admission policy is bound with Deny (a kubelet cannot remove its own
+      taints, NodeRestriction, so the agent's rights must be held to its node), and Kueue's waitForPodsReady outlasts
+      the autoscaler's max-node-provision-time plus the burn-in.
+    """
+    out: list[Violation] = []
+    burn_in_key = gpu_health.BURN_IN_TAINT[0]
+    taint = "{}={}:{}".format(*gpu_health.BURN_IN_TAINT)
+    templates = [r for r in resources if r.type == LAUNCH_TEMPLATE]
+    for group in (r for r in resources if r.type == AUTOSCALING_GROUP):
+        if not _is_gpu_group(group, templates, ctx):
+            continue
+        if f"{AUTOSCALER}/node-template/taint/{burn_in_key}" in tags_of(group):
+            out.append(
+                Violation(
+                    group.urn,
+                    f"the scale-from-zero template carries the burn-in taint {burn_in_key}: no pod tolerates it, "
+                    "so the autoscaler never scales the pool up; it is a startup taint, not the pool's",
+                )
+            )
+        for template in (t for t in templates if t.urn in group.dependencies):
+            text = _user_data(template)
+            if text is None:
+                continue
+            registered = _REGISTER.search(text)
+            if registered is None or taint not in registered.group(1).split(","):
+                out.append(
+                    Violation(
+                        template.urn,
+                        f"GPU nodes must register with the burn-in taint {taint} (user data --register-with-taints): "
+                        "without it they take work before their GPUs are checked",
+                    )
+                )
+            if gpu_health.EXPECT_PATH not in text or gpu_health.CHECK_UNIT not in text:
+                out.append(
+                    Violation(
+                        template.urn,
+                        f"the user data neither writes {gpu_health.EXPECT_PATH} nor starts {gpu_health.CHECK_UNIT}: "
+                        "the check never runs, and the node stays tainted",
+                    )
+                )
+    autoscaler = _release_named(resources, "cluster-autoscaler")
+    if autoscaler is None:
+        return out  # not an in-cluster stack
+    args = as_object(as_object(autoscaler.inputs.get("values")).get("extraArgs"))
+    if args.get("startup-taint") != burn_in_key:
+        out.append(
+            Violation(
+                autoscaler.urn,
+                f"cluster-autoscaler: startup-taint is {args.get('startup-taint')!r}, not {burn_in_key!r}: a node "
+                "under burn-in would look ready to it, so it would scale up again for the same pods",
+            )
+        )
+    agents = [r for r in resources if r.type == DAEMON_SET and as_object(r.inputs.get("metadata")).get("name") == AGENT]
+    pod = as_object(as_object(as_object(agents[0].inputs.get("spec")).get("template")).get("spec")) if agents else {}
+    if not agents or not _tolerates(list(as_objects(pod.get("tolerations"))), burn_in_key):
+        out.append(
+            Violation(
+                agents[0].urn if agents else autoscaler.urn,
+                f"no DaemonSet {AGENT} tolerating {burn_in_key}: nothing takes the burn-in taint off, so no GPU node "
+                "ever takes work",
+            )
+        )
+    policies = {as_object(r.inputs.get("metadata")).get("name") for r in resources if r.type == VAP}
+    if OWN_NODE_POLICY not in policies or OWN_NODE_POLICY not in deny_bound_policies(resources):
+        out.append(
+            Violation(
+                autoscaler.urn,
+                f"the ValidatingAdmissionPolicy {OWN_NODE_POLICY} is missing or not bound with Deny: the burn-in "
+                "agent's right to patch nodes would reach every node and every field",
+            )
+        )
+    kueue = _release_named(resources, "kueue")
+    config = _kueue_config(kueue) if kueue is not None else "no Kueue release"
+    wait = as_object(as_object(config).get("waitForPodsReady")) if not isinstance(config, str) else {}
+    timeout = _seconds(wait.get("timeout"))
+    provision = _seconds(args.get("max-node-provision-time", "15m"))
+    if kueue is not None and wait and (timeout is None or provision is None or
+                                       timeout < provision + gpu_health.BURN_IN_SECONDS):  # fmt: skip
+        out.append(
+            Violation(
+                kueue.urn,
+                f"Kueue waitForPodsReady.timeout {wait.get('timeout')!r} is shorter than the autoscaler's "
+                f"max-node-provision-time plus the GPU burn-in ({gpu_health.BURN_IN_SECONDS} s): jobs would be "
+                "evicted while their nodes are still being checked",
+            )
+        )
+    return out
