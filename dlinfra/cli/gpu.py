@@ -5,19 +5,30 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
 from typing import Any
 
+from rich.console import Console
+from rich.table import Table
+
 from dlinfra.cli.common import Handler, load_checked, out
-from dlinfra.errors import FleetError
+from dlinfra.errors import DlinfraError, FleetError
 from dlinfra.model import gpu_health
 from dlinfra.model.fleet.pools import GpuCheck
+from dlinfra.ops import gpu_status
 
 
 def register(subparsers: Any, common: argparse.ArgumentParser) -> dict[str, Handler]:
     """Add `gpu expect` to the CLI; returns command name -> handler."""
-    gpu = subparsers.add_parser("gpu", help="GPU node health: what the check on each GPU machine expects")
-    gpu_sub = gpu.add_subparsers(dest="gpu_command", required=True, metavar="{expect}")
+    gpu = subparsers.add_parser("gpu", help="GPU node health: what the check expects, and what it found")
+    gpu_sub = gpu.add_subparsers(dest="gpu_command", required=True, metavar="{expect,status}")
+    status = gpu_sub.add_parser(
+        "status",
+        help="every GPU node's health as its burn-in left it (cloud and site), from the cluster (docs/gpu-health.md)",
+    )
+    status.add_argument("--context", help="kubeconfig context (default: the current one)")
+    status.add_argument("--json", action="store_true", help="one JSON object per node, in a list")
     expect = gpu_sub.add_parser(
         "expect",
         parents=[common],
@@ -46,6 +57,8 @@ def register(subparsers: Any, common: argparse.ArgumentParser) -> dict[str, Hand
 
 
 def cmd_gpu(args: argparse.Namespace) -> int:
+    if args.gpu_command == "status":
+        return _status(args)
     expectation = _expectation(args)
     text = json.dumps(expectation, indent=2) + "\n"
     if args.out is not None:
@@ -53,6 +66,33 @@ def cmd_gpu(args: argparse.Namespace) -> int:
     else:
         out.print(text, end="", markup=False)
     return 0
+
+
+def _status(args: argparse.Namespace) -> int:
+    """Exit 0 when every GPU node is healthy, 1 when one has failed or is not judged (so scripts can act), 2 on an
+    error."""
+    from dlinfra.ops import what_happened_sources as sources
+
+    try:
+        nodes = sources.connect_kube(args.context).nodes()
+    except sources.SourceError as exc:
+        raise DlinfraError(f"cannot read the cluster's nodes: {exc}", key="gpu status") from None
+    found = gpu_status.gpu_nodes(nodes)
+    if args.json:
+        sys.stdout.write(json.dumps([h.to_json() for h in found], indent=2) + "\n")
+    elif not found:
+        out.print("no GPU nodes in this cluster", markup=False)
+    else:
+        table = Table(box=None, pad_edge=False)
+        for column in ("NODE", "WHERE", "GPUS", "STATE", "REASON", "SINCE", "LAST CHECK"):
+            table.add_column(column, overflow="fold")
+        for h in found:
+            table.add_row(h.node, h.where, f"{h.gpus} {h.gpu_model}", h.state, h.reason, h.since, h.last_check)
+        Console(highlight=False, width=None if sys.stdout.isatty() else 200).print(table)
+        for h in found:
+            if h.state not in ("healthy", "burning in") and h.message:
+                out.print(f"{h.node}: {h.message}", markup=False)
+    return 1 if any(h.state in ("failed", "not judged") for h in found) else 0
 
 
 def _expectation(args: argparse.Namespace) -> dict[str, Any]:

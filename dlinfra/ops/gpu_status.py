@@ -1,0 +1,96 @@
+"""`dlinfra gpu status`: every GPU node's health as its burn-in left it, cloud pools and site machines alike, read
+from the nodes' own record (the GPUHealthy condition, the health taints and the check's annotation that the burn-in
+agent writes: components/scripts/gpu_burn_in.py). Pure: the caller reads the nodes (what_happened_sources.Kube)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from dlinfra.model import gpu_health
+from dlinfra.model.fleet.labels import GPU_BURN_IN_TAINT_KEY, GPU_UNHEALTHY_TAINT_KEY
+
+GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"
+POOL_LABEL = "dlinfra.io/pool"
+SITE_LABEL = "dlinfra.io/site"
+GPU_RESOURCE = "nvidia.com/gpu"
+
+
+@dataclass(frozen=True)
+class GpuNodeHealth:
+    """One GPU node: where it is, what its GPUs are, and what its last check said."""
+
+    node: str
+    where: str  # "pool train-h100" or "site sjc1"
+    gpu_model: str
+    gpus: str  # advertised / on the node ("8/8")
+    state: str  # healthy, failed, burning in, not judged, not checked
+    reason: str  # the condition's reason (CheckPassed, CheckFailed, ...), or why there is none
+    since: str  # when the condition last changed
+    last_check: str  # the check's verdict and time, from its annotation
+    message: str
+
+    def to_json(self) -> dict[str, str]:
+        return asdict(self)
+
+
+def _condition(node: Mapping[str, Any]) -> Mapping[str, Any]:
+    for condition in (node.get("status") or {}).get("conditions") or []:
+        if condition.get("type") == gpu_health.HEALTH_CONDITION:
+            return dict(condition)
+    return {}
+
+
+def _state(taints: set[str], condition: Mapping[str, Any]) -> str:
+    if GPU_UNHEALTHY_TAINT_KEY in taints or condition.get("status") == "False":
+        return "failed"
+    if GPU_BURN_IN_TAINT_KEY in taints:
+        return "not judged" if condition.get("reason") == "CheckNotJudged" else "burning in"
+    if condition.get("status") == "True":
+        return "healthy"
+    return "not checked"
+
+
+def _last_check(node: Mapping[str, Any]) -> str:
+    text = ((node.get("metadata") or {}).get("annotations") or {}).get(gpu_health.CHECK_ANNOTATION)
+    try:
+        check = json.loads(text) if text else None
+    except ValueError:
+        return "unreadable annotation"
+    if not isinstance(check, dict):
+        return "-"
+    return f"{check.get('verdict', '?')} at {check.get('finished_at', '?')}"
+
+
+def node_health(node: Mapping[str, Any]) -> GpuNodeHealth | None:
+    """The node's GPU health, or None for a node without GPUs."""
+    meta = node.get("metadata") or {}
+    labels = meta.get("labels") or {}
+    status = node.get("status") or {}
+    capacity = (status.get("capacity") or {}).get(GPU_RESOURCE)
+    if GPU_PRODUCT_LABEL not in labels and not capacity:
+        return None
+    taints = {str(t.get("key")) for t in (node.get("spec") or {}).get("taints") or []}
+    condition = _condition(node)
+    site = labels.get(SITE_LABEL)
+    where = f"site {site}" if site else f"pool {labels.get(POOL_LABEL, '?')}"
+    advertised = (status.get("allocatable") or {}).get(GPU_RESOURCE, "0")
+    return GpuNodeHealth(
+        node=str(meta.get("name", "?")),
+        where=where,
+        gpu_model=str(labels.get(GPU_PRODUCT_LABEL, "?")),
+        gpus=f"{advertised}/{capacity or 0}",
+        state=_state(taints, condition),
+        reason=str(condition.get("reason") or "no GPUHealthy condition: is the burn-in agent running?"),
+        since=str(condition.get("lastTransitionTime") or "-"),
+        last_check=_last_check(node),
+        message=" ".join(str(condition.get("message") or "").split()),
+    )
+
+
+def gpu_nodes(nodes: Iterable[Mapping[str, Any]]) -> list[GpuNodeHealth]:
+    """Every GPU node's health, by place and name."""
+    found = [h for h in map(node_health, nodes) if h is not None]
+    return sorted(found, key=lambda h: (h.where, h.node))

@@ -1,0 +1,120 @@
+"""`dlinfra gpu status` against a recorded Kubernetes API (the loopback server the what-happened tests use): GPU
+nodes in each burn-in state, cloud and site, with the node objects as the burn-in agent leaves them; and
+`what-happened` telling a node's GPU check among its events."""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from dlinfra.cli import main as cli
+from dlinfra.model import gpu_health
+from dlinfra.ops import gpu_status
+from dlinfra.ops import what_happened as wh
+from tests.ops.test_what_happened import RecordedApi, write_kubeconfig
+
+GPU_TAINT = {"key": "nvidia.com/gpu", "value": "true", "effect": "NoSchedule"}
+BURN_IN, UNHEALTHY = (
+    {"key": k, "value": v, "effect": e} for k, v, e in (gpu_health.BURN_IN_TAINT, gpu_health.UNHEALTHY_TAINT)
+)
+
+
+def _node(name: str, labels: dict[str, str], taints: list[dict[str, str]], condition: dict[str, str] | None,
+          *, check: dict[str, Any] | None = None, gpus: str = "8") -> dict[str, Any]:  # fmt: skip
+    annotations = {gpu_health.CHECK_ANNOTATION: json.dumps(check)} if check else {}
+    conditions = [{"type": "Ready", "status": "True", "lastTransitionTime": "2027-01-05T10:00:00Z"}]
+    if condition:
+        conditions.append({"type": gpu_health.HEALTH_CONDITION, **condition})
+    return {
+        "metadata": {"name": name, "labels": labels, "annotations": annotations,
+                     "creationTimestamp": "2027-01-05T10:00:00Z"},
+        "spec": {"taints": taints},
+        "status": {"capacity": {"nvidia.com/gpu": gpus}, "allocatable": {"nvidia.com/gpu": gpus},
+                   "conditions": conditions},
+    }  # fmt: skip
+
+
+H100 = {"dlinfra.io/pool": "train-h100", "nvidia.com/gpu.product": "H100"}
+NODES = [
+    _node("ip-10-1-0-1", H100, [GPU_TAINT],
+          {"status": "True", "reason": "CheckPassed", "message": "the GPU check passed",
+           "lastTransitionTime": "2027-01-05T10:06:00Z"},
+          check={"verdict": "passed", "finished_at": "2027-01-05T10:05:40Z", "problems": []}),
+    _node("ip-10-1-0-2", H100, [GPU_TAINT, UNHEALTHY],
+          {"status": "False", "reason": "CheckFailed", "message": "the GPU check failed: GPU 3 xid: Xid 79",
+           "lastTransitionTime": "2027-01-05T10:07:00Z"},
+          check={"verdict": "failed", "finished_at": "2027-01-05T10:06:50Z", "problems": ["GPU 3 xid: Xid 79"]}),
+    _node("ip-10-1-0-3", H100, [GPU_TAINT, BURN_IN],
+          {"status": "Unknown", "reason": "Checking", "message": "the GPU check of this boot is running",
+           "lastTransitionTime": "2027-01-05T11:00:00Z"}),
+    _node("mi-0123456789abcdef0", {"dlinfra.io/pool": "site-sjc1", "dlinfra.io/site": "sjc1",
+                                   "nvidia.com/gpu.product": "H100"}, [GPU_TAINT], None),
+    _node("ip-10-1-9-9", {"dlinfra.io/pool": "cpu"}, [], None, gpus=""),
+]  # fmt: skip
+
+
+def test_each_node_s_state_follows_what_the_agent_left() -> None:
+    found = {h.node: h for h in gpu_status.gpu_nodes(NODES)}
+    assert "ip-10-1-9-9" not in found  # no GPUs
+    assert [(h.where, h.state) for h in gpu_status.gpu_nodes(NODES)] == [
+        ("pool train-h100", "healthy"),
+        ("pool train-h100", "failed"),
+        ("pool train-h100", "burning in"),
+        ("site sjc1", "not checked"),
+    ]
+    assert found["ip-10-1-0-2"].last_check == "failed at 2027-01-05T10:06:50Z"
+    assert "Xid 79" in found["ip-10-1-0-2"].message
+    assert "is the burn-in agent running" in found["mi-0123456789abcdef0"].reason
+
+
+@pytest.fixture
+def cluster(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[RecordedApi]:
+    api = RecordedApi({"nodes": NODES, "pods": [], "events": []})
+    thread = threading.Thread(target=api.serve_forever, daemon=True)
+    thread.start()
+    monkeypatch.setenv("KUBECONFIG", str(write_kubeconfig(tmp_path / "kubeconfig", api.url)))
+    try:
+        yield api
+    finally:
+        api.shutdown()
+        api.server_close()
+        thread.join(timeout=120)
+
+
+def test_gpu_status_reads_the_cluster_and_exits_1_on_a_failed_node(
+    cluster: RecordedApi, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert cli.main(["gpu", "status", "--json"]) == 1
+    listed = json.loads(capsys.readouterr().out)
+    assert [(n["node"], n["state"], n["gpus"]) for n in listed][:2] == [
+        ("ip-10-1-0-1", "healthy", "8/8"),
+        ("ip-10-1-0-2", "failed", "8/8"),
+    ]
+    assert cluster.requests == [("GET", "/api/v1/nodes")]  # one read, nothing written
+    assert cli.main(["gpu", "status"]) == 1
+    text = capsys.readouterr().out
+    assert "ip-10-1-0-3" in text and "burning in" in text
+    assert "ip-10-1-0-2: the GPU check failed: GPU 3 xid: Xid 79" in text
+
+
+def test_gpu_status_without_a_cluster_is_one_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("KUBECONFIG", str(tmp_path / "missing"))
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    assert cli.main(["gpu", "status"]) == 2
+    assert "cannot read the cluster's nodes: no usable kubeconfig" in capsys.readouterr().err
+
+
+def test_what_happened_tells_the_gpu_check_among_a_node_s_events() -> None:
+    events = wh.node_events(NODES[1]) + wh.node_now(NODES[1], datetime(2027, 1, 5, 12, tzinfo=UTC))
+    told = {(e.what, e.detail) for e in events}
+    assert ("GPUHealthy=False", "CheckFailed: the GPU check failed: GPU 3 xid: Xid 79") in told
+    (now,) = [e for e in events if e.what == "now"]
+    assert f"{gpu_health.UNHEALTHY_TAINT[0]}:NoSchedule" in now.detail
