@@ -22,13 +22,21 @@ from dlinfra.ops import gpu_status
 def register(subparsers: Any, common: argparse.ArgumentParser) -> dict[str, Handler]:
     """Add `gpu expect` to the CLI; returns command name -> handler."""
     gpu = subparsers.add_parser("gpu", help="GPU node health: what the check expects, and what it found")
-    gpu_sub = gpu.add_subparsers(dest="gpu_command", required=True, metavar="{expect,status}")
+    gpu_sub = gpu.add_subparsers(dest="gpu_command", required=True, metavar="{expect,status,check}")
     status = gpu_sub.add_parser(
         "status",
         help="every GPU node's health as its burn-in left it (cloud and site), from the cluster (docs/gpu-health.md)",
     )
     status.add_argument("--context", help="kubeconfig context (default: the current one)")
     status.add_argument("--json", action="store_true", help="one JSON object per node, in a list")
+    check = gpu_sub.add_parser(
+        "check",
+        help="run a GPU node's check again now, through SSM (on a drained node: it loads every GPU)",
+    )
+    check.add_argument("node", help="the node's name (kubectl get nodes)")
+    check.add_argument("--context", help="kubeconfig context (default: the current one)")
+    check.add_argument("--region", help="a site machine's home region (EC2 nodes: from their providerID)")
+    check.add_argument("--force", action="store_true", help="even while pods that use GPUs are on the node")
     expect = gpu_sub.add_parser(
         "expect",
         parents=[common],
@@ -59,6 +67,8 @@ def register(subparsers: Any, common: argparse.ArgumentParser) -> dict[str, Hand
 def cmd_gpu(args: argparse.Namespace) -> int:
     if args.gpu_command == "status":
         return _status(args)
+    if args.gpu_command == "check":
+        return _run_check(args)
     expectation = _expectation(args)
     text = json.dumps(expectation, indent=2) + "\n"
     if args.out is not None:
@@ -93,6 +103,41 @@ def _status(args: argparse.Namespace) -> int:
             if h.state not in ("healthy", "burning in") and h.message:
                 out.print(f"{h.node}: {h.message}", markup=False)
     return 1 if any(h.state in ("failed", "not judged") for h in found) else 0
+
+
+def _run_check(args: argparse.Namespace) -> int:
+    """Start the node's check through SSM Run Command; the burn-in agent then reads its new report."""
+    from dlinfra.ops import what_happened_sources as sources
+
+    try:
+        kube = sources.connect_kube(args.context)
+        node = kube.node(args.node)
+        pods = kube.pods_on(args.node) if node is not None else []
+    except sources.SourceError as exc:
+        raise DlinfraError(f"cannot read node {args.node}: {exc}", key="gpu check") from None
+    if node is None:
+        raise DlinfraError(f"no node {args.node} in this cluster", key="gpu check")
+    target = gpu_status.check_target(node)
+    busy = gpu_status.busy_with_gpus(pods)
+    if busy and not args.force:
+        raise DlinfraError(
+            f"node {args.node} runs pods that use its GPUs ({', '.join(busy)}): the check would load every GPU under "
+            f"them. Drain it first (kubectl drain {args.node} --ignore-daemonsets), or pass --force",
+            key="gpu check",
+        )
+    region = target.region or args.region
+    if region is None:
+        raise DlinfraError(f"node {args.node} is a site machine: give its home region with --region", key="--region")
+    import boto3  # only here: the rest of the CLI works without it
+
+    command = gpu_status.send_check(boto3.client("ssm", region_name=region), target)
+    out.print(
+        f"started the GPU check on {args.node} ({target.instance}, {region}): SSM command {command}\n"
+        f"follow it: aws ssm get-command-invocation --region {region} --command-id {command} "
+        f"--instance-id {target.instance}; then dlinfra gpu status",
+        markup=False,
+    )
+    return 0
 
 
 def _expectation(args: argparse.Namespace) -> dict[str, Any]:

@@ -5,12 +5,15 @@ agent writes: components/scripts/gpu_burn_in.py). Pure: the caller reads the nod
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from dlinfra.errors import DlinfraError
 from dlinfra.model import gpu_health
 from dlinfra.model.fleet.labels import GPU_BURN_IN_TAINT_KEY, GPU_UNHEALTHY_TAINT_KEY
+from dlinfra.ops.what_happened import region_of_zone
 
 GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"
 POOL_LABEL = "dlinfra.io/pool"
@@ -94,3 +97,64 @@ def gpu_nodes(nodes: Iterable[Mapping[str, Any]]) -> list[GpuNodeHealth]:
     """Every GPU node's health, by place and name."""
     found = [h for h in map(node_health, nodes) if h is not None]
     return sorted(found, key=lambda h: (h.where, h.node))
+
+
+# --- the check by hand ----------------------------------------------------------------------------------------------
+# The check runs through SSM Run Command: cloud nodes are EC2 instances with the SSM agent (the EKS-optimized and our
+# images run it), site machines are SSM managed instances registered by their hybrid activation, whose node name is
+# the managed instance id (EKS user guide, "Hybrid nodes": nodeadm with SSM names the node after it).
+RUN_SHELL = "AWS-RunShellScript"
+RESTART = f"systemctl restart --no-block {gpu_health.CHECK_UNIT}"
+_EC2_PROVIDER = re.compile(r"^aws:///(?P<zone>[a-z0-9-]+)/(?P<instance>i-[0-9a-f]{8,17})$")
+_MANAGED = re.compile(r"^mi-[0-9a-f]{17}$")
+
+
+@dataclass(frozen=True)
+class CheckTarget:
+    node: str
+    instance: str  # i-... (EC2) or mi-... (a site machine)
+    region: str | None  # the EC2 instance's; None for a site machine (its home region, from the caller)
+
+
+def check_target(node: Mapping[str, Any]) -> CheckTarget:
+    """Where the check of this node runs; DlinfraError when the node is neither an EC2 instance nor a site machine."""
+    name = str((node.get("metadata") or {}).get("name", "?"))
+    provider = str((node.get("spec") or {}).get("providerID") or "")
+    if node_health(node) is None:
+        raise DlinfraError(f"node {name} has no GPUs", key="gpu check")
+    ec2 = _EC2_PROVIDER.match(provider)
+    if ec2:
+        return CheckTarget(name, ec2["instance"], region_of_zone(ec2["zone"]))
+    if _MANAGED.match(name):
+        return CheckTarget(name, name, None)
+    raise DlinfraError(
+        f"node {name} (providerID {provider or 'none'}) is neither an EC2 instance nor an SSM managed site machine",
+        key="gpu check",
+    )
+
+
+def busy_with_gpus(pods: Iterable[Mapping[str, Any]]) -> list[str]:
+    """Running or pending pods on the node that ask for GPUs, other than DaemonSets': the check loads every GPU."""
+    busy = []
+    for pod in pods:
+        meta, spec = pod.get("metadata") or {}, pod.get("spec") or {}
+        if (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
+            continue
+        if any(o.get("kind") == "DaemonSet" for o in meta.get("ownerReferences") or []):
+            continue
+        containers = (spec.get("containers") or []) + (spec.get("initContainers") or [])
+        if any(GPU_RESOURCE in ((c.get("resources") or {}).get("limits") or {}) for c in containers):
+            busy.append(f"{meta.get('namespace')}/{meta.get('name')}")
+    return sorted(busy)
+
+
+def send_check(ssm: Any, target: CheckTarget) -> str:
+    """Start the node's check again (the burn-in agent reads the new report); the Run Command id."""
+    reply = ssm.send_command(
+        InstanceIds=[target.instance],
+        DocumentName=RUN_SHELL,
+        Comment=f"dlinfra gpu check {target.node}"[:100],
+        Parameters={"commands": [RESTART]},
+        TimeoutSeconds=60,
+    )
+    return str(reply["Command"]["CommandId"])

@@ -71,6 +71,11 @@ class Kube:
         found: dict[str, Any] | None = self._get(self.core.read_namespaced_pod, name, namespace)
         return found
 
+    def pods_on(self, node: str) -> list[dict[str, Any]]:
+        """Every pod bound to the node, in all namespaces."""
+        reply = self._get(self.core.list_pod_for_all_namespaces, field_selector=f"spec.nodeName={node}")
+        return list((reply or {}).get("items") or [])
+
     def events(self, kind: str, name: str, namespace: str | None = None) -> list[dict[str, Any]]:
         selector = f"involvedObject.kind={kind},involvedObject.name={name}"
         if namespace is None:

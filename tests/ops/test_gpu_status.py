@@ -11,7 +11,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import boto3
 import pytest
+from moto import mock_aws
 
 from dlinfra.cli import main as cli
 from dlinfra.model import gpu_health
@@ -73,9 +75,31 @@ def test_each_node_s_state_follows_what_the_agent_left() -> None:
     assert "is the burn-in agent running" in found["mi-0123456789abcdef0"].reason
 
 
+NODES[0]["spec"]["providerID"] = "aws:///us-west-2a/i-0a1b2c3d4e5f60718"
+NODES[1]["spec"]["providerID"] = "aws:///us-west-2b/i-0f1e2d3c4b5a69788"
+
+
+def _pod(name: str, node: str, *, gpus: bool, daemon: bool = False, phase: str = "Running") -> dict[str, Any]:
+    limits = {"nvidia.com/gpu": "8"} if gpus else {}
+    owner = [{"kind": "DaemonSet", "name": "nvidia-device-plugin"}] if daemon else []
+    return {
+        "metadata": {"namespace": "team-vision", "name": name, "ownerReferences": owner},
+        "spec": {"nodeName": node, "containers": [{"name": "c", "resources": {"limits": limits}}]},
+        "status": {"phase": phase},
+    }
+
+
+PODS = [
+    _pod("train-0", "ip-10-1-0-1", gpus=True),
+    _pod("device-plugin", "ip-10-1-0-2", gpus=True, daemon=True),
+    _pod("done", "ip-10-1-0-2", gpus=True, phase="Succeeded"),
+    _pod("cpu-helper", "ip-10-1-0-2", gpus=False),
+]
+
+
 @pytest.fixture
 def cluster(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[RecordedApi]:
-    api = RecordedApi({"nodes": NODES, "pods": [], "events": []})
+    api = RecordedApi({"nodes": NODES, "pods": PODS, "events": []})
     thread = threading.Thread(target=api.serve_forever, daemon=True)
     thread.start()
     monkeypatch.setenv("KUBECONFIG", str(write_kubeconfig(tmp_path / "kubeconfig", api.url)))
@@ -118,3 +142,48 @@ def test_what_happened_tells_the_gpu_check_among_a_node_s_events() -> None:
     assert ("GPUHealthy=False", "CheckFailed: the GPU check failed: GPU 3 xid: Xid 79") in told
     (now,) = [e for e in events if e.what == "now"]
     assert f"{gpu_health.UNHEALTHY_TAINT[0]}:NoSchedule" in now.detail
+
+
+@pytest.fixture
+def ssm(monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")  # never the link-local metadata address
+    for name in ("AWS_PROFILE", "AWS_DEFAULT_REGION"):
+        monkeypatch.delenv(name, raising=False)
+    with mock_aws():
+        yield boto3.client("ssm", region_name="us-west-2")
+
+
+def test_gpu_check_restarts_the_check_through_ssm_on_a_drained_node(
+    cluster: RecordedApi, ssm: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert cli.main(["gpu", "check", "ip-10-1-0-2"]) == 0  # a DaemonSet's, a finished and a CPU pod: drained
+    printed = capsys.readouterr().out
+    (command,) = ssm.list_commands()["Commands"]
+    assert command["InstanceIds"] == ["i-0f1e2d3c4b5a69788"] and command["DocumentName"] == "AWS-RunShellScript"
+    assert command["Parameters"]["commands"] == [f"systemctl restart --no-block {gpu_health.CHECK_UNIT}"]
+    assert command["CommandId"] in printed and "us-west-2" in printed
+    # Nothing was written to the cluster: the burn-in agent reads the new report.
+    assert {method for method, _ in cluster.requests} == {"GET"}
+
+
+def test_gpu_check_refuses_a_node_whose_gpus_are_in_use(
+    cluster: RecordedApi, ssm: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert cli.main(["gpu", "check", "ip-10-1-0-1"]) == 2
+    assert "runs pods that use its GPUs (team-vision/train-0)" in capsys.readouterr().err
+    assert ssm.list_commands()["Commands"] == []
+    assert cli.main(["gpu", "check", "ip-10-1-0-1", "--force"]) == 0
+
+
+def test_gpu_check_of_a_site_machine_needs_its_region(
+    cluster: RecordedApi, ssm: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert cli.main(["gpu", "check", "mi-0123456789abcdef0"]) == 2
+    assert "give its home region with --region" in capsys.readouterr().err
+    assert cli.main(["gpu", "check", "mi-0123456789abcdef0", "--region", "us-west-2"]) == 0
+    (command,) = ssm.list_commands()["Commands"]
+    assert command["InstanceIds"] == ["mi-0123456789abcdef0"]
+    assert cli.main(["gpu", "check", "ip-10-1-9-9"]) == 2  # a CPU node
+    assert "has no GPUs" in capsys.readouterr().err
+    assert cli.main(["gpu", "check", "ip-10-9-9-9"]) == 2
+    assert "no node ip-10-9-9-9" in capsys.readouterr().err
