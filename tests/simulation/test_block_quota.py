@@ -97,7 +97,7 @@ def cluster(region: str) -> Cluster:
     found: dict[str, Any] = {}
     for r in result.resources:
         if r.type == "kubernetes:core/v1:ConfigMap" and r.inputs["metadata"]["name"] == NAME:
-            found["keeper_script"] = r.inputs["data"]["capacity_block_flavor.py"]
+            found["keeper_script"] = r.inputs["data"]["components.scripts.capacity_block_flavor.py"]
             found["keeper_config"] = r.inputs["data"]["config.json"]
         elif r.type == "kubernetes:batch/v1:CronJob" and r.inputs["metadata"]["name"] == NAME:
             found["keeper_schedule"] = r.inputs["spec"]["schedule"]
