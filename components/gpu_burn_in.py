@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, cast
 
 import pulumi
@@ -61,6 +61,10 @@ def _field(obj: str, path: str, empty: str) -> str:
     return f"(has({obj}.{path}) ? {obj}.{path} : {empty})"
 
 
+def _cel_list(items: Sequence[str]) -> str:
+    return "[" + ", ".join(f"'{item}'" for item in items) + "]"
+
+
 def _same(path: str, empty: str) -> str:
     return f"{_field('object', path, empty)} == {_field('oldObject', path, empty)}"
 
@@ -68,9 +72,17 @@ def _same(path: str, empty: str) -> str:
 def own_node_policy_spec() -> dict[str, Any]:
     """The policy that holds the agent to its own node and to the burn-in's fields, for updates of nodes and of
     their status (a patch is an update to admission)."""
-    health_keys = sorted({gpu_health.BURN_IN_TAINT[0], gpu_health.UNHEALTHY_TAINT[0]})
-    keys = "[" + ", ".join(f"'{k}'" for k in health_keys) + "]"
+    burn_in = (gpu_health.BURN_IN_TAINT, gpu_health.SITE_BURN_IN_TAINT)
+    health_keys = sorted({t[0] for t in burn_in} | {gpu_health.UNHEALTHY_TAINT[0]})
+    keys = _cel_list(health_keys)
     others = f".filter(t, !(t.key in {keys}))"
+    new_taints, old_taints = _field("object", "spec.taints", "[]"), _field("oldObject", "spec.taints", "[]")
+    # A health taint the agent puts on is one of its own: a burn-in taint "pending", or the unhealthy taint with one of
+    # the agent's values, NoSchedule both; what was there before (another's unhealthy taint) may stay as it is.
+    allowed = (
+        f"t.effect == 'NoSchedule' && ((t.key in {_cel_list([k for k, _, _ in burn_in])} && t.value == 'pending') || "
+        f"(t.key == '{gpu_health.UNHEALTHY_TAINT[0]}' && t.value in {_cel_list(gpu_health.UNHEALTHY_VALUES)}))"
+    )
     conditions = f".filter(c, c.type != '{gpu_health.HEALTH_CONDITION}')"
     annotation = gpu_health.CHECK_ANNOTATION
     new_annotations = _field("object", "metadata.annotations", "{}")
@@ -102,6 +114,17 @@ def own_node_policy_spec() -> dict[str, Any]:
                 "message": f"the GPU burn-in agent may change only the taints {', '.join(health_keys)}",
             },
             {
+                "expression": f"{new_taints}.filter(t, t.key in {keys} && !(t in {old_taints})).all(t, {allowed})",
+                "message": "the GPU burn-in agent may put on only its own health taints: a burn-in taint 'pending', or "
+                f"{gpu_health.UNHEALTHY_TAINT[0]} with one of {', '.join(gpu_health.UNHEALTHY_VALUES)}, NoSchedule",
+            },
+            {
+                "expression": " && ".join(
+                    _same(f"metadata.{name}", "[]") for name in ("ownerReferences", "finalizers")
+                ),
+                "message": "the GPU burn-in agent may not change a node's owners or finalizers",
+            },
+            {
                 "expression": "(has(object.spec.unschedulable) && object.spec.unschedulable) == "
                 "(has(oldObject.spec.unschedulable) && oldObject.spec.unschedulable)",
                 "message": "the GPU burn-in agent may not cordon or uncordon a node",
@@ -124,9 +147,16 @@ def own_node_policy_spec() -> dict[str, Any]:
             {
                 "expression": " && ".join(
                     _same(f"status.{name}", empty)
-                    for name, empty in (("capacity", "{}"), ("allocatable", "{}"), ("addresses", "[]"))
+                    for name, empty in (
+                        ("capacity", "{}"),
+                        ("allocatable", "{}"),
+                        ("addresses", "[]"),
+                        ("daemonEndpoints", "{}"),
+                        ("nodeInfo", "{}"),
+                    )
                 ),
-                "message": "the GPU burn-in agent may not change a node's capacity, allocatable or addresses",
+                "message": "the GPU burn-in agent may not change a node's capacity, allocatable, addresses, daemon "
+                "endpoints or node info",
             },
         ],
     }

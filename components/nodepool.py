@@ -45,6 +45,7 @@ WORKER_POLICIES = {
     "ssm": "arn:aws:iam::aws:policy/AmazonSSMManagedInstanceCore",
 }
 CNI_POLICY = "arn:aws:iam::aws:policy/AmazonEKS_CNI_Policy"
+USER_DATA_LIMIT = 16384  # bytes before base64 (EC2 API reference, RunInstances UserData: "limited to 16 KB")
 ROOT_DEVICE = "/dev/sda1"  # Ubuntu AMIs boot from /dev/sda1
 # The termination hook's longest hold: EC2 Auto Scaling's HeartbeatTimeout is 30..7200 seconds (API reference,
 # PutLifecycleHook; user guide "Amazon EC2 Auto Scaling lifecycle hooks").
@@ -236,14 +237,6 @@ def capacity_class(args: NodePoolArgs) -> str:
     return "spot" if args.spot else "on-demand"
 
 
-def register_taints(args: NodePoolArgs) -> tuple[tuple[str, str, str], ...]:
-    """The taints a node registers with: the pool's, and on a GPU pool the burn-in taint, which the burn-in agent
-    removes once the node's GPUs have passed their check (dlinfra.model.gpu_health). The burn-in taint is not among
-    the autoscaler's node-template tags (autoscaler_tags): the autoscaler knows it as a startup taint, one a node
-    sheds by itself, so a job that does not tolerate it still scales the pool up (components/charts/autoscaler.py)."""
-    return (*args.taints, gpu_health.BURN_IN_TAINT) if args.kind == "gpu" else tuple(args.taints)
-
-
 def gpu_expectation(args: NodePoolArgs) -> str | None:
     """What a GPU node's burn-in expects, per instance type the pool may launch (compact JSON), or None."""
     if args.kind != "gpu":
@@ -256,9 +249,13 @@ def render_user_data(
     *, pool: str, cluster_name: str, region: str, labels: Mapping[str, str], taints: Sequence[tuple[str, str, str]],
     max_pods: int | None, cluster_dns: Sequence[str], gpu_expectation: str | None = None,
 ) -> str:  # fmt: skip
-    """The node's user data: on GPU pools the burn-in's expectation and its start, then the join; everything else is
-    baked into the image."""
-    return _ENV.get_template("node-user-data.sh.j2").render(
+    """The node's user data: on GPU pools (`gpu_expectation` given) the burn-in's expectation, its start and the
+    burn-in taint, where the image has the check; then the join. Everything else is baked into the image.
+
+    The burn-in taint is not among the autoscaler's node-template tags (autoscaler_tags): the autoscaler knows it as
+    a startup taint, one a node sheds by itself, so a job that does not tolerate it still scales the pool up
+    (components/charts/autoscaler.py)."""
+    text = _ENV.get_template("node-user-data.sh.j2").render(
         pool=pool,
         cluster_name=cluster_name,
         region=region,
@@ -269,7 +266,13 @@ def render_user_data(
         gpu_expectation=gpu_expectation,
         expect_path=gpu_health.EXPECT_PATH,
         check_unit=gpu_health.CHECK_UNIT,
+        burn_in_taint="{}={}:{}".format(*gpu_health.BURN_IN_TAINT),
     )
+    if len(text.encode()) > USER_DATA_LIMIT:
+        raise ValueError(
+            f"{pool}: user data is {len(text.encode())} bytes, over EC2's {USER_DATA_LIMIT} (fewer instance types)"
+        )
+    return text
 
 
 class NodePool(pulumi.ComponentResource):
@@ -381,7 +384,7 @@ class NodePool(pulumi.ComponentResource):
             cluster_name=args.cluster_name,
             region=names.region or "",
             labels=node_labels(args),
-            taints=register_taints(args),
+            taints=args.taints,
             max_pods=spec.max_pods,
             cluster_dns=args.cluster_dns,
             gpu_expectation=gpu_expectation(args),

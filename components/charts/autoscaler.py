@@ -100,6 +100,13 @@ def autoscaler_args(kubernetes_version: str) -> dict[str, str]:
         # still tainted after 15 minutes counts as unready (clusterstate.go MaxNodeStartupTime), which the burn-in's
         # time limit stays under (gpu_health.BURN_IN_SECONDS).
         "startup-taint": gpu_health.BURN_IN_TAINT[0],
+        # Status taints: the node counts as ready, and the taint stays out of the pool's scale-up template. The
+        # unhealthy taint, or a template built from a failed node would say no pod fits the pool and the autoscaler,
+        # caching it (node-info-cache-expire-time, 10 years), would never scale the pool up again; the site
+        # machines' burn-in taint, so a rebooted site's machines never count as unready (SanitizeTaints, taints.go).
+        # The chart repeats a flag for keys that differ after an underscore (templates/deployment.yaml, 9.59.0).
+        "status-taint_unhealthy": gpu_health.UNHEALTHY_TAINT[0],
+        "status-taint_site": gpu_health.SITE_BURN_IN_TAINT[0],
     }
     if int(kubernetes_version.split(".")[1]) < _PROVREQ_JSON_FROM_MINOR:
         args["kube-api-content-type"] = "application/json"

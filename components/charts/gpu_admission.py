@@ -41,6 +41,7 @@ from typing import Any
 import pulumi_kubernetes as k8s
 
 from components.charts.kueue import ADMISSION_GATE, framework_resources
+from dlinfra.model.fleet.labels import GPU_HEALTH_TAINT_KEYS
 from dlinfra.model.kueue import OVERFLOW_QUEUE
 
 POLICY_NAME = "dlinfra-gpu-pods-through-kueue"
@@ -154,6 +155,7 @@ def variables(controller_namespaces: Sequence[str], frameworks: Sequence[str]) -
 
 def validations() -> list[tuple[str, str]]:
     """(CEL expression, message) of each rule a matching pod must pass."""
+    health = "[" + ", ".join(f"'{k}'" for k in GPU_HEALTH_TAINT_KEYS) + "]"
     return [
         (
             "request.operation != 'CREATE' || variables.gated || (variables.byController && variables.forQueuedJob)",
@@ -173,6 +175,14 @@ def validations() -> list[tuple[str, str]]:
             "request.operation != 'UPDATE' || !variables.wasGated || variables.gated || "
             f"request.userInfo.username == '{KUEUE_CONTROLLER}'",
             f"only Kueue removes the {ADMISSION_GATE} scheduling gate, when it admits the pod",
+        ),
+        (
+            "!has(object.spec.tolerations) || object.spec.tolerations.all(t, "
+            f"!((has(t.key) ? t.key : '') in {health} || "
+            "((!has(t.key) || t.key == '') && has(t.operator) && t.operator == 'Exists')))",
+            "a pod that requests GPUs in a team namespace may not tolerate the GPU health taints "
+            f"({', '.join(GPU_HEALTH_TAINT_KEYS)}), nor every taint (operator Exists without a key): it would start "
+            "on GPUs that have not passed, or have failed, their check (docs/gpu-health.md)",
         ),
     ]
 

@@ -31,7 +31,7 @@ GPU_NODE_AFFINITY: dict[str, Any] = {
 # advertises the GPUs the agent waits for, and on a node that failed, so what failed stays visible.
 GPU_HEALTH_TOLERATIONS: list[dict[str, str]] = [
     {"key": key, "operator": "Exists", "effect": effect}
-    for key, _, effect in (gpu_health.BURN_IN_TAINT, gpu_health.UNHEALTHY_TAINT)
+    for key, _, effect in (gpu_health.BURN_IN_TAINT, gpu_health.SITE_BURN_IN_TAINT, gpu_health.UNHEALTHY_TAINT)
 ]
 GPU_TOLERATIONS: list[dict[str, str]] = [
     {"key": GPU_TAINT_KEY, "operator": "Exists", "effect": "NoSchedule"},

@@ -37,10 +37,22 @@ from components.scripts import kube_api
 # These equal dlinfra.model.gpu_health's (tests/components/test_gpu_burn_in.py keeps them equal); the script runs in a
 # pod without dlinfra, so it carries its own copy.
 BURN_IN_TAINT = {"key": "dlinfra.io/gpu-burn-in", "value": "pending", "effect": "NoSchedule"}
+SITE_BURN_IN_TAINT = {"key": "dlinfra.io/gpu-burn-in-site", "value": "pending", "effect": "NoSchedule"}
+BURN_IN_KEYS = (BURN_IN_TAINT["key"], SITE_BURN_IN_TAINT["key"])
 UNHEALTHY_TAINT = {"key": "dlinfra.io/gpu-unhealthy", "value": "check-failed", "effect": "NoSchedule"}
+# The unhealthy taint's values a check puts on (and a passing check takes off): why the node takes no work.
+CHECK_FAILED, NOT_JUDGED, NOT_FINISHED, NOT_ADVERTISED = (
+    "check-failed",
+    "check-not-judged",
+    "check-not-finished",
+    "gpus-not-advertised",
+)
+OURS = (CHECK_FAILED, NOT_JUDGED, NOT_FINISHED, NOT_ADVERTISED)
+SITE_LABEL = "dlinfra.io/site"
 CONDITION = "GPUHealthy"
 ANNOTATION = "dlinfra.io/gpu-check"
-BURN_IN_SECONDS = 600  # the longest a burn-in may take from boot (the check unit's own limit)
+BURN_IN_SECONDS = 600  # the check unit's own limit
+DEADLINE_SECONDS = 900  # from boot: the burn-in's limit and a margin for the boot and the join before it starts
 GPU_RESOURCE = "nvidia.com/gpu"
 BOOT_ID = "/proc/sys/kernel/random/boot_id"
 UPTIME = "/proc/uptime"
@@ -118,10 +130,6 @@ class Decision:
     notes: list[str] = field(default_factory=list)
 
 
-def _without(taints: Sequence[Mapping[str, Any]], key: str) -> list[dict[str, Any]]:
-    return [dict(t) for t in taints if t.get("key") != key]
-
-
 def _with(taints: Sequence[Mapping[str, Any]], taint: Mapping[str, str]) -> list[dict[str, Any]]:
     if any(t.get("key") == taint["key"] for t in taints):
         return [dict(t) for t in taints]
@@ -137,11 +145,39 @@ def advertised_gpus(node: Mapping[str, Any]) -> int:
         return 0
 
 
+def burn_in_taint(node: Mapping[str, Any]) -> dict[str, str]:
+    """The burn-in taint of this node: a site machine's (one the autoscaler does not count as unready), or a cloud
+    node's (the autoscaler's startup taint)."""
+    labels = (node.get("metadata") or {}).get("labels") or {}
+    return dict(SITE_BURN_IN_TAINT if SITE_LABEL in labels else BURN_IN_TAINT)
+
+
+def _unhealthy(value: str) -> dict[str, str]:
+    return {**UNHEALTHY_TAINT, "value": value}
+
+
+def _settled(taints: Sequence[Mapping[str, Any]], value: str | None) -> list[dict[str, Any]]:
+    """The taints without the burn-in's and without any unhealthy taint a check put on (its values say so), plus
+    the unhealthy taint `value` when given. Another's unhealthy taint (another value) stays."""
+    kept = [
+        dict(t)
+        for t in taints
+        if t.get("key") not in BURN_IN_KEYS and not (t.get("key") == UNHEALTHY_TAINT["key"] and t.get("value") in OURS)
+    ]
+    return _with(kept, _unhealthy(value)) if value else kept
+
+
 def decide(node: Mapping[str, Any], report: Report | None, *, boot_id: str, uptime: float) -> Decision:
-    """What the node should carry, from its current state, the report on the machine and this boot."""
+    """What the node should carry, from its current state, the report on the machine and this boot.
+
+    Every path ends in one of two states within DEADLINE_SECONDS of boot: the burn-in taint off, or replaced by the
+    unhealthy taint (a fault found, the check not judging, no report, the GPUs not advertised). The unhealthy taint is
+    one the autoscaler treats as a status taint: the node counts as ready, takes no work, and a cloud node is removed
+    as unneeded."""
     taints = node.get("spec", {}).get("taints", []) or []
-    tainted = any(t.get("key") == BURN_IN_TAINT["key"] for t in taints)
-    if report is None and not tainted:
+    tainted = any(t.get("key") in BURN_IN_KEYS for t in taints)
+    late = uptime >= DEADLINE_SECONDS
+    if report is None and not tainted and not any(t.get("key") == UNHEALTHY_TAINT["key"] for t in taints):
         return Decision(
             taints=[dict(t) for t in taints],
             condition=Condition(
@@ -152,28 +188,30 @@ def decide(node: Mapping[str, Any], report: Report | None, *, boot_id: str, upti
             ),
         )
     if report is None or report.boot_id != boot_id:
-        late = uptime >= BURN_IN_SECONDS
+        if late:
+            return Decision(
+                taints=_settled(taints, NOT_FINISHED),
+                condition=Condition(
+                    "Unknown",
+                    "CheckNotFinished",
+                    f"no GPU check report for this boot {DEADLINE_SECONDS} s after it: see `systemctl status "
+                    "dlinfra-gpu-check` on the machine",
+                ),
+            )
         return Decision(
-            taints=_with(taints, BURN_IN_TAINT),
-            condition=Condition(
-                "Unknown",
-                "CheckNotFinished" if late else "Checking",
-                f"no GPU check report for this boot after {int(uptime)} s (the check's limit is {BURN_IN_SECONDS} s): "
-                "see `systemctl status dlinfra-gpu-check` on the machine"
-                if late
-                else "the GPU check of this boot is running",
-            ),
+            taints=_with(_settled(taints, None), burn_in_taint(node)),
+            condition=Condition("Unknown", "Checking", "the GPU check of this boot is running"),
         )
     problems = "; ".join(report.problems[:MAX_PROBLEMS])
     if report.verdict == "failed":
         return Decision(
-            taints=_with(_without(taints, BURN_IN_TAINT["key"]), UNHEALTHY_TAINT),
+            taints=_settled(taints, CHECK_FAILED),
             condition=Condition("False", "CheckFailed", f"the GPU check failed at {report.finished_at}: {problems}"),
             annotation=report.summary(),
         )
     if report.verdict != "passed":
         return Decision(
-            taints=_with(taints, BURN_IN_TAINT),
+            taints=_settled(taints, NOT_JUDGED),
             condition=Condition(
                 "Unknown",
                 "CheckNotJudged",
@@ -183,23 +221,17 @@ def decide(node: Mapping[str, Any], report: Report | None, *, boot_id: str, upti
         )
     advertised = advertised_gpus(node)
     if report.expected_gpus is not None and advertised < report.expected_gpus:
+        message = (
+            f"the GPU check passed at {report.finished_at}, but the node advertises {advertised} of "
+            f"{report.expected_gpus} GPUs: is the NVIDIA device plugin running on it?"
+        )
         return Decision(
-            taints=_with(taints, BURN_IN_TAINT),
-            condition=Condition(
-                "Unknown",
-                "GPUsNotAdvertised",
-                f"the GPU check passed at {report.finished_at}, but the node advertises {advertised} of "
-                f"{report.expected_gpus} GPUs: is the NVIDIA device plugin running on it?",
-            ),
+            taints=_settled(taints, NOT_ADVERTISED) if late else _with(_settled(taints, None), burn_in_taint(node)),
+            condition=Condition("Unknown", "GPUsNotAdvertised", message),
             annotation=report.summary(),
         )
-    kept = _without(taints, BURN_IN_TAINT["key"])
-    # A passing check clears a failure an earlier check put on (the value says whose it is), not another's.
-    kept = [
-        t for t in kept if not (t.get("key") == UNHEALTHY_TAINT["key"] and t.get("value") == UNHEALTHY_TAINT["value"])
-    ]
     return Decision(
-        taints=kept,
+        taints=_settled(taints, None),
         condition=Condition("True", "CheckPassed", f"the GPU check passed at {report.finished_at}"),
         annotation=report.summary(),
     )

@@ -18,15 +18,19 @@ from ruamel.yaml.error import YAMLError
 
 from dlinfra.errors import DlinfraError
 from dlinfra.model import instances
-from dlinfra.model.fleet.labels import GPU_BURN_IN_TAINT_KEY, GPU_UNHEALTHY_TAINT_KEY
+from dlinfra.model.fleet.labels import GPU_BURN_IN_TAINT_KEY, GPU_SITE_BURN_IN_TAINT_KEY, GPU_UNHEALTHY_TAINT_KEY
 from dlinfra.model.fleet.pools import GpuCheck
 
 TABLE_PATH = "dlinfra/data/gpu_models.yaml"
 DCGM_LEVELS = (0, 1, 2, 3, 4)  # 0: no DCGM diagnostic; `dcgmi diag -r 1..4` (DCGM user guide, "Run levels")
 
 # Burn-in: how a GPU node goes from registered to taking work.
-# - It registers with BURN_IN_TAINT (kubelet --register-with-taints: the launch template's user data, a site's
-#   NodeConfig), which no job tolerates.
+# - It registers with BURN_IN_TAINT (kubelet --register-with-taints: the launch template's user data), or a site
+#   machine with SITE_BURN_IN_TAINT (its NodeConfig), which no job tolerates. Two keys for the cluster-autoscaler:
+#   the cloud one is a startup taint (a node coming up, not one pending pods cannot use), the site one a status
+#   taint, since a startup-tainted node counts as unready after 15 minutes, site machines too, and enough unready
+#   nodes stop the autoscaler (cluster-autoscaler 1.33 clusterstate.go IsClusterHealthy); a rebooted site machine
+#   is that old at once.
 # - On the machine, the unit dlinfra-gpu-check (Chef, dlinfra_gpu::gpu_check) runs the check at every boot against
 #   EXPECT_PATH and writes REPORT_PATH.
 # - In the cluster, the burn-in agent (components/gpu_burn_in.py) on the node reads the report and, through the API
@@ -34,17 +38,24 @@ DCGM_LEVELS = (0, 1, 2, 3, 4)  # 0: no DCGM diagnostic; `dcgmi diag -r 1..4` (DC
 #   HEALTH_CONDITION True, or replaces it with UNHEALTHY_TAINT and sets the condition False.
 Taint = tuple[str, str, str]
 BURN_IN_TAINT: Taint = (GPU_BURN_IN_TAINT_KEY, "pending", "NoSchedule")
+SITE_BURN_IN_TAINT: Taint = (GPU_SITE_BURN_IN_TAINT_KEY, "pending", "NoSchedule")
+# A node that failed, or whose check did not judge it in time, carries the unhealthy taint, its value saying why:
+# check-failed, check-not-judged, check-not-finished or gpus-not-advertised (the agent's values; a passing check takes
+# any of them off). The autoscaler treats it as a status taint: the node counts as ready but takes no work.
 UNHEALTHY_TAINT: Taint = (GPU_UNHEALTHY_TAINT_KEY, "check-failed", "NoSchedule")
+UNHEALTHY_VALUES = ("check-failed", "check-not-judged", "check-not-finished", "gpus-not-advertised")
 HEALTH_CONDITION = "GPUHealthy"  # a node condition type of our own, as Node Problem Detector's are
 CHECK_ANNOTATION = "dlinfra.io/gpu-check"  # the last check's verdict, time and first problems, as JSON
 EXPECT_PATH = "/etc/dlinfra/gpu-expect.json"
 REPORT_DIR = "/var/lib/dlinfra/gpu-check"
 REPORT_PATH = f"{REPORT_DIR}/report.json"
 CHECK_UNIT = "dlinfra-gpu-check.service"
-# The longest a burn-in may take, from boot: the check's own time limit on the machine (the unit's TimeoutStartSec)
-# and the agent's wait for a report. Inside the cluster-autoscaler's 15 minutes for a new node to become ready
-# (BURN_IN_MAX_DCGM_LEVEL says why that matters), with room for the boot itself.
+# The longest the check may take on the machine (the unit's TimeoutStartSec; the check bounds itself a minute under).
+# With the boot before it (DEADLINE_SECONDS), inside the cluster-autoscaler's 15 minutes for a new node to become ready
+# (BURN_IN_MAX_DCGM_LEVEL says why that matters).
 BURN_IN_SECONDS = 10 * 60
+# From boot to a settled node (burn-in taint off, or the unhealthy taint on): the burn-in and the boot before it.
+DEADLINE_SECONDS = BURN_IN_SECONDS + 5 * 60
 
 
 class GpuTableError(DlinfraError):
@@ -126,13 +137,18 @@ def expectation(
         "gpu_count": gpu_count,
         "products": list(spec.products),
         "memory_health": spec.memory_health,
-        "failing_xids": {str(code): xid.action for code, xid in sorted(table().failing_xids.items())},
+        "failing_xids": expectation_xids(),
         "efa_devices": efa_devices,
         "fabric": fabric,
         "dcgm_level": dcgm_level,
         "gemm_tflops_floor": spec.gemm_tflops.value if throughput and spec.gemm_tflops else None,
         "bandwidth_gbs_floor": spec.bandwidth_gbs.value if throughput and spec.bandwidth_gbs else None,
     }
+
+
+def expectation_xids() -> dict[str, str]:
+    """The Xids that fail a GPU, with NVIDIA's action for each, as the expectation writes them."""
+    return {str(code): xid.action for code, xid in sorted(table().failing_xids.items())}
 
 
 def site_expectation(gpu_model: str, gpus_per_node: int, check: GpuCheck) -> dict[str, Any]:
@@ -143,11 +159,14 @@ def site_expectation(gpu_model: str, gpus_per_node: int, check: GpuCheck) -> dic
 def pool_expectations(instance_types: Sequence[str], *, efa: bool, check: GpuCheck) -> dict[str, Any]:
     """What a cloud pool's nodes write to EXPECT_PATH: one expectation per instance type the pool may launch, as the
     check picks its own by the machine's instance type (gpu_check.Expectation.select)."""
-    return {
-        "instance_types": {
-            name: instance_expectation(name, efa=efa, dcgm_level=check.dcgm_level, throughput=check.throughput)
-            for name in sorted(set(instance_types))
-        }
+    by_type = {
+        name: instance_expectation(name, efa=efa, dcgm_level=check.dcgm_level, throughput=check.throughput)
+        for name in sorted(set(instance_types))
+    }
+    # What every type shares (the Xid catalog) once, beside the types: user data holds at most 16 KB.
+    shared = {"failing_xids": expectation_xids()}
+    return shared | {
+        "instance_types": {name: {k: v for k, v in e.items() if k not in shared} for name, e in by_type.items()}
     }
 
 

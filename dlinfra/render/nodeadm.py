@@ -86,10 +86,10 @@ def render_node_config(view: HybridNodeView) -> str:
     """The NodeConfig YAML for `nodeadm init -c file://...` on every machine of the site."""
     flags = ["--node-labels=" + ",".join(f"{k}={v}" for k, v in sorted(node_labels(view).items()))]
     if view.gpu_model:
-        # The burn-in taint too: work waits until the machine's GPUs pass their check (dlinfra.model.gpu_health).
+        # The site burn-in taint too: work waits until the machine's GPUs pass their check (dlinfra.model.gpu_health).
         # Taints given at registration apply once, when the node object is created; after a reboot the burn-in agent
         # puts the burn-in taint back until that boot's check has passed.
-        taints = (GPU_TAINT, gpu_health.BURN_IN_TAINT)
+        taints = (GPU_TAINT, gpu_health.SITE_BURN_IN_TAINT)
         flags.append("--register-with-taints=" + ",".join("{}={}:{}".format(*t) for t in taints))
     flags.append(f"--max-pods={view.max_pods}")
     config = {

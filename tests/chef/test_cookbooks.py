@@ -455,7 +455,9 @@ def test_the_burn_in_unit_runs_where_dlinfra_says() -> None:
     assert _gpu_check_attribute("unit") == gpu_health.CHECK_UNIT
     assert int(_gpu_check_attribute("timeout_seconds")) == gpu_health.BURN_IN_SECONDS
     hybrid = (CHEF / "cookbooks" / "dlinfra_hybrid" / "recipes" / "gpu_check.rb").read_text()
-    assert "node['dlinfra_gpu']['gpu_check']" in hybrid and "restart', '--no-block'" in hybrid
+    # start, never restart: a converge must not run the check again under jobs (the unit stays active this boot).
+    assert "node['dlinfra_gpu']['gpu_check']" in hybrid and "'start', '--no-block'" in hybrid
+    assert "restart" not in hybrid.split("execute", 1)[1]
 
 
 def test_the_burn_in_environment_pins_what_the_repository_tests() -> None:

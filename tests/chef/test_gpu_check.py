@@ -5,6 +5,7 @@ fails here."""
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -216,14 +217,34 @@ def test_the_drivers_recovery_action_and_an_untrained_fabric_are_refused(tmp_pat
     nvml.recording["gpus"][4]["fabric"] = [pynvml.NVML_GPU_FABRIC_STATE_NOT_STARTED, 0]
     nvml.recording["gpus"][5]["fabric"] = [completed, pynvml.NVML_ERROR_UNKNOWN]
     fabric = gpu_check.Expectation(**{**H100.__dict__, "fabric": True})
-    found = [(p["gpu"], p["check"], p["detail"]) for p in gpu_check.check(fabric, nvml, "", str(tmp_path))["problems"]]
+    slept: list[float] = []
+    report = gpu_check.check(fabric, nvml, "", str(tmp_path), sleep=slept.append)
+    found = [(p["gpu"], p["check"], p["detail"], p["fault"]) for p in report["problems"]]
     assert found == [
-        (0, "driver", "the driver asks for recovery action 4 (drain and reset)"),
-        (4, "fabric", "NVSwitch fabric not trained (state 1): is Fabric Manager running?"),
-        (5, "fabric", f"NVSwitch fabric training failed (NVML status {pynvml.NVML_ERROR_UNKNOWN})"),
+        (0, "driver", "the driver asks for recovery action 4 (drain and reset)", True),
+        # Still in training after the wait: not judged, since NVML's status means nothing before COMPLETED.
+        (4, "fabric", "NVSwitch fabric not trained after 180 s (state 1): is Fabric Manager running?", False),
+        (5, "fabric", f"NVSwitch fabric training failed (NVML status {pynvml.NVML_ERROR_UNKNOWN})", True),
     ]
+    assert sum(slept) == gpu_check.FABRIC_WAIT_SECONDS  # it waited for the fabric, in polls
     # Without NVSwitch in the expectation the fabric is not judged; nor where NVML has no fabric to report.
     assert {p["check"] for p in gpu_check.check(H100, nvml, "", str(tmp_path))["problems"]} == {"driver"}
+
+
+def test_a_fabric_that_finishes_training_during_the_wait_passes(tmp_path: Path) -> None:
+    """Right after boot Fabric Manager is still training: the check polls until COMPLETED, then judges."""
+    nvml = recorded("h100-healthy.json")
+    completed = pynvml.NVML_GPU_FABRIC_STATE_COMPLETED
+    for gpu in nvml.recording["gpus"]:
+        gpu["fabric"] = [pynvml.NVML_GPU_FABRIC_STATE_IN_PROGRESS, 0]
+
+    def train(seconds: float) -> None:  # the fabric completes during the first poll
+        for gpu in nvml.recording["gpus"]:
+            gpu["fabric"] = [completed, 0]
+
+    fabric = gpu_check.Expectation(**{**H100.__dict__, "fabric": True})
+    report = gpu_check.check(fabric, nvml, "", str(tmp_path), sleep=train)
+    assert report["passed"] is True and report["checked"] is True
 
 
 def test_efa_devices_are_counted_from_the_kernel(tmp_path: Path) -> None:
@@ -326,3 +347,25 @@ def test_main_writes_the_stamped_report_the_burn_in_agent_reads(
     assert gpu_check.main(["gpu_check.py", str(tmp_path / "missing.json"), "--report", str(report_file)]) == 2
     assert json.loads(report_file.read_text())["verdict"] == "unchecked"
     assert gpu_check.main(["gpu_check.py", str(expectation), "--report"]) == 2  # --report without a file
+
+
+@pytest.mark.parametrize(
+    ("output", "exit_code", "ran", "passed"),
+    [
+        # DCGM's own failure (paused, driver not supported...) is reported as a runtime error: GPUs not judged.
+        ({"DCGM Diagnostic": {"runtime_error": "The diagnostic could not be run while DCGM is paused."}}, 226, False,
+         False),
+        ({"DCGM Diagnostic": {"test_categories": []}}, 1, False, False),  # an exit without a failed test
+        (_diag(("memory", ["Pass", "Fail"], "Fail")), 226, True, False),  # a GPU failed a test: a fault
+        (_diag(("memory", ["Pass"], "Pass")), 0, True, True),
+    ],
+)  # fmt: skip
+def test_dcgmi_failing_by_itself_leaves_the_gpus_unjudged(
+    output: dict[str, Any], exit_code: int, ran: bool, passed: bool, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    dcgmi = tmp_path / "dcgmi"
+    dcgmi.write_text(f"#!/bin/sh\ncat <<'EOF'\n{json.dumps(output)}\nEOF\nexit {exit_code}\n")
+    dcgmi.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}:{os.environ['PATH']}")
+    result = gpu_check.run_dcgm(2, timeout=120)
+    assert (result["ran"], result["passed"]) == (ran, passed)

@@ -36,6 +36,7 @@ NOW = datetime.datetime(2027, 1, 5, 12, 0, tzinfo=datetime.UTC)
 GPU_TAINT = {"key": "nvidia.com/gpu", "value": "true", "effect": "NoSchedule"}
 BURN_IN = dict(zip(("key", "value", "effect"), gpu_health.BURN_IN_TAINT, strict=True))
 UNHEALTHY = dict(zip(("key", "value", "effect"), gpu_health.UNHEALTHY_TAINT, strict=True))
+SITE_BURN_IN = dict(zip(("key", "value", "effect"), gpu_health.SITE_BURN_IN_TAINT, strict=True))
 READY = {"type": "Ready", "status": "True", "reason": "KubeletReady", "message": "kubelet is posting ready status"}
 
 
@@ -66,9 +67,11 @@ def _report(verdict: str, *, boot: str = BOOT, problems: tuple[str, ...] = ()) -
 
 def test_the_script_carries_the_burn_in_names_dlinfra_declares() -> None:
     # The script runs in a pod without dlinfra, so it keeps its own copy; the two must not drift.
-    assert (BURN_IN, UNHEALTHY) == (agent.BURN_IN_TAINT, agent.UNHEALTHY_TAINT)
+    assert (BURN_IN, SITE_BURN_IN, UNHEALTHY) == (agent.BURN_IN_TAINT, agent.SITE_BURN_IN_TAINT, agent.UNHEALTHY_TAINT)
+    assert agent.OURS == gpu_health.UNHEALTHY_VALUES
     assert agent.CONDITION == gpu_health.HEALTH_CONDITION and agent.ANNOTATION == gpu_health.CHECK_ANNOTATION
-    assert agent.BURN_IN_SECONDS == gpu_health.BURN_IN_SECONDS
+    assert (agent.BURN_IN_SECONDS, agent.DEADLINE_SECONDS) == (gpu_health.BURN_IN_SECONDS, gpu_health.DEADLINE_SECONDS)
+    assert agent.SITE_LABEL == nodes.SITE_LABEL
 
 
 # What the agent decides -----------------------------------------------------------------------------------------
@@ -89,12 +92,32 @@ def test_the_script_carries_the_burn_in_names_dlinfra_declares() -> None:
             [GPU_TAINT, UNHEALTHY],
             ("False", "CheckFailed"),
         ),
-        # Not judged: nothing is known, the node keeps waiting.
-        ([GPU_TAINT, BURN_IN], _report("unchecked"), 300, [GPU_TAINT, BURN_IN], ("Unknown", "CheckNotJudged")),
+        # Not judged: nothing is known, but the node settles: off work, ready to the autoscaler (a status taint).
+        (
+            [GPU_TAINT, BURN_IN],
+            _report("unchecked"),
+            300,
+            [GPU_TAINT, {**UNHEALTHY, "value": "check-not-judged"}],
+            ("Unknown", "CheckNotJudged"),
+        ),
         # Rebooted: the report is the last boot's, so the burn-in taint goes back on until this boot's check.
         ([GPU_TAINT], _report("passed", boot="previous-boot"), 60, [GPU_TAINT, BURN_IN], ("Unknown", "Checking")),
-        # No report past the check's own limit: still kept off work, and said.
-        ([GPU_TAINT, BURN_IN], None, 900, [GPU_TAINT, BURN_IN], ("Unknown", "CheckNotFinished")),
+        # No report by the deadline: settled the same way, never left under the startup taint.
+        (
+            [GPU_TAINT, BURN_IN],
+            None,
+            agent.DEADLINE_SECONDS,
+            [GPU_TAINT, {**UNHEALTHY, "value": "check-not-finished"}],
+            ("Unknown", "CheckNotFinished"),
+        ),
+        # A rebooted node that had failed is checked again: burn-in on, the old failure off meanwhile.
+        (
+            [GPU_TAINT, UNHEALTHY],
+            _report("failed", boot="previous-boot"),
+            60,
+            [GPU_TAINT, BURN_IN],
+            ("Unknown", "Checking"),
+        ),
         # A node from an image without the check (joined untainted, no report): left as it is, and said.
         ([GPU_TAINT], None, 86400, [GPU_TAINT], ("Unknown", "NotChecked")),
         # After a repair and a reboot a passing check clears the failure an earlier check put on...
@@ -125,6 +148,22 @@ def test_a_passed_check_waits_until_the_device_plugin_advertises_the_gpus() -> N
     decision = agent.decide(_node([GPU_TAINT, BURN_IN], gpus="0"), _report("passed"), boot_id=BOOT, uptime=300)
     assert decision.taints == [GPU_TAINT, BURN_IN]
     assert decision.condition.reason == "GPUsNotAdvertised" and "0 of 8 GPUs" in decision.condition.message
+    # Not forever: by the deadline the node settles off work.
+    late = agent.decide(_node([GPU_TAINT, BURN_IN], gpus="0"), _report("passed"), boot_id=BOOT, uptime=900)
+    assert late.taints == [GPU_TAINT, {**UNHEALTHY, "value": "gpus-not-advertised"}]
+
+
+def test_a_site_machine_is_burned_in_under_its_own_taint() -> None:
+    """A rebooted site machine gets the site burn-in taint back, a status taint to the autoscaler, so a site's
+    machines rebooting together never count as unready nodes (which would stop the autoscaler)."""
+    site = _node([GPU_TAINT])
+    site["metadata"]["labels"]["dlinfra.io/site"] = "sjc1"
+    rebooted = agent.decide(site, _report("passed", boot="previous-boot"), boot_id=BOOT, uptime=60)
+    assert rebooted.taints == [GPU_TAINT, SITE_BURN_IN]
+    site["spec"]["taints"] = rebooted.taints
+    assert agent.decide(site, _report("passed"), boot_id=BOOT, uptime=300).taints == [GPU_TAINT]
+    assert autoscaler.autoscaler_args("1.33")["status-taint_site"] == SITE_BURN_IN["key"]
+    assert autoscaler.autoscaler_args("1.33")["status-taint_unhealthy"] == UNHEALTHY["key"]
 
 
 def test_the_failure_names_the_problems() -> None:
@@ -306,6 +345,11 @@ def _with(node: dict[str, Any], change: Any) -> dict[str, Any]:
     [
         (lambda n: n["spec"].update(taints=[GPU_TAINT]), NODE, None),
         (lambda n: n["spec"].update(taints=[GPU_TAINT, BURN_IN, UNHEALTHY]), NODE, None),
+        (lambda n: n["spec"].update(taints=[GPU_TAINT, {**UNHEALTHY, "value": "check-not-finished"}]), NODE, None),
+        (lambda n: n["spec"].update(taints=[GPU_TAINT, {**UNHEALTHY, "value": "anything"}]), NODE, "its own health"),
+        (lambda n: n["spec"].update(taints=[GPU_TAINT, {**UNHEALTHY, "effect": "NoExecute"}]), NODE, "its own health"),
+        (lambda n: n["metadata"].update(finalizers=["x/y"]), NODE, "owners or finalizers"),
+        (lambda n: n["status"].update(daemonEndpoints={"kubeletEndpoint": {"Port": 1}}), NODE, "daemon endpoints"),
         (lambda n: n["metadata"]["annotations"].update({gpu_health.CHECK_ANNOTATION: "{}"}), NODE, None),
         (lambda n: n["status"]["conditions"].append({"type": "GPUHealthy", "status": "True"}), NODE, None),
         (lambda n: n["spec"].update(taints=[GPU_TAINT]), "ip-10-9-9-9.other", "only the node its pod runs on"),

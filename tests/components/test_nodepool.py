@@ -6,6 +6,7 @@ import base64
 import json
 import os
 import re
+import subprocess
 import textwrap
 from pathlib import Path
 
@@ -100,21 +101,23 @@ def test_pool(pools: dict, stack: str, pool: str) -> None:
     assert f"--cluster-dns '169.254.20.10,{kube_dns}'" in user_data
     # GPU nodes register with the burn-in taint and start the check against their pool's expectation (one per type
     # the pool launches in the region); the autoscaler's template leaves the taint out (a startup taint).
-    registered = re.search(r"--register-with-taints '([^']*)'", user_data)
-    assert registered is not None
+    registered = re.search(r"^taints='([^']*)'$", user_data, re.M)
+    assert registered is not None and '--register-with-taints "${taints}"' in user_data
+    assert registered[1].split(",") == [f"{t.key}={t.value}:{t.effect}" for t in spec.taints] or not spec.taints
     burn_in = "{}={}:{}".format(*gpu_health.BURN_IN_TAINT)
     assert f"{CA}/node-template/taint/{gpu_health.BURN_IN_TAINT[0]}" not in tags
     if spec.kind == "gpu":
-        assert burn_in in registered[1].split(",")
+        assert f'taints="${{taints:+${{taints}},}}{burn_in}"' in user_data
         expect = re.search(r"<<'DLINFRA_GPU_EXPECTATION'\n(.*)\nDLINFRA_GPU_EXPECTATION\n", user_data)
         assert expect is not None and f"systemctl start --no-block {gpu_health.CHECK_UNIT}" in user_data
-        by_type = json.loads(expect[1])["instance_types"]
+        document = json.loads(expect[1])
+        by_type = document["instance_types"]
         assert sorted(by_type) == sorted(set(fleet.pool_types(env, region, pool)))
-        assert by_type[itype.name]["gpu_count"] == itype.gpus
+        assert by_type[itype.name]["gpu_count"] == itype.gpus and document["failing_xids"]
         assert by_type[itype.name]["dcgm_level"] == spec.burn_in.dcgm_level
         assert len(user_data.encode()) <= 16384  # EC2's limit on user data, before base64
     else:
-        assert burn_in not in registered[1] and gpu_health.EXPECT_PATH not in user_data
+        assert burn_in not in user_data and gpu_health.EXPECT_PATH not in user_data
     efa_label = f"{nodepool.EFA_LABEL}=true"
     if spec.efa:
         assert tags[f"{CA}/node-template/label/{nodepool.EFA_LABEL}"] == "true" and efa_label in user_data
@@ -261,7 +264,7 @@ def test_user_data_golden() -> None:
         cluster_name="dlinfra-prod-usw2-eks",
         region="us-west-2",
         labels={"dlinfra.io/pool": "train-h100", "nvidia.com/gpu.product": "H100"},
-        taints=[("nvidia.com/gpu", "true", "NoSchedule"), gpu_health.BURN_IN_TAINT],
+        taints=[("nvidia.com/gpu", "true", "NoSchedule")],
         max_pods=100,
         cluster_dns=("169.254.20.10", "172.20.0.10"),
         gpu_expectation='{"instance_types":{"p5.48xlarge":{"gpu_count":8}}}',
@@ -377,3 +380,78 @@ def test_pool_on_a_reservation_made_in_a_cluster_placement_group_launches_into_t
     assert lt.inputs["capacityReservationSpecification"]["capacityReservationTarget"]["capacityReservationId"]
     assert lt.inputs["tags"]["reservation-placement-group"] == "lab-h100-cpg"  # what the rule compares with
     assert not [r for r in result.resources if r.type == "aws:ec2/placementGroup:PlacementGroup"]
+
+
+def _run_user_data(text: str, tmp_path: Path, *, image_has_check: bool) -> tuple[list[str], list[str], Path]:
+    """The user data run by bash, as cloud-init would: systemctl and the join tool are stand-ins that record their
+    calls; the expectation lands under tmp_path. Returns (the join's arguments, systemctl's calls, the expectation)."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    calls = tmp_path / "systemctl.calls"
+    unit_known = "exit 0" if image_has_check else "exit 1"
+    (bin_dir / "systemctl").write_text(
+        f'#!/bin/sh\necho "$*" >>{calls}\nif [ "$1" = cat ]; then {unit_known}; fi\nexit 0\n'
+    )
+    join = bin_dir / "dlinfra-node-join"
+    join_args = tmp_path / "join.args"
+    join.write_text(f'#!/bin/sh\nfor a in "$@"; do echo "$a"; done >{join_args}\n')
+    for tool in (bin_dir / "systemctl", join):
+        tool.chmod(0o755)
+    expect = tmp_path / "etc" / "gpu-expect.json"
+    script = tmp_path / "user-data.sh"
+    script.write_text(
+        text.replace("/usr/local/sbin/dlinfra-node-join", str(join)).replace(gpu_health.EXPECT_PATH, str(expect))
+    )
+    done = subprocess.run(
+        ["bash", str(script)],
+        env={"PATH": f"{bin_dir}:/usr/bin:/bin"},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    called = calls.read_text().splitlines() if calls.exists() else []
+    return join_args.read_text().splitlines(), called, expect
+
+
+@pytest.mark.parametrize("image_has_check", [True, False])
+def test_gpu_user_data_burns_in_where_the_image_has_the_check(tmp_path: Path, image_has_check: bool) -> None:
+    """With the check in the image: the expectation, the unit started, the burn-in taint. An image from before the
+    burn-in: the node still joins, with the pool's taints only (the agent then marks it not checked)."""
+    text = nodepool.render_user_data(
+        pool="train-h100",
+        cluster_name="dlinfra-prod-usw2-eks",
+        region="us-west-2",
+        labels={"dlinfra.io/pool": "train-h100"},
+        taints=[("nvidia.com/gpu", "true", "NoSchedule")],
+        max_pods=100,
+        cluster_dns=("169.254.20.10",),
+        gpu_expectation='{"instance_types":{"p5.48xlarge":{"gpu_count":8}}}',
+    )
+    join, systemctl, expect = _run_user_data(text, tmp_path, image_has_check=image_has_check)
+    taints = join[join.index("--register-with-taints") + 1]
+    if image_has_check:
+        assert taints == "nvidia.com/gpu=true:NoSchedule,{}={}:{}".format(*gpu_health.BURN_IN_TAINT)
+        assert systemctl == [f"cat {gpu_health.CHECK_UNIT}", f"start --no-block {gpu_health.CHECK_UNIT}"]
+        assert json.loads(expect.read_text())["instance_types"]["p5.48xlarge"]["gpu_count"] == 8
+    else:
+        assert taints == "nvidia.com/gpu=true:NoSchedule"
+        assert systemctl == [f"cat {gpu_health.CHECK_UNIT}"] and not expect.exists()
+
+
+def test_cpu_user_data_joins_without_the_burn_in(tmp_path: Path) -> None:
+    text = nodepool.render_user_data(
+        pool="cpu", cluster_name="c", region="us-west-2", labels={"dlinfra.io/pool": "cpu"}, taints=[],
+        max_pods=None, cluster_dns=("169.254.20.10",),
+    )  # fmt: skip
+    join, systemctl, _ = _run_user_data(text, tmp_path, image_has_check=True)
+    assert join[join.index("--register-with-taints") + 1] == "" and systemctl == []
+
+
+def test_user_data_over_ec2_s_limit_is_refused() -> None:
+    with pytest.raises(ValueError, match="over EC2's 16384"):
+        nodepool.render_user_data(
+            pool="p", cluster_name="c", region="r", labels={}, taints=[], max_pods=None, cluster_dns=("1.1.1.1",),
+            gpu_expectation="x" * 17000,
+        )  # fmt: skip

@@ -43,7 +43,7 @@ def test_structure() -> None:
     # GPU machines join with the GPU taint and the burn-in taint, which the burn-in agent removes once their check
     # has passed (dlinfra.model.gpu_health).
     assert (
-        "--register-with-taints=nvidia.com/gpu=true:NoSchedule,dlinfra.io/gpu-burn-in=pending:NoSchedule"
+        "--register-with-taints=nvidia.com/gpu=true:NoSchedule,dlinfra.io/gpu-burn-in-site=pending:NoSchedule"
         in spec["kubelet"]["flags"]
     )
     assert 'default_runtime_name = "nvidia"' in spec["containerd"]["config"]

@@ -84,5 +84,6 @@ DRAIN_TAINT_KEYS = (
 # until its GPUs pass the check; a failed check puts the unhealthy one on. A pool taint is one its jobs tolerate
 # (Kueue copies it into the flavor), so neither may be a pool's: its jobs would start on unchecked or failed GPUs.
 GPU_BURN_IN_TAINT_KEY = "dlinfra.io/gpu-burn-in"
+GPU_SITE_BURN_IN_TAINT_KEY = "dlinfra.io/gpu-burn-in-site"  # a site machine's: see dlinfra.model.gpu_health
 GPU_UNHEALTHY_TAINT_KEY = "dlinfra.io/gpu-unhealthy"
-GPU_HEALTH_TAINT_KEYS = (GPU_BURN_IN_TAINT_KEY, GPU_UNHEALTHY_TAINT_KEY)
+GPU_HEALTH_TAINT_KEYS = (GPU_BURN_IN_TAINT_KEY, GPU_SITE_BURN_IN_TAINT_KEY, GPU_UNHEALTHY_TAINT_KEY)

@@ -5,8 +5,7 @@ from __future__ import annotations
 
 import base64
 import binascii
-import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from dlinfra.model import gpu_health
 
@@ -18,7 +17,6 @@ from .provisioning import _release_named, _seconds
 DAEMON_SET = "kubernetes:apps/v1:DaemonSet"
 AGENT = "gpu-burn-in"  # components/gpu_burn_in.py NAME
 OWN_NODE_POLICY = "dlinfra-gpu-burn-in-own-node"  # components/gpu_burn_in.py OWN_NODE_POLICY
-_REGISTER = re.compile(r"--register-with-taints[ =]'?([^'\s]*)")
 
 
 def _user_data(template: Resource) -> str | None:
@@ -40,6 +38,15 @@ def _tolerates(tolerations: Sequence[object], key: str) -> bool:
         and t.get("effect") in (None, "", "NoSchedule")
         for t in tolerations
     )
+
+
+def _flag_values(args: Mapping[str, object]) -> dict[str, set[str]]:
+    """The chart's extraArgs by flag: a key repeats a flag when it differs after an underscore ("status-taint_a")
+    (cluster-autoscaler chart templates/deployment.yaml, mustRegexFind "^[^_]+")."""
+    flags: dict[str, set[str]] = {}
+    for key, value in args.items():
+        flags.setdefault(str(key).split("_", 1)[0], set()).add(str(value))
+    return flags
 
 
 def gpu_nodes_burn_in(resources: Sequence[Resource], ctx: Context) -> list[Violation]:
@@ -73,8 +80,7 @@ def gpu_nodes_burn_in(resources: Sequence[Resource], ctx: Context) -> list[Viola
             text = _user_data(template)
             if text is None:
                 continue
-            registered = _REGISTER.search(text)
-            if registered is None or taint not in registered.group(1).split(","):
+            if taint not in text or "--register-with-taints" not in text:
                 out.append(
                     Violation(
                         template.urn,
@@ -94,14 +100,22 @@ def gpu_nodes_burn_in(resources: Sequence[Resource], ctx: Context) -> list[Viola
     if autoscaler is None:
         return out  # not an in-cluster stack
     args = as_object(as_object(autoscaler.inputs.get("values")).get("extraArgs"))
-    if args.get("startup-taint") != burn_in_key:
+    flags = _flag_values(args)
+    if burn_in_key not in flags.get("startup-taint", set()):
         out.append(
             Violation(
                 autoscaler.urn,
-                f"cluster-autoscaler: startup-taint is {args.get('startup-taint')!r}, not {burn_in_key!r}: a node "
-                "under burn-in would look ready to it, so it would scale up again for the same pods",
+                f"cluster-autoscaler: {burn_in_key} is not a startup taint: a node under burn-in would look ready to "
+                "it, so it would scale up again for the same pods",
             )
         )
+    for key, why in (
+        (gpu_health.UNHEALTHY_TAINT[0], "a failed node's taint would enter its pool's scale-up template, and the "
+         "autoscaler would never scale the pool up again"),
+        (gpu_health.SITE_BURN_IN_TAINT[0], "rebooted site machines would count as unready and stop the autoscaler"),
+    ):  # fmt: skip
+        if key not in flags.get("status-taint", set()):
+            out.append(Violation(autoscaler.urn, f"cluster-autoscaler: {key} is not a status taint: {why}"))
     agents = [r for r in resources if r.type == DAEMON_SET and as_object(r.inputs.get("metadata")).get("name") == AGENT]
     pod = as_object(as_object(as_object(agents[0].inputs.get("spec")).get("template")).get("spec")) if agents else {}
     if not agents or not _tolerates(list(as_objects(pod.get("tolerations"))), burn_in_key):

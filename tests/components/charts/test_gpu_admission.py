@@ -41,6 +41,11 @@ def _pod(
     return {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": spec}
 
 
+def _tolerating(pod: dict[str, Any], toleration: dict[str, str]) -> dict[str, Any]:
+    pod["spec"]["tolerations"] = [toleration]
+    return pod
+
+
 def _labelled(pod: dict[str, Any], queue: str) -> dict[str, Any]:
     pod["metadata"]["labels"] = {"kueue.x-k8s.io/queue-name": queue, "app": "x"}
     return pod
@@ -104,6 +109,18 @@ def policy(stacks: dict[str, Stack]) -> dict[str, Any]:
         ("queued pod sent to overflow", TEAM_USER, _labelled(_pod(gated=True), "overflow"), False),
         ("queued pod sent to its default queue", TEAM_USER, _labelled(_pod(gated=True), "default"), True),
         ("pod of a Job sent to overflow", JOB_CONTROLLER, _labelled(_pod(owner=("batch/v1", "Job")), "overflow"), True),
+        # The GPU health taints keep work off unchecked and failed GPUs: no GPU pod may tolerate them, or everything.
+        ("tolerates the burn-in taint", TEAM_USER, _tolerating(_pod(gated=True), {"key": "dlinfra.io/gpu-burn-in",
+         "operator": "Exists"}), False),
+        ("tolerates the site burn-in taint", TEAM_USER, _tolerating(_pod(gated=True), {
+            "key": "dlinfra.io/gpu-burn-in-site", "operator": "Equal", "value": "pending"}), False),
+        ("tolerates the unhealthy taint", JOB_CONTROLLER, _tolerating(_pod(owner=("batch/v1", "Job")), {
+            "key": "dlinfra.io/gpu-unhealthy", "operator": "Exists", "effect": "NoSchedule"}), False),
+        ("tolerates every taint", TEAM_USER, _tolerating(_pod(gated=True), {"operator": "Exists"}), False),
+        ("tolerates every NoSchedule taint", TEAM_USER, _tolerating(_pod(gated=True), {"operator": "Exists",
+         "effect": "NoSchedule"}), False),
+        ("tolerates the GPU taint", TEAM_USER, _tolerating(_pod(gated=True), {"key": "nvidia.com/gpu",
+         "operator": "Exists"}), True),
         ("owner that is not the controller", JOB_CONTROLLER, {
             **_pod(), "metadata": {"name": "p", "ownerReferences": [
                 {"apiVersion": "batch/v1", "kind": "Job", "name": "j", "uid": "u"}]}}, False),

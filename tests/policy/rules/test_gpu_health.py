@@ -99,7 +99,7 @@ MUTATIONS = [
     pytest.param(
         _regional,
         _gpu_template,
-        _user_data(lambda text: text.replace("," + BURN_IN, "")),
+        _user_data(lambda text: text.replace(BURN_IN, "")),
         "must register with the burn-in taint",
         id="user-data-without-the-taint",
     ),
@@ -127,8 +127,22 @@ MUTATIONS = [
         _in_cluster,
         _chart("cluster-autoscaler"),
         _values(lambda values: values["extraArgs"].pop("startup-taint")),
-        "startup-taint is None",
+        "dlinfra.io/gpu-burn-in is not a startup taint",
         id="autoscaler-without-the-startup-taint",
+    ),
+    pytest.param(
+        _in_cluster,
+        _chart("cluster-autoscaler"),
+        _values(lambda values: values["extraArgs"].pop("status-taint_unhealthy")),
+        "dlinfra.io/gpu-unhealthy is not a status taint",
+        id="autoscaler-without-the-unhealthy-status-taint",
+    ),
+    pytest.param(
+        _in_cluster,
+        _chart("cluster-autoscaler"),
+        _values(lambda values: values["extraArgs"].pop("status-taint_site")),
+        "dlinfra.io/gpu-burn-in-site is not a status taint",
+        id="autoscaler-without-the-site-status-taint",
     ),
     pytest.param(
         _in_cluster,

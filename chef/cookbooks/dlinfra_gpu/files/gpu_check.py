@@ -55,6 +55,12 @@ RECOVERY_ACTIONS = {
     6: "bus reset", 7: "system reboot",
 }  # fmt: skip
 FABRIC_COMPLETED = 3  # NVML_GPU_FABRIC_STATE_COMPLETED
+# Fabric Manager trains the NVSwitch fabric after it has started, so the check waits this long for every GPU's fabric
+# to read COMPLETED before judging it (nvmlGpuFabricInfo_t: the status "must be checked only if state returns
+# complete"); a fabric still in training after that is not judged, not failed.
+FABRIC_WAIT_SECONDS = 180
+FABRIC_POLL_SECONDS = 10
+RUNTIME_ERROR = "runtime error: "
 
 
 @dataclass(frozen=True)
@@ -100,7 +106,8 @@ def select(data: Mapping[str, Any], dmi_product: str = DMI_PRODUCT) -> Mapping[s
         raise ValueError(
             f"no expectation for instance type {instance_type!r} (the pool has {', '.join(sorted(by_type))})"
         )
-    return dict(by_type[instance_type])
+    # What every type shares (the Xid catalog) is given once, beside the types.
+    return {**{k: v for k, v in data.items() if k != "instance_types"}, **by_type[instance_type]}
 
 
 def _float_or_none(value: Any) -> float | None:
@@ -277,14 +284,17 @@ def count_efa(root: str = INFINIBAND) -> int:
         return 0
 
 
-def run_dcgm(level: int) -> dict[str, Any]:
-    """DCGM's diagnostic at `level` (`dcgmi diag -r LEVEL -j`): passed unless a test or the run itself failed."""
+def run_dcgm(level: int, timeout: float = 3 * 3600) -> dict[str, Any]:
+    """DCGM's diagnostic at `level` (`dcgmi diag -r LEVEL -j`): passed unless a test failed. "ran" is False when the
+    diagnostic itself could not run to the end (no host engine, a runtime error, a timeout): the GPUs were not
+    judged."""
     try:
         done = subprocess.run(
-            ["dcgmi", "diag", "-r", str(level), "-j"], capture_output=True, text=True, timeout=3 * 3600, check=False
+            ["dcgmi", "diag", "-r", str(level), "-j"], capture_output=True, text=True, timeout=timeout, check=False
         )
     except subprocess.TimeoutExpired:
-        return {"level": level, "passed": False, "failures": ["dcgmi did not finish within 3 hours"], "ran": False}
+        return {"level": level, "passed": False, "failures": [f"dcgmi did not finish within {timeout:.0f} s"],
+                "ran": False}  # fmt: skip
     try:
         report = json.loads(done.stdout)
     except json.JSONDecodeError:
@@ -292,7 +302,13 @@ def run_dcgm(level: int) -> dict[str, Any]:
         failure = f"dcgmi exited {done.returncode}: {(done.stderr or done.stdout)[-500:]}"
         return {"level": level, "passed": False, "failures": [failure], "ran": False}
     failures = dcgm_failures(report)
-    return {"level": level, "passed": not failures and done.returncode == 0, "failures": failures, "ran": True}
+    tests_failed = [f for f in failures if not f.startswith(RUNTIME_ERROR)]
+    if not tests_failed and (failures or done.returncode != 0):
+        # DCGM's own failure (paused, unsupported driver, NVVS killed), reported in JSON as a runtime error
+        # (dcgmi/Diag.cpp HelperDisplayFailureMessage), or an exit without a failed test: nothing is known of the GPUs.
+        failures = failures or [f"dcgmi exited {done.returncode} without a failed test"]
+        return {"level": level, "passed": False, "failures": failures, "ran": False}
+    return {"level": level, "passed": not failures, "failures": failures, "ran": True}
 
 
 def dcgm_failures(report: Mapping[str, Any]) -> list[str]:
@@ -302,7 +318,7 @@ def dcgm_failures(report: Mapping[str, Any]) -> list[str]:
     diag = report.get("DCGM Diagnostic", report.get("DCGM GPU Diagnostic"))  # DCGM 4, DCGM 3
     if not isinstance(diag, Mapping):
         return ["no 'DCGM Diagnostic' in dcgmi's report"]
-    failures = [f"runtime error: {diag['runtime_error']}"] if diag.get("runtime_error") else []
+    failures = [f"{RUNTIME_ERROR}{diag['runtime_error']}"] if diag.get("runtime_error") else []
     for category in diag.get("test_categories") or ():
         for test in category.get("tests") or ():
             failed = [
@@ -419,7 +435,12 @@ def _gpu_problems(expect: Expectation, gpu: GpuReading) -> list[Problem]:
         add("driver", f"the driver asks for recovery action {gpu.recovery_action} ({action})")
     if expect.fabric and gpu.fabric_state is not None:
         if gpu.fabric_state != FABRIC_COMPLETED:
-            add("fabric", f"NVSwitch fabric not trained (state {gpu.fabric_state}): is Fabric Manager running?")
+            add(
+                "fabric",
+                f"NVSwitch fabric not trained after {FABRIC_WAIT_SECONDS} s (state {gpu.fabric_state}): is Fabric "
+                "Manager running?",
+                fault=False,
+            )
         elif gpu.fabric_status:
             add("fabric", f"NVSwitch fabric training failed (NVML status {gpu.fabric_status})")
     if gpu.ecc_enabled is False:
@@ -442,8 +463,27 @@ def _gpu_problems(expect: Expectation, gpu: GpuReading) -> list[Problem]:
 # The command -----------------------------------------------------------------------------------------------
 
 
-def check(expect: Expectation, nvml: Any, log: str | None, efa_root: str = INFINIBAND) -> dict[str, Any]:
+def _fabric_training(expect: Expectation, node: NodeReading) -> bool:
+    return expect.fabric and any(g.fabric_state not in (None, FABRIC_COMPLETED) for g in node.gpus)
+
+
+def check(
+    expect: Expectation,
+    nvml: Any,
+    log: str | None,
+    efa_root: str = INFINIBAND,
+    *,
+    time_limit: float | None = None,
+    sleep: Callable[[float], None] = time.sleep,
+) -> dict[str, Any]:
+    """The whole check; `time_limit`: seconds it may take (DCGM's diagnostic gets what is left), None: no limit."""
+    started = time.monotonic()
     node = read_nvml(nvml)
+    waited = 0
+    while _fabric_training(expect, node) and waited < FABRIC_WAIT_SECONDS:
+        sleep(FABRIC_POLL_SECONDS)
+        waited += FABRIC_POLL_SECONDS
+        node = read_nvml(nvml)
     if log is not None:
         node.xids = parse_xids(log)
     else:
@@ -454,8 +494,9 @@ def check(expect: Expectation, nvml: Any, log: str | None, efa_root: str = INFIN
             measure_throughput(node.gpus)
         except (ImportError, RuntimeError, OSError) as exc:  # no PyTorch, no CUDA: floors report "not measured"
             node.errors.append(f"throughput: {type(exc).__name__}: {exc}")
-    if expect.dcgm_level:
-        node.dcgm = run_dcgm(expect.dcgm_level) if shutil.which("dcgmi") else None
+    if expect.dcgm_level and shutil.which("dcgmi"):
+        left = 3 * 3600 if time_limit is None else max(60.0, time_limit - (time.monotonic() - started) - 30)
+        node.dcgm = run_dcgm(expect.dcgm_level, timeout=left)
     found = problems(expect, node)
     return {
         "passed": not found,
@@ -494,7 +535,7 @@ def write_report(path: str, report: Mapping[str, Any], *, boot_id_file: str | No
     os.replace(partial, path)  # the agent never reads half a report
 
 
-def run_check(expect_file: str) -> dict[str, Any]:
+def run_check(expect_file: str, time_limit: float | None = None) -> dict[str, Any]:
     """The whole check from an expectation file; any failure still gives a report (not passed, not judged)."""
     try:
         with open(expect_file, encoding="utf-8") as f:
@@ -507,7 +548,7 @@ def run_check(expect_file: str) -> dict[str, Any]:
     except (OSError, subprocess.SubprocessError):
         log = None
     try:
-        return check(expect, pynvml, log)
+        return check(expect, pynvml, log, time_limit=time_limit)
     except Exception as exc:  # noqa: BLE001 - any failure still gives a verdict: not passed, not judged
         return {"passed": False, "checked": False, "error": f"{type(exc).__name__}: {exc}"}
 
@@ -517,11 +558,14 @@ def main(argv: Sequence[str]) -> int:
     parser = argparse.ArgumentParser(prog="gpu_check.py", description="The GPU health check of this machine.")
     parser.add_argument("expectation", help="the JSON `dlinfra gpu expect` writes (one node's, or per instance type)")
     parser.add_argument("--report", metavar="FILE", help="also write the stamped report here (the burn-in's)")
+    parser.add_argument(
+        "--time-limit", type=float, metavar="SECONDS", help="finish within this (DCGM's diagnostic gets what is left)"
+    )
     try:
         args = parser.parse_args(argv[1:])
     except SystemExit as exc:
         return 2 if exc.code else 0
-    report = run_check(args.expectation)
+    report = run_check(args.expectation, args.time_limit)
     print(json.dumps(report, indent=2))
     if args.report:
         write_report(args.report, report)

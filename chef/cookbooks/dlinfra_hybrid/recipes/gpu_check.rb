@@ -1,5 +1,7 @@
-# The site's GPU burn-in expectation, where the dlinfra_gpu::gpu_check unit reads it at every boot; a new or changed
-# one starts the check now, before the machine joins (its node registers with the burn-in taint either way).
+# The site's GPU burn-in expectation, where the dlinfra_gpu::gpu_check unit reads it at every boot. On the first
+# converge the unit has not run this boot (no expectation yet), so it starts now, before the machine joins; later a
+# changed expectation takes effect at the next boot or by `dlinfra gpu check` on a drained machine: `start` does
+# nothing while this boot's run stands, so a converge never loads GPUs that jobs are using.
 
 check = node['dlinfra_gpu']['gpu_check']
 
@@ -9,8 +11,8 @@ file check['expectation'] do
   notifies :run, 'execute[gpu check now]', :immediately
 end
 
-# Restart, not start: the unit stays active after this boot's run. No wait: the check takes minutes.
+# No wait: the check takes minutes.
 execute 'gpu check now' do
-  command ['systemctl', 'restart', '--no-block', check['unit']]
+  command ['systemctl', 'start', '--no-block', check['unit']]
   action :nothing
 end
