@@ -94,6 +94,8 @@ EXAMPLES: dict[str, str] = {
     "what-happened": "dlinfra what-happened i-0123456789abcdef0 --since 6h",
     "gpu": "dlinfra gpu expect --env prod --region us-west-2 --pool train-h100 --dcgm-level 2 --out expect.json",
     "gpu expect": "dlinfra gpu expect --instance-type p5.48xlarge --efa --out expect.json",
+    "gpu status": "dlinfra gpu status --context prod-us-west-2",
+    "gpu check": "dlinfra gpu check ip-10-1-0-2.us-west-2.compute.internal --context prod-us-west-2",
     "doctor": "dlinfra doctor",
 }
 
