@@ -47,6 +47,11 @@ def declare(
             gpu_admission.JOB_OWNERS_POLICY_NAME,
             gpu_admission.job_owner_policy_spec(selector, controller_namespaces, frameworks),
         ),
+        (
+            "job-tolerations",
+            gpu_admission.JOB_TOLERATIONS_POLICY_NAME,
+            gpu_admission.job_tolerations_policy_spec(selector),
+        ),
         *(
             [
                 (

@@ -84,9 +84,17 @@ def own_node_policy_spec() -> dict[str, Any]:
         f"(t.key == '{gpu_health.UNHEALTHY_TAINT[0]}' && t.value in {_cel_list(gpu_health.UNHEALTHY_VALUES)}))"
     )
     conditions = f".filter(c, c.type != '{gpu_health.HEALTH_CONDITION}')"
-    annotation = gpu_health.CHECK_ANNOTATION
+    annotation, mark = gpu_health.CHECK_ANNOTATION, gpu_health.CORDON_ANNOTATION
+    ours = _cel_list([annotation, mark])
     new_annotations = _field("object", "metadata.annotations", "{}")
     old_annotations = _field("oldObject", "metadata.annotations", "{}")
+
+    def cordoned(obj: str) -> str:
+        return f"(has({obj}.spec.unschedulable) && {obj}.spec.unschedulable)"
+
+    def marked(obj: str) -> str:
+        return f"(has({obj}.metadata.annotations) && '{mark}' in {obj}.metadata.annotations)"
+
     return {
         "failurePolicy": "Fail",
         "matchConstraints": {
@@ -125,19 +133,21 @@ def own_node_policy_spec() -> dict[str, Any]:
                 "message": "the GPU burn-in agent may not change a node's owners or finalizers",
             },
             {
-                "expression": "(has(object.spec.unschedulable) && object.spec.unschedulable) == "
-                "(has(oldObject.spec.unschedulable) && oldObject.spec.unschedulable)",
-                "message": "the GPU burn-in agent may not cordon or uncordon a node",
+                # A cordon only with its mark, and its own cordon lifted only with the mark; no other cordon touched.
+                "expression": f"{cordoned('object')} == {cordoned('oldObject')} || "
+                f"({cordoned('object')} && {marked('object')} && !{marked('oldObject')}) || "
+                f"(!{cordoned('object')} && {marked('oldObject')} && !{marked('object')})",
+                "message": "the GPU burn-in agent may cordon a node it puts off work, and lift only its own cordon",
             },
             {
                 "expression": _same("metadata.labels", "{}"),
                 "message": "the GPU burn-in agent may not change a node's labels",
             },
             {
-                "expression": f"{new_annotations}.all(k, k == '{annotation}' || "
+                "expression": f"{new_annotations}.all(k, k in {ours} || "
                 f"(k in {old_annotations} && {old_annotations}[k] == {new_annotations}[k])) && "
-                f"{old_annotations}.all(k, k == '{annotation}' || k in {new_annotations})",
-                "message": f"the GPU burn-in agent may change only the annotation {annotation}",
+                f"{old_annotations}.all(k, k in {ours} || k in {new_annotations})",
+                "message": f"the GPU burn-in agent may change only the annotations {annotation} and {mark}",
             },
             {
                 "expression": f"{_field('object', 'status.conditions', '[]')}{conditions} == "

@@ -46,6 +46,7 @@ from dlinfra.model.kueue import OVERFLOW_QUEUE
 
 POLICY_NAME = "dlinfra-gpu-pods-through-kueue"
 JOB_OWNERS_POLICY_NAME = "dlinfra-job-owners-set-by-controllers"
+JOB_TOLERATIONS_POLICY_NAME = "dlinfra-gpu-jobs-tolerate-no-health-taint"
 QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 GPU_RESOURCE_PREFIX = "nvidia.com/"  # nvidia.com/gpu, and the MIG or shared resources the device plugin may offer
 # Kueue's controller: the chart's service account "<release>-controller-manager" (release "kueue", addons.yaml
@@ -153,9 +154,56 @@ def variables(controller_namespaces: Sequence[str], frameworks: Sequence[str]) -
     }
 
 
+def health_tolerations(obj: str, old: str, template: str = "") -> tuple[str, str]:
+    """(CEL, message): the pod (or the pod template at `template`) tolerates neither a GPU health taint nor every
+    taint (operator Exists without a key). On an update only the tolerations it adds are judged: a pod's tolerations
+    may only grow, and a pod admitted before this rule must still be able to lose its finalizers."""
+    spec, old_spec = f"{obj}{template}.spec", f"{old}{template}.spec"
+    health = "[" + ", ".join(f"'{k}'" for k in GPU_HEALTH_TAINT_KEYS) + "]"
+    keyless = "(!has(t.key) || t.key == '') && has(t.operator) && t.operator == 'Exists'"
+    bad = f"((has(t.key) ? t.key : '') in {health} || ({keyless}))"
+    added = (
+        f"{spec}.tolerations.filter(t, request.operation != 'UPDATE' || !has({old_spec}.tolerations) || "
+        f"!(t in {old_spec}.tolerations))"
+    )
+    return (
+        f"!has({spec}.tolerations) || {added}.all(t, !{bad})",
+        "a pod that requests GPUs in a team namespace may not tolerate the GPU health taints "
+        f"({', '.join(GPU_HEALTH_TAINT_KEYS)}), nor every taint (operator Exists without a key): it would start "
+        "on GPUs that have not passed, or have failed, their check (docs/gpu-health.md)",
+    )
+
+
+def job_tolerations_policy_spec(
+    namespace_selector: Mapping[str, Any],
+) -> k8s.admissionregistration.v1.ValidatingAdmissionPolicySpecArgs:
+    """The same rule on batch Jobs that ask for GPUs, at submission: Kueue would admit such a Job and provision its
+    nodes, and only then would its pods be refused, holding quota and nodes until waitForPodsReady evicts it."""
+    admission = k8s.admissionregistration.v1
+    expression, message = health_tolerations("object", "oldObject", ".spec.template")
+    return admission.ValidatingAdmissionPolicySpecArgs(
+        failure_policy="Fail",
+        match_constraints=admission.MatchResourcesArgs(
+            namespace_selector=selector_args(namespace_selector),
+            resource_rules=[
+                admission.NamedRuleWithOperationsArgs(
+                    api_groups=["batch"], api_versions=["v1"], operations=["CREATE", "UPDATE"], resources=["jobs"]
+                )
+            ],
+        ),
+        match_conditions=[
+            admission.MatchConditionArgs(name="requests-gpus", expression=asks_gpu("object.spec.template"))
+        ],
+        validations=[
+            admission.ValidationArgs(
+                expression=expression, message=message.replace("a pod that", "a Job whose pods"), reason="Forbidden"
+            )
+        ],
+    )
+
+
 def validations() -> list[tuple[str, str]]:
     """(CEL expression, message) of each rule a matching pod must pass."""
-    health = "[" + ", ".join(f"'{k}'" for k in GPU_HEALTH_TAINT_KEYS) + "]"
     return [
         (
             "request.operation != 'CREATE' || variables.gated || (variables.byController && variables.forQueuedJob)",
@@ -176,14 +224,7 @@ def validations() -> list[tuple[str, str]]:
             f"request.userInfo.username == '{KUEUE_CONTROLLER}'",
             f"only Kueue removes the {ADMISSION_GATE} scheduling gate, when it admits the pod",
         ),
-        (
-            "!has(object.spec.tolerations) || object.spec.tolerations.all(t, "
-            f"!((has(t.key) ? t.key : '') in {health} || "
-            "((!has(t.key) || t.key == '') && has(t.operator) && t.operator == 'Exists')))",
-            "a pod that requests GPUs in a team namespace may not tolerate the GPU health taints "
-            f"({', '.join(GPU_HEALTH_TAINT_KEYS)}), nor every taint (operator Exists without a key): it would start "
-            "on GPUs that have not passed, or have failed, their check (docs/gpu-health.md)",
-        ),
+        health_tolerations("object", "oldObject"),
     ]
 
 

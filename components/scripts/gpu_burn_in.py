@@ -51,6 +51,10 @@ OURS = (CHECK_FAILED, NOT_JUDGED, NOT_FINISHED, NOT_ADVERTISED)
 SITE_LABEL = "dlinfra.io/site"
 CONDITION = "GPUHealthy"
 ANNOTATION = "dlinfra.io/gpu-check"
+# Set when the agent cordoned the node itself, so it lifts only its own cordon. A node off work is cordoned too: the
+# cluster-autoscaler builds a pool's scale-up template from a schedulable node as it is (its allocatable GPUs, 7 of 8
+# after a GPU is lost), and caches it for years (mixed_nodeinfos_processor.go isNodeGoodTemplateCandidate).
+CORDON_ANNOTATION = "dlinfra.io/gpu-cordoned"  # = dlinfra.model.gpu_health.CORDON_ANNOTATION
 BURN_IN_SECONDS = 600  # the check unit's own limit
 DEADLINE_SECONDS = 900  # from boot: the burn-in's limit and a margin for the boot and the join before it starts
 GPU_RESOURCE = "nvidia.com/gpu"
@@ -127,6 +131,9 @@ class Decision:
     taints: list[dict[str, str]]
     condition: Condition
     annotation: str | None = None
+    # True: cordon the node (the agent's cordon, marked by CORDON_ANNOTATION); False: lift the agent's own cordon, if
+    # it holds one; None: leave spec.unschedulable alone.
+    cordon: bool | None = None
     notes: list[str] = field(default_factory=list)
 
 
@@ -190,6 +197,7 @@ def decide(node: Mapping[str, Any], report: Report | None, *, boot_id: str, upti
     if report is None or report.boot_id != boot_id:
         if late:
             return Decision(
+                cordon=True,
                 taints=_settled(taints, NOT_FINISHED),
                 condition=Condition(
                     "Unknown",
@@ -205,12 +213,14 @@ def decide(node: Mapping[str, Any], report: Report | None, *, boot_id: str, upti
     problems = "; ".join(report.problems[:MAX_PROBLEMS])
     if report.verdict == "failed":
         return Decision(
+            cordon=True,
             taints=_settled(taints, CHECK_FAILED),
             condition=Condition("False", "CheckFailed", f"the GPU check failed at {report.finished_at}: {problems}"),
             annotation=report.summary(),
         )
     if report.verdict != "passed":
         return Decision(
+            cordon=True,
             taints=_settled(taints, NOT_JUDGED),
             condition=Condition(
                 "Unknown",
@@ -220,17 +230,23 @@ def decide(node: Mapping[str, Any], report: Report | None, *, boot_id: str, upti
             annotation=report.summary(),
         )
     advertised = advertised_gpus(node)
-    if report.expected_gpus is not None and advertised < report.expected_gpus:
+    held = current_condition(node) or {}
+    accepted = held.get("reason") == "CheckPassed" and report.finished_at in str(held.get("message", ""))
+    # Once this report has let the node on, GPUs that drop from allocatable for a while (the device plugin or the
+    # kubelet restarting) are not a new verdict; continuous health is another matter.
+    if report.expected_gpus is not None and advertised < report.expected_gpus and not accepted:
         message = (
             f"the GPU check passed at {report.finished_at}, but the node advertises {advertised} of "
             f"{report.expected_gpus} GPUs: is the NVIDIA device plugin running on it?"
         )
         return Decision(
+            cordon=True if late else None,
             taints=_settled(taints, NOT_ADVERTISED) if late else _with(_settled(taints, None), burn_in_taint(node)),
             condition=Condition("Unknown", "GPUsNotAdvertised", message),
             annotation=report.summary(),
         )
     return Decision(
+        cordon=False,
         taints=_settled(taints, None),
         condition=Condition("True", "CheckPassed", f"the GPU check passed at {report.finished_at}"),
         annotation=report.summary(),
@@ -282,6 +298,16 @@ def apply(
     if decision.annotation is not None and (metadata.get("annotations") or {}).get(ANNOTATION) != decision.annotation:
         patch.setdefault("metadata", {})["annotations"] = {ANNOTATION: decision.annotation}
         changed.append("annotation")
+    annotations = metadata.get("annotations") or {}
+    cordoned = bool(node.get("spec", {}).get("unschedulable"))
+    if decision.cordon and not cordoned:
+        patch.setdefault("spec", {})["unschedulable"] = True
+        patch.setdefault("metadata", {}).setdefault("annotations", {})[CORDON_ANNOTATION] = "true"
+        changed.append("cordoned")
+    elif decision.cordon is False and annotations.get(CORDON_ANNOTATION) == "true":
+        patch.setdefault("spec", {})["unschedulable"] = None  # merge patch: remove the field
+        patch.setdefault("metadata", {}).setdefault("annotations", {})[CORDON_ANNOTATION] = None
+        changed.append("uncordoned")
     if patch:
         # With the resourceVersion read, a merge patch fails (409) if the node changed since: taints are one list.
         patch.setdefault("metadata", {})["resourceVersion"] = metadata.get("resourceVersion", "")

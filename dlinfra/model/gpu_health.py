@@ -46,6 +46,7 @@ UNHEALTHY_TAINT: Taint = (GPU_UNHEALTHY_TAINT_KEY, "check-failed", "NoSchedule")
 UNHEALTHY_VALUES = ("check-failed", "check-not-judged", "check-not-finished", "gpus-not-advertised")
 HEALTH_CONDITION = "GPUHealthy"  # a node condition type of our own, as Node Problem Detector's are
 CHECK_ANNOTATION = "dlinfra.io/gpu-check"  # the last check's verdict, time and first problems, as JSON
+CORDON_ANNOTATION = "dlinfra.io/gpu-cordoned"  # the agent cordoned the node (off work), so it may lift that cordon
 EXPECT_PATH = "/etc/dlinfra/gpu-expect.json"
 REPORT_DIR = "/var/lib/dlinfra/gpu-check"
 REPORT_PATH = f"{REPORT_DIR}/report.json"

@@ -12,13 +12,15 @@ from typing import Any
 
 from dlinfra.errors import DlinfraError
 from dlinfra.model import gpu_health
-from dlinfra.model.fleet.labels import GPU_BURN_IN_TAINT_KEY, GPU_UNHEALTHY_TAINT_KEY
+from dlinfra.model.fleet.labels import GPU_BURN_IN_TAINT_KEY, GPU_SITE_BURN_IN_TAINT_KEY, GPU_UNHEALTHY_TAINT_KEY
 from dlinfra.ops.what_happened import region_of_zone
 
 GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"
 POOL_LABEL = "dlinfra.io/pool"
 SITE_LABEL = "dlinfra.io/site"
 GPU_RESOURCE = "nvidia.com/gpu"
+# The agent's reasons for a node it put off work without a fault found (components/scripts/gpu_burn_in.py).
+NOT_JUDGED_REASONS = ("CheckNotJudged", "CheckNotFinished", "GPUsNotAdvertised")
 
 
 @dataclass(frozen=True)
@@ -47,10 +49,12 @@ def _condition(node: Mapping[str, Any]) -> Mapping[str, Any]:
 
 
 def _state(taints: set[str], condition: Mapping[str, Any]) -> str:
+    if condition.get("status") == "Unknown" and condition.get("reason") in NOT_JUDGED_REASONS:
+        return "not judged"  # off work under the unhealthy taint, but nothing is known against its GPUs
     if GPU_UNHEALTHY_TAINT_KEY in taints or condition.get("status") == "False":
         return "failed"
-    if GPU_BURN_IN_TAINT_KEY in taints:
-        return "not judged" if condition.get("reason") == "CheckNotJudged" else "burning in"
+    if taints & {GPU_BURN_IN_TAINT_KEY, GPU_SITE_BURN_IN_TAINT_KEY}:
+        return "burning in"
     if condition.get("status") == "True":
         return "healthy"
     return "not checked"

@@ -454,6 +454,11 @@ def test_the_burn_in_unit_runs_where_dlinfra_says() -> None:
     assert _gpu_check_attribute("report_dir") == gpu_health.REPORT_DIR
     assert _gpu_check_attribute("unit") == gpu_health.CHECK_UNIT
     assert int(_gpu_check_attribute("timeout_seconds")) == gpu_health.BURN_IN_SECONDS
+    # The user data looks for the unit where the recipe writes it, to tell an image with the check from one without.
+    recipe = (CHEF / "cookbooks" / "dlinfra_gpu" / "recipes" / "gpu_check.rb").read_text()
+    user_data = (ROOT / "components" / "templates" / "node-user-data.sh.j2").read_text()
+    assert """template "/etc/systemd/system/#{check['unit']}" do""" in recipe
+    assert "[[ -f /etc/systemd/system/{{ check_unit }} ]]" in user_data
     hybrid = (CHEF / "cookbooks" / "dlinfra_hybrid" / "recipes" / "gpu_check.rb").read_text()
     # start, never restart: a converge must not run the check again under jobs (the unit stays active this boot).
     assert "node['dlinfra_gpu']['gpu_check']" in hybrid and "'start', '--no-block'" in hybrid

@@ -326,7 +326,8 @@ def test_main_writes_the_stamped_report_the_burn_in_agent_reads(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     expectation = tmp_path / "expect.json"
-    expectation.write_text(json.dumps({"gpu_count": 8, "products": list(H100.products), "memory_health": "row_remap"}))
+    expect = {"gpu_count": 8, "products": list(H100.products), "memory_health": "row_remap", "failing_xids": {}}
+    expectation.write_text(json.dumps(expect))
     report_file = tmp_path / "report.json"
     boot = tmp_path / "boot_id"
     boot.write_text("3f1c0d5e-boot\n")
@@ -347,6 +348,11 @@ def test_main_writes_the_stamped_report_the_burn_in_agent_reads(
     assert gpu_check.main(["gpu_check.py", str(tmp_path / "missing.json"), "--report", str(report_file)]) == 2
     assert json.loads(report_file.read_text())["verdict"] == "unchecked"
     assert gpu_check.main(["gpu_check.py", str(expectation), "--report"]) == 2  # --report without a file
+    # An expectation without the Xid catalog judges nothing: not judged (a check built before the catalog was hoisted
+    # out of the per-type entries would otherwise pass Xids unseen).
+    del expect["failing_xids"]
+    expectation.write_text(json.dumps(expect))
+    assert gpu_check.main(["gpu_check.py", str(expectation), "--report", str(report_file)]) == 2
 
 
 @pytest.mark.parametrize(
@@ -369,3 +375,17 @@ def test_dcgmi_failing_by_itself_leaves_the_gpus_unjudged(
     monkeypatch.setenv("PATH", f"{tmp_path}:{os.environ['PATH']}")
     result = gpu_check.run_dcgm(2, timeout=120)
     assert (result["ran"], result["passed"]) == (ran, passed)
+
+
+def test_dcgm_is_not_started_when_the_time_limit_leaves_too_little(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    dcgmi = tmp_path / "dcgmi"
+    dcgmi.write_text("#!/bin/sh\nexit 99\n")  # must not run
+    dcgmi.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}:{os.environ['PATH']}")
+    level2 = gpu_check.Expectation(**{**H100.__dict__, "dcgm_level": 2})
+    report = gpu_check.check(level2, recorded("h100-healthy.json"), "", str(tmp_path / "ib"), time_limit=100)
+    (problem,) = report["problems"]
+    assert problem["check"] == "dcgm" and problem["fault"] is False and "not run" in problem["detail"]
+    assert report["checked"] is False  # not judged: the agent settles the node off work, without blaming it

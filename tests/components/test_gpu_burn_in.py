@@ -37,6 +37,8 @@ GPU_TAINT = {"key": "nvidia.com/gpu", "value": "true", "effect": "NoSchedule"}
 BURN_IN = dict(zip(("key", "value", "effect"), gpu_health.BURN_IN_TAINT, strict=True))
 UNHEALTHY = dict(zip(("key", "value", "effect"), gpu_health.UNHEALTHY_TAINT, strict=True))
 SITE_BURN_IN = dict(zip(("key", "value", "effect"), gpu_health.SITE_BURN_IN_TAINT, strict=True))
+MARK_KEY = gpu_health.CORDON_ANNOTATION
+MARK = {MARK_KEY: "true"}
 READY = {"type": "Ready", "status": "True", "reason": "KubeletReady", "message": "kubelet is posting ready status"}
 
 
@@ -314,6 +316,36 @@ def test_a_node_one_gpu_short_is_marked_failed(
     assert handler.node["spec"]["taints"] == [GPU_TAINT, UNHEALTHY]
     (condition,) = [c for c in handler.node["status"]["conditions"] if c["type"] == "GPUHealthy"]
     assert condition["status"] == "False" and "7 GPUs" in condition["message"]
+    # Cordoned too, with its mark: the autoscaler builds no scale-up template from a cordoned node (7 GPUs here).
+    assert handler.node["spec"]["unschedulable"] is True
+    assert handler.node["metadata"]["annotations"][MARK_KEY] == "true"
+    # Repaired and rebooted: the next boot's passing check lifts the agent's own cordon.
+    handler.node["spec"]["taints"] = [GPU_TAINT, UNHEALTHY, BURN_IN]
+    _write_check_report(tmp_path, "h100-healthy.json", monkeypatch)
+    agent.once(server, NODE, str(tmp_path / "report.json"), boot_id=BOOT, uptime=240, now=NOW)
+    assert handler.node["spec"]["taints"] == [GPU_TAINT] and "unschedulable" not in handler.node["spec"]
+    assert MARK_KEY not in handler.node["metadata"]["annotations"]
+
+
+def test_a_cordon_that_is_not_the_agent_s_stays(
+    api: tuple[agent.ApiServer, type[FakeNodeApi]], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    server, handler = api
+    handler.node["spec"]["unschedulable"] = True  # cordoned by someone else during the burn-in
+    report = _write_check_report(tmp_path, "h100-healthy.json", monkeypatch)
+    agent.once(server, NODE, str(report), boot_id=BOOT, uptime=240, now=NOW)
+    assert handler.node["spec"]["unschedulable"] is True and handler.node["spec"]["taints"] == [GPU_TAINT]
+
+
+def test_gpus_dropping_after_the_node_was_let_on_are_not_a_new_verdict() -> None:
+    """A device plugin or kubelet restart takes the GPUs out of allocatable for a while: not a failed burn-in."""
+    node = _node([GPU_TAINT], gpus="0")
+    node["status"]["conditions"].append(
+        {"type": "GPUHealthy", "status": "True", "reason": "CheckPassed",
+         "message": "the GPU check passed at 2027-01-05T11:58:00Z"}
+    )  # fmt: skip
+    decision = agent.decide(node, _report("passed"), boot_id=BOOT, uptime=5000)
+    assert decision.taints == [GPU_TAINT] and decision.condition.reason == "CheckPassed"
 
 
 def test_a_concurrent_change_is_retried_on_the_next_pass(
@@ -355,7 +387,8 @@ def _with(node: dict[str, Any], change: Any) -> dict[str, Any]:
         (lambda n: n["spec"].update(taints=[GPU_TAINT]), "ip-10-9-9-9.other", "only the node its pod runs on"),
         (lambda n: n["spec"].update(taints=[GPU_TAINT]), "", "only the node its pod runs on"),  # no claim
         (lambda n: n["spec"].update(taints=[BURN_IN]), NODE, "only the taints"),  # the pool's taint removed
-        (lambda n: n["spec"].update(unschedulable=True), NODE, "may not cordon"),
+        (lambda n: n["spec"].update(unschedulable=True), NODE, "lift only its own cordon"),  # no mark
+        (lambda n: (n["spec"].update(unschedulable=True), n["metadata"]["annotations"].update(MARK)), NODE, None),
         (lambda n: n["metadata"]["labels"].update({"nvidia.com/gpu.product": "H200"}), NODE, "labels"),
         (lambda n: n["metadata"]["annotations"].pop("node.alpha.kubernetes.io/ttl"), NODE, "only the annotation"),
         (lambda n: n["status"]["conditions"].clear(), NODE, "only the condition"),
@@ -367,6 +400,17 @@ def test_the_agent_may_change_only_the_burn_in_on_its_own_node(change: Any, pod_
     old = _node([GPU_TAINT, BURN_IN])
     refusals = _policy_refusals(old, _with(old, change), pod_node)
     assert (refusals == []) if refused is None else any(refused in r for r in refusals), refusals
+
+
+def test_the_agent_lifts_only_its_own_cordon() -> None:
+    ours = _node([GPU_TAINT])
+    ours["spec"]["unschedulable"] = True
+    ours["metadata"]["annotations"].update(MARK)
+    lifted = _with(ours, lambda n: (n["spec"].pop("unschedulable"), n["metadata"]["annotations"].pop(MARK_KEY)))
+    assert _policy_refusals(ours, lifted, NODE) == []
+    theirs = _node([GPU_TAINT])
+    theirs["spec"]["unschedulable"] = True  # an operator's or the termination handler's cordon
+    assert _policy_refusals(theirs, _with(theirs, lambda n: n["spec"].pop("unschedulable")), NODE)
 
 
 def test_the_policy_leaves_everyone_else_to_rbac() -> None:

@@ -388,10 +388,11 @@ def _run_user_data(text: str, tmp_path: Path, *, image_has_check: bool) -> tuple
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     calls = tmp_path / "systemctl.calls"
-    unit_known = "exit 0" if image_has_check else "exit 1"
-    (bin_dir / "systemctl").write_text(
-        f'#!/bin/sh\necho "$*" >>{calls}\nif [ "$1" = cat ]; then {unit_known}; fi\nexit 0\n'
-    )
+    (bin_dir / "systemctl").write_text(f'#!/bin/sh\necho "$*" >>{calls}\nexit 0\n')
+    unit = tmp_path / "units" / gpu_health.CHECK_UNIT  # the image's unit file (Chef writes it)
+    if image_has_check:
+        unit.parent.mkdir()
+        unit.write_text("[Unit]\n")
     join = bin_dir / "dlinfra-node-join"
     join_args = tmp_path / "join.args"
     join.write_text(f'#!/bin/sh\nfor a in "$@"; do echo "$a"; done >{join_args}\n')
@@ -400,7 +401,9 @@ def _run_user_data(text: str, tmp_path: Path, *, image_has_check: bool) -> tuple
     expect = tmp_path / "etc" / "gpu-expect.json"
     script = tmp_path / "user-data.sh"
     script.write_text(
-        text.replace("/usr/local/sbin/dlinfra-node-join", str(join)).replace(gpu_health.EXPECT_PATH, str(expect))
+        text.replace("/usr/local/sbin/dlinfra-node-join", str(join))
+        .replace(gpu_health.EXPECT_PATH, str(expect))
+        .replace(f"/etc/systemd/system/{gpu_health.CHECK_UNIT}", str(unit))
     )
     done = subprocess.run(
         ["bash", str(script)],
@@ -433,11 +436,11 @@ def test_gpu_user_data_burns_in_where_the_image_has_the_check(tmp_path: Path, im
     taints = join[join.index("--register-with-taints") + 1]
     if image_has_check:
         assert taints == "nvidia.com/gpu=true:NoSchedule,{}={}:{}".format(*gpu_health.BURN_IN_TAINT)
-        assert systemctl == [f"cat {gpu_health.CHECK_UNIT}", f"start --no-block {gpu_health.CHECK_UNIT}"]
+        assert systemctl == [f"start --no-block {gpu_health.CHECK_UNIT}"]
         assert json.loads(expect.read_text())["instance_types"]["p5.48xlarge"]["gpu_count"] == 8
     else:
         assert taints == "nvidia.com/gpu=true:NoSchedule"
-        assert systemctl == [f"cat {gpu_health.CHECK_UNIT}"] and not expect.exists()
+        assert systemctl == [] and not expect.exists()
 
 
 def test_cpu_user_data_joins_without_the_burn_in(tmp_path: Path) -> None:

@@ -57,6 +57,13 @@ NODES = [
            "lastTransitionTime": "2027-01-05T11:00:00Z"}),
     _node("mi-0123456789abcdef0", {"dlinfra.io/pool": "site-sjc1", "dlinfra.io/site": "sjc1",
                                    "nvidia.com/gpu.product": "H100"}, [GPU_TAINT], None),
+    _node("mi-0123456789abcdef1", {"dlinfra.io/pool": "site-sjc1", "dlinfra.io/site": "sjc1",
+                                   "nvidia.com/gpu.product": "H100"},
+          [GPU_TAINT, {"key": "dlinfra.io/gpu-burn-in-site", "value": "pending", "effect": "NoSchedule"}],
+          {"status": "Unknown", "reason": "Checking", "lastTransitionTime": "2027-01-05T11:00:00Z"}),
+    _node("ip-10-1-0-4", H100, [GPU_TAINT, {**UNHEALTHY, "value": "check-not-judged"}],
+          {"status": "Unknown", "reason": "CheckNotJudged", "message": "DCGM is paused",
+           "lastTransitionTime": "2027-01-05T11:00:00Z"}),
     _node("ip-10-1-9-9", {"dlinfra.io/pool": "cpu"}, [], None, gpus=""),
 ]  # fmt: skip
 
@@ -64,11 +71,13 @@ NODES = [
 def test_each_node_s_state_follows_what_the_agent_left() -> None:
     found = {h.node: h for h in gpu_status.gpu_nodes(NODES)}
     assert "ip-10-1-9-9" not in found  # no GPUs
-    assert [(h.where, h.state) for h in gpu_status.gpu_nodes(NODES)] == [
-        ("pool train-h100", "healthy"),
-        ("pool train-h100", "failed"),
-        ("pool train-h100", "burning in"),
-        ("site sjc1", "not checked"),
+    assert [(h.node, h.state) for h in gpu_status.gpu_nodes(NODES)] == [
+        ("ip-10-1-0-1", "healthy"),
+        ("ip-10-1-0-2", "failed"),
+        ("ip-10-1-0-3", "burning in"),
+        ("ip-10-1-0-4", "not judged"),
+        ("mi-0123456789abcdef0", "not checked"),
+        ("mi-0123456789abcdef1", "burning in"),  # a site machine, under its own burn-in taint
     ]
     assert found["ip-10-1-0-2"].last_check == "failed at 2027-01-05T10:06:50Z"
     assert "Xid 79" in found["ip-10-1-0-2"].message

@@ -67,7 +67,7 @@ def _review(policy: dict[str, Any], request: dict[str, Any], obj: Any, old: Any 
     if not all(evaluate(c["expression"], activation) for c in spec.get("matchConditions", [])):
         return []
     variables: dict[str, bool] = {}
-    for variable in spec["variables"]:  # in order: each may read the ones before it
+    for variable in spec.get("variables", []):  # in order: each may read the ones before it
         variables[variable["name"]] = evaluate(variable["expression"], activation | {"variables": variables})
     activation["variables"] = variables
     return [v["message"] for v in spec["validations"] if not evaluate(v["expression"], activation)]
@@ -407,3 +407,47 @@ def test_an_operator_the_fleet_does_not_name_is_not_trusted(stacks: dict[str, St
     """Reference fleet: no operator named, so a KubeRay installed by hand in ray-system makes no GPU pod."""
     pods = _declared(stacks["prod-eu-west-1"], gpu_admission.POLICY_NAME)
     assert _review(pods, _create(KUBERAY), _pod(owner=("ray.io/v1", "RayCluster"))) != []
+
+
+def test_a_pod_admitted_before_the_toleration_rule_can_still_be_updated(policy: dict[str, Any]) -> None:
+    """On an update only added tolerations are judged: a pod that already tolerated everything loses its finalizers
+    (the job controller's, Kueue's) as before; adding a health toleration is refused."""
+    old = _tolerating(_pod(owner=("batch/v1", "Job")), {"operator": "Exists"})
+    new = copy.deepcopy(old)
+    new["metadata"]["finalizers"] = []
+    update = {"operation": "UPDATE", "userInfo": {"username": JOB_CONTROLLER}, "namespace": "team-vision"}
+    assert _review(policy, update, new, old) == []
+    added = copy.deepcopy(old)
+    added["spec"]["tolerations"].append({"key": "dlinfra.io/gpu-unhealthy", "operator": "Exists"})
+    (refused,) = _review(policy, update, added, old)
+    assert "may not tolerate the GPU health taints" in refused
+
+
+@pytest.fixture(scope="module")
+def job_tolerations_policy(stacks: dict[str, Stack]) -> dict[str, Any]:
+    (declared,) = [
+        p
+        for p in stacks["prod-us-west-2"].of_type(POLICY)
+        if p.inputs["metadata"]["name"] == gpu_admission.JOB_TOLERATIONS_POLICY_NAME
+    ]
+    return dict(declared.inputs)
+
+
+def _job_of(pod: dict[str, Any]) -> dict[str, Any]:
+    return {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "j"}, "spec": {"template": pod}}
+
+
+@pytest.mark.parametrize(
+    ("pod", "admitted"),
+    [
+        (_tolerating(_pod(), {"operator": "Exists"}), False),
+        (_tolerating(_pod(), {"key": "dlinfra.io/gpu-burn-in", "operator": "Exists"}), False),
+        (_tolerating(_pod(), {"key": "nvidia.com/gpu", "operator": "Exists"}), True),
+        (_tolerating(_pod(None), {"operator": "Exists"}), True),  # asks for no GPU: not this policy's
+    ],
+)
+def test_a_gpu_job_tolerating_the_health_taints_is_refused_at_submission(
+    job_tolerations_policy: dict[str, Any], pod: dict[str, Any], admitted: bool
+) -> None:
+    """Kueue would admit it and provision nodes for pods the pod policy then refuses: refused before that."""
+    assert (_review(job_tolerations_policy, _create(TEAM_USER), _job_of(pod)) == []) is admitted

@@ -5,8 +5,9 @@ set -o errexit -o nounset -o pipefail
 taints='nvidia.com/gpu=true:NoSchedule'
 # The GPU burn-in: what this node's GPUs must show, then the check, in the background, and the burn-in taint, which
 # the burn-in agent in the cluster takes off once the check has passed. An image built before the burn-in has no
-# check: its node joins without the taint (the agent then says it was not checked) rather than not at all.
-if systemctl cat dlinfra-gpu-check.service >/dev/null 2>&1; then
+# check (no unit file; a masked unit is a link to /dev/null): its node joins without the taint (the agent then says
+# it was not checked) rather than not at all.
+if [[ -f /etc/systemd/system/dlinfra-gpu-check.service ]]; then
   install -d -m 0755 "$(dirname /etc/dlinfra/gpu-expect.json)"
   cat >/etc/dlinfra/gpu-expect.json <<'DLINFRA_GPU_EXPECTATION'
 {"instance_types":{"p5.48xlarge":{"gpu_count":8}}}

@@ -61,6 +61,9 @@ FABRIC_COMPLETED = 3  # NVML_GPU_FABRIC_STATE_COMPLETED
 FABRIC_WAIT_SECONDS = 180
 FABRIC_POLL_SECONDS = 10
 RUNTIME_ERROR = "runtime error: "
+# What DCGM's diagnostic levels take at most, for the time limit ("dcgmi diag" reference: level 1 seconds, level 2
+# about two minutes, level 3 about fifteen); levels 3 and 4 are for a drained node with no limit.
+DCGM_SECONDS = {1: 60, 2: 240, 3: 1800, 4: 3 * 3600}
 
 
 @dataclass(frozen=True)
@@ -83,7 +86,8 @@ class Expectation:
             gpu_count=int(data["gpu_count"]),
             products=tuple(str(p) for p in data["products"]),
             memory_health=str(data["memory_health"]),
-            failing_xids={int(k): str(v) for k, v in data.get("failing_xids", {}).items()},
+            # Required: an expectation without the Xid catalog would judge nothing of the Xids (not judged, exit 2).
+            failing_xids={int(k): str(v) for k, v in data["failing_xids"].items()},
             efa_devices=int(data.get("efa_devices", 0)),
             fabric=bool(data.get("fabric", False)),
             dcgm_level=int(data.get("dcgm_level", 0)),
@@ -495,8 +499,14 @@ def check(
         except (ImportError, RuntimeError, OSError) as exc:  # no PyTorch, no CUDA: floors report "not measured"
             node.errors.append(f"throughput: {type(exc).__name__}: {exc}")
     if expect.dcgm_level and shutil.which("dcgmi"):
-        left = 3 * 3600 if time_limit is None else max(60.0, time_limit - (time.monotonic() - started) - 30)
-        node.dcgm = run_dcgm(expect.dcgm_level, timeout=left)
+        left = 3 * 3600 if time_limit is None else time_limit - (time.monotonic() - started) - 30
+        needed = DCGM_SECONDS.get(expect.dcgm_level, 3600)
+        if left >= needed:
+            node.dcgm = run_dcgm(expect.dcgm_level, timeout=left)
+        else:  # it could not finish: not judged, rather than a timeout counted against the GPUs
+            node.dcgm = {"level": expect.dcgm_level, "passed": False, "ran": False,
+                         "failures": [f"{left:.0f} s left of the time limit, level {expect.dcgm_level} takes "
+                                      f"{needed} s or more: not run"]}  # fmt: skip
     found = problems(expect, node)
     return {
         "passed": not found,
