@@ -135,9 +135,16 @@ def own_node_policy_spec() -> dict[str, Any]:
             {
                 # A cordon only with its mark, and its own cordon lifted only with the mark; no other cordon touched.
                 "expression": f"{cordoned('object')} == {cordoned('oldObject')} || "
-                f"({cordoned('object')} && {marked('object')} && !{marked('oldObject')}) || "
+                f"({cordoned('object')} && {marked('object')}) || "
                 f"(!{cordoned('object')} && {marked('oldObject')} && !{marked('object')})",
                 "message": "the GPU burn-in agent may cordon a node it puts off work, and lift only its own cordon",
+            },
+            {
+                # The mark moves with a cordon, so it cannot be put on another's cordon first and then lifted with it;
+                # a mark left on an uncordoned node may go.
+                "expression": f"{marked('object')} == {marked('oldObject')} || "
+                f"{cordoned('object')} != {cordoned('oldObject')} || (!{marked('object')} && !{cordoned('object')})",
+                "message": f"the GPU burn-in agent may set {mark} only with its own cordon",
             },
             {
                 "expression": _same("metadata.labels", "{}"),

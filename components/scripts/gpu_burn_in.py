@@ -232,9 +232,23 @@ def decide(node: Mapping[str, Any], report: Report | None, *, boot_id: str, upti
     advertised = advertised_gpus(node)
     held = current_condition(node) or {}
     accepted = held.get("reason") == "CheckPassed" and report.finished_at in str(held.get("message", ""))
-    # Once this report has let the node on, GPUs that drop from allocatable for a while (the device plugin or the
-    # kubelet restarting) are not a new verdict; continuous health is another matter.
-    if report.expected_gpus is not None and advertised < report.expected_gpus and not accepted:
+    short = report.expected_gpus is not None and advertised < report.expected_gpus
+    if short and accepted and advertised > 0:
+        # Let on, and now short of a GPU (the device plugin marks one unhealthy, or it fell off the bus): off work.
+        return Decision(
+            cordon=True,
+            taints=_settled(taints, NOT_ADVERTISED),
+            condition=Condition(
+                "Unknown",
+                "GPUsNotAdvertised",
+                f"the node advertises {advertised} of {report.expected_gpus} GPUs since its check passed at "
+                f"{report.finished_at}: a GPU has left (see its Xids: dmesg, nvidia-smi)",
+            ),
+            annotation=report.summary(),
+        )
+    # Once this report has let the node on, all its GPUs leaving allocatable for a while (the device plugin or the
+    # kubelet restarting) is not a new verdict.
+    if short and not accepted:
         message = (
             f"the GPU check passed at {report.finished_at}, but the node advertises {advertised} of "
             f"{report.expected_gpus} GPUs: is the NVIDIA device plugin running on it?"

@@ -346,6 +346,11 @@ def test_gpus_dropping_after_the_node_was_let_on_are_not_a_new_verdict() -> None
     )  # fmt: skip
     decision = agent.decide(node, _report("passed"), boot_id=BOOT, uptime=5000)
     assert decision.taints == [GPU_TAINT] and decision.condition.reason == "CheckPassed"
+    # But a GPU lost after the node was let on (7 of 8 advertised) puts it off work and cordons it.
+    node["status"]["allocatable"]["nvidia.com/gpu"] = "7"
+    lost = agent.decide(node, _report("passed"), boot_id=BOOT, uptime=5000)
+    assert lost.taints == [GPU_TAINT, {**UNHEALTHY, "value": "gpus-not-advertised"}] and lost.cordon is True
+    assert "7 of 8 GPUs" in lost.condition.message
 
 
 def test_a_concurrent_change_is_retried_on_the_next_pass(
@@ -411,6 +416,16 @@ def test_the_agent_lifts_only_its_own_cordon() -> None:
     theirs = _node([GPU_TAINT])
     theirs["spec"]["unschedulable"] = True  # an operator's or the termination handler's cordon
     assert _policy_refusals(theirs, _with(theirs, lambda n: n["spec"].pop("unschedulable")), NODE)
+    # Nor in two steps: the mark first, on another's cordon, then both off.
+    assert _policy_refusals(theirs, _with(theirs, lambda n: n["metadata"]["annotations"].update(MARK)), NODE)
+    # Someone lifted the agent's cordon and left the mark: the agent may cordon again while the verdict stands, and
+    # may drop a stale mark from an uncordoned node.
+    lifted_by_another = _node([GPU_TAINT])
+    lifted_by_another["metadata"]["annotations"].update(MARK)
+    again = _with(lifted_by_another, lambda n: n["spec"].update(unschedulable=True))
+    assert _policy_refusals(lifted_by_another, again, NODE) == []
+    stale = _with(lifted_by_another, lambda n: n["metadata"]["annotations"].pop(MARK_KEY))
+    assert _policy_refusals(lifted_by_another, stale, NODE) == []
 
 
 def test_the_policy_leaves_everyone_else_to_rbac() -> None:
