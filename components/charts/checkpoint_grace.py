@@ -130,14 +130,7 @@ def policy_spec(
     group, resource, template = ("batch", "jobs", ".spec.template") if jobs else ("", "pods", "")
     return admission.ValidatingAdmissionPolicySpecArgs(
         failure_policy="Fail",  # fail closed
-        match_constraints=admission.MatchResourcesArgs(
-            namespace_selector=gpu_admission.selector_args(namespace_selector),
-            resource_rules=[
-                admission.NamedRuleWithOperationsArgs(
-                    api_groups=[group], api_versions=["v1"], operations=["CREATE", "UPDATE"], resources=[resource]
-                )
-            ],
-        ),
+        match_constraints=gpu_admission.team_matches(namespace_selector, group, resource),
         variables=[
             admission.VariableArgs(name=name, expression=expression)
             for name, expression in variables(caps, gpu_pools, template).items()

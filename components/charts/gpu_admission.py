@@ -154,6 +154,21 @@ def variables(controller_namespaces: Sequence[str], frameworks: Sequence[str]) -
     }
 
 
+def team_matches(
+    namespace_selector: Mapping[str, Any], group: str, resource: str
+) -> k8s.admissionregistration.v1.MatchResourcesArgs:
+    """Creates and updates of `resource` (v1 of `group`) in the namespaces the selector picks (the team ones)."""
+    admission = k8s.admissionregistration.v1
+    return admission.MatchResourcesArgs(
+        namespace_selector=selector_args(namespace_selector),
+        resource_rules=[
+            admission.NamedRuleWithOperationsArgs(
+                api_groups=[group], api_versions=["v1"], operations=["CREATE", "UPDATE"], resources=[resource]
+            )
+        ],
+    )
+
+
 def health_tolerations(obj: str, old: str, template: str = "") -> tuple[str, str]:
     """(CEL, message): the pod (or the pod template at `template`) tolerates neither a GPU health taint nor every
     taint (operator Exists without a key). On an update only the tolerations it adds are judged: a pod's tolerations
@@ -183,14 +198,7 @@ def job_tolerations_policy_spec(
     expression, message = health_tolerations("object", "oldObject", ".spec.template")
     return admission.ValidatingAdmissionPolicySpecArgs(
         failure_policy="Fail",
-        match_constraints=admission.MatchResourcesArgs(
-            namespace_selector=selector_args(namespace_selector),
-            resource_rules=[
-                admission.NamedRuleWithOperationsArgs(
-                    api_groups=["batch"], api_versions=["v1"], operations=["CREATE", "UPDATE"], resources=["jobs"]
-                )
-            ],
-        ),
+        match_constraints=team_matches(namespace_selector, "batch", "jobs"),
         match_conditions=[
             admission.MatchConditionArgs(name="requests-gpus", expression=asks_gpu("object.spec.template"))
         ],
@@ -244,14 +252,7 @@ def policy_spec(
     return admission.ValidatingAdmissionPolicySpecArgs(
         # Fail closed: a policy that cannot be evaluated refuses (the default, spelled out).
         failure_policy="Fail",
-        match_constraints=admission.MatchResourcesArgs(
-            namespace_selector=selector_args(namespace_selector),
-            resource_rules=[
-                admission.NamedRuleWithOperationsArgs(
-                    api_groups=[""], api_versions=["v1"], operations=["CREATE", "UPDATE"], resources=["pods"]
-                )
-            ],
-        ),
+        match_constraints=team_matches(namespace_selector, "", "pods"),
         match_conditions=[admission.MatchConditionArgs(name="requests-gpus", expression=match_condition())],
         variables=[
             admission.VariableArgs(name=name, expression=expression)

@@ -29,7 +29,7 @@ import time
 import urllib.error
 import urllib.parse
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 from components.scripts import kube_api
@@ -134,7 +134,6 @@ class Decision:
     # True: cordon the node (the agent's cordon, marked by CORDON_ANNOTATION); False: lift the agent's own cordon, if
     # it holds one; None: leave spec.unschedulable alone.
     cordon: bool | None = None
-    notes: list[str] = field(default_factory=list)
 
 
 def _with(taints: Sequence[Mapping[str, Any]], taint: Mapping[str, str]) -> list[dict[str, Any]]:
@@ -174,6 +173,23 @@ def _settled(taints: Sequence[Mapping[str, Any]], value: str | None) -> list[dic
     return _with(kept, _unhealthy(value)) if value else kept
 
 
+def _off_work(
+    taints: Sequence[Mapping[str, Any]], value: str, condition: Condition, report: Report | None = None
+) -> Decision:
+    """Settled off work: the unhealthy taint `value` and the agent's cordon."""
+    annotation = report.summary() if report else None
+    return Decision(cordon=True, taints=_settled(taints, value), condition=condition, annotation=annotation)
+
+
+def _burning_in(node: Mapping[str, Any], condition: Condition, report: Report | None = None) -> Decision:
+    """Still kept off work by the burn-in taint, the check's own unhealthy taint lifted meanwhile."""
+    taints = node.get("spec", {}).get("taints", []) or []
+    annotation = report.summary() if report else None
+    return Decision(
+        taints=_with(_settled(taints, None), burn_in_taint(node)), condition=condition, annotation=annotation
+    )
+
+
 def decide(node: Mapping[str, Any], report: Report | None, *, boot_id: str, uptime: float) -> Decision:
     """What the node should carry, from its current state, the report on the machine and this boot.
 
@@ -196,56 +212,35 @@ def decide(node: Mapping[str, Any], report: Report | None, *, boot_id: str, upti
         )
     if report is None or report.boot_id != boot_id:
         if late:
-            return Decision(
-                cordon=True,
-                taints=_settled(taints, NOT_FINISHED),
-                condition=Condition(
+            return _off_work(
+                taints,
+                NOT_FINISHED,
+                Condition(
                     "Unknown",
                     "CheckNotFinished",
                     f"no GPU check report for this boot {DEADLINE_SECONDS} s after it: see `systemctl status "
                     "dlinfra-gpu-check` on the machine",
                 ),
             )
-        return Decision(
-            taints=_with(_settled(taints, None), burn_in_taint(node)),
-            condition=Condition("Unknown", "Checking", "the GPU check of this boot is running"),
-        )
+        return _burning_in(node, Condition("Unknown", "Checking", "the GPU check of this boot is running"))
     problems = "; ".join(report.problems[:MAX_PROBLEMS])
     if report.verdict == "failed":
-        return Decision(
-            cordon=True,
-            taints=_settled(taints, CHECK_FAILED),
-            condition=Condition("False", "CheckFailed", f"the GPU check failed at {report.finished_at}: {problems}"),
-            annotation=report.summary(),
-        )
+        failed = Condition("False", "CheckFailed", f"the GPU check failed at {report.finished_at}: {problems}")
+        return _off_work(taints, CHECK_FAILED, failed, report)
     if report.verdict != "passed":
-        return Decision(
-            cordon=True,
-            taints=_settled(taints, NOT_JUDGED),
-            condition=Condition(
-                "Unknown",
-                "CheckNotJudged",
-                f"the GPU check could not judge the node at {report.finished_at}: {problems}",
-            ),
-            annotation=report.summary(),
-        )
+        unjudged = f"the GPU check could not judge the node at {report.finished_at}: {problems}"
+        return _off_work(taints, NOT_JUDGED, Condition("Unknown", "CheckNotJudged", unjudged), report)
     advertised = advertised_gpus(node)
     held = current_condition(node) or {}
     accepted = held.get("reason") == "CheckPassed" and report.finished_at in str(held.get("message", ""))
     short = report.expected_gpus is not None and advertised < report.expected_gpus
     if short and accepted and advertised > 0:
         # Let on, and now short of a GPU (the device plugin marks one unhealthy, or it fell off the bus): off work.
-        return Decision(
-            cordon=True,
-            taints=_settled(taints, NOT_ADVERTISED),
-            condition=Condition(
-                "Unknown",
-                "GPUsNotAdvertised",
-                f"the node advertises {advertised} of {report.expected_gpus} GPUs since its check passed at "
-                f"{report.finished_at}: a GPU has left (see its Xids: dmesg, nvidia-smi)",
-            ),
-            annotation=report.summary(),
+        lost = (
+            f"the node advertises {advertised} of {report.expected_gpus} GPUs since its check passed at "
+            f"{report.finished_at}: a GPU has left (see its Xids: dmesg, nvidia-smi)"
         )
+        return _off_work(taints, NOT_ADVERTISED, Condition("Unknown", "GPUsNotAdvertised", lost), report)
     # Once this report has let the node on, all its GPUs leaving allocatable for a while (the device plugin or the
     # kubelet restarting) is not a new verdict.
     if short and not accepted:
@@ -253,12 +248,8 @@ def decide(node: Mapping[str, Any], report: Report | None, *, boot_id: str, upti
             f"the GPU check passed at {report.finished_at}, but the node advertises {advertised} of "
             f"{report.expected_gpus} GPUs: is the NVIDIA device plugin running on it?"
         )
-        return Decision(
-            cordon=True if late else None,
-            taints=_settled(taints, NOT_ADVERTISED) if late else _with(_settled(taints, None), burn_in_taint(node)),
-            condition=Condition("Unknown", "GPUsNotAdvertised", message),
-            annotation=report.summary(),
-        )
+        waiting = Condition("Unknown", "GPUsNotAdvertised", message)
+        return _off_work(taints, NOT_ADVERTISED, waiting, report) if late else _burning_in(node, waiting, report)
     return Decision(
         cordon=False,
         taints=_settled(taints, None),

@@ -5,7 +5,6 @@ from __future__ import annotations
 import datetime
 import http.server
 import json
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -15,6 +14,7 @@ import pytest
 from components import block_flavors, pod_scripts
 from components.capacity_block import drain_at
 from components.scripts import capacity_block_flavor as keeper
+from tests.loopback import serving
 
 UTC = datetime.UTC
 OPENS = datetime.datetime(2027, 1, 4, 11, 30, tzinfo=UTC)
@@ -124,17 +124,10 @@ class _Recorder(http.server.BaseHTTPRequestHandler):
 @pytest.fixture
 def api(tmp_path: Path) -> Iterator[tuple[keeper.ApiServer, type[_Recorder]]]:
     handler = type("Handler", (_Recorder,), {"requests": [], "status": 200})
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
     token = tmp_path / "token"
     token.write_text("sa-token\n")
-    try:
-        yield keeper.ApiServer(f"http://127.0.0.1:{server.server_address[1]}", str(token), None), handler
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join(timeout=120)
+    with serving(http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)) as url:
+        yield keeper.ApiServer(url, str(token), None), handler
 
 
 def test_each_flavor_is_one_server_side_apply_of_its_taints(api: tuple[keeper.ApiServer, type[_Recorder]]) -> None:

@@ -11,7 +11,6 @@ import http.server
 import json
 import subprocess
 import sys
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -29,6 +28,7 @@ from tests import reference
 from tests.chef._gpu_check import gpu_check
 from tests.chef.test_gpu_check import H100, recorded
 from tests.components.charts.test_checkpoint_grace import _review
+from tests.loopback import serving
 
 NODE = "ip-10-1-2-3.us-west-2.compute.internal"
 BOOT = "5138c633-f26b-424d-b55b-d8189c8c1504"
@@ -260,17 +260,10 @@ class FakeNodeApi(http.server.BaseHTTPRequestHandler):
 @pytest.fixture
 def api(tmp_path: Path) -> Iterator[tuple[agent.ApiServer, type[FakeNodeApi]]]:
     handler = type("Handler", (FakeNodeApi,), {"node": _node([GPU_TAINT, BURN_IN]), "pod_node": NODE, "patches": []})
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
     token = tmp_path / "token"
     token.write_text("agent-token\n")
-    try:
-        yield agent.ApiServer(f"http://127.0.0.1:{server.server_address[1]}", str(token), None), handler
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join(timeout=120)
+    with serving(http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)) as url:
+        yield agent.ApiServer(url, str(token), None), handler
 
 
 def _write_check_report(tmp_path: Path, recording: str, monkeypatch: pytest.MonkeyPatch) -> Path:

@@ -5,7 +5,6 @@ nodes in each burn-in state, cloud and site, with the node objects as the burn-i
 from __future__ import annotations
 
 import json
-import threading
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
@@ -19,6 +18,7 @@ from dlinfra.cli import main as cli
 from dlinfra.model import gpu_health
 from dlinfra.ops import gpu_status
 from dlinfra.ops import what_happened as wh
+from tests.loopback import serving
 from tests.ops.test_what_happened import RecordedApi, write_kubeconfig
 
 GPU_TAINT = {"key": "nvidia.com/gpu", "value": "true", "effect": "NoSchedule"}
@@ -109,15 +109,9 @@ PODS = [
 @pytest.fixture
 def cluster(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[RecordedApi]:
     api = RecordedApi({"nodes": NODES, "pods": PODS, "events": []})
-    thread = threading.Thread(target=api.serve_forever, daemon=True)
-    thread.start()
-    monkeypatch.setenv("KUBECONFIG", str(write_kubeconfig(tmp_path / "kubeconfig", api.url)))
-    try:
+    with serving(api) as url:
+        monkeypatch.setenv("KUBECONFIG", str(write_kubeconfig(tmp_path / "kubeconfig", url)))
         yield api
-    finally:
-        api.shutdown()
-        api.server_close()
-        thread.join(timeout=120)
 
 
 def test_gpu_status_reads_the_cluster_and_exits_1_on_a_failed_node(

@@ -123,26 +123,19 @@ MUTATIONS = [
         "the scale-from-zero template carries the burn-in taint",
         id="burn-in-taint-in-the-node-template",
     ),
-    pytest.param(
-        _in_cluster,
-        _chart("cluster-autoscaler"),
-        _values(lambda values: values["extraArgs"].pop("startup-taint")),
-        "dlinfra.io/gpu-burn-in is not a startup taint",
-        id="autoscaler-without-the-startup-taint",
-    ),
-    pytest.param(
-        _in_cluster,
-        _chart("cluster-autoscaler"),
-        _values(lambda values: values["extraArgs"].pop("status-taint_unhealthy")),
-        "dlinfra.io/gpu-unhealthy is not a status taint",
-        id="autoscaler-without-the-unhealthy-status-taint",
-    ),
-    pytest.param(
-        _in_cluster,
-        _chart("cluster-autoscaler"),
-        _values(lambda values: values["extraArgs"].pop("status-taint_site")),
-        "dlinfra.io/gpu-burn-in-site is not a status taint",
-        id="autoscaler-without-the-site-status-taint",
+    *(
+        pytest.param(
+            _in_cluster,
+            _chart("cluster-autoscaler"),
+            _values(lambda values, flag=flag: values["extraArgs"].pop(flag)),
+            problem,
+            id=f"autoscaler-without-{flag}",
+        )
+        for flag, problem in (
+            ("startup-taint", "dlinfra.io/gpu-burn-in is not a startup taint"),
+            ("status-taint_unhealthy", "dlinfra.io/gpu-unhealthy is not a status taint"),
+            ("status-taint_site", "dlinfra.io/gpu-burn-in-site is not a status taint"),
+        )
     ),
     pytest.param(
         _in_cluster,
