@@ -8,8 +8,9 @@ What it may do is held tight:
 - A ValidatingAdmissionPolicy (OWN_NODE_POLICY) can, and refuses the agent any other change: only the node its pod
   runs on (the service account token of a pod carries its node's name, authentication.kubernetes.io/node-name:
   Kubernetes "Service account tokens", bound token node info, on by default since 1.30), only the burn-in and
-  unhealthy taints, only its annotation, only the GPUHealthy condition; labels, other taints and conditions,
-  unschedulable, capacity, allocatable and addresses stay as they were.
+  unhealthy taints, only its annotations and its own cordon, only the GPUHealthy condition, and the GPU model labels
+  only to the values the fleet gives the node's pool; other labels, taints and conditions, capacity, allocatable and
+  addresses stay as they were.
 The pod reads the check's report from the host read-only, runs as nobody with no privileges, in kube-system (the
 namespace where node agents run with host paths), at the node-critical priority so it is never the pod left out.
 """
@@ -18,7 +19,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, cast
 
 import pulumi
@@ -26,7 +27,7 @@ import pulumi_kubernetes as k8s
 
 from components import pod_scripts
 from components.charts.gpu_admission import binding_spec
-from components.charts.nodes import GPU_NODE_AFFINITY
+from components.charts.nodes import GPU_MODEL_LABEL, GPU_NODE_AFFINITY, GPU_PRODUCT_LABEL
 from components.charts.pinned import SYSTEM_NAMESPACE
 from components.scripts import gpu_burn_in as agent
 from components.scripts import kube_api
@@ -69,9 +70,16 @@ def _same(path: str, empty: str) -> str:
     return f"{_field('object', path, empty)} == {_field('oldObject', path, empty)}"
 
 
-def own_node_policy_spec() -> dict[str, Any]:
+def _cel_map(pools: Mapping[str, Mapping[str, str]]) -> str:
+    """A CEL map literal of each pool's GPU labels (names and label values need no escaping)."""
+    inner = (", ".join(f"'{k}': '{v}'" for k, v in sorted(labels.items())) for labels in pools.values())
+    return "{" + ", ".join(f"'{pool}': {{{body}}}" for pool, body in zip(pools, inner, strict=True)) + "}"
+
+
+def own_node_policy_spec(gpu_labels: Mapping[str, Mapping[str, str]]) -> dict[str, Any]:
     """The policy that holds the agent to its own node and to the burn-in's fields, for updates of nodes and of
-    their status (a patch is an update to admission)."""
+    their status (a patch is an update to admission). `gpu_labels`: the GPU model labels of each pool's nodes, by
+    their pool label, the only values the agent may give those labels."""
     burn_in = (gpu_health.BURN_IN_TAINT, gpu_health.SITE_BURN_IN_TAINT)
     health_keys = sorted({t[0] for t in burn_in} | {gpu_health.UNHEALTHY_TAINT[0]})
     keys = _cel_list(health_keys)
@@ -88,6 +96,13 @@ def own_node_policy_spec() -> dict[str, Any]:
     ours = _cel_list([annotation, mark])
     new_annotations = _field("object", "metadata.annotations", "{}")
     old_annotations = _field("oldObject", "metadata.annotations", "{}")
+
+    keys_of_labels = sorted({GPU_MODEL_LABEL, GPU_PRODUCT_LABEL})
+    label_keys = _cel_list(keys_of_labels)
+    new_labels = _field("object", "metadata.labels", "{}")
+    old_labels = _field("oldObject", "metadata.labels", "{}")
+    pool = f"('{agent.POOL_LABEL}' in {old_labels} ? {old_labels}['{agent.POOL_LABEL}'] : '')"
+    wanted = _cel_map(gpu_labels)
 
     def cordoned(obj: str) -> str:
         return f"(has({obj}.spec.unschedulable) && {obj}.spec.unschedulable)"
@@ -147,8 +162,18 @@ def own_node_policy_spec() -> dict[str, Any]:
                 "message": f"the GPU burn-in agent may set {mark} only with its own cordon",
             },
             {
-                "expression": _same("metadata.labels", "{}"),
-                "message": "the GPU burn-in agent may not change a node's labels",
+                "expression": f"{new_labels}.all(k, k in {label_keys} || (k in {old_labels} && "
+                f"{old_labels}[k] == {new_labels}[k])) && {old_labels}.all(k, k in {label_keys} || k in {new_labels})",
+                "message": "the GPU burn-in agent may not change a node's labels other than "
+                + ", ".join(keys_of_labels),
+            },
+            {
+                # Each GPU label as it was, or set to what the fleet gives the node's pool; never removed.
+                "expression": f"{label_keys}.all(k, (k in {old_labels} ? {old_labels}[k] : '') == "
+                f"(k in {new_labels} ? {new_labels}[k] : '') || ({pool} in {wanted} && k in {wanted}[{pool}] && "
+                f"k in {new_labels} && {new_labels}[k] == {wanted}[{pool}][k]))",
+                "message": "the GPU burn-in agent may set the GPU model labels only to the values the fleet gives the "
+                "node's pool",
             },
             {
                 "expression": f"{new_annotations}.all(k, k in {ours} || "
@@ -179,15 +204,19 @@ def own_node_policy_spec() -> dict[str, Any]:
     }
 
 
-def daemon_set_spec() -> dict[str, Any]:
-    """One agent on every GPU node, through the burn-in taint and whatever else the node carries."""
+def daemon_set_spec(gpu_labels: Mapping[str, Mapping[str, str]]) -> dict[str, Any]:
+    """One agent on every GPU node, through the burn-in taint and whatever else the node carries; `gpu_labels` as
+    own_node_policy_spec's, what it keeps on the nodes."""
     container = pod_scripts.python_container(
         "agent",
         agent,
         f"{REPORT_MOUNT}/{gpu_health.REPORT_PATH.rsplit('/', 1)[1]}",
         mounts=[{"name": "gpu-check", "mountPath": REPORT_MOUNT, "readOnly": True}],
     )
-    container["env"].append({"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}})
+    container["env"] += [
+        {"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}},
+        {"name": agent.GPU_LABELS_ENV, "value": json.dumps(gpu_labels, sort_keys=True)},
+    ]
     container["volumeMounts"].append({"name": "heartbeat", "mountPath": agent.HEARTBEAT_DIR})
     # Two probes on the agent's heartbeat files (agent.beat): live while its loop turns, ready while its passes
     # reach the API server. A python3 per probe needs more than the keeper's 64 MiB.
@@ -244,8 +273,9 @@ def network_policy_spec() -> dict[str, Any]:
     }
 
 
-def declare(name: str, *, opts: Options, meta: Meta) -> None:
-    """The agent's account, its rights and their limits, its scripts and its DaemonSet."""
+def declare(name: str, *, gpu_labels: Mapping[str, Mapping[str, str]], opts: Options, meta: Meta) -> None:
+    """The agent's account, its rights and their limits, its scripts and its DaemonSet; `gpu_labels`: the GPU model
+    labels of each GPU pool's and site's nodes, by their dlinfra.io/pool value."""
     rbac, admission = k8s.rbac.v1, k8s.admissionregistration.v1
     account = k8s.core.v1.ServiceAccount(f"{name}-{NAME}", metadata=meta(NAME, NAMESPACE), opts=opts())
     role = rbac.ClusterRole(
@@ -258,7 +288,9 @@ def declare(name: str, *, opts: Options, meta: Meta) -> None:
     policy = admission.ValidatingAdmissionPolicy(
         f"{name}-{NAME}-own-node",
         metadata=meta(OWN_NODE_POLICY),
-        spec=cast("k8s.admissionregistration.v1.ValidatingAdmissionPolicySpecArgsDict", own_node_policy_spec()),
+        spec=cast(
+            "k8s.admissionregistration.v1.ValidatingAdmissionPolicySpecArgsDict", own_node_policy_spec(gpu_labels)
+        ),
         opts=opts(),
     )
     policy_binding = admission.ValidatingAdmissionPolicyBinding(
@@ -284,6 +316,6 @@ def declare(name: str, *, opts: Options, meta: Meta) -> None:
     k8s.apps.v1.DaemonSet(
         f"{name}-{NAME}",
         metadata=meta(NAME, NAMESPACE),
-        spec=cast("k8s.apps.v1.DaemonSetSpecArgsDict", daemon_set_spec()),
+        spec=cast("k8s.apps.v1.DaemonSetSpecArgsDict", daemon_set_spec(gpu_labels)),
         opts=opts(depends_on=[binding, config]),
     )

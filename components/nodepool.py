@@ -86,6 +86,9 @@ class NodePoolArgs:
     checkpoint_grace: int = DEFAULT_CHECKPOINT_GRACE
     # GPU pools: what each new node's burn-in runs before the burn-in taint comes off (fleet: gpu_check)
     gpu_check: GpuCheck = field(default_factory=GpuCheck)
+    # What the nodes carry as nvidia.com/gpu.product (the environment's gpu_product_label): NVIDIA's product name, or
+    # the short model name an environment keeps while admitted jobs select it (dlinfra.model.gpu_health.gpu_labels).
+    gpu_product_label: gpu_health.ProductLabelStyle = "nvidia"
     attach_cni_policy: bool = False  # only when the VPC CNI has no Pod Identity association
     internal_cidrs: Sequence[str] = ()  # VPCs and site networks nodes may reach on any port
     # The cluster's group on every node (Cluster): pods of all pools, the control plane, sites, laptops.
@@ -196,8 +199,8 @@ def node_labels(args: NodePoolArgs) -> dict[str, str]:
     """Labels every node of the pool carries (fleet labels plus the pool, its capacity type and GPU model)."""
     spec = args.primary
     labels = {"dlinfra.io/pool": args.pool, "dlinfra.io/capacity": capacity_class(args)}
-    if spec.gpu_model:
-        labels["nvidia.com/gpu.product"] = spec.gpu_model
+    if spec.gpu_model and spec.gpu_product:
+        labels |= gpu_health.gpu_labels(spec.gpu_model, spec.gpu_product, args.gpu_product_label)
         # cluster-autoscaler treats only nodes with this label as GPU nodes (GPU-aware scale-down).
         labels["k8s.amazonaws.com/accelerator"] = spec.gpu_model
     # The fleet cannot set any of these keys (dlinfra.model.fleet.labels.OWN_LABELS); the EFA label still comes last.

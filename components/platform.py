@@ -51,7 +51,10 @@ class PoolView:
     kind: Literal["gpu", "cpu"]
     instance_type: str  # the pool's primary (first) instance type
     gpus_per_node: int  # GPUs of the primary type; 0 for CPU pools
-    gpu_model: str | None  # short GPU name (nvidia.com/gpu.product); None for CPU pools
+    gpu_model: str | None  # short GPU name (dlinfra.io/gpu-model); None for CPU pools
+    # The nodes' GPU model labels (dlinfra.model.gpu_health.gpu_labels, as the pool's launch template gives them);
+    # empty for CPU pools.
+    gpu_labels: Mapping[str, str] = field(default_factory=dict)
     efa: bool  # EFA interfaces: the EFA device plugin runs on this pool's nodes
     capacity_class: kueue.PoolCapacityClass  # orders the autoscaler's expander: reserved > on-demand > spot
     max_size: int  # instances in this region
@@ -101,6 +104,7 @@ class SiteView:
     gpu_nodes: int
     gpus_per_node: int
     gpu_model: str
+    gpu_labels: Mapping[str, str]  # the machines' GPU model labels (as their NodeConfig gives them); empty: no GPUs
     pod_cidr: str  # the site's pod CIDR: a remote pod network of the cluster and the site's Cilium IP pool
     asn: int  # the site's BGP ASN (fleet sites.<site>.asn): its nodes peer with the gateway over iBGP in it
     gateway_ip: str  # the site gateway's LAN address, the nodes' BGP peer (hybrid_routing.gateway_lan_ip)
@@ -291,7 +295,11 @@ class Platform(pulumi.ComponentResource):
             gpu_pools=gpu_pools,
         )
         # Every GPU node, cloud and site, takes work only once its GPUs have passed their check.
-        gpu_burn_in.declare(name, opts=self._k8s, meta=self._meta)
+        # It also relabels nodes that joined before their pool's GPU labels changed (a registration label is never
+        # updated), so a label change needs no node replaced.
+        gpu_labels = {pool: dict(view.gpu_labels) for pool, view in args.pools.items() if view.gpu_labels}
+        gpu_labels |= {site_pool(site): dict(view.gpu_labels) for site, view in args.sites.items() if view.gpu_labels}
+        gpu_burn_in.declare(name, gpu_labels=gpu_labels, opts=self._k8s, meta=self._meta)
         queues = self._queues(kueue_release, namespaces)
         self.multikueue_token = None
         if args.overflow is not None:

@@ -21,7 +21,7 @@ from components.charts.multikueue import multikueue_kubeconfig
 from components.charts.nodes import SITE_GPU_TAINT
 from components.cluster import kubeconfig_json, team_group
 from components.platform import Platform, PlatformArgs, PoolView, SiteView, TeamView
-from dlinfra.model import dns, hybrid_routing, instances, kueue, planner, sites, team_storage
+from dlinfra.model import dns, gpu_health, hybrid_routing, instances, kueue, planner, sites, team_storage
 from dlinfra.model.fleet.pools import NodePool
 from dlinfra.model.fleet.schema import Fleet
 from dlinfra.model.naming import Names
@@ -141,6 +141,11 @@ def platform_args_from_fleet(
             instance_type=spec.name,
             gpus_per_node=spec.gpus,
             gpu_model=spec.gpu_model,
+            gpu_labels=(
+                gpu_health.gpu_labels(spec.gpu_model, spec.gpu_product, fleet.environments[env].gpu_product_label)
+                if spec.gpu_model and spec.gpu_product and pool.kind == "gpu"
+                else {}
+            ),
             efa=pool.efa,
             capacity_class=kueue.capacity_class(fleet, env, region, pool_name),
             max_size=pool.max_size,
@@ -162,6 +167,7 @@ def platform_args_from_fleet(
                 gpu_nodes=site.gpu_nodes,
                 gpus_per_node=site.gpus_per_node,
                 gpu_model=site.gpu_model,
+                gpu_labels=gpu_health.site_gpu_labels(site, fleet.environments[env].gpu_product_label),
                 pod_cidr=str(sites.site_pods(plan, name)),
                 asn=site.asn,
                 gateway_ip=str(hybrid_routing.gateway_lan_ip(sites.site_lan(plan, name))),

@@ -8,7 +8,7 @@ from typing import Any
 import yaml
 
 from components.charts import autoscaler, pinned
-from components.charts.nodes import COMPUTE_TYPE_LABEL, GPU_PRODUCT_LABEL, POOL_LABEL, SITE_LABEL, Taint
+from components.charts.nodes import COMPUTE_TYPE_LABEL, GPU_MODEL_LABEL, POOL_LABEL, SITE_LABEL, Taint
 from dlinfra.model import gpu_health, kueue
 from dlinfra.model.fleet.schema import RESERVED_NAMESPACES
 from dlinfra.render.nodeadm import site_pool
@@ -200,7 +200,9 @@ def kueue_values(frameworks: Sequence[str]) -> dict[str, Any]:
 
 def resource_flavor_spec(flavor: kueue.Flavor, taints: Sequence[Taint] = ()) -> dict[str, Any]:
     """A flavor's node labels (so Kueue pins admitted pods to its nodes) and the taints jobs must tolerate."""
-    labels = {GPU_PRODUCT_LABEL: flavor.gpu_model}
+    # dlinfra's own model label, not NVIDIA's product label: a node's product label may change (gpu_product_label)
+    # under jobs admitted before, whose pods keep the selector they were admitted with.
+    labels = {GPU_MODEL_LABEL: flavor.gpu_model}
     if flavor.source == "pool":
         labels[POOL_LABEL] = flavor.source_name
     else:

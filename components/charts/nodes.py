@@ -5,22 +5,27 @@ from __future__ import annotations
 from typing import Any
 
 from dlinfra.model import gpu_health
+from dlinfra.model.fleet import labels
 from dlinfra.render import nodeadm
 
 POOL_LABEL = "dlinfra.io/pool"
 SITE_LABEL = nodeadm.SITE_LABEL  # the label a site's hybrid nodes register with
-GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"
+GPU_PRODUCT_LABEL = labels.GPU_PRODUCT_LABEL  # NVIDIA's product name, as its feature discovery writes it
+GPU_MODEL_LABEL = labels.GPU_MODEL_LABEL  # dlinfra's short model name
 COMPUTE_TYPE_LABEL = "eks.amazonaws.com/compute-type"  # EKS sets it to "hybrid" on hybrid nodes
 GPU_TAINT_KEY = "nvidia.com/gpu"
 Taint = tuple[str, str, str]  # key, value, effect
 # GPU machines of a site register with it (dlinfra/render/nodeadm.py), as the cloud GPU pools' nodes do.
 SITE_GPU_TAINT: Taint = (GPU_TAINT_KEY, "true", "NoSchedule")
 
-# GPU nodes: our pools label them with the GPU model; NVIDIA's feature discovery, if ever run, sets gpu.present.
+# GPU nodes: our pools and sites label them with the GPU model under both keys (a node that joined before
+# dlinfra.io/gpu-model existed has only NVIDIA's until the burn-in agent adds it); NVIDIA's feature discovery, if
+# ever run, sets gpu.present.
 GPU_NODE_AFFINITY: dict[str, Any] = {
     "nodeAffinity": {
         "requiredDuringSchedulingIgnoredDuringExecution": {
             "nodeSelectorTerms": [
+                {"matchExpressions": [{"key": GPU_MODEL_LABEL, "operator": "Exists"}]},
                 {"matchExpressions": [{"key": GPU_PRODUCT_LABEL, "operator": "Exists"}]},
                 {"matchExpressions": [{"key": "nvidia.com/gpu.present", "operator": "In", "values": ["true"]}]},
             ]

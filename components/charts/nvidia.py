@@ -8,7 +8,11 @@ from components.charts.nodes import GPU_NODE_AFFINITY, GPU_TOLERATIONS
 
 
 def device_plugin_values() -> dict[str, Any]:
-    """NVIDIA device plugin: GPU nodes only; feature discovery off (it would overwrite our gpu.product label)."""
+    """NVIDIA device plugin: GPU nodes only. Feature discovery off: dlinfra writes nvidia.com/gpu.product itself, the
+    value feature discovery would write, at registration (from the instance type or the site), so that the
+    autoscaler's scale-from-zero templates and jobs see it before the node's first pod runs; feature discovery
+    would also bring Node Feature Discovery's controllers and CRDs, and, under an environment's gpu_product_label
+    "short", overwrite the value its admitted jobs select."""
     return {
         "affinity": GPU_NODE_AFFINITY,
         "tolerations": GPU_TOLERATIONS,

@@ -14,6 +14,11 @@ the previous report no longer counts, and the agent puts the burn-in taint back 
 since registration taints apply only when the node object is created. A node with no report at all that registered
 without the burn-in taint predates the burn-in (an image without the check): it is left as it is, marked Unknown.
 
+It also keeps the node's GPU model labels as the fleet declares them for its pool (GPU_LABELS_ENV, from the pool's
+instance type or the site): registration labels, like taints, apply only when the node object is created, so nodes
+that joined before a label changed are relabelled in place rather than replaced, in the same patch that would let
+them on.
+
 Level-triggered: every POLL_SECONDS it reads the node and the report and changes only what differs, taints and the
 annotation by merge patch with the node's resourceVersion (a concurrent change makes it try again), the condition
 by strategic merge patch of the node's status. Standard library only; the API through kube_api.
@@ -61,6 +66,9 @@ GPU_RESOURCE = "nvidia.com/gpu"
 BOOT_ID = "/proc/sys/kernel/random/boot_id"
 UPTIME = "/proc/uptime"
 POLL_SECONDS = 15
+POOL_LABEL = "dlinfra.io/pool"
+# JSON: the GPU model labels of each pool's nodes, by their dlinfra.io/pool value (a site's machines' too).
+GPU_LABELS_ENV = "GPU_LABELS"
 # Heartbeats for the pod's probes (components/gpu_burn_in.py): ALIVE after every pass, READY after one that reached
 # the API server; the probes fail when a file is older than these.
 HEARTBEAT_DIR = "/run/gpu-burn-in"
@@ -290,13 +298,29 @@ def current_condition(node: Mapping[str, Any]) -> Mapping[str, Any] | None:
     return None
 
 
+def relabel(node: Mapping[str, Any], gpu_labels: Mapping[str, Mapping[str, str]]) -> dict[str, str]:
+    """The GPU model labels the node lacks or carries with another value, for its pool (none for a pool not listed)."""
+    labels = node.get("metadata", {}).get("labels") or {}
+    wanted = gpu_labels.get(str(labels.get(POOL_LABEL, "")), {})
+    return {key: value for key, value in sorted(wanted.items()) if labels.get(key) != value}
+
+
 def apply(
-    cluster: Cluster, name: str, node: Mapping[str, Any], decision: Decision, now: datetime.datetime
+    cluster: Cluster,
+    name: str,
+    node: Mapping[str, Any],
+    decision: Decision,
+    now: datetime.datetime,
+    labels: Mapping[str, str] | None = None,
 ) -> list[str]:
-    """Change on the node what differs from the decision; what was changed, one line each."""
+    """Change on the node what differs from the decision, and the `labels` (relabel); what was changed, one line
+    each."""
     changed = []
     metadata = node.get("metadata", {})
     patch: dict[str, Any] = {}
+    if labels:
+        patch["metadata"] = {"labels": dict(labels)}
+        changed.append("labels: " + ", ".join(f"{k}={v}" for k, v in labels.items()))
     if decision.taints != (node.get("spec", {}).get("taints") or []):
         patch["spec"] = {"taints": decision.taints}
         changed.append("taints: " + (", ".join(t["key"] for t in decision.taints) or "none"))
@@ -345,22 +369,33 @@ def read_text(path: str) -> str:
 
 
 def once(
-    cluster: Cluster, name: str, report_path: str, *, boot_id: str, uptime: float, now: datetime.datetime
+    cluster: Cluster,
+    name: str,
+    report_path: str,
+    *,
+    boot_id: str,
+    uptime: float,
+    now: datetime.datetime,
+    gpu_labels: Mapping[str, Mapping[str, str]] | None = None,
 ) -> list[str]:
     """One pass: read, decide, change what differs."""
     node = cluster.get_node(name)
-    return apply(cluster, name, node, decide(node, read_report(report_path), boot_id=boot_id, uptime=uptime), now)
+    decision = decide(node, read_report(report_path), boot_id=boot_id, uptime=uptime)
+    return apply(cluster, name, node, decision, now, relabel(node, gpu_labels or {}))
 
 
 def main(argv: Sequence[str]) -> int:
-    """python3 -m components.scripts.gpu_burn_in REPORT: runs until stopped; NODE_NAME from the downward API."""
+    """python3 -m components.scripts.gpu_burn_in REPORT: runs until stopped; NODE_NAME from the downward API,
+    GPU_LABELS_ENV from the DaemonSet."""
     report_path, name = argv[1], os.environ["NODE_NAME"]
+    gpu_labels = json.loads(os.environ.get(GPU_LABELS_ENV, "{}"))
     cluster = ApiServer.in_cluster()
     boot_id = read_text(BOOT_ID)
     while True:
         uptime = float(read_text(UPTIME).split()[0])
         try:
-            for line in once(cluster, name, report_path, boot_id=boot_id, uptime=uptime, now=_now()):
+            lines = once(cluster, name, report_path, boot_id=boot_id, uptime=uptime, now=_now(), gpu_labels=gpu_labels)
+            for line in lines:
                 print(f"node {name}: {line}", flush=True)
             beat(READY)
         except (OSError, ValueError, urllib.error.URLError) as exc:  # 409 after a concurrent change: next pass

@@ -22,13 +22,20 @@ from dlinfra.ops import gpu_status
 def register(subparsers: Any, common: argparse.ArgumentParser) -> dict[str, Handler]:
     """Add `gpu expect` to the CLI; returns command name -> handler."""
     gpu = subparsers.add_parser("gpu", help="GPU node health: what the check expects, and what it found")
-    gpu_sub = gpu.add_subparsers(dest="gpu_command", required=True, metavar="{expect,status,check}")
+    gpu_sub = gpu.add_subparsers(dest="gpu_command", required=True, metavar="{expect,status,labels,check}")
     status = gpu_sub.add_parser(
         "status",
         help="every GPU node's health as its burn-in left it (cloud and site), from the cluster (docs/gpu-health.md)",
     )
     status.add_argument("--context", help="kubeconfig context (default: the current one)")
     status.add_argument("--json", action="store_true", help="one JSON object per node, in a list")
+    labels = gpu_sub.add_parser(
+        "labels",
+        help="unfinished pods and Jobs whose GPU model selector no node carries, or would not once the environment "
+        "carries NVIDIA's product names (gpu_product_label; docs/gpu-health.md)",
+    )
+    labels.add_argument("--context", help="kubeconfig context (default: the current one)")
+    labels.add_argument("--json", action="store_true", help="one JSON object per selection, in a list")
     check = gpu_sub.add_parser(
         "check",
         help="run a GPU node's check again now, through SSM (on a drained node: it loads every GPU)",
@@ -69,6 +76,8 @@ def cmd_gpu(args: argparse.Namespace) -> int:
         return _status(args)
     if args.gpu_command == "check":
         return _run_check(args)
+    if args.gpu_command == "labels":
+        return _labels(args)
     expectation = _expectation(args)
     text = json.dumps(expectation, indent=2) + "\n"
     if args.out is not None:
@@ -103,6 +112,27 @@ def _status(args: argparse.Namespace) -> int:
             if h.state not in ("healthy", "burning in") and h.message:
                 out.print(f"{h.node}: {h.message}", markup=False)
     return 1 if any(h.state in ("failed", "not judged") for h in found) else 0
+
+
+def _labels(args: argparse.Namespace) -> int:
+    """Exit 0 when nothing unfinished selects a GPU label value that is or would be on no node, else 1."""
+    from dlinfra.ops import what_happened_sources as sources
+
+    try:
+        kube = sources.connect_kube(args.context)
+        found = gpu_status.label_selections(kube.nodes(), kube.unfinished_pods(), kube.jobs())
+    except sources.SourceError as exc:
+        raise DlinfraError(f"cannot read the cluster's nodes, pods and Jobs: {exc}", key="gpu labels") from None
+    if args.json:
+        sys.stdout.write(json.dumps([f.to_json() for f in found], indent=2) + "\n")
+    elif not found:
+        out.print(
+            "no unfinished pod or Job selects a GPU model label value that is, or would be, on no node", markup=False
+        )
+    else:
+        for f in found:
+            out.print(f"{f.kind} {f.namespace}/{f.name}: {f.key} in ({', '.join(f.values)}): {f.problem}", markup=False)
+    return 1 if found else 0
 
 
 def _run_check(args: argparse.Namespace) -> int:
@@ -153,7 +183,8 @@ def _expectation(args: argparse.Namespace) -> dict[str, Any]:
         if not site.gpu_nodes or not site.gpus_per_node:
             raise FleetError(f"{args.fleet}: sites.{args.site}: the site declares no GPU machines")
         check = _check(site.gpu_check, args)
-        return gpu_health.site_expectation(site.gpu_model, site.gpus_per_node, check)
+        product = gpu_health.site_product(site.gpu_model, site.gpu_product)
+        return gpu_health.site_expectation(site.gpu_model, product, site.gpus_per_node, check)
     if not args.env or not args.region:
         raise FleetError("--pool needs --env and --region")
     key = f"environments.{args.env}.node_pools.{args.pool}"

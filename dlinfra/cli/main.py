@@ -96,6 +96,7 @@ EXAMPLES: dict[str, str] = {
     "gpu expect": "dlinfra gpu expect --instance-type p5.48xlarge --efa --out expect.json",
     "gpu status": "dlinfra gpu status --context prod-us-west-2",
     "gpu check": "dlinfra gpu check ip-10-1-0-2.us-west-2.compute.internal --context prod-us-west-2",
+    "gpu labels": "dlinfra gpu labels --context prod-us-west-2",
     "doctor": "dlinfra doctor",
 }
 

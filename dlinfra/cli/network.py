@@ -60,6 +60,11 @@ def register(subparsers: Any, common: argparse.ArgumentParser) -> dict[str, Hand
     )
     add.add_argument("--gpu-model", help="GPU model of those machines, e.g. H100 or A100 (default: H100)")
     add.add_argument(
+        "--gpu-product",
+        help="their GPUs' name as nvidia-smi --query-gpu=name prints it, where the model comes as more than one "
+        "(A100: 'NVIDIA A100-SXM4-40GB' or 'NVIDIA A100-SXM4-80GB')",
+    )
+    add.add_argument(
         "--nfs",
         action="append",
         default=[],
@@ -155,6 +160,7 @@ def _site_add(args: argparse.Namespace) -> int:
         gpu_nodes=args.gpu_nodes,
         gpus_per_node=args.gpus_per_node,
         gpu_model=args.gpu_model,
+        gpu_product=args.gpu_product,
         nfs=tuple(args.nfs),
         pod_cidr=args.pod_cidr,
     )

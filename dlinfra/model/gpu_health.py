@@ -18,10 +18,18 @@ from ruamel.yaml.error import YAMLError
 
 from dlinfra.errors import DlinfraError
 from dlinfra.model import instances
-from dlinfra.model.fleet.labels import GPU_BURN_IN_TAINT_KEY, GPU_SITE_BURN_IN_TAINT_KEY, GPU_UNHEALTHY_TAINT_KEY
+from dlinfra.model.fleet.labels import (
+    GPU_BURN_IN_TAINT_KEY,
+    GPU_MODEL_LABEL,
+    GPU_PRODUCT_LABEL,
+    GPU_SITE_BURN_IN_TAINT_KEY,
+    GPU_UNHEALTHY_TAINT_KEY,
+)
 from dlinfra.model.fleet.pools import GpuCheck
+from dlinfra.model.fleet.schema import Site
 
 TABLE_PATH = "dlinfra/data/gpu_models.yaml"
+ProductLabelStyle = Literal["nvidia", "short"]  # what nvidia.com/gpu.product carries (gpu_labels)
 DCGM_LEVELS = (0, 1, 2, 3, 4)  # 0: no DCGM diagnostic; `dcgmi diag -r 1..4` (DCGM user guide, "Run levels")
 
 # Burn-in: how a GPU node goes from registered to taking work.
@@ -152,9 +160,11 @@ def expectation_xids() -> dict[str, str]:
     return {str(code): xid.action for code, xid in sorted(table().failing_xids.items())}
 
 
-def site_expectation(gpu_model: str, gpus_per_node: int, check: GpuCheck) -> dict[str, Any]:
-    """What each GPU machine of a site writes to EXPECT_PATH (`dlinfra site render`): the site's declaration."""
-    return expectation(gpu_model, gpus_per_node, dcgm_level=check.dcgm_level, throughput=check.throughput)
+def site_expectation(gpu_model: str, product: str, gpus_per_node: int, check: GpuCheck) -> dict[str, Any]:
+    """What each GPU machine of a site writes to EXPECT_PATH (`dlinfra site render`): the site's declaration, its
+    product (site_product) the one its GPUs must report."""
+    result = expectation(gpu_model, gpus_per_node, dcgm_level=check.dcgm_level, throughput=check.throughput)
+    return result | {"products": list(same_product(gpu_model, product))}
 
 
 def pool_expectations(instance_types: Sequence[str], *, efa: bool, check: GpuCheck) -> dict[str, Any]:
@@ -187,8 +197,56 @@ def instance_expectation(
         dcgm_level=dcgm_level,
         throughput=throughput,
     )
-    # A model sold in two memory sizes names the size (A100-SXM4-40GB on p4d, -80GB on p4de): keep this type's.
-    sized = [p for p in result["products"] if f"-{spec.gpu_memory_gib}GB" in p or f" {spec.gpu_memory_gib}GB" in p]
-    if sized:
-        result["products"] = sized
-    return result
+    # The type's own product: a model sold in two sizes (A100-SXM4-40GB on p4d, -80GB on p4de) passes only as its own.
+    return result | {"products": list(same_product(spec.gpu_model, str(spec.gpu_product)))}
+
+
+def same_product(gpu_model: str, product: str) -> tuple[str, ...]:
+    """The model's product names that name `product`: itself, and as older drivers wrote it (without "NVIDIA ")."""
+    names = tuple(p for p in model(gpu_model).products if _bare(p) == _bare(product))
+    if product not in names:
+        raise GpuTableError(f"{TABLE_PATH}: {product!r} is not a product of {gpu_model} ({_products(gpu_model)})")
+    return names
+
+
+def site_product(gpu_model: str, declared: str | None) -> str:
+    """The product a site's machines report: as declared (sites.<site>.gpu_product), else the model's only one.
+    ValueError when the model comes as more than one product and the site does not say which (fleet validation
+    reports it under the site's key)."""
+    spec = model(gpu_model)
+    if declared is not None:
+        if declared not in spec.products:
+            raise ValueError(f"{declared!r} is not a product of {gpu_model}: one of {_products(gpu_model)}")
+        return declared
+    current = sorted({p for p in spec.products if p.startswith("NVIDIA ")} or set(spec.products))
+    if len(current) > 1:
+        raise ValueError(f"{gpu_model} comes as {_products(gpu_model)}: say which one the machines have")
+    return current[0]
+
+
+def gpu_labels(gpu_model: str, product: str, style: ProductLabelStyle = "nvidia") -> dict[str, str]:
+    """A GPU node's model labels: dlinfra's short name, and NVIDIA's product label. `style` "short": an environment
+    whose admitted jobs still select nvidia.com/gpu.product by the short name keeps it there (docs/gpu-health.md,
+    "Labels")."""
+    return {GPU_MODEL_LABEL: gpu_model, GPU_PRODUCT_LABEL: product_label(product) if style == "nvidia" else gpu_model}
+
+
+def site_gpu_labels(site: Site, style: ProductLabelStyle) -> dict[str, str]:
+    """The GPU model labels of a site's machines (empty for a site without GPUs)."""
+    if not site.gpu_nodes or not site.gpus_per_node:
+        return {}
+    return gpu_labels(site.gpu_model, site_product(site.gpu_model, site.gpu_product), style)
+
+
+def product_label(product: str) -> str:
+    """NVIDIA's nvidia.com/gpu.product value for an NVML product name, as GPU feature discovery writes it: spaces
+    turned to '-' (NVIDIA/k8s-device-plugin internal/lm/resource.go, productLabel)."""
+    return product.replace(" ", "-")
+
+
+def _bare(product: str) -> str:
+    return product.removeprefix("NVIDIA ")
+
+
+def _products(gpu_model: str) -> str:
+    return ", ".join(repr(p) for p in model(gpu_model).products)

@@ -44,6 +44,9 @@ class InstanceType(BaseModel):
     gpus: int = Field(ge=0)  # NVIDIA GPUs; 0 for CPU types
     gpu_model: str | None  # short name: H100, H200, A100, A10G, L4; None for CPU types
     gpu_memory_gib: int = Field(ge=0)  # memory of one GPU, GiB; 0 for CPU types
+    # NVML product name of its GPUs (nvmlDeviceGetName: "NVIDIA H100 80GB HBM3"); None for CPU types. One of the
+    # model's products in gpu_models.yaml (tests/model/test_gpu_health.py holds the two tables together).
+    gpu_product: str | None = None
     efa_interfaces: int = Field(ge=0)  # maximum EFA interfaces; 0 when EFA is unsupported
     network_cards: int = Field(ge=1)  # maximum network cards
     nvswitch: bool  # NVSwitch fabric: Fabric Manager must run before CUDA works
@@ -59,6 +62,8 @@ class InstanceType(BaseModel):
         has_gpu = self.gpus > 0
         if has_gpu != (self.gpu_model is not None) or has_gpu != (self.gpu_memory_gib > 0):
             raise ValueError("gpus, gpu_model and gpu_memory_gib must be all set (GPU type) or all empty")
+        if has_gpu != bool(self.gpu_product):
+            raise ValueError("gpu_product: the NVML product name of a GPU type's GPUs, and only of a GPU type's")
         if self.nvswitch and self.gpus < 8:
             raise ValueError("nvswitch: only 8-GPU HGX boards have an NVSwitch fabric")
         # EC2 attaches at most one EFA per network card.

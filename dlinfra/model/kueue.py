@@ -48,7 +48,7 @@ class Flavor:
     source: Literal["pool", "site"]
     source_name: str  # the pool or site name from the fleet file
     gpus: int  # GPU capacity: max_size x GPUs per node (pool) or nodes x GPUs per node (site)
-    gpu_model: str  # short GPU name (H100, A100, L4): the nvidia.com/gpu.product label
+    gpu_model: str  # short GPU name (H100, A100, L4): the dlinfra.io/gpu-model label its nodeLabels select
     capacity_class: CapacityClass
 
     @property

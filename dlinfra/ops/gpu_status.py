@@ -12,10 +12,15 @@ from typing import Any
 
 from dlinfra.errors import DlinfraError
 from dlinfra.model import gpu_health
-from dlinfra.model.fleet.labels import GPU_BURN_IN_TAINT_KEY, GPU_SITE_BURN_IN_TAINT_KEY, GPU_UNHEALTHY_TAINT_KEY
+from dlinfra.model.fleet.labels import (
+    GPU_BURN_IN_TAINT_KEY,
+    GPU_MODEL_LABEL,
+    GPU_PRODUCT_LABEL,
+    GPU_SITE_BURN_IN_TAINT_KEY,
+    GPU_UNHEALTHY_TAINT_KEY,
+)
 from dlinfra.ops.what_happened import region_of_zone
 
-GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"
 POOL_LABEL = "dlinfra.io/pool"
 SITE_LABEL = "dlinfra.io/site"
 GPU_RESOURCE = "nvidia.com/gpu"
@@ -29,7 +34,7 @@ class GpuNodeHealth:
 
     node: str
     where: str  # "pool train-h100" or "site sjc1"
-    gpu_model: str
+    gpu_model: str  # dlinfra.io/gpu-model, or NVIDIA's product label on a node the agent has not relabelled yet
     gpus: str  # advertised / on the node ("8/8")
     state: str  # healthy, failed, burning in, not judged, not checked
     reason: str  # the condition's reason (CheckPassed, CheckFailed, ...), or why there is none
@@ -77,7 +82,7 @@ def node_health(node: Mapping[str, Any]) -> GpuNodeHealth | None:
     labels = meta.get("labels") or {}
     status = node.get("status") or {}
     capacity = (status.get("capacity") or {}).get(GPU_RESOURCE)
-    if GPU_PRODUCT_LABEL not in labels and not capacity:
+    if GPU_MODEL_LABEL not in labels and GPU_PRODUCT_LABEL not in labels and not capacity:
         return None
     taints = {str(t.get("key")) for t in (node.get("spec") or {}).get("taints") or []}
     condition = _condition(node)
@@ -87,7 +92,7 @@ def node_health(node: Mapping[str, Any]) -> GpuNodeHealth | None:
     return GpuNodeHealth(
         node=str(meta.get("name", "?")),
         where=where,
-        gpu_model=str(labels.get(GPU_PRODUCT_LABEL, "?")),
+        gpu_model=str(labels.get(GPU_MODEL_LABEL) or labels.get(GPU_PRODUCT_LABEL, "?")),
         gpus=f"{advertised}/{capacity or 0}",
         state=_state(taints, condition),
         reason=str(condition.get("reason") or "no GPUHealthy condition: is the burn-in agent running?"),
@@ -101,6 +106,81 @@ def gpu_nodes(nodes: Iterable[Mapping[str, Any]]) -> list[GpuNodeHealth]:
     """Every GPU node's health, by place and name."""
     found = [h for h in map(node_health, nodes) if h is not None]
     return sorted(found, key=lambda h: (h.where, h.node))
+
+
+# --- the GPU model labels that work selects -----------------------------------------------------------------------
+# Kueue writes a flavor's node labels into an admitted job's pod template, and a pod keeps its selector for life: work
+# admitted while nvidia.com/gpu.product held dlinfra's short model name keeps selecting that value. Before an
+# environment's gpu_product_label goes to NVIDIA's product names (the agent then relabels every node), nothing
+# unfinished may still select a short name there; afterwards, nothing may select a value no node carries.
+GPU_LABEL_KEYS = (GPU_MODEL_LABEL, GPU_PRODUCT_LABEL)
+
+
+@dataclass(frozen=True)
+class LabelSelection:
+    """An unfinished pod or Job that selects a GPU model label value that is, or would become, on no node."""
+
+    kind: str  # Pod or Job
+    namespace: str
+    name: str
+    key: str
+    values: tuple[str, ...]  # the values it accepts (one for a nodeSelector, the list of an `In` expression)
+    problem: str
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self) | {"values": list(self.values)}
+
+
+def selected_gpu_labels(pod_spec: Mapping[str, Any]) -> list[tuple[str, tuple[str, ...]]]:
+    """(key, accepted values) of each GPU model label the pod spec requires: its nodeSelector, and the `In`
+    expressions of a required node affinity term (the terms are alternatives: each is reported)."""
+    found: list[tuple[str, tuple[str, ...]]] = [
+        (str(k), (str(v),)) for k, v in (pod_spec.get("nodeSelector") or {}).items() if k in GPU_LABEL_KEYS
+    ]
+    affinity = ((pod_spec.get("affinity") or {}).get("nodeAffinity") or {}).get(
+        "requiredDuringSchedulingIgnoredDuringExecution"
+    ) or {}
+    for term in affinity.get("nodeSelectorTerms") or []:
+        for expression in term.get("matchExpressions") or []:
+            if expression.get("key") in GPU_LABEL_KEYS and expression.get("operator") == "In":
+                found.append((str(expression["key"]), tuple(str(v) for v in expression.get("values") or [])))
+    return found
+
+
+def label_selections(
+    nodes: Iterable[Mapping[str, Any]], pods: Iterable[Mapping[str, Any]], jobs: Iterable[Mapping[str, Any]]
+) -> list[LabelSelection]:
+    """Unfinished pods and Jobs selecting NVIDIA's product label by a short model name (stranded once the environment
+    carries NVIDIA's names there), or a GPU label value no node carries (stranded now, unless a node comes with it)."""
+    carried = {(k, str(v)) for n in nodes for k, v in ((n.get("metadata") or {}).get("labels") or {}).items()}
+    short_names = set(gpu_health.table().models)
+    objects = [("Pod", p, p.get("spec") or {}) for p in pods if (p.get("status") or {}).get("phase") not in _DONE]
+    objects += [
+        ("Job", j, ((j.get("spec") or {}).get("template") or {}).get("spec") or {}) for j in jobs if not _finished(j)
+    ]
+    found = []
+    for kind, obj, pod_spec in objects:
+        meta = obj.get("metadata") or {}
+        for key, values in selected_gpu_labels(pod_spec):
+            if key == GPU_PRODUCT_LABEL and set(values) & short_names:
+                problem = (
+                    "selects NVIDIA's product label by dlinfra's short model name: keep gpu_product_label: short in "
+                    "this environment until it has finished"
+                )
+            elif not any((key, v) in carried for v in values):
+                problem = "no node carries it: it waits for a node that has it"
+            else:
+                continue
+            found.append(LabelSelection(kind, str(meta.get("namespace")), str(meta.get("name")), key, values, problem))
+    return sorted(found, key=lambda f: (f.namespace, f.kind, f.name, f.key))
+
+
+_DONE = ("Succeeded", "Failed")
+
+
+def _finished(job: Mapping[str, Any]) -> bool:
+    conditions = (job.get("status") or {}).get("conditions") or []
+    return any(c.get("type") in ("Complete", "Failed") and c.get("status") == "True" for c in conditions)
 
 
 # --- the check by hand ----------------------------------------------------------------------------------------------

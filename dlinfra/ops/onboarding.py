@@ -39,6 +39,7 @@ class NewSite:
     gpu_nodes: int | None = None
     gpus_per_node: int | None = None  # default: the fleet model's (8)
     gpu_model: str | None = None  # default: the fleet model's (H100)
+    gpu_product: str | None = None  # the NVML name, where the model comes as more than one (A100: 40GB or 80GB)
     nfs: tuple[tuple[str, str, str], ...] = ()  # (server, export, mount point)
     pod_cidr: str | None = None  # explicit pod CIDR of its hybrid nodes; else allocated
 
@@ -60,6 +61,8 @@ class NewSite:
             entry["gpus_per_node"] = self.gpus_per_node
         if self.gpu_model is not None:
             entry["gpu_model"] = self.gpu_model
+        if self.gpu_product is not None:
+            entry["gpu_product"] = self.gpu_product
         if self.nfs:
             mounts = []
             for server, export, mount_point in self.nfs:

@@ -220,7 +220,8 @@ def render_site(
         spec = fleet.sites[site]
         if spec.gpus_per_node:  # what the machines' GPU burn-in expects (dlinfra.model.gpu_health)
             files["gpu-expect"] = out_dir / GPU_EXPECTATION_FILE
-            expect = gpu_health.site_expectation(spec.gpu_model, spec.gpus_per_node, spec.gpu_check)
+            product = gpu_health.site_product(spec.gpu_model, spec.gpu_product)
+            expect = gpu_health.site_expectation(spec.gpu_model, product, spec.gpus_per_node, spec.gpu_check)
             write_atomic(files["gpu-expect"], json.dumps(expect, indent=2, sort_keys=True) + "\n", mode=0o644)
     return RenderedSite(view=view, files=files, failover=failover_budget(public["charon"] or "", swanctl, frr))
 
@@ -248,7 +249,7 @@ def hybrid_view(fleet: Fleet, site: str, outputs: Mapping[str, Any], *, source: 
             region=spec.region,
             activation_id=_unmasked(activation.get("id"), f"hybrid_activations.{site}.id", source),
             activation_code=_unmasked(activation.get("code"), f"hybrid_activations.{site}.code", source),
-            gpu_model=spec.gpu_model if spec.gpus_per_node else None,
+            gpu_labels=gpu_health.site_gpu_labels(spec, fleet.environments[spec.environment].gpu_product_label),
             cluster_dns=_cluster_dns(outputs, source=source, stack=stack),
         )
     except ValueError as exc:

@@ -45,6 +45,7 @@ class Kube:
 
     core: Any  # kubernetes.client.CoreV1Api
     server: str
+    batch: Any = None  # kubernetes.client.BatchV1Api
 
     def _get(self, call: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         from kubernetes.client.exceptions import ApiException
@@ -75,6 +76,16 @@ class Kube:
         """Every pod bound to the node, in all namespaces."""
         reply = self._get(self.core.list_pod_for_all_namespaces, field_selector=f"spec.nodeName={node}")
         return list((reply or {}).get("items") or [])
+
+    def unfinished_pods(self) -> list[dict[str, Any]]:
+        """Every pod not yet Succeeded or Failed, in all namespaces."""
+        selector = "status.phase!=Succeeded,status.phase!=Failed"
+        reply = self._get(self.core.list_pod_for_all_namespaces, field_selector=selector)
+        return list((reply or {}).get("items") or [])
+
+    def jobs(self) -> list[dict[str, Any]]:
+        """Every batch Job, in all namespaces."""
+        return list((self._get(self.batch.list_job_for_all_namespaces) or {}).get("items") or [])
 
     def events(self, kind: str, name: str, namespace: str | None = None) -> list[dict[str, Any]]:
         selector = f"involvedObject.kind={kind},involvedObject.name={name}"
@@ -124,7 +135,8 @@ def connect_kube(context: str | None) -> Kube:
         except ConfigException:
             raise SourceError(problem) from None
     configuration.retries = 0  # one clear failure, not three slow ones
-    return Kube(core=client.CoreV1Api(client.ApiClient(configuration)), server=configuration.host)
+    api = client.ApiClient(configuration)
+    return Kube(core=client.CoreV1Api(api), server=configuration.host, batch=client.BatchV1Api(api))
 
 
 def _api_message(body: Any) -> str:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import ipaddress
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 import yaml
@@ -47,7 +48,8 @@ class HybridNodeView:
     region: str
     activation_id: str
     activation_code: str = field(repr=False)  # secret
-    gpu_model: str | None = None  # label nvidia.com/gpu.product; None for CPU-only machines
+    # The machines' GPU model labels (dlinfra.model.gpu_health.gpu_labels); empty for CPU-only machines.
+    gpu_labels: Mapping[str, str] = field(default_factory=dict)
     max_pods: int = 110
     # kubelet clusterDNS, in order: the node's NodeLocal DNS cache, then kube-dns (dlinfra.model.dns.node_dns_servers)
     cluster_dns: tuple[str, ...]
@@ -76,16 +78,13 @@ def site_pool(site: str) -> str:
 
 def node_labels(view: HybridNodeView) -> dict[str, str]:
     """Labels every machine of the site registers with (Kueue flavors and the device plugin select on them)."""
-    labels = {SITE_LABEL: view.site, POOL_LABEL: site_pool(view.site)}
-    if view.gpu_model:
-        labels["nvidia.com/gpu.product"] = view.gpu_model
-    return labels
+    return {SITE_LABEL: view.site, POOL_LABEL: site_pool(view.site), **view.gpu_labels}
 
 
 def render_node_config(view: HybridNodeView) -> str:
     """The NodeConfig YAML for `nodeadm init -c file://...` on every machine of the site."""
     flags = ["--node-labels=" + ",".join(f"{k}={v}" for k, v in sorted(node_labels(view).items()))]
-    if view.gpu_model:
+    if view.gpu_labels:
         # The site burn-in taint too: work waits until the machine's GPUs pass their check (dlinfra.model.gpu_health).
         # Taints given at registration apply once, when the node object is created; after a reboot the burn-in agent
         # puts the burn-in taint back until that boot's check has passed.
@@ -101,7 +100,7 @@ def render_node_config(view: HybridNodeView) -> str:
             # nodeadm merges spec.kubelet.config into the KubeletConfiguration it generates (nodeadm docs,
             # awslabs/amazon-eks-ami "Examples"); its own clusterDNS would be kube-dns alone.
             "kubelet": {"config": {"clusterDNS": list(view.cluster_dns)}, "flags": flags},
-            **({"containerd": {"config": NVIDIA_CONTAINERD}} if view.gpu_model else {}),
+            **({"containerd": {"config": NVIDIA_CONTAINERD}} if view.gpu_labels else {}),
         },
     }
     header = (

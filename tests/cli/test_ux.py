@@ -232,6 +232,19 @@ def test_site_add_takes_gpus_nfs_and_pod_range(
     assert row.split() == ["lax1", "us-west-2", "prod", "static", "4", "x", "4", "L40S", "64.62.140.99"]
 
 
+def test_site_add_of_a_model_sold_as_two_products_needs_the_product(
+    capsys: pytest.CaptureFixture[str], write_fleet: Callable[..., Path]
+) -> None:
+    path = write_fleet(lambda d: None)
+    argv = ["site", "add", "ber1", "--region", "eu-west-1", "--public-ip", "64.62.140.98", "--asn", "65111"]
+    argv += ["--gpu-nodes", "2", "--gpu-model", "A100"]
+    code, _, err = run(capsys, *argv, "--fleet", str(path))
+    assert code == 2 and "sites.ber1.gpu_product: A100 comes as" in err, err
+    code, _, err = run(capsys, *argv, "--gpu-product", "NVIDIA A100-SXM4-40GB", "--fleet", str(path))
+    assert code == 0, err
+    assert "gpu_product: NVIDIA A100-SXM4-40GB" in path.read_text()
+
+
 def test_site_add_refuses_a_malformed_nfs_mount(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit):
         cli.main(["site", "add", "x1", "--region", "r", "--public-ip", "1.1.1.1", "--asn", "1", "--nfs", "srv:data"])

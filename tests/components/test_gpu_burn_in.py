@@ -5,6 +5,7 @@ and what the platform declares for it in every in-cluster stack."""
 
 from __future__ import annotations
 
+import base64
 import copy
 import datetime
 import http.server
@@ -39,6 +40,9 @@ UNHEALTHY = dict(zip(("key", "value", "effect"), gpu_health.UNHEALTHY_TAINT, str
 SITE_BURN_IN = dict(zip(("key", "value", "effect"), gpu_health.SITE_BURN_IN_TAINT, strict=True))
 MARK_KEY = gpu_health.CORDON_ANNOTATION
 MARK = {MARK_KEY: "true"}
+# The GPU model labels the fleet gives pool train-h100's nodes (as stacks/in_cluster.py passes them); _node is a node
+# that joined before dlinfra.io/gpu-model existed, with the short name in NVIDIA's label.
+GPU_LABELS = {"train-h100": {"dlinfra.io/gpu-model": "H100", "nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"}}
 READY = {"type": "Ready", "status": "True", "reason": "KubeletReady", "message": "kubelet is posting ready status"}
 
 
@@ -73,7 +77,7 @@ def test_the_script_carries_the_burn_in_names_dlinfra_declares() -> None:
     assert agent.OURS == gpu_health.UNHEALTHY_VALUES
     assert agent.CONDITION == gpu_health.HEALTH_CONDITION and agent.ANNOTATION == gpu_health.CHECK_ANNOTATION
     assert (agent.BURN_IN_SECONDS, agent.DEADLINE_SECONDS) == (gpu_health.BURN_IN_SECONDS, gpu_health.DEADLINE_SECONDS)
-    assert agent.SITE_LABEL == nodes.SITE_LABEL
+    assert (agent.SITE_LABEL, agent.POOL_LABEL) == (nodes.SITE_LABEL, nodes.POOL_LABEL)
 
 
 # What the agent decides -----------------------------------------------------------------------------------------
@@ -193,7 +197,7 @@ def _merge(target: Any, patch: Any) -> Any:
 
 
 def _policy_refusals(old: dict[str, Any], new: dict[str, Any], node_name: str) -> list[str]:
-    spec = gpu_burn_in.own_node_policy_spec()
+    spec = gpu_burn_in.own_node_policy_spec(GPU_LABELS)
     request = {
         "userInfo": {
             "username": gpu_burn_in.SERVICE_ACCOUNT_USER,
@@ -387,7 +391,13 @@ def _with(node: dict[str, Any], change: Any) -> dict[str, Any]:
         (lambda n: n["spec"].update(taints=[BURN_IN]), NODE, "only the taints"),  # the pool's taint removed
         (lambda n: n["spec"].update(unschedulable=True), NODE, "lift only its own cordon"),  # no mark
         (lambda n: (n["spec"].update(unschedulable=True), n["metadata"]["annotations"].update(MARK)), NODE, None),
-        (lambda n: n["metadata"]["labels"].update({"nvidia.com/gpu.product": "H200"}), NODE, "labels"),
+        # The GPU model labels: only to what the fleet gives the node's pool, never removed; no other label.
+        (lambda n: n["metadata"]["labels"].update(GPU_LABELS["train-h100"]), NODE, None),
+        (lambda n: n["metadata"]["labels"].update({"nvidia.com/gpu.product": "NVIDIA-H200"}), NODE, "GPU model labels"),
+        (lambda n: n["metadata"]["labels"].update({"dlinfra.io/gpu-model": "H200"}), NODE, "GPU model labels"),
+        (lambda n: n["metadata"]["labels"].pop("nvidia.com/gpu.product"), NODE, "GPU model labels"),
+        (lambda n: n["metadata"]["labels"].update({"dlinfra.io/pool": "other"}), NODE, "labels other than"),
+        (lambda n: n["metadata"]["labels"].update({"dlinfra.io/workload": "x"}), NODE, "labels other than"),
         (lambda n: n["metadata"]["annotations"].pop("node.alpha.kubernetes.io/ttl"), NODE, "only the annotation"),
         (lambda n: n["status"]["conditions"].clear(), NODE, "only the condition"),
         (lambda n: n["status"]["allocatable"].update({"nvidia.com/gpu": "16"}), NODE, "capacity, allocatable"),
@@ -398,6 +408,34 @@ def test_the_agent_may_change_only_the_burn_in_on_its_own_node(change: Any, pod_
     old = _node([GPU_TAINT, BURN_IN])
     refusals = _policy_refusals(old, _with(old, change), pod_node)
     assert (refusals == []) if refused is None else any(refused in r for r in refusals), refusals
+
+
+def test_the_agent_relabels_only_as_the_node_s_own_pool_says() -> None:
+    """A pool's labels on a node of another pool, or of a pool the fleet gives none, are refused."""
+    other = _node([GPU_TAINT])
+    other["metadata"]["labels"]["dlinfra.io/pool"] = "interactive"
+    relabelled = _with(other, lambda n: n["metadata"]["labels"].update(GPU_LABELS["train-h100"]))
+    assert any("GPU model labels" in r for r in _policy_refusals(other, relabelled, NODE))
+    assert agent.relabel(other, GPU_LABELS) == {}  # and the agent does not try
+
+
+def test_a_node_that_joined_before_its_labels_changed_is_relabelled_as_it_is_let_on(
+    api: tuple[agent.ApiServer, type[FakeNodeApi]], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    server, handler = api
+    report = _write_check_report(tmp_path, "h100-healthy.json", monkeypatch)
+    changed = agent.once(server, NODE, str(report), boot_id=BOOT, uptime=240, now=NOW, gpu_labels=GPU_LABELS)
+    assert changed[0] == "labels: dlinfra.io/gpu-model=H100, nvidia.com/gpu.product=NVIDIA-H100-80GB-HBM3"
+    node = handler.node
+    assert node["metadata"]["labels"] == {"dlinfra.io/pool": "train-h100", **GPU_LABELS["train-h100"]}
+    assert node["spec"]["taints"] == [GPU_TAINT]  # in the same patch: work never meets the old labels
+    assert handler.patches.count(f"/api/v1/nodes/{NODE}") == 1
+    # And a node let on long ago (no burn-in to do) is relabelled too, once.
+    handler.node["metadata"]["labels"]["nvidia.com/gpu.product"] = "H100"
+    assert agent.once(server, NODE, str(report), boot_id=BOOT, uptime=9000, now=NOW, gpu_labels=GPU_LABELS) == [
+        "labels: nvidia.com/gpu.product=NVIDIA-H100-80GB-HBM3"
+    ]
+    assert agent.once(server, NODE, str(report), boot_id=BOOT, uptime=9015, now=NOW, gpu_labels=GPU_LABELS) == []
 
 
 def test_the_agent_lifts_only_its_own_cordon() -> None:
@@ -422,7 +460,7 @@ def test_the_agent_lifts_only_its_own_cordon() -> None:
 
 
 def test_the_policy_leaves_everyone_else_to_rbac() -> None:
-    (match,) = gpu_burn_in.own_node_policy_spec()["matchConditions"]
+    (match,) = gpu_burn_in.own_node_policy_spec(GPU_LABELS)["matchConditions"]
     env = celpy.Environment()
     for user, matched in ((gpu_burn_in.SERVICE_ACCOUNT_USER, True), ("system:node:" + NODE, False)):
         request = celpy.json_to_cel({"userInfo": {"username": user}})
@@ -453,7 +491,7 @@ def test_the_shipped_scripts_run_from_their_config_map_layout_with_the_standard_
 
 
 def test_the_probes_read_the_heartbeats_the_agent_writes(tmp_path: Path) -> None:
-    spec = gpu_burn_in.daemon_set_spec()["template"]["spec"]
+    spec = gpu_burn_in.daemon_set_spec(GPU_LABELS)["template"]["spec"]
     (container,) = spec["containers"]
     for probe, name in ((container["livenessProbe"], agent.ALIVE), (container["readinessProbe"], agent.READY)):
         command = [c.replace(agent.HEARTBEAT_DIR, str(tmp_path)) for c in probe["exec"]["command"]]
@@ -464,7 +502,7 @@ def test_the_probes_read_the_heartbeats_the_agent_writes(tmp_path: Path) -> None
 
 
 def test_the_daemon_set_runs_on_every_gpu_node_unprivileged_reading_the_report() -> None:
-    spec = gpu_burn_in.daemon_set_spec()["template"]["spec"]
+    spec = gpu_burn_in.daemon_set_spec(GPU_LABELS)["template"]["spec"]
     (container,) = spec["containers"]
     assert spec["affinity"] == nodes.GPU_NODE_AFFINITY and spec["tolerations"] == [{"operator": "Exists"}]
     assert spec["priorityClassName"] == "system-node-critical"
@@ -474,6 +512,8 @@ def test_the_daemon_set_runs_on_every_gpu_node_unprivileged_reading_the_report()
     (mount,) = [m for m in container["volumeMounts"] if m["name"] == host["name"]]
     assert mount["readOnly"] is True
     assert container["command"][-1] == f"{gpu_burn_in.REPORT_MOUNT}/report.json"
+    (labels,) = [e["value"] for e in container["env"] if e["name"] == agent.GPU_LABELS_ENV]
+    assert json.loads(labels) == GPU_LABELS
     assert f"{gpu_health.REPORT_DIR}/report.json" == gpu_health.REPORT_PATH
 
 
@@ -515,3 +555,28 @@ def test_every_in_cluster_stack_declares_the_agent_and_its_limits(stack: str) ->
     # The rights come after their limits: the binding waits for the policy's binding.
     urns = {r.urn: r for r in result.resources}
     assert any(urns[d].type.endswith(":ValidatingAdmissionPolicyBinding") for d in binding.dependencies if d in urns)
+
+
+@pytest.mark.parametrize("stack", [s for s in reference.runs() if s.endswith("-k8s")])
+def test_the_agent_keeps_the_labels_the_pools_and_sites_register_with(stack: str) -> None:
+    """What the agent relabels nodes to, and all its policy lets it write, is what the region's launch templates and
+    site NodeConfigs give new nodes: each GPU pool's and site's model labels, NVIDIA's product name in
+    nvidia.com/gpu.product."""
+    result = reference.runs()[stack]
+    (daemon_set,) = [
+        r for r in result.resources if r.type == "kubernetes:apps/v1:DaemonSet" and r.name.endswith(gpu_burn_in.NAME)
+    ]
+    (container,) = daemon_set.inputs["spec"]["template"]["spec"]["containers"]
+    (env,) = [e["value"] for e in container["env"] if e["name"] == agent.GPU_LABELS_ENV]
+    regional = reference.runs()[stack.removesuffix("-k8s")]
+    templates = [r for r in regional.resources if r.type == "aws:ec2/launchTemplate:LaunchTemplate"]
+    expected = {}
+    for template in templates:
+        user_data = base64.b64decode(template.inputs["userData"]).decode()
+        if "nvidia.com/gpu.product=" not in user_data:
+            continue  # a CPU pool's
+        labels = dict(kv.split("=", 1) for kv in user_data.split("--node-labels '", 1)[1].split("'", 1)[0].split(","))
+        expected[labels["dlinfra.io/pool"]] = {k: labels[k] for k in ("dlinfra.io/gpu-model", "nvidia.com/gpu.product")}
+    assert expected and {p: v for p, v in json.loads(env).items() if not p.startswith("site-")} == expected
+    for labels in json.loads(env).values():
+        assert labels["nvidia.com/gpu.product"].startswith("NVIDIA-") and " " not in labels["nvidia.com/gpu.product"]

@@ -86,7 +86,9 @@ def test_pool(pools: dict, stack: str, pool: str) -> None:
     assert tags[f"{CA}/dlinfra-{env}-{_code(region)}-eks"] == "owned"
     if spec.kind == "gpu":
         assert tags[f"{CA}/node-template/resources/nvidia.com/gpu"] == str(itype.gpus)
-        assert tags[f"{CA}/node-template/label/nvidia.com/gpu.product"] == itype.gpu_model
+        # NVIDIA's product name as its feature discovery writes it, and dlinfra's short name (Kueue's flavors).
+        assert tags[f"{CA}/node-template/label/nvidia.com/gpu.product"] == str(itype.gpu_product).replace(" ", "-")
+        assert tags[f"{CA}/node-template/label/dlinfra.io/gpu-model"] == itype.gpu_model
     else:
         assert f"{CA}/node-template/resources/nvidia.com/gpu" not in tags
     for taint in spec.taints:
@@ -273,6 +275,30 @@ def test_user_data_golden() -> None:
     if os.environ.get("UPDATE_GOLDEN") == "1":
         golden.write_text(rendered)
     assert rendered == golden.read_text()
+
+
+@pytest.mark.parametrize(
+    ("style", "product"), [("nvidia", "NVIDIA-A100-SXM4-80GB"), ("short", "A100")], ids=["nvidia", "short"]
+)
+def test_a_gpu_pool_s_nodes_carry_both_model_labels(style: str, product: str) -> None:
+    """dlinfra's short name for Kueue's flavors; in NVIDIA's key the product name, or, for an environment whose
+    admitted jobs still select it (gpu_product_label: short), the short name."""
+    args = nodepool.NodePoolArgs(
+        names=_names(),
+        pool="train-a100",
+        kind="gpu",
+        cluster_name="c",
+        ami_id="ami-0123456789abcdef0",
+        instance_types=["p4de.24xlarge"],
+        subnet_ids={"us-west-2a": "s-a"},
+        vpc_id="vpc-1",
+        cluster_dns=("169.254.20.10",),
+        gpu_product_label=style,  # type: ignore[arg-type]
+    )
+    labels = nodepool.node_labels(args)
+    assert (labels["dlinfra.io/gpu-model"], labels["nvidia.com/gpu.product"]) == ("A100", product)
+    tags = nodepool.autoscaler_tags(args)
+    assert tags[f"{CA}/node-template/label/nvidia.com/gpu.product"] == product  # scale from zero sees the same
 
 
 def _names():  # type: ignore[no-untyped-def]

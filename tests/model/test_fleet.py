@@ -387,6 +387,18 @@ BAD = [
         "'V100' is not a GPU model dlinfra can check",
         id="site-gpu-model-the-burn-in-cannot-check",
     ),
+    pytest.param(
+        _delete("sites.ams1.gpu_product"),
+        "sites.ams1.gpu_product",
+        "A100 comes as 'NVIDIA A100-SXM4-40GB', 'NVIDIA A100-SXM4-80GB'",
+        id="site-gpu-product-of-a-model-sold-in-two-sizes",
+    ),
+    pytest.param(
+        _set("sites.sjc1.gpu_product", "NVIDIA H200"),
+        "sites.sjc1.gpu_product",
+        "'NVIDIA H200' is not a product of H100",
+        id="site-gpu-product-of-another-model",
+    ),
 ]
 
 

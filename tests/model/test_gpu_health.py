@@ -10,6 +10,7 @@ import pytest
 
 from dlinfra.cli import main as cli
 from dlinfra.model import gpu_health, instances
+from dlinfra.model.fleet.labels import label_value_problem
 from tests.chef._gpu_check import gpu_check
 from tests.chef.test_gpu_check import FIXTURES, recorded
 from tests.conftest import REFERENCE_FLEET
@@ -18,6 +19,41 @@ from tests.conftest import REFERENCE_FLEET
 def test_every_gpu_model_of_the_instance_table_is_known() -> None:
     used = {t.gpu_model for t in instances.all_types().values() if t.gpu_model}
     assert used <= set(gpu_health.table().models), used - set(gpu_health.table().models)
+
+
+def test_every_gpu_type_names_a_product_of_its_model_and_its_label_is_nvidia_s() -> None:
+    for spec in instances.all_types().values():
+        if spec.gpu_model is None:
+            continue
+        assert spec.gpu_product in gpu_health.model(spec.gpu_model).products, spec.name
+        labels = gpu_health.gpu_labels(spec.gpu_model, str(spec.gpu_product))
+        assert labels["dlinfra.io/gpu-model"] == spec.gpu_model
+        assert labels["nvidia.com/gpu.product"] == str(spec.gpu_product).replace(" ", "-")
+        assert label_value_problem(labels["nvidia.com/gpu.product"]) is None, spec.name
+    # As GPU feature discovery writes it (NVIDIA/k8s-device-plugin internal/lm/resource.go: spaces to '-').
+    assert gpu_health.product_label("NVIDIA H100 80GB HBM3") == "NVIDIA-H100-80GB-HBM3"
+    assert gpu_health.product_label("NVIDIA A100-SXM4-40GB") == "NVIDIA-A100-SXM4-40GB"
+    # An environment whose admitted jobs still select the short name keeps it in NVIDIA's key.
+    assert gpu_health.gpu_labels("H100", "NVIDIA H100 80GB HBM3", "short")["nvidia.com/gpu.product"] == "H100"
+
+
+@pytest.mark.parametrize(
+    ("gpu_model", "declared", "product", "refused"),
+    [
+        ("H100", None, "NVIDIA H100 80GB HBM3", None),  # one product: the model's
+        ("A100", "NVIDIA A100-SXM4-80GB", "NVIDIA A100-SXM4-80GB", None),
+        ("A100", None, None, "A100 comes as .*say which one the machines have"),  # 40 or 80 GB: say which
+        ("H100", "NVIDIA A10G", None, "'NVIDIA A10G' is not a product of H100"),
+    ],
+)
+def test_a_site_s_product_is_its_model_s_or_the_one_it_names(
+    gpu_model: str, declared: str | None, product: str | None, refused: str | None
+) -> None:
+    if refused is None:
+        assert gpu_health.site_product(gpu_model, declared) == product
+    else:
+        with pytest.raises(ValueError, match=refused):
+            gpu_health.site_product(gpu_model, declared)
 
 
 def test_every_floor_names_its_measurement_and_products_look_like_nvml_names() -> None:

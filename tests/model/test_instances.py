@@ -189,7 +189,12 @@ def test_good_entry_parses() -> None:
         (_table(gpus=1), r"gpus, gpu_model and gpu_memory_gib"),
         (_table(gpu_model="L4"), r"gpus, gpu_model and gpu_memory_gib"),
         (_table(efa_interfaces=2), r"efa_interfaces \(2\) cannot exceed network_cards \(1\)"),
-        (_table(gpus=1, gpu_model="L4", gpu_memory_gib=24, nvswitch=True), r"nvswitch: only 8-GPU"),
+        (
+            _table(gpus=1, gpu_model="L4", gpu_memory_gib=24, gpu_product="NVIDIA L4", nvswitch=True),
+            r"nvswitch: only 8-GPU",
+        ),
+        (_table(gpus=1, gpu_model="L4", gpu_memory_gib=24), r"gpu_product: the NVML product name"),
+        (_table(gpu_product="NVIDIA L4"), r"gpu_product: the NVML product name"),
         (_table(colour="red"), r"colour: Extra inputs are not permitted"),
         (_table(architecture="sparc"), r"architecture: Input should be 'x86_64' or 'arm64'"),
         (_table(vcpus=0), r"vcpus: Input should be greater than 0"),

@@ -190,3 +190,56 @@ def test_gpu_check_of_a_site_machine_needs_its_region(
     assert "has no GPUs" in capsys.readouterr().err
     assert cli.main(["gpu", "check", "ip-10-9-9-9"]) == 2
     assert "no node ip-10-9-9-9" in capsys.readouterr().err
+
+
+# `gpu labels`: what still selects a GPU model label value that is, or would be, on no node ---------------------------
+
+NEW_H100 = {"dlinfra.io/pool": "train-h100", "dlinfra.io/gpu-model": "H100",
+            "nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"}  # fmt: skip
+
+
+def _selecting(kind: str, name: str, selector: dict[str, str], *, done: bool = False,
+               affinity: list[dict[str, Any]] | None = None) -> dict[str, Any]:  # fmt: skip
+    pod_spec: dict[str, Any] = {"nodeSelector": {"dlinfra.io/pool": "train-h100", **selector}, "containers": []}
+    if affinity:
+        pod_spec["affinity"] = {
+            "nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": affinity}}
+        }
+    meta = {"namespace": "team-vision", "name": name}
+    if kind == "Pod":
+        return {"metadata": meta, "spec": pod_spec, "status": {"phase": "Succeeded" if done else "Pending"}}
+    conditions = [{"type": "Complete", "status": "True"}] if done else []
+    return {"metadata": meta, "spec": {"template": {"spec": pod_spec}}, "status": {"conditions": conditions}}
+
+
+def test_gpu_labels_finds_work_that_selects_a_short_name_or_a_value_no_node_carries(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    short = {"nvidia.com/gpu.product": "H100"}  # as Kueue's flavors wrote it before dlinfra.io/gpu-model
+    pods = [
+        _selecting("Pod", "admitted-before", short),
+        _selecting("Pod", "finished-before", short, done=True),
+        _selecting("Pod", "admitted-now", {"dlinfra.io/gpu-model": "H100"}),
+        _selecting("Pod", "nvidia-example", {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"}),
+        _selecting("Pod", "wants-h200", {}, affinity=[
+            {"matchExpressions": [{"key": "nvidia.com/gpu.product", "operator": "In", "values": ["NVIDIA-H200"]}]}
+        ]),
+    ]  # fmt: skip
+    jobs = [_selecting("Job", "retrying", short), _selecting("Job", "completed", short, done=True)]
+    nodes = [_node("ip-10-1-0-1", NEW_H100, [GPU_TAINT], None), _node("ip-10-1-0-2", H100, [GPU_TAINT], None)]
+    api = RecordedApi({"nodes": nodes, "pods": pods, "events": [], "jobs": jobs})
+    with serving(api) as url:
+        monkeypatch.setenv("KUBECONFIG", str(write_kubeconfig(tmp_path / "kubeconfig", url)))
+        assert cli.main(["gpu", "labels", "--json"]) == 1
+        found = json.loads(capsys.readouterr().out)
+        assert [(f["kind"], f["name"], f["values"]) for f in found] == [
+            ("Job", "retrying", ["H100"]),
+            ("Pod", "admitted-before", ["H100"]),
+            ("Pod", "wants-h200", ["NVIDIA-H200"]),
+        ]
+        assert "short model name" in found[0]["problem"] and "no node carries it" in found[2]["problem"]
+        assert all(method == "GET" for method, _ in api.requests)  # it only reads
+        assert cli.main(["gpu", "labels"]) == 1
+        assert "Pod team-vision/admitted-before: nvidia.com/gpu.product in (H100):" in capsys.readouterr().out
+        api.objects |= {"pods": pods[1:4], "jobs": jobs[1:]}
+        assert cli.main(["gpu", "labels"]) == 0

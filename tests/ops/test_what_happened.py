@@ -90,9 +90,15 @@ class _Handler(BaseHTTPRequestHandler):
                 if (p["metadata"]["namespace"], p["metadata"]["name"]) == (parts[3], parts[5])
             ]
             return self._one(pods, "pods", parts[5])
-        if parts == ["api", "v1", "pods"]:  # the pods on a node: fieldSelector spec.nodeName=NODE
-            node = query.get("fieldSelector", "").removeprefix("spec.nodeName=")
-            return self._list("PodList", [p for p in objects["pods"] if p["spec"].get("nodeName") == node], query)
+        if parts == ["api", "v1", "pods"]:  # the pods on a node (spec.nodeName=NODE), or not finished (status.phase!=)
+            selector = query.get("fieldSelector", "")
+            if selector.startswith("spec.nodeName="):
+                node = selector.removeprefix("spec.nodeName=")
+                return self._list("PodList", [p for p in objects["pods"] if p["spec"].get("nodeName") == node], query)
+            done = {term.removeprefix("status.phase!=") for term in selector.split(",") if term}
+            return self._list("PodList", [p for p in objects["pods"] if p["status"].get("phase") not in done], query)
+        if parts == ["apis", "batch", "v1", "jobs"]:
+            return self._list("JobList", objects.get("jobs", []), query)
         if parts == ["api", "v1", "events"] or (len(parts) == 5 and parts[4] == "events"):
             events = [e for e in objects["events"] if len(parts) == 3 or e["metadata"]["namespace"] == parts[3]]
             return self._list("EventList", [e for e in events if _selected(e, query.get("fieldSelector", ""))], query)

@@ -17,7 +17,7 @@ VIEW = HybridNodeView(
     region="us-west-2",
     activation_id="2b6c5d0e-1f3a-4b7c-9d8e-0a1b2c3d4e5f",
     activation_code="golden.activation.code",
-    gpu_model="H100",
+    gpu_labels={"dlinfra.io/gpu-model": "H100", "nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"},
     cluster_dns=("169.254.20.10", "172.20.0.10"),
 )
 
@@ -37,8 +37,8 @@ def test_structure() -> None:
     assert spec["cluster"] == {"name": "dlinfra-prod-usw2-eks", "region": "us-west-2"}
     assert spec["hybrid"]["ssm"]["activationId"] == VIEW.activation_id
     assert (
-        "--node-labels=dlinfra.io/pool=site-sjc1,dlinfra.io/site=sjc1,nvidia.com/gpu.product=H100"
-        in spec["kubelet"]["flags"]
+        "--node-labels=dlinfra.io/gpu-model=H100,dlinfra.io/pool=site-sjc1,dlinfra.io/site=sjc1,"
+        "nvidia.com/gpu.product=NVIDIA-H100-80GB-HBM3" in spec["kubelet"]["flags"]
     )
     # GPU machines join with the GPU taint and the burn-in taint, which the burn-in agent removes once their check
     # has passed (dlinfra.model.gpu_health).

@@ -248,6 +248,11 @@ def _site_checks(fleet: Fleet) -> Iterator[FleetError]:
                 f"({gpu_health.TABLE_PATH} knows {known})",
                 key=f"{key}.gpu_model",
             )
+        elif site.gpu_nodes and site.gpus_per_node:
+            try:
+                gpu_health.site_product(site.gpu_model, site.gpu_product)
+            except ValueError as exc:
+                yield FleetError(str(exc), key=f"{key}.gpu_product")
         other = gateways.setdefault(str(site.public_ip), name)
         if other != name:
             yield FleetError(

@@ -41,6 +41,7 @@ OWN_LABELS = frozenset(
         "dlinfra.io/team",
         "dlinfra.io/site",
         "nvidia.com/gpu.product",
+        "dlinfra.io/gpu-model",
         "k8s.amazonaws.com/accelerator",
         "vpc.amazonaws.com/efa.present",
     }
@@ -87,3 +88,11 @@ GPU_BURN_IN_TAINT_KEY = "dlinfra.io/gpu-burn-in"
 GPU_SITE_BURN_IN_TAINT_KEY = "dlinfra.io/gpu-burn-in-site"  # a site machine's: see dlinfra.model.gpu_health
 GPU_UNHEALTHY_TAINT_KEY = "dlinfra.io/gpu-unhealthy"
 GPU_HEALTH_TAINT_KEYS = (GPU_BURN_IN_TAINT_KEY, GPU_SITE_BURN_IN_TAINT_KEY, GPU_UNHEALTHY_TAINT_KEY)
+
+
+# A GPU node's model, under two keys. NVIDIA's carries the product name as NVIDIA's GPU feature discovery writes it
+# (the NVML name with spaces turned to '-', "NVIDIA-H100-80GB-HBM3": NVIDIA/k8s-device-plugin internal/lm/resource.go,
+# productLabel), which jobs and examples written for NVIDIA's and AWS's stacks select on. dlinfra's own carries the
+# short model name of its tables ("H100"), which Kueue flavors select on (dlinfra.model.gpu_health.gpu_labels).
+GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"
+GPU_MODEL_LABEL = "dlinfra.io/gpu-model"

@@ -320,6 +320,10 @@ class Environment(Strict):
     client_vpn: ClientVpnSpec | None = None
     # Team GPU quotas here: guarantees that must fit the environment's GPUs, or scaled down to fit them.
     gpu_quotas: Literal["guaranteed", "scaled"] = "guaranteed"
+    # What GPU nodes carry as nvidia.com/gpu.product: NVIDIA's product name (as NVIDIA's feature discovery writes it),
+    # or "short", dlinfra's short model name, as before 2026-11: for an environment whose admitted jobs still select
+    # that value, until `dlinfra gpu labels` finds none (docs/gpu-health.md, "Labels").
+    gpu_product_label: Literal["nvidia", "short"] = "nvidia"
     kubernetes: KubernetesSpec = KubernetesSpec()
     storage: StorageSpec = StorageSpec()
     node_pools: Mapping[Name, NodePool] = Field(default_factory=dict)
@@ -374,6 +378,10 @@ class Site(Strict):
     gpu_nodes: int = Field(0, ge=0, le=_ACTIVATION_LIMIT)  # machines that join as hybrid nodes (one SSM activation)
     gpus_per_node: int = Field(8, ge=0)
     gpu_model: str = "H100"
+    # The NVML product name its GPUs report ("NVIDIA A100-SXM4-80GB"), one of the model's in gpu_models.yaml: the
+    # machines' nvidia.com/gpu.product label and what their burn-in expects. Needed only where the model comes as more
+    # than one product (A100: 40GB or 80GB); else the model's.
+    gpu_product: str | None = None
     gpu_check: GpuCheck = Field(default_factory=GpuCheck)  # the burn-in its GPU machines run at every boot
     nfs: tuple[NfsMount, ...] = ()  # a set: mounted in mount point order, so a parent mounts before its children
     # Until when the site's SSM hybrid activation registers new machines (UTC, at most 30 days after the apply
@@ -396,7 +404,7 @@ class Site(Strict):
     @field_validator("gpu_model")
     @classmethod
     def _label_value(cls, v: str) -> str:
-        problem = label_value_problem(v)  # nodes carry it as nvidia.com/gpu.product, Kueue flavors select on it
+        problem = label_value_problem(v)  # nodes carry it as dlinfra.io/gpu-model, Kueue flavors select on it
         if problem or not v:
             raise ValueError(problem or "required: the GPU model, e.g. H100")
         return v

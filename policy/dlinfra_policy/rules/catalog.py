@@ -217,6 +217,13 @@ RULES: tuple[ResourceRule | StackRule, ...] = (
         gpu_health.gpu_nodes_burn_in,
     ),
     StackRule(
+        "gpu-node-model-labels",
+        "GPU nodes register with valid dlinfra.io/gpu-model and nvidia.com/gpu.product labels, the same as their "
+        "pool's scale-from-zero template, and Kueue flavors select dlinfra's own",
+        "mandatory",
+        gpu_health.gpu_node_model_labels,
+    ),
+    StackRule(
         "capacity-block-closes-before-cut",
         "Pools on Capacity Blocks are open only inside the block's window, kept every minute and drained before EC2's "
         "30-minute cut, and the block's expiration warning reaches the keeper",

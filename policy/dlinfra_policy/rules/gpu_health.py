@@ -5,13 +5,15 @@ from __future__ import annotations
 
 import base64
 import binascii
+import re
 from collections.abc import Mapping, Sequence
 
 from dlinfra.model import gpu_health
+from dlinfra.model.fleet.labels import GPU_MODEL_LABEL, GPU_PRODUCT_LABEL, label_value_problem
 
 from .compute import AUTOSCALER, AUTOSCALING_GROUP, LAUNCH_TEMPLATE, _is_gpu_group
 from .core import VAP, Context, Resource, Violation, as_object, as_objects, deny_bound_policies, tags_of
-from .platform import _kueue_config
+from .platform import RESOURCE_FLAVOR, _kueue_config
 from .provisioning import _release_named, _seconds
 
 DAEMON_SET = "kubernetes:apps/v1:DaemonSet"
@@ -150,4 +152,68 @@ def gpu_nodes_burn_in(resources: Sequence[Resource], ctx: Context) -> list[Viola
                 "evicted while their nodes are still being checked",
             )
         )
+    return out
+
+
+GPU_LABEL_KEYS = (GPU_MODEL_LABEL, GPU_PRODUCT_LABEL)
+
+
+def _registered_labels(user_data: str) -> dict[str, str] | None:
+    """The labels of the user data's kubelet --node-labels, or None where it has none."""
+    match = re.search(r"--node-labels[= ](?:'([^']*)'|(\S+))", user_data)
+    if match is None:
+        return None
+    return dict(pair.split("=", 1) for pair in (match.group(1) or match.group(2)).split(",") if "=" in pair)
+
+
+def gpu_node_model_labels(resources: Sequence[Resource], ctx: Context) -> list[Violation]:
+    """GPU nodes carry both model labels, valid, the same at registration as in the autoscaler's scale-from-zero
+    template; Kueue's flavors select dlinfra's own.
+
+    - The kubelet refuses to start with an invalid --node-labels value (Kubernetes "Labels and Selectors": 63
+      characters at most, alphanumerics, '-', '_', '.'), so the node never joins.
+    - The autoscaler builds a pool's scale-from-zero template from the group's node-template label tags; where they
+      differ from the labels nodes register with, it scales up for pods the new node cannot take, or not at all
+      (cluster-autoscaler FAQ, "How can I scale a node group to 0?").
+    - A flavor's node labels go into each admitted job's pods, which keep them for life (Kueue "Resource Flavor"):
+      selecting nvidia.com/gpu.product, whose value an environment changes (gpu_product_label), would strand them.
+    """
+    out: list[Violation] = []
+    templates = [r for r in resources if r.type == LAUNCH_TEMPLATE]
+    for group in (r for r in resources if r.type == AUTOSCALING_GROUP):
+        if not _is_gpu_group(group, templates, ctx):
+            continue
+        tags = tags_of(group)
+        for template in (t for t in templates if t.urn in group.dependencies):
+            text = _user_data(template)
+            labels = _registered_labels(text) if text is not None else None
+            if labels is None:
+                continue
+            for key in GPU_LABEL_KEYS:
+                value = labels.get(key)
+                if value is None:
+                    out.append(Violation(template.urn, f"GPU nodes register without the label {key}"))
+                    continue
+                problem = label_value_problem(value)
+                if problem:
+                    out.append(Violation(template.urn, f"{key}: {problem}; the kubelet would not start"))
+                tagged = tags.get(f"{AUTOSCALER}/node-template/label/{key}")
+                if tagged != value:
+                    out.append(
+                        Violation(
+                            group.urn,
+                            f"the scale-from-zero template's {key} is {tagged!r}, the nodes register with {value!r}: "
+                            "the autoscaler would scale the pool for pods its nodes cannot take, or not at all",
+                        )
+                    )
+    for flavor in (r for r in resources if r.type == RESOURCE_FLAVOR):
+        selected = as_object(as_object(flavor.inputs.get("spec")).get("nodeLabels"))
+        if GPU_PRODUCT_LABEL in selected:
+            out.append(
+                Violation(
+                    flavor.urn,
+                    f"the flavor selects {GPU_PRODUCT_LABEL}: its admitted jobs' pods keep that value for life, and "
+                    f"are stranded when the nodes' value changes; select {GPU_MODEL_LABEL}",
+                )
+            )
     return out

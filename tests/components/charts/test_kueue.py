@@ -38,7 +38,8 @@ def test_kueue_flavors_cohort_and_queues(stacks: dict[str, Stack], fleet: Fleet,
     assert sorted(flavors) == sorted([f.name for f in planned.flavors] + (["multikueue"] if manager else []))
     for flavor in planned.flavors:
         labels = flavors[flavor.name]["spec"]["nodeLabels"]
-        assert labels["nvidia.com/gpu.product"] == flavor.gpu_model
+        # dlinfra's own model label: NVIDIA's product label may change under jobs admitted before (gpu_product_label).
+        assert labels["dlinfra.io/gpu-model"] == flavor.gpu_model and "nvidia.com/gpu.product" not in labels
         if flavor.source == "pool":
             assert labels["dlinfra.io/pool"] == flavor.source_name
             pool = fleet.environments[env].node_pools[flavor.source_name]
@@ -53,7 +54,7 @@ def test_kueue_flavors_cohort_and_queues(stacks: dict[str, Stack], fleet: Fleet,
         else:
             # The site's pool label keeps a job pinned to a cloud pool off the site (nodeadm.POOL_LABEL).
             assert labels == {"dlinfra.io/site": flavor.source_name, "eks.amazonaws.com/compute-type": "hybrid",
-                              "dlinfra.io/pool": flavor.name, "nvidia.com/gpu.product": flavor.gpu_model}  # fmt: skip
+                              "dlinfra.io/pool": flavor.name, "dlinfra.io/gpu-model": flavor.gpu_model}  # fmt: skip
             # The labels and taint the site's machines register with (dlinfra/render/nodeadm.py).
             assert flavors[flavor.name]["spec"]["nodeTaints"] == [
                 {"key": "nvidia.com/gpu", "value": "true", "effect": "NoSchedule"}

@@ -16,7 +16,7 @@ import pytest
 from dlinfra.checks.plans import Plan
 from dlinfra.model import gpu_health
 from policy.dlinfra_policy.rules.core import Resource
-from policy.dlinfra_policy.rules.gpu_health import gpu_nodes_burn_in
+from policy.dlinfra_policy.rules.gpu_health import gpu_node_model_labels, gpu_nodes_burn_in
 from tests import reference
 from tests.policy.rules._resources import CTX, pass_and_fail
 
@@ -186,4 +186,74 @@ CASES = {
         [r for r in _in_cluster() if not _named(":DaemonSet", "gpu-burn-in")(r)],
     )
 }
+
+
+# gpu-node-model-labels --------------------------------------------------------------------------------------------
+
+ASG = "aws:autoscaling/group:Group"
+
+
+def _train_group(r: Resource) -> bool:
+    return r.type == ASG and "train" in r.name
+
+
+def _tag(key: str, value: str) -> Callable[[dict[str, Any]], None]:
+    def change(inputs: dict[str, Any]) -> None:
+        (tag,) = [t for t in inputs["tags"] if t["key"] == f"k8s.io/cluster-autoscaler/node-template/label/{key}"]
+        tag["value"] = value
+
+    return change
+
+
+def test_the_reference_plans_label_gpu_nodes_alike_everywhere() -> None:
+    assert gpu_node_model_labels(_regional(), CTX) == []
+    assert gpu_node_model_labels(_in_cluster(), CTX) == []
+
+
+LABEL_MUTATIONS = [
+    pytest.param(
+        _regional,
+        _gpu_template,
+        _user_data(lambda text: text.replace("NVIDIA-H100-80GB-HBM3", "NVIDIA H100 80GB HBM3")),
+        "the kubelet would not start",
+        id="product-label-with-spaces",
+    ),
+    pytest.param(
+        _regional,
+        _gpu_template,
+        _user_data(lambda text: text.replace(",dlinfra.io/gpu-model=H100", "")),
+        "register without the label dlinfra.io/gpu-model",
+        id="no-model-label",
+    ),
+    pytest.param(
+        _regional,
+        _train_group,
+        _tag("nvidia.com/gpu.product", "H100"),
+        "the scale-from-zero template's nvidia.com/gpu.product is 'H100'",
+        id="template-label-differs",
+    ),
+    pytest.param(
+        _in_cluster,
+        lambda r: r.type.endswith(":ResourceFlavor") and r.inputs["metadata"]["name"] == "pool-train-h100",
+        lambda inputs: inputs["spec"]["nodeLabels"].update({"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"}),
+        "the flavor selects nvidia.com/gpu.product",
+        id="flavor-selects-nvidia-s-label",
+    ),
+]
+
+
+@pytest.mark.parametrize(("stack", "match", "change", "problem"), LABEL_MUTATIONS)
+def test_each_label_mismatch_is_named(
+    stack: Callable[[], list[Resource]],
+    match: Callable[[Resource], bool],
+    change: Callable[[dict[str, Any]], None],
+    problem: str,
+) -> None:
+    resources = stack()
+    assert any(match(r) for r in resources), "the mutation matches nothing"
+    messages = [v.message for v in gpu_node_model_labels(_edit(resources, match, change), CTX)]
+    assert any(problem in m for m in messages), messages
+
+
+CASES["gpu-node-model-labels"] = (_regional(), _edit(_regional(), _train_group, _tag("dlinfra.io/gpu-model", "A100")))
 test_rule_passes_good_resources, test_rule_flags_bad_resources = pass_and_fail(CASES)
