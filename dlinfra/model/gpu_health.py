@@ -59,6 +59,12 @@ EXPECT_PATH = "/etc/dlinfra/gpu-expect.json"
 REPORT_DIR = "/var/lib/dlinfra/gpu-check"
 REPORT_PATH = f"{REPORT_DIR}/report.json"
 CHECK_UNIT = "dlinfra-gpu-check.service"
+# After the burn-in, while the node works: the watch (the same check's passive parts, `gpu_check.py watch`, under
+# WATCH_UNIT) writes HEALTH_PATH every WATCH_INTERVAL_SECONDS with the faults seen on this boot, kept until the next
+# boot (a fault that comes and goes is still a fault); the burn-in agent reads it and puts a faulted node off work.
+HEALTH_PATH = f"{REPORT_DIR}/health.json"
+WATCH_UNIT = "dlinfra-gpu-watch.service"
+WATCH_INTERVAL_SECONDS = 60
 # The longest the check may take on the machine (the unit's TimeoutStartSec; the check bounds itself a minute under).
 # With the boot before it (DEADLINE_SECONDS), inside the cluster-autoscaler's 15 minutes for a new node to become ready
 # (BURN_IN_MAX_DCGM_LEVEL says why that matters).
