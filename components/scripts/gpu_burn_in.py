@@ -8,7 +8,10 @@ agent, in a pod on the node, reads it and tells the API server:
 - failed (a fault was found): the burn-in taint is replaced by the unhealthy taint, GPUHealthy is False with the
   problems, so the node takes no work and, on a cloud pool, the autoscaler removes it as unneeded;
 - not judged (the check could not run to the end), or no report yet: the burn-in taint stays, GPUHealthy is Unknown
-  with the reason.
+  with the reason;
+- later, while the node works: a fault the GPU watch on the machine found (Xids, memory, ECC, DCGM's health watches;
+  its health file keeps every fault of the boot) puts the node off work as a failed check does, GPUHealthy False
+  (GPUFault), until a reboot's check passes. A watch that stopped writing is said in the condition's message.
 The report names the boot it is for (the kernel's boot id, which a container reads as the host's): after a reboot
 the previous report no longer counts, and the agent puts the burn-in taint back until this boot's check is done,
 since registration taints apply only when the node object is created. A node with no report at all that registered
@@ -46,13 +49,14 @@ SITE_BURN_IN_TAINT = {"key": "dlinfra.io/gpu-burn-in-site", "value": "pending", 
 BURN_IN_KEYS = (BURN_IN_TAINT["key"], SITE_BURN_IN_TAINT["key"])
 UNHEALTHY_TAINT = {"key": "dlinfra.io/gpu-unhealthy", "value": "check-failed", "effect": "NoSchedule"}
 # The unhealthy taint's values a check puts on (and a passing check takes off): why the node takes no work.
-CHECK_FAILED, NOT_JUDGED, NOT_FINISHED, NOT_ADVERTISED = (
+CHECK_FAILED, NOT_JUDGED, NOT_FINISHED, NOT_ADVERTISED, GPU_FAULT = (
     "check-failed",
     "check-not-judged",
     "check-not-finished",
     "gpus-not-advertised",
+    "gpu-fault",  # the watch found a fault after the burn-in: kept until the next boot's check passes
 )
-OURS = (CHECK_FAILED, NOT_JUDGED, NOT_FINISHED, NOT_ADVERTISED)
+OURS = (CHECK_FAILED, NOT_JUDGED, NOT_FINISHED, NOT_ADVERTISED, GPU_FAULT)
 SITE_LABEL = "dlinfra.io/site"
 CONDITION = "GPUHealthy"
 ANNOTATION = "dlinfra.io/gpu-check"
@@ -76,6 +80,11 @@ ALIVE, READY = "alive", "ready"
 LIVE_SECONDS = 5 * 60
 READY_SECONDS = 2 * 60
 MAX_PROBLEMS = 5  # in the condition's message and the annotation; the whole report stays on the machine
+# The watch writes its health file every WATCH_INTERVAL_SECONDS (dlinfra.model.gpu_health); a file this much older
+# than now says the watch has stopped, which the condition's message tells (the node stays on: nothing is known).
+WATCH_INTERVAL_SECONDS = 60
+HEALTH_FILE = "health.json"  # beside the check's report (dlinfra.model.gpu_health.HEALTH_PATH)
+WATCH_STALE_SECONDS = 5 * WATCH_INTERVAL_SECONDS
 TIME_FORMAT = "%Y-%m-%dT%H:%M:%SZ"
 
 
@@ -114,6 +123,40 @@ class Report:
             "problems": list(self.problems[:MAX_PROBLEMS]),
         }
         return json.dumps(body, separators=(",", ":"))
+
+
+@dataclass(frozen=True)
+class Health:
+    """What the watch wrote (gpu_check's watch mode): the faults it saw on one boot, kept for the boot."""
+
+    boot_id: str
+    updated_at: str
+    status: str  # ok, faulted or unreadable
+    faults: tuple[str, ...] = ()
+    first_fault_at: str = ""
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> Health:
+        faults = sorted(data.get("faults", ()), key=lambda f: str(f.get("first_seen", "")))
+        return cls(
+            boot_id=str(data.get("boot_id", "")),
+            updated_at=str(data.get("updated_at", "")),
+            status=str(data.get("status", "unreadable")),
+            faults=tuple(
+                ("" if f.get("gpu") is None else f"GPU {f['gpu']} ") + f"{f.get('check', '?')}: {f.get('detail', '')}"
+                for f in faults
+            ),
+            first_fault_at=str(faults[0].get("first_seen", "")) if faults else "",
+        )
+
+
+def read_health(path: str) -> Health | None:
+    """The watch's health file, or None if there is none yet (it writes by rename, so never half of one)."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            return Health.from_json(json.load(f))
+    except (OSError, ValueError, TypeError, AttributeError):
+        return None
 
 
 def read_report(path: str) -> Report | None:
@@ -198,8 +241,17 @@ def _burning_in(node: Mapping[str, Any], condition: Condition, report: Report | 
     )
 
 
-def decide(node: Mapping[str, Any], report: Report | None, *, boot_id: str, uptime: float) -> Decision:
-    """What the node should carry, from its current state, the report on the machine and this boot.
+def decide(
+    node: Mapping[str, Any],
+    report: Report | None,
+    *,
+    boot_id: str,
+    uptime: float,
+    health: Health | None = None,
+    now: datetime.datetime | None = None,
+) -> Decision:
+    """What the node should carry, from its current state, the report on the machine, the watch's health file and this
+    boot (`now` judges whether the watch still writes; None: not judged).
 
     Every path ends in one of two states within DEADLINE_SECONDS of boot: the burn-in taint off, or replaced by the
     unhealthy taint (a fault found, the check not judging, no report, the GPUs not advertised). The unhealthy taint is
@@ -238,6 +290,12 @@ def decide(node: Mapping[str, Any], report: Report | None, *, boot_id: str, upti
     if report.verdict != "passed":
         unjudged = f"the GPU check could not judge the node at {report.finished_at}: {problems}"
         return _off_work(taints, NOT_JUDGED, Condition("Unknown", "CheckNotJudged", unjudged), report)
+    if health is not None and health.boot_id == boot_id and health.faults:
+        # A fault after the burn-in, kept by the watch for the boot: off work until a reboot's check passes, however
+        # the fault itself comes and goes.
+        found = "; ".join(health.faults[:MAX_PROBLEMS])
+        fault = f"the GPU watch found a fault at {health.first_fault_at}, after the check passed: {found}"
+        return _off_work(taints, GPU_FAULT, Condition("False", "GPUFault", fault), report)
     advertised = advertised_gpus(node)
     held = current_condition(node) or {}
     accepted = held.get("reason") == "CheckPassed" and report.finished_at in str(held.get("message", ""))
@@ -261,9 +319,34 @@ def decide(node: Mapping[str, Any], report: Report | None, *, boot_id: str, upti
     return Decision(
         cordon=False,
         taints=_settled(taints, None),
-        condition=Condition("True", "CheckPassed", f"the GPU check passed at {report.finished_at}"),
+        condition=Condition(
+            "True", "CheckPassed", f"the GPU check passed at {report.finished_at}{_watch(health, report, boot_id, now)}"
+        ),
         annotation=report.summary(),
     )
+
+
+def _watch(health: Health | None, report: Report, boot_id: str, now: datetime.datetime | None) -> str:
+    """What a working node's condition adds about its watch: nothing while it writes (it starts when the check has
+    finished), else since when it has not."""
+    if now is None:
+        return ""
+    ours = health is not None and health.boot_id == boot_id
+    since = health.updated_at if health is not None and ours else report.finished_at
+    last = _time(since)
+    if last is not None and (now - last).total_seconds() <= WATCH_STALE_SECONDS:
+        return ""
+    where = "see `systemctl status dlinfra-gpu-watch` on the machine"
+    if not ours:
+        return f"; the GPU watch has not written on this boot since the check finished: {where}"
+    return f"; the GPU watch has not written since {since}: {where}"
+
+
+def _time(text: str) -> datetime.datetime | None:
+    try:
+        return datetime.datetime.strptime(text, TIME_FORMAT).replace(tzinfo=datetime.UTC)
+    except ValueError:
+        return None
 
 
 class Cluster(Protocol):
@@ -378,9 +461,10 @@ def once(
     now: datetime.datetime,
     gpu_labels: Mapping[str, Mapping[str, str]] | None = None,
 ) -> list[str]:
-    """One pass: read, decide, change what differs."""
+    """One pass: read, decide, change what differs. The watch's health file lies beside the report."""
     node = cluster.get_node(name)
-    decision = decide(node, read_report(report_path), boot_id=boot_id, uptime=uptime)
+    health = read_health(os.path.join(os.path.dirname(report_path), HEALTH_FILE))
+    decision = decide(node, read_report(report_path), boot_id=boot_id, uptime=uptime, health=health, now=now)
     return apply(cluster, name, node, decision, now, relabel(node, gpu_labels or {}))
 
 

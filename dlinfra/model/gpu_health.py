@@ -48,10 +48,11 @@ Taint = tuple[str, str, str]
 BURN_IN_TAINT: Taint = (GPU_BURN_IN_TAINT_KEY, "pending", "NoSchedule")
 SITE_BURN_IN_TAINT: Taint = (GPU_SITE_BURN_IN_TAINT_KEY, "pending", "NoSchedule")
 # A node that failed, or whose check did not judge it in time, carries the unhealthy taint, its value saying why:
-# check-failed, check-not-judged, check-not-finished or gpus-not-advertised (the agent's values; a passing check takes
-# any of them off). The autoscaler treats it as a status taint: the node counts as ready but takes no work.
+# check-failed, check-not-judged, check-not-finished, gpus-not-advertised, or gpu-fault (the watch found a fault after
+# the burn-in). These are the agent's values; a passing check takes any of them off. The autoscaler treats the taint
+# as a status taint: the node counts as ready but takes no work.
 UNHEALTHY_TAINT: Taint = (GPU_UNHEALTHY_TAINT_KEY, "check-failed", "NoSchedule")
-UNHEALTHY_VALUES = ("check-failed", "check-not-judged", "check-not-finished", "gpus-not-advertised")
+UNHEALTHY_VALUES = ("check-failed", "check-not-judged", "check-not-finished", "gpus-not-advertised", "gpu-fault")
 HEALTH_CONDITION = "GPUHealthy"  # a node condition type of our own, as Node Problem Detector's are
 CHECK_ANNOTATION = "dlinfra.io/gpu-check"  # the last check's verdict, time and first problems, as JSON
 CORDON_ANNOTATION = "dlinfra.io/gpu-cordoned"  # the agent cordoned the node (off work), so it may lift that cordon

@@ -77,6 +77,7 @@ def test_the_script_carries_the_burn_in_names_dlinfra_declares() -> None:
     assert agent.OURS == gpu_health.UNHEALTHY_VALUES
     assert agent.CONDITION == gpu_health.HEALTH_CONDITION and agent.ANNOTATION == gpu_health.CHECK_ANNOTATION
     assert (agent.BURN_IN_SECONDS, agent.DEADLINE_SECONDS) == (gpu_health.BURN_IN_SECONDS, gpu_health.DEADLINE_SECONDS)
+    assert agent.WATCH_INTERVAL_SECONDS == gpu_health.WATCH_INTERVAL_SECONDS
     assert (agent.SITE_LABEL, agent.POOL_LABEL) == (nodes.SITE_LABEL, nodes.POOL_LABEL)
 
 
@@ -348,6 +349,81 @@ def test_gpus_dropping_after_the_node_was_let_on_are_not_a_new_verdict() -> None
     lost = agent.decide(node, _report("passed"), boot_id=BOOT, uptime=5000)
     assert lost.taints == [GPU_TAINT, {**UNHEALTHY, "value": "gpus-not-advertised"}] and lost.cordon is True
     assert "7 of 8 GPUs" in lost.condition.message
+
+
+def _health(boot: str = BOOT, *, faults: tuple[dict[str, Any], ...] = (), updated: str = "2027-01-05T11:59:30Z"
+            ) -> dict[str, Any]:  # fmt: skip
+    """A health file as the watch writes it (gpu_check's watch mode)."""
+    return {"boot_id": boot, "started_at": "2027-01-05T11:58:05Z", "updated_at": updated,
+            "status": "faulted" if faults else "ok", "faults": list(faults), "notes": []}  # fmt: skip
+
+
+XID_79 = {"gpu": 3, "check": "xid", "detail": "Xid 79: GPU has fallen off the bus (RESTART_BM)",
+          "first_seen": "2027-01-05T11:59:00Z"}  # fmt: skip
+GPU_FAULT = {**UNHEALTHY, "value": "gpu-fault"}
+
+
+def _working() -> dict[str, Any]:
+    """A node let on by this boot's passing check."""
+    node = _node([GPU_TAINT])
+    node["status"]["conditions"].append(
+        {"type": "GPUHealthy", "status": "True", "reason": "CheckPassed",
+         "message": "the GPU check passed at 2027-01-05T11:58:00Z"}
+    )  # fmt: skip
+    return node
+
+
+def test_a_fault_the_watch_finds_after_the_burn_in_puts_the_node_off_work_until_a_reboot() -> None:
+    node = _working()
+    faulted = agent.Health.from_json(_health(faults=(XID_79,)))
+    decision = agent.decide(node, _report("passed"), boot_id=BOOT, uptime=5000, health=faulted, now=NOW)
+    assert decision.taints == [GPU_TAINT, GPU_FAULT] and decision.cordon is True
+    assert (decision.condition.status, decision.condition.reason) == ("False", "GPUFault")
+    assert "GPU 3 xid: Xid 79" in decision.condition.message and "2027-01-05T11:59:00Z" in decision.condition.message
+    # The watch keeps the boot's faults (a fault that came and went is still in the file): the node stays off work on
+    # every later pass, however many GPUs the device plugin advertises meanwhile.
+    node["spec"]["taints"] = decision.taints
+    again = agent.decide(node, _report("passed"), boot_id=BOOT, uptime=9000, health=faulted, now=NOW)
+    assert again.taints == [GPU_TAINT, GPU_FAULT] and again.condition.reason == "GPUFault"
+    # Rebooted: the old boot's faults do not count; the burn-in runs again, and its pass lets the node back on.
+    old = agent.Health.from_json(_health(boot="previous-boot", faults=(XID_79,)))
+    rebooted = agent.decide(node, _report("passed", boot="previous-boot"), boot_id=BOOT, uptime=60, health=old)
+    assert rebooted.taints == [GPU_TAINT, BURN_IN]
+    healthy = agent.Health.from_json(_health())
+    back = agent.decide(node, _report("passed"), boot_id=BOOT, uptime=400, health=healthy, now=NOW)
+    assert back.taints == [GPU_TAINT] and back.condition.reason == "CheckPassed" and back.cordon is False
+
+
+def test_a_watch_that_stopped_writing_is_said_but_takes_no_node_off_work() -> None:
+    node = _working()
+    later = NOW + datetime.timedelta(minutes=30)
+    stale = agent.Health.from_json(_health(updated="2027-01-05T12:05:00Z"))
+    decision = agent.decide(node, _report("passed"), boot_id=BOOT, uptime=5000, health=stale, now=later)
+    assert decision.taints == [GPU_TAINT] and decision.condition.status == "True"
+    assert "the GPU watch has not written since 2027-01-05T12:05:00Z" in decision.condition.message
+    # None on this boot, well after the check finished; and nothing said while it writes, or just after the check.
+    missing = agent.decide(node, _report("passed"), boot_id=BOOT, uptime=5000, health=None, now=later)
+    assert "has not written on this boot" in missing.condition.message
+    fresh = agent.Health.from_json(_health(updated="2027-01-05T12:29:30Z"))
+    assert agent.decide(node, _report("passed"), boot_id=BOOT, uptime=5000, health=fresh, now=later).condition == (
+        agent.Condition("True", "CheckPassed", "the GPU check passed at 2027-01-05T11:58:00Z")
+    )
+    assert "watch" not in agent.decide(node, _report("passed"), boot_id=BOOT, uptime=240, now=NOW).condition.message
+
+
+def test_a_watched_fault_reaches_the_node_through_the_policy(
+    api: tuple[agent.ApiServer, type[FakeNodeApi]], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The health file beside the report, read by the agent, and the node changed through its own-node policy."""
+    server, handler = api
+    report = _write_check_report(tmp_path, "h100-healthy.json", monkeypatch)
+    agent.once(server, NODE, str(report), boot_id=BOOT, uptime=240, now=NOW)
+    assert handler.node["spec"]["taints"] == [GPU_TAINT]
+    (tmp_path / "health.json").write_text(json.dumps(_health(faults=(XID_79,), updated="2027-01-05T12:00:00Z")))
+    changed = agent.once(server, NODE, str(report), boot_id=BOOT, uptime=300, now=NOW)
+    assert changed == ["taints: nvidia.com/gpu, dlinfra.io/gpu-unhealthy", "cordoned", "GPUHealthy=False (GPUFault)"]
+    assert handler.node["spec"]["taints"] == [GPU_TAINT, GPU_FAULT] and handler.node["spec"]["unschedulable"]
+    assert f"{gpu_health.REPORT_DIR}/{agent.HEALTH_FILE}" == gpu_health.HEALTH_PATH
 
 
 def test_a_concurrent_change_is_retried_on_the_next_pass(
