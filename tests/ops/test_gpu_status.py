@@ -84,6 +84,17 @@ def test_each_node_s_state_follows_what_the_agent_left() -> None:
     assert "is the burn-in agent running" in found["mi-0123456789abcdef0"].reason
 
 
+def test_a_fault_the_watch_found_while_the_node_worked_shows_as_failed() -> None:
+    faulted = _node("ip-10-1-0-5", H100, [GPU_TAINT, {**UNHEALTHY, "value": "gpu-fault"}],
+                    {"status": "False", "reason": "GPUFault", "lastTransitionTime": "2027-01-05T12:00:00Z",
+                     "message": "the GPU watch found a fault at 2027-01-05T11:59:00Z, after the check passed: "
+                                "GPU 3 xid: Xid 79"},
+                    check={"verdict": "passed", "finished_at": "2027-01-05T10:05:40Z", "problems": []})  # fmt: skip
+    (health,) = gpu_status.gpu_nodes([faulted])
+    assert (health.state, health.reason, health.last_check) == ("failed", "GPUFault", "passed at 2027-01-05T10:05:40Z")
+    assert "Xid 79" in health.message
+
+
 NODES[0]["spec"]["providerID"] = "aws:///us-west-2a/i-0a1b2c3d4e5f60718"
 NODES[1]["spec"]["providerID"] = "aws:///us-west-2b/i-0f1e2d3c4b5a69788"
 
