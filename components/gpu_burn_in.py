@@ -11,8 +11,9 @@ What it may do is held tight:
   unhealthy taints, only its annotations and its own cordon, only the GPUHealthy condition, and the GPU model labels
   only to the values the fleet gives the node's pool; other labels, taints and conditions, capacity, allocatable and
   addresses stay as they were.
-The pod reads the check's report and the GPU watch's health file from the host read-only, runs as nobody with no privileges, in kube-system (the
-namespace where node agents run with host paths), at the node-critical priority so it is never the pod left out.
+The pod reads the check's report and the GPU watch's health file from the host read-only, runs as nobody with no
+privileges, in kube-system (the namespace where node agents run with host paths), at the node-critical priority so
+it is never the pod left out.
 """
 
 from __future__ import annotations

@@ -104,11 +104,12 @@ class SiteView:
     gpu_nodes: int
     gpus_per_node: int
     gpu_model: str
-    gpu_labels: Mapping[str, str]  # the machines' GPU model labels (as their NodeConfig gives them); empty: no GPUs
     pod_cidr: str  # the site's pod CIDR: a remote pod network of the cluster and the site's Cilium IP pool
     asn: int  # the site's BGP ASN (fleet sites.<site>.asn): its nodes peer with the gateway over iBGP in it
     gateway_ip: str  # the site gateway's LAN address, the nodes' BGP peer (hybrid_routing.gateway_lan_ip)
     taints: Sequence[Taint] = ()  # taints the machines register with (nodeadm); GPU jobs must tolerate them
+    # The machines' GPU model labels (as their NodeConfig gives them); empty: no GPUs.
+    gpu_labels: Mapping[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         try:
@@ -297,9 +298,7 @@ class Platform(pulumi.ComponentResource):
         # Every GPU node, cloud and site, takes work only once its GPUs have passed their check.
         # It also relabels nodes that joined before their pool's GPU labels changed (a registration label is never
         # updated), so a label change needs no node replaced.
-        gpu_labels = {pool: dict(view.gpu_labels) for pool, view in args.pools.items() if view.gpu_labels}
-        gpu_labels |= {site_pool(site): dict(view.gpu_labels) for site, view in args.sites.items() if view.gpu_labels}
-        gpu_burn_in.declare(name, gpu_labels=gpu_labels, opts=self._k8s, meta=self._meta)
+        gpu_burn_in.declare(name, gpu_labels=self._gpu_labels(), opts=self._k8s, meta=self._meta)
         queues = self._queues(kueue_release, namespaces)
         self.multikueue_token = None
         if args.overflow is not None:
@@ -475,7 +474,9 @@ class Platform(pulumi.ComponentResource):
         )
         self._release(
             "cluster-autoscaler",
-            autoscaler.autoscaler_values(args.cluster_name, args.region, args.kubernetes_version),
+            autoscaler.autoscaler_values(
+                args.cluster_name, args.region, args.kubernetes_version, node_labels=self._gpu_labels()
+            ),
             # Without its priorities the autoscaler falls back to random expansion.
             depends_on=[priority_map, provreq_crd],
         )
@@ -528,6 +529,12 @@ class Platform(pulumi.ComponentResource):
             opts=self._k8s(depends_on=depends_on, ignore_changes=ignore_changes),
         )
 
+    def _gpu_labels(self) -> dict[str, dict[str, str]]:
+        """The GPU model labels of each GPU pool's and site's nodes, by their dlinfra.io/pool value."""
+        args = self._args
+        labels = {pool: dict(view.gpu_labels) for pool, view in args.pools.items() if view.gpu_labels}
+        return labels | {site_pool(site): dict(view.gpu_labels) for site, view in args.sites.items() if view.gpu_labels}
+
     def _queues(
         self, release: k8s.helm.v3.Release, namespaces: Mapping[str, k8s.core.v1.Namespace]
     ) -> dict[str, k8s.apiextensions.CustomResource]:
@@ -550,7 +557,9 @@ class Platform(pulumi.ComponentResource):
                 f"flavor-{flavor.name}",
                 "ResourceFlavor",
                 flavor.name,
-                kueue_chart.resource_flavor_spec(flavor, block.created_taints() if block else taints),
+                kueue_chart.resource_flavor_spec(
+                    flavor, block.created_taints() if block else taints, source.gpu_labels
+                ),
                 [release],
                 # A block's keeper owns the taints once it has run (block_flavors.py says how the two never contend);
                 # a pool's flavor takes them back when its block leaves the fleet.

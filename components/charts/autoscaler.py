@@ -3,6 +3,8 @@ the ProvisioningRequest API it serves to Kueue (flag and CRD)."""
 
 from __future__ import annotations
 
+import hashlib
+import json
 import re
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -19,6 +21,8 @@ from dlinfra.model.fleet.pools import MAX_CHECKPOINT_GRACE
 AUTOSCALER_TAG = "k8s.io/cluster-autoscaler"
 PRIORITY_CONFIGMAP = "cluster-autoscaler-priority-expander"  # the name cluster-autoscaler watches
 AUTOSCALER_SA = "cluster-autoscaler"
+# A hash of the GPU pools' node labels on the autoscaler's pods: a label change rolls them (autoscaler_values).
+NODE_LABELS_ANNOTATION = "dlinfra.io/gpu-node-labels-sha256"
 # Autoscaler priorities (higher wins): capacity we pay for anyway first, spot last.
 CLASS_PRIORITY: Mapping[str, int] = {"reserved": 30, "on-demand": 20, "spot": 10}
 
@@ -113,9 +117,18 @@ def autoscaler_args(kubernetes_version: str) -> dict[str, str]:
     return args
 
 
-def autoscaler_values(cluster_name: pulumi.Input[str], region: str, kubernetes_version: str) -> dict[str, Any]:
+def autoscaler_values(
+    cluster_name: pulumi.Input[str],
+    region: str,
+    kubernetes_version: str,
+    *,
+    node_labels: Mapping[str, Mapping[str, str]] | None = None,
+) -> dict[str, Any]:
     """cluster-autoscaler: AWS auto-discovery by this cluster's tags, credentials from Pod Identity, the image of
-    the cluster's Kubernetes minor version."""
+    the cluster's Kubernetes minor version. `node_labels`: the GPU model labels of each pool's nodes; a change restarts
+    the autoscaler, which otherwise keeps scaling a pool at zero on the template it cached from the pool's last node
+    (--node-info-cache-expire-time, 10 years by default: cluster-autoscaler 1.33 config/flags/flags.go), without the
+    new labels."""
     return {
         "cloudProvider": "aws",
         "awsRegion": region,
@@ -125,8 +138,16 @@ def autoscaler_values(cluster_name: pulumi.Input[str], region: str, kubernetes_v
         "extraArgs": autoscaler_args(kubernetes_version),
         "affinity": CLOUD_NODE_AFFINITY,
         # Scale-down must not evict the autoscaler itself mid-decision.
-        "podAnnotations": {"cluster-autoscaler.kubernetes.io/safe-to-evict": "false"},
+        "podAnnotations": {
+            "cluster-autoscaler.kubernetes.io/safe-to-evict": "false",
+            NODE_LABELS_ANNOTATION: node_labels_digest(node_labels or {}),
+        },
     }
+
+
+def node_labels_digest(node_labels: Mapping[str, Mapping[str, str]]) -> str:
+    """The autoscaler pods' NODE_LABELS_ANNOTATION: changes with any pool's GPU model labels."""
+    return hashlib.sha256(json.dumps(node_labels, sort_keys=True).encode()).hexdigest()
 
 
 def _regex_literal(name: str) -> str:

@@ -8,7 +8,14 @@ from typing import Any
 import yaml
 
 from components.charts import autoscaler, pinned
-from components.charts.nodes import COMPUTE_TYPE_LABEL, GPU_MODEL_LABEL, POOL_LABEL, SITE_LABEL, Taint
+from components.charts.nodes import (
+    COMPUTE_TYPE_LABEL,
+    GPU_MODEL_LABEL,
+    GPU_PRODUCT_LABEL,
+    POOL_LABEL,
+    SITE_LABEL,
+    Taint,
+)
 from dlinfra.model import gpu_health, kueue
 from dlinfra.model.fleet.schema import RESERVED_NAMESPACES
 from dlinfra.render.nodeadm import site_pool
@@ -198,11 +205,19 @@ def kueue_values(frameworks: Sequence[str]) -> dict[str, Any]:
     }
 
 
-def resource_flavor_spec(flavor: kueue.Flavor, taints: Sequence[Taint] = ()) -> dict[str, Any]:
-    """A flavor's node labels (so Kueue pins admitted pods to its nodes) and the taints jobs must tolerate."""
-    # dlinfra's own model label, not NVIDIA's product label: a node's product label may change (gpu_product_label)
-    # under jobs admitted before, whose pods keep the selector they were admitted with.
+def resource_flavor_spec(
+    flavor: kueue.Flavor, taints: Sequence[Taint] = (), gpu_labels: Mapping[str, str] | None = None
+) -> dict[str, Any]:
+    """A flavor's node labels (so Kueue pins admitted pods to its nodes) and the taints jobs must tolerate.
+    `gpu_labels`: the model labels its nodes carry (dlinfra.model.gpu_health.gpu_labels)."""
     labels = {GPU_MODEL_LABEL: flavor.gpu_model}
+    # NVIDIA's product label too, so a job that selects a product (as jobs written for NVIDIA's stack do) is admitted
+    # only to a flavor of that product: Kueue ignores a selector key no flavor names (its flavor assigner's
+    # flavorSelector). Not while it holds the short name (gpu_product_label: short): admitted pods keep the selector
+    # for life, and would be stranded when the environment moves to NVIDIA's names.
+    product = (gpu_labels or {}).get(GPU_PRODUCT_LABEL)
+    if product and product != flavor.gpu_model:
+        labels[GPU_PRODUCT_LABEL] = product
     if flavor.source == "pool":
         labels[POOL_LABEL] = flavor.source_name
     else:

@@ -18,14 +18,13 @@ Taint = tuple[str, str, str]  # key, value, effect
 # GPU machines of a site register with it (dlinfra/render/nodeadm.py), as the cloud GPU pools' nodes do.
 SITE_GPU_TAINT: Taint = (GPU_TAINT_KEY, "true", "NoSchedule")
 
-# GPU nodes: our pools and sites label them with the GPU model under both keys (a node that joined before
-# dlinfra.io/gpu-model existed has only NVIDIA's until the burn-in agent adds it); NVIDIA's feature discovery, if
-# ever run, sets gpu.present.
+# GPU nodes: our pools and sites label them with NVIDIA's product label (every GPU node has it, whatever its
+# value: dlinfra.io/gpu-model came later, and a term for it would only restart these DaemonSets); NVIDIA's feature
+# discovery, if ever run, sets gpu.present.
 GPU_NODE_AFFINITY: dict[str, Any] = {
     "nodeAffinity": {
         "requiredDuringSchedulingIgnoredDuringExecution": {
             "nodeSelectorTerms": [
-                {"matchExpressions": [{"key": GPU_MODEL_LABEL, "operator": "Exists"}]},
                 {"matchExpressions": [{"key": GPU_PRODUCT_LABEL, "operator": "Exists"}]},
                 {"matchExpressions": [{"key": "nvidia.com/gpu.present", "operator": "In", "values": ["true"]}]},
             ]

@@ -31,8 +31,8 @@ def register(subparsers: Any, common: argparse.ArgumentParser) -> dict[str, Hand
     status.add_argument("--json", action="store_true", help="one JSON object per node, in a list")
     labels = gpu_sub.add_parser(
         "labels",
-        help="unfinished pods and Jobs whose GPU model selector no node carries, or would not once the environment "
-        "carries NVIDIA's product names (gpu_product_label; docs/gpu-health.md)",
+        help="unfinished pods and Jobs that select a short model name in nvidia.com/gpu.product, which the move to "
+        "NVIDIA's product names would strand (gpu_product_label; docs/gpu-health.md); exit 1 while there are any",
     )
     labels.add_argument("--context", help="kubeconfig context (default: the current one)")
     labels.add_argument("--json", action="store_true", help="one JSON object per selection, in a list")
@@ -115,7 +115,8 @@ def _status(args: argparse.Namespace) -> int:
 
 
 def _labels(args: argparse.Namespace) -> int:
-    """Exit 0 when nothing unfinished selects a GPU label value that is or would be on no node, else 1."""
+    """Exit 1 when something unfinished selects a short name in NVIDIA's product label (the move to NVIDIA's names
+    would strand it), else 0; selections of a value no node carries now are listed as notes."""
     from dlinfra.ops import what_happened_sources as sources
 
     try:
@@ -123,16 +124,17 @@ def _labels(args: argparse.Namespace) -> int:
         found = gpu_status.label_selections(kube.nodes(), kube.unfinished_pods(), kube.jobs())
     except sources.SourceError as exc:
         raise DlinfraError(f"cannot read the cluster's nodes, pods and Jobs: {exc}", key="gpu labels") from None
+    blocking = any(f.blocking for f in found)
     if args.json:
         sys.stdout.write(json.dumps([f.to_json() for f in found], indent=2) + "\n")
-    elif not found:
-        out.print(
-            "no unfinished pod or Job selects a GPU model label value that is, or would be, on no node", markup=False
-        )
-    else:
-        for f in found:
-            out.print(f"{f.kind} {f.namespace}/{f.name}: {f.key} in ({', '.join(f.values)}): {f.problem}", markup=False)
-    return 1 if found else 0
+        return 1 if blocking else 0
+    for f in found:
+        note = "" if f.blocking else "note: "
+        line = f"{note}{f.kind} {f.namespace}/{f.name}: {f.key} in ({', '.join(f.values)}): {f.problem}"
+        out.print(line, markup=False)
+    if not blocking:
+        out.print("no unfinished pod or Job selects a short model name in nvidia.com/gpu.product", markup=False)
+    return 1 if blocking else 0
 
 
 def _run_check(args: argparse.Namespace) -> int:

@@ -126,6 +126,9 @@ class LabelSelection:
     key: str
     values: tuple[str, ...]  # the values it accepts (one for a nodeSelector, the list of an `In` expression)
     problem: str
+    # True: it selects a short name in NVIDIA's label, and would be stranded by the move to NVIDIA's names. False: a
+    # value no node carries now, which a pool at zero may still bring (a note, not a reason to wait).
+    blocking: bool
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self) | {"values": list(self.values)}
@@ -151,7 +154,9 @@ def label_selections(
     nodes: Iterable[Mapping[str, Any]], pods: Iterable[Mapping[str, Any]], jobs: Iterable[Mapping[str, Any]]
 ) -> list[LabelSelection]:
     """Unfinished pods and Jobs selecting NVIDIA's product label by a short model name (stranded once the environment
-    carries NVIDIA's names there), or a GPU label value no node carries (stranded now, unless a node comes with it)."""
+    carries NVIDIA's names there: blocking), or a GPU label value no node carries now (a note: a pool at zero brings
+    nodes only for pending work). Other job kinds are seen through their pods only: a JobSet's or RayJob's replica
+    whose pods do not exist yet is not."""
     carried = {(k, str(v)) for n in nodes for k, v in ((n.get("metadata") or {}).get("labels") or {}).items()}
     short_names = set(gpu_health.table().models)
     objects = [("Pod", p, p.get("spec") or {}) for p in pods if (p.get("status") or {}).get("phase") not in _DONE]
@@ -162,16 +167,18 @@ def label_selections(
     for kind, obj, pod_spec in objects:
         meta = obj.get("metadata") or {}
         for key, values in selected_gpu_labels(pod_spec):
-            if key == GPU_PRODUCT_LABEL and set(values) & short_names:
+            blocking = key == GPU_PRODUCT_LABEL and bool(set(values) & short_names)
+            if blocking:
                 problem = (
                     "selects NVIDIA's product label by dlinfra's short model name: keep gpu_product_label: short in "
                     "this environment until it has finished"
                 )
             elif not any((key, v) in carried for v in values):
-                problem = "no node carries it: it waits for a node that has it"
+                problem = "no node carries it now (a pool at zero may still bring one)"
             else:
                 continue
-            found.append(LabelSelection(kind, str(meta.get("namespace")), str(meta.get("name")), key, values, problem))
+            where = (kind, str(meta.get("namespace")), str(meta.get("name")))
+            found.append(LabelSelection(*where, key, values, problem, blocking))
     return sorted(found, key=lambda f: (f.namespace, f.kind, f.name, f.key))
 
 

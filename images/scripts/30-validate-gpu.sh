@@ -38,21 +38,31 @@ grep --quiet 'default_runtime_name = "nvidia"' /etc/containerd/config.toml ||
 grep --quiet '^# EFA installer version:' /opt/amazon/efa_installed_packages || fail "EFA is not installed"
 systemctl is-enabled --quiet nvidia-dcgm || fail "nvidia-dcgm is not enabled"
 
-# The GPU burn-in: the check, its Python environment and the unit that runs it at every boot. The build machine has
-# no GPU, so the check itself runs only as far as NVML: it must start, read its expectation and report that it could
-# not judge this machine (exit 2), which proves the script and its imports work in the image.
+# The GPU burn-in: the check, its Python environment and the unit that runs it at every boot, and the watch after it.
+# The build machine has no GPU, so the check itself runs only as far as NVML: it must start, read its expectation and
+# report that it could not judge this machine (exit 2), and the watch, one poll of it, must write a health file that
+# says so ("unreadable"), which proves the script and its imports work in the image.
 check_python=/opt/dlinfra/gpu-check/bin/python
 check_script=/usr/local/libexec/dlinfra/gpu_check.py
 "${check_python}" -c 'import pynvml, torch' || fail "the GPU check's environment lacks nvidia-ml-py or PyTorch"
 cuda=$("${check_python}" -c 'import torch; print(torch.version.cuda or "")')
 [[ "${cuda%%.*}" == 12 ]] || fail "PyTorch is built for CUDA '${cuda}'; the ${branch} driver runs CUDA 12"
 systemctl is-enabled --quiet dlinfra-gpu-check.service || fail "dlinfra-gpu-check is not enabled"
+systemctl is-enabled --quiet dlinfra-gpu-watch.service || fail "dlinfra-gpu-watch is not enabled"
 [[ -d /var/lib/dlinfra/gpu-check ]] || fail "the GPU check's report directory is missing"
 if ! nvidia-smi --list-gpus >/dev/null 2>&1; then
   expectation=$(mktemp)
-  echo '{"gpu_count": 1, "products": ["none"], "memory_health": "row_remap"}' >"${expectation}"
+  health=$(mktemp -d)/health.json
+  # A whole expectation (the Xid catalog too), so that both get past it to NVML.
+  echo '{"gpu_count": 1, "products": ["none"], "memory_health": "row_remap", "failing_xids": {}}' >"${expectation}"
   status=0
   "${check_python}" "${check_script}" "${expectation}" >/dev/null || status=$?
-  rm -f "${expectation}"
+  watch_status=0
+  "${check_python}" "${check_script}" watch "${expectation}" --health "${health}" --once >/dev/null || watch_status=$?
+  watched=$("${check_python}" -c 'import json, sys; print(json.load(open(sys.argv[1]))["status"])' "${health}") ||
+    watched=none
+  rm -rf "${expectation}" "$(dirname "${health}")"
   [[ "${status}" == 2 ]] || fail "the GPU check exited ${status} on a machine without GPUs; want 2 (not judged)"
+  [[ "${watch_status}" == 2 && "${watched}" == unreadable ]] ||
+    fail "the GPU watch exited ${watch_status}, health '${watched}', on a machine without GPUs; want 2, 'unreadable'"
 fi

@@ -501,3 +501,48 @@ def test_the_burn_in_unit_is_a_valid_systemd_unit(tmp_path: Path, require_tool: 
     unit.write_text(text)
     result = run(analyze, "verify", "--man=no", "--recursive-errors=no", str(unit))
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_the_watch_unit_runs_where_dlinfra_says() -> None:
+    # The burn-in agent reads HEALTH_PATH and judges a watch stopped by WATCH_INTERVAL_SECONDS; the unit must match.
+    from tests.chef._gpu_check import gpu_check
+
+    assert _gpu_check_attribute("watch_unit") == gpu_health.WATCH_UNIT
+    interval = int(_gpu_check_attribute("watch_interval_seconds"))
+    assert interval == gpu_health.WATCH_INTERVAL_SECONDS == gpu_check.WATCH_INTERVAL_SECONDS
+    recipe = (CHEF / "cookbooks" / "dlinfra_gpu" / "recipes" / "gpu_check.rb").read_text()
+    assert "health: ::File.join(check['report_dir'], 'health.json')" in recipe
+    assert f"{_gpu_check_attribute('report_dir')}/health.json" == gpu_health.HEALTH_PATH
+    assert """template "/etc/systemd/system/#{check['watch_unit']}" do""" in recipe
+    assert "[check['unit'], check['watch_unit']].each { |unit| service(unit) { action :enable } }" in recipe
+
+
+def test_the_watch_unit_is_a_valid_systemd_unit_that_follows_the_check(
+    tmp_path: Path, require_tool: Callable[[str], str]
+) -> None:
+    ruby, analyze = require_tool("ruby"), require_tool("systemd-analyze")
+    script = tmp_path / "gpu_check.py"
+    script.write_text("")
+    text = render(
+        ruby,
+        "dlinfra_gpu/templates/dlinfra-gpu-watch.service.erb",
+        python=sys.executable,
+        script=str(script),
+        expectation=gpu_health.EXPECT_PATH,
+        health=gpu_health.HEALTH_PATH,
+        interval_seconds=gpu_health.WATCH_INTERVAL_SECONDS,
+        check_unit=gpu_health.CHECK_UNIT,
+    )
+    settings = re.findall(r"^(\w+)=(.*)$", text, re.M)
+    assert ("ExecStart", f"{sys.executable} {script} watch {gpu_health.EXPECT_PATH} --health {gpu_health.HEALTH_PATH} "
+                         f"--interval {gpu_health.WATCH_INTERVAL_SECONDS}") in settings  # fmt: skip
+    assert {("Type", "simple"), ("Restart", "always"), ("ConditionPathExists", gpu_health.EXPECT_PATH)} <= set(settings)
+    # Never beside the burn-in: ordered after the check, and started by whatever starts the check (the user data's
+    # `systemctl start --no-block`) as by every boot.
+    (after,) = [value.split() for key, value in settings if key == "After"]
+    (wanted_by,) = [value.split() for key, value in settings if key == "WantedBy"]
+    assert gpu_health.CHECK_UNIT in after and set(wanted_by) == {"multi-user.target", gpu_health.CHECK_UNIT}
+    unit = tmp_path / gpu_health.WATCH_UNIT
+    unit.write_text(text)
+    result = run(analyze, "verify", "--man=no", "--recursive-errors=no", str(unit))
+    assert result.returncode == 0, result.stdout + result.stderr

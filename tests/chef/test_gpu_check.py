@@ -1,6 +1,6 @@
-"""The GPU health check (chef/cookbooks/dlinfra_gpu/files/gpu_check.py) on recorded GPU readings (tests/fixtures/gpu),
-read through nvidia-ml-py's own error class and constants, so a call the check makes that the bindings do not have
-fails here."""
+"""The GPU health check (chef/cookbooks/dlinfra_gpu/files/gpu_check.py) and its watch on recorded GPU readings
+(tests/fixtures/gpu), read through nvidia-ml-py's own error class and constants, so a call the check makes that the
+bindings do not have fails here; DCGM through a dcgmi on PATH that answers with recorded output."""
 
 from __future__ import annotations
 
@@ -389,3 +389,390 @@ def test_dcgm_is_not_started_when_the_time_limit_leaves_too_little(
     (problem,) = report["problems"]
     assert problem["check"] == "dcgm" and problem["fault"] is False and "not run" in problem["detail"]
     assert report["checked"] is False  # not judged: the agent settles the node off work, without blaming it
+
+
+# The watch ---------------------------------------------------------------------------------------------------
+
+T0 = 1799150400.0  # 2027-01-05T12:00:00Z
+WATCH_CHECKS = {"xid", "memory", "ecc", "recovery", "count", "model", "nvml", "dcgm-health"}  # the health file's
+# What dcgmi prints and exits with when it cannot reach nv-hostengine (dcgmi/Command.cpp DoExecuteConnectionFailure,
+# errorString(DCGM_ST_CONNECTION_NOT_VALID) of dcgmlib/src/dcgm_errors.c; main returns the status, -21) and when the
+# host engine holds no watches (dcgmi/Health.cpp CheckWatches, DCGM_ST_GENERIC_ERROR, -3).
+NO_HOST_ENGINE = ("Error: Unable to connect to host engine. Host engine connection invalid/disconnected.", 235)
+NO_WATCHES = ("Error: Health watches not enabled. Please enable watches. ", 253)
+
+
+class FakeDcgmi:
+    """A dcgmi on PATH that logs its calls and answers `health --set a` and `health --check --json` as told;
+    anything else (`diag` above all) fails loudly."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        script = root / "dcgmi"
+        script.write_text(
+            "#!/bin/sh\n"
+            f'echo "$*" >>"{root}/calls"\n'
+            'case "$*" in\n'
+            f'  "health --set a") cat "{root}/set.out"; exit "$(cat "{root}/set.rc")" ;;\n'
+            f'  "health --check --json") cat "{root}/check.out"; exit "$(cat "{root}/check.rc")" ;;\n'
+            '  *) echo "not a call of the watch: dcgmi $*" >&2; exit 99 ;;\n'
+            "esac\n"
+        )
+        script.chmod(0o755)
+        self.set("Health monitor systems set successfully.", 0)
+        self.check((FIXTURES / "dcgmi-health-healthy.json").read_text(), 0)
+
+    def set(self, output: str, code: int) -> None:
+        (self.root / "set.out").write_text(output + "\n")
+        (self.root / "set.rc").write_text(str(code))
+
+    def check(self, output: str, code: int) -> None:
+        (self.root / "check.out").write_text(output + "\n")
+        (self.root / "check.rc").write_text(str(code))
+
+    def calls(self) -> list[str]:
+        path = self.root / "calls"
+        return path.read_text().splitlines() if path.exists() else []
+
+
+@pytest.fixture
+def dcgmi(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> FakeDcgmi:
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
+    return FakeDcgmi(bin_dir)
+
+
+@pytest.fixture
+def h100_file(tmp_path: Path) -> str:
+    """The H100 expectation as dlinfra writes it (gpu_health.expectation's keys)."""
+    path = tmp_path / "expect.json"
+    path.write_text(json.dumps({"gpu_count": 8, "products": list(H100.products), "memory_health": "row_remap",
+                                "failing_xids": {str(k): v for k, v in CATALOG.items()}}))  # fmt: skip
+    return str(path)
+
+
+def boot(tmp_path: Path, boot_id: str = "3f1c0d5e-boot") -> str:
+    path = tmp_path / "boot_id"
+    path.write_text(f"{boot_id}\n")
+    return str(path)
+
+
+def clock(*times: float) -> Any:
+    """Each call the next time; the last one again after that."""
+    left = list(times)
+    return lambda: left.pop(0) if len(left) > 1 else left[0]
+
+
+def run_watch(expect_file: str, health: Path, nvml: Any, *, log: str = "", polls: int = 1, **kwargs: Any) -> Any:
+    """The watch with recorded GPUs and kernel log, a clock from T0 a minute a poll, and no real sleep."""
+    kwargs.setdefault("clock", clock(*(T0 + 60 * i for i in range(polls))))
+    kwargs.setdefault("sleep", lambda seconds: None)
+    if "boot_id_file" not in kwargs:
+        kwargs["boot_id_file"] = boot(health.parent)
+    return gpu_check.watch(expect_file, str(health), polls=polls, nvml=nvml, read_log=lambda: log, **kwargs)
+
+
+def test_a_healthy_node_is_ok_and_dcgms_watches_are_set_once(tmp_path: Path, h100_file: str, dcgmi: FakeDcgmi) -> None:
+    health = tmp_path / "health.json"
+    slept: list[float] = []
+    run_watch(h100_file, health, recorded("h100-healthy.json"), polls=3, sleep=slept.append)
+    written = json.loads(health.read_text())
+    assert written == {
+        "boot_id": "3f1c0d5e-boot",
+        "started_at": "2027-01-05T12:00:00Z",
+        "updated_at": "2027-01-05T12:02:00Z",
+        "status": "ok",
+        "faults": [],
+        "notes": [],
+    }
+    assert health.stat().st_mode & 0o777 == 0o644 and not list(tmp_path.glob("*.partial"))  # whole, by rename
+    assert slept == [60, 60]  # between polls, on the injected sleep
+    # The watches are set once, then only checked; DCGM's diagnostic never runs.
+    assert dcgmi.calls() == ["health --set a"] + ["health --check --json"] * 3
+
+
+@pytest.mark.parametrize(
+    ("recording", "log", "faults"),
+    [
+        ("h100-healthy.json", "kernel-xid79.log", {(3, "xid", "Xid 79 logged (0000:40:1c): RESTART_BM")}),
+        (
+            "h100-memory-errors.json",
+            None,
+            {
+                (2, "memory", "1 memory banks have no spare rows left: the next uncorrectable error there cannot be "
+                              "remapped"),
+                (3, "memory", "a row remapping is pending: reset the GPU to apply it"),
+                (5, "memory", "a row remapping failed: the GPU needs replacing"),
+                (6, "ecc", "4 uncorrectable ECC errors since the driver loaded"),
+            },
+        ),
+        ("h100-seven-gpus.json", None, {(None, "count", "7 GPUs visible, 8 expected")}),
+    ],
+)  # fmt: skip
+def test_recorded_faults_are_written_with_the_health_files_check_names(
+    recording: str, log: str | None, faults: set[tuple[int | None, str, str]], tmp_path: Path, h100_file: str,
+    dcgmi: FakeDcgmi,
+) -> None:  # fmt: skip
+    health = tmp_path / "health.json"
+    run_watch(h100_file, health, recorded(recording), log=(FIXTURES / log).read_text() if log else "")
+    written = json.loads(health.read_text())
+    assert written["status"] == "faulted"
+    assert {(f["gpu"], f["check"], f["detail"]) for f in written["faults"]} == faults
+    assert {f["first_seen"] for f in written["faults"]} == {"2027-01-05T12:00:00Z"}
+
+
+def test_the_drivers_recovery_action_is_a_recovery_fault_and_a_wrong_model_a_model_fault(
+    tmp_path: Path, h100_file: str, dcgmi: FakeDcgmi
+) -> None:
+    nvml = recorded("h100-healthy.json")
+    nvml.recording["gpus"][4]["recovery_action"] = pynvml.NVML_GPU_RECOVERY_ACTION_GPU_RESET
+    nvml.recording["gpus"][7]["name"] = "NVIDIA H100 PCIe"
+    health = run_watch(h100_file, tmp_path / "health.json", nvml)
+    assert [(f["gpu"], f["check"], f["detail"]) for f in health["faults"]] == [
+        (4, "recovery", "the driver asks for recovery action 1 (GPU reset)"),
+        (7, "model", "'NVIDIA H100 PCIe', expected 'NVIDIA H100 80GB HBM3'"),
+    ]
+
+
+class LosingNvml(RecordedNvml):
+    """NVML of a node whose GPUs in `lost` have fallen off the bus: the driver still counts them, NVML cannot open
+    them (nvmlDeviceGetHandleByIndex: NVML_ERROR_GPU_IS_LOST)."""
+
+    lost: frozenset[int] = frozenset()
+
+    def nvmlDeviceGetHandleByIndex(self, index: int) -> int:
+        if index in self.lost:
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_GPU_IS_LOST)
+        return index
+
+
+def test_the_burn_in_names_a_gpu_nvml_cannot_read(tmp_path: Path) -> None:
+    nvml = LosingNvml(json.loads((FIXTURES / "h100-healthy.json").read_text()))
+    nvml.lost = frozenset({2})
+    report = gpu_check.check(H100, nvml, log="", efa_root=str(tmp_path))
+    assert [(p["gpu"], p["check"], p["detail"]) for p in report["problems"]] == [
+        (None, "count", "7 GPUs visible, 8 expected"),
+        (2, "nvml", "NVML cannot read this GPU: GPU is lost"),
+    ]
+    assert report["checked"] and report["reading"]["gpu_errors"] == [(2, "GPU is lost")]
+
+
+def test_a_gpu_that_falls_off_the_bus_is_a_fault_and_its_xid_still_names_it(
+    tmp_path: Path, h100_file: str, dcgmi: FakeDcgmi
+) -> None:
+    nvml = LosingNvml(json.loads((FIXTURES / "h100-healthy.json").read_text()))
+    logs = ["", (FIXTURES / "kernel-xid79.log").read_text()]
+
+    def fall_off(seconds: float) -> None:  # between the polls GPU 3 (PCI 0000:40:1c) leaves and the driver logs Xid 79
+        nvml.lost = frozenset({3})
+
+    health = gpu_check.watch(
+        h100_file, str(tmp_path / "health.json"), polls=2, nvml=nvml, read_log=lambda: logs.pop(0),
+        clock=clock(T0, T0 + 60), sleep=fall_off, boot_id_file=boot(tmp_path),
+    )  # fmt: skip
+    assert {(f["gpu"], f["check"], f["detail"], f["first_seen"]) for f in health["faults"]} == {
+        (None, "count", "7 GPUs visible, 8 expected", "2027-01-05T12:01:00Z"),
+        (3, "nvml", "NVML cannot read this GPU: GPU is lost", "2027-01-05T12:01:00Z"),
+        # NVML no longer knows GPU 3's address; the watch learned it on the first poll.
+        (3, "xid", "Xid 79 logged (0000:40:1c): RESTART_BM", "2027-01-05T12:01:00Z"),
+    }
+
+
+def test_a_fault_seen_once_is_kept_for_the_boot_with_when_it_was_first_seen(
+    tmp_path: Path, h100_file: str, dcgmi: FakeDcgmi
+) -> None:
+    nvml = recorded("h100-healthy.json")
+    nvml.recording["gpus"][3]["remapped_rows"] = [0, 1, 1, 0]  # one remap pending
+
+    def reset(seconds: float) -> None:  # the condition is gone at the next poll (the GPU was reset, say)
+        nvml.recording["gpus"][3]["remapped_rows"] = [0, 1, 0, 0]
+
+    health = tmp_path / "health.json"
+    run_watch(h100_file, health, nvml, polls=3, sleep=reset)
+    written = json.loads(health.read_text())
+    assert written["status"] == "faulted" and written["updated_at"] == "2027-01-05T12:02:00Z"
+    assert written["faults"] == [
+        {"gpu": 3, "check": "memory", "detail": "a row remapping is pending: reset the GPU to apply it",
+         "first_seen": "2027-01-05T12:00:00Z"},
+    ]  # fmt: skip
+
+
+def test_a_restart_on_the_same_boot_keeps_the_faults_and_a_new_boot_starts_empty(
+    tmp_path: Path, h100_file: str, dcgmi: FakeDcgmi
+) -> None:
+    health = tmp_path / "health.json"
+    earlier = {"gpu": 6, "check": "ecc", "detail": "4 uncorrectable ECC errors since the driver loaded",
+               "first_seen": "2027-01-05T11:00:00Z"}  # fmt: skip
+    health.write_text(json.dumps({"boot_id": "3f1c0d5e-boot", "started_at": "2027-01-05T10:58:00Z",
+                                  "updated_at": "2027-01-05T11:30:00Z", "status": "faulted", "faults": [earlier],
+                                  "notes": []}))  # fmt: skip
+    # The unit restarted on the same boot; the GPUs read healthy now: the fault stays, and the watch's start too.
+    kept = run_watch(h100_file, health, recorded("h100-healthy.json"))
+    assert kept["status"] == "faulted" and kept["faults"] == [earlier]
+    assert kept["started_at"] == "2027-01-05T10:58:00Z" and kept["updated_at"] == "2027-01-05T12:00:00Z"
+    assert json.loads(health.read_text()) == kept
+    # After a reboot the file is the last boot's: replaced, with nothing of it.
+    fresh = run_watch(h100_file, health, recorded("h100-healthy.json"), boot_id_file=boot(tmp_path, "9a7e-next"))
+    assert fresh["boot_id"] == "9a7e-next" and fresh["status"] == "ok" and fresh["faults"] == []
+    assert fresh["started_at"] == "2027-01-05T12:00:00Z"
+
+
+@pytest.mark.parametrize(
+    ("output", "faults", "notes"),
+    [
+        ("dcgmi-health-healthy.json", [], []),
+        # A warning (PCIe replays) is a note; the node stays ok.
+        (
+            "dcgmi-health-warning.json",
+            [],
+            ["GPU 0: DCGM PCIe system: Detected more than 8 PCIe replays per minute for GPU 0 : 13 (a warning)"],
+        ),
+        # Failures (DCGM_HEALTH_RESULT_FAIL) are faults of their GPUs, DCGM's message rejoined from its lines.
+        (
+            "dcgmi-health-failure.json",
+            [
+                (3, "dcgm-health", "DCGM Memory system: Detected 2 volatile double-bit ECC error(s) in GPU 3."),
+                (5, "dcgm-health",
+                 "DCGM Memory system: GPU 5 had uncorrectable memory errors and row remapping failed."),
+            ],
+            ["GPU 0: DCGM PCIe system: Detected more than 8 PCIe replays per minute for GPU 0 : 13 (a warning)"],
+        ),
+    ],
+)  # fmt: skip
+def test_dcgm_health_failures_are_faults_and_warnings_are_not(
+    output: str, faults: list[tuple[int, str, str]], notes: list[str], tmp_path: Path, h100_file: str,
+    dcgmi: FakeDcgmi,
+) -> None:  # fmt: skip
+    dcgmi.check((FIXTURES / output).read_text(), 0)
+    health = run_watch(h100_file, tmp_path / "health.json", recorded("h100-healthy.json"))
+    assert [(f["gpu"], f["check"], f["detail"]) for f in health["faults"]] == faults
+    assert health["notes"] == notes
+    assert health["status"] == ("faulted" if faults else "ok")
+
+
+def test_dcgmis_own_errors_are_notes_never_faults(tmp_path: Path, h100_file: str, dcgmi: FakeDcgmi) -> None:
+    dcgmi.set(*NO_HOST_ENGINE)  # nv-hostengine not (yet) answering
+    health = run_watch(h100_file, tmp_path / "health.json", recorded("h100-healthy.json"), polls=2)
+    assert health["status"] == "ok" and health["faults"] == []
+    assert health["notes"] == [f"dcgmi health --set a: exited 235: {NO_HOST_ENGINE[0]}"]
+    assert dcgmi.calls() == ["health --set a"] * 2  # tried again at each poll; nothing to check without watches
+
+
+def test_watches_lost_with_a_host_engine_restart_are_set_again_at_the_next_poll(
+    tmp_path: Path, h100_file: str, dcgmi: FakeDcgmi
+) -> None:
+    health = tmp_path / "health.json"
+    dcgmi.check(*NO_WATCHES)
+    first: list[dict[str, Any]] = []
+
+    def engine_back(seconds: float) -> None:
+        first.append(json.loads(health.read_text()))
+        dcgmi.check((FIXTURES / "dcgmi-health-failure.json").read_text(), 0)
+
+    last = run_watch(h100_file, health, recorded("h100-healthy.json"), polls=2, sleep=engine_back)
+    assert first[0]["status"] == "ok" and first[0]["faults"] == []
+    assert first[0]["notes"] == ["dcgmi health --check: exited 253: Error: Health watches not enabled. Please enable "
+                                 "watches."]  # fmt: skip
+    assert last["status"] == "faulted"
+    assert dcgmi.calls() == ["health --set a", "health --check --json", "health --set a", "health --check --json"]
+
+
+def test_the_watch_never_runs_the_disruptive_checks(
+    tmp_path: Path, dcgmi: FakeDcgmi, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An expectation with every burn-in part switched on: DCGM's diagnostic, the throughput floors, the NVSwitch
+    fabric (here still in training, which the burn-in would wait out) and EFA; the watch reads, and that is all."""
+    everything = {"gpu_count": 8, "products": list(H100.products), "memory_health": "row_remap", "failing_xids": {},
+                  "efa_devices": 32, "fabric": True, "dcgm_level": 3, "gemm_tflops_floor": 600.0,
+                  "bandwidth_gbs_floor": 2600.0}  # fmt: skip
+    expect_file = tmp_path / "expect.json"
+    expect_file.write_text(json.dumps(everything))
+
+    def refuse(*args: Any, **kwargs: Any) -> None:
+        raise AssertionError("the watch ran a disruptive check")
+
+    monkeypatch.setattr(gpu_check, "measure_throughput", refuse)
+    monkeypatch.setattr(gpu_check, "run_dcgm", refuse)
+    monkeypatch.setattr(gpu_check, "count_efa", refuse)
+    nvml = recorded("h100-healthy.json")
+    for gpu in nvml.recording["gpus"]:
+        gpu["fabric"] = [pynvml.NVML_GPU_FABRIC_STATE_IN_PROGRESS, 0]
+    slept: list[float] = []
+    health = run_watch(str(expect_file), tmp_path / "health.json", nvml, polls=2, sleep=slept.append)
+    assert health["status"] == "ok" and health["faults"] == [] and health["notes"] == []
+    assert slept == [60]  # no wait for the fabric: only the interval between the two polls
+    assert not any(call.startswith("diag") for call in dcgmi.calls())
+
+
+def test_without_nvml_nothing_is_judged_but_the_kernels_xids(tmp_path: Path, h100_file: str, dcgmi: FakeDcgmi) -> None:
+    no_driver = RecordedNvml({"driver": "", "gpus": []}, init_error=pynvml.NVML_ERROR_DRIVER_NOT_LOADED)
+    health = run_watch(h100_file, tmp_path / "health.json", no_driver)
+    assert health["status"] == "unreadable" and health["faults"] == []  # no "0 GPUs visible": nothing was read
+    assert health["notes"] == ["NVML: Driver Not Loaded"]
+    assert dcgmi.calls() == []  # DCGM's host engine needs the same driver
+    xid79 = (FIXTURES / "kernel-xid79.log").read_text()
+    health = run_watch(h100_file, tmp_path / "health.json", no_driver, log=xid79)
+    assert health["status"] == "faulted"
+    assert [(f["gpu"], f["check"]) for f in health["faults"]] == [(None, "xid")]
+
+
+def test_what_the_watch_cannot_read_is_a_note_never_a_fault(tmp_path: Path, dcgmi: FakeDcgmi) -> None:
+    health = tmp_path / "health.json"
+    missing = run_watch(str(tmp_path / "missing.json"), health, recorded("h100-healthy.json"))
+    assert missing["status"] == "unreadable" and missing["faults"] == []
+    assert missing["notes"][0].startswith("cannot watch: FileNotFoundError")
+
+    def no_log() -> str:
+        raise OSError("cannot read the kernel log: journalctl -k and dmesg gave nothing")
+
+    expect = tmp_path / "expect.json"
+    expect.write_text(json.dumps({"gpu_count": 8, "products": list(H100.products), "memory_health": "row_remap",
+                                  "failing_xids": {}}))  # fmt: skip
+    unlogged = gpu_check.watch(
+        str(expect), str(health), polls=1, nvml=recorded("h100-healthy.json"), read_log=no_log,
+        clock=clock(T0), sleep=lambda s: None, boot_id_file=boot(tmp_path),
+    )  # fmt: skip
+    assert unlogged["status"] == "ok" and unlogged["notes"] == ["the kernel log could not be read: Xid events unknown"]
+
+
+def test_every_check_name_the_watch_writes_is_the_health_files() -> None:
+    problems = gpu_check.problems(
+        gpu_check.passive(H100),
+        gpu_check.NodeReading(nvml=True, gpus=[gpu_check.GpuReading(index=0, name="x", recovery_action=2)],
+                              gpu_errors=[(1, "GPU is lost")], xids=[("0000:40:1c", 79)]),
+    )  # fmt: skip
+    watched = {gpu_check.WATCH_CHECKS.get(p.check, p.check) for p in problems if p.fault}
+    assert watched <= WATCH_CHECKS and {"recovery", "nvml", "xid", "model", "memory", "count"} <= watched
+
+
+def test_the_faults_kept_are_bounded() -> None:
+    found = [gpu_check.Problem(0, "ecc", f"{n} uncorrectable ECC errors since the driver loaded") for n in range(150)]
+    faults = gpu_check.latch([], found, "2027-01-05T12:00:00Z")
+    assert len(faults) == gpu_check.MAX_FAULTS and faults[0]["detail"].startswith("0 ")
+    assert gpu_check.latch(faults, found[:3], "later") == faults  # the same faults again add nothing
+
+
+def test_main_watch_once_exits_by_the_health_it_wrote(
+    tmp_path: Path, h100_file: str, dcgmi: FakeDcgmi, monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:  # fmt: skip
+    health = tmp_path / "health.json"
+    monkeypatch.setattr(gpu_check, "BOOT_ID", boot(tmp_path))
+    monkeypatch.setattr(gpu_check, "kernel_log", lambda: "")
+    command = ["gpu_check.py", "watch", h100_file, "--health", str(health), "--once"]
+    monkeypatch.setitem(__import__("sys").modules, "pynvml", recorded("h100-healthy.json"))
+    assert gpu_check.main(command) == 0
+    assert json.loads(health.read_text())["status"] == "ok"
+    assert json.loads(capsys.readouterr().out)["status"] == "ok"  # printed too, for the journal
+    monkeypatch.setitem(__import__("sys").modules, "pynvml", recorded("h100-seven-gpus.json"))
+    assert gpu_check.main(command) == 1
+    no_driver = RecordedNvml({"driver": "", "gpus": []}, init_error=pynvml.NVML_ERROR_DRIVER_NOT_LOADED)
+    monkeypatch.setitem(__import__("sys").modules, "pynvml", no_driver)
+    assert gpu_check.main(command) == 1  # the fault of this boot is kept: still faulted
+    health.unlink()
+    assert gpu_check.main(command) == 2  # "unreadable": what the image's validation expects on a machine without GPUs
+    assert json.loads(health.read_text())["status"] == "unreadable"
+    assert gpu_check.main([*command[:-1], "--interval", "0", "--once"]) == 2
+    # The check's own command line is unchanged beside it.
+    assert gpu_check.main(["gpu_check.py", h100_file, "--report", str(tmp_path / "report.json")]) == 2

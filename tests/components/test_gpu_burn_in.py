@@ -426,6 +426,26 @@ def test_a_watched_fault_reaches_the_node_through_the_policy(
     assert f"{gpu_health.REPORT_DIR}/{agent.HEALTH_FILE}" == gpu_health.HEALTH_PATH
 
 
+def test_the_watch_s_own_health_file_takes_the_node_off_work(
+    api: tuple[agent.ApiServer, type[FakeNodeApi]], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What the watch on the machine writes (gpu_check's watch, a recorded H100 and a kernel log with Xid 79) is what
+    the agent reads: the two halves meet on the file's format."""
+    server, handler = api
+    report = _write_check_report(tmp_path, "h100-healthy.json", monkeypatch)
+    agent.once(server, NODE, str(report), boot_id=BOOT, uptime=240, now=NOW)
+    expect = tmp_path / "expect.json"
+    expect.write_text(json.dumps(gpu_health.expectation("H100", 8)))
+    log = (Path(__file__).parents[1] / "fixtures" / "gpu" / "kernel-xid79.log").read_text()
+    gpu_check.watch(str(expect), str(tmp_path / "health.json"), polls=1, nvml=recorded("h100-healthy.json"),
+                    read_log=lambda: log, clock=lambda: NOW.timestamp(), sleep=lambda _: None,
+                    boot_id_file=gpu_check.BOOT_ID)  # fmt: skip
+    agent.once(server, NODE, str(report), boot_id=BOOT, uptime=300, now=NOW)
+    assert handler.node["spec"]["taints"] == [GPU_TAINT, GPU_FAULT]
+    (condition,) = [c for c in handler.node["status"]["conditions"] if c["type"] == "GPUHealthy"]
+    assert condition["reason"] == "GPUFault" and "GPU 3 xid: Xid 79" in condition["message"]
+
+
 def test_a_concurrent_change_is_retried_on_the_next_pass(
     api: tuple[agent.ApiServer, type[FakeNodeApi]], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -248,9 +248,12 @@ def test_gpu_labels_finds_work_that_selects_a_short_name_or_a_value_no_node_carr
             ("Pod", "admitted-before", ["H100"]),
             ("Pod", "wants-h200", ["NVIDIA-H200"]),
         ]
-        assert "short model name" in found[0]["problem"] and "no node carries it" in found[2]["problem"]
+        assert "short model name" in found[0]["problem"] and "no node carries it now" in found[2]["problem"]
+        assert [f["blocking"] for f in found] == [True, True, False]
         assert all(method == "GET" for method, _ in api.requests)  # it only reads
         assert cli.main(["gpu", "labels"]) == 1
         assert "Pod team-vision/admitted-before: nvidia.com/gpu.product in (H100):" in capsys.readouterr().out
-        api.objects |= {"pods": pods[1:4], "jobs": jobs[1:]}
+        # Only the short names hold the move back; a value no node carries now (a pool at zero) is a note.
+        api.objects |= {"pods": pods[1:], "jobs": jobs[1:]}
         assert cli.main(["gpu", "labels"]) == 0
+        assert "note: Pod team-vision/wants-h200" in capsys.readouterr().out

@@ -175,8 +175,10 @@ def gpu_node_model_labels(resources: Sequence[Resource], ctx: Context) -> list[V
     - The autoscaler builds a pool's scale-from-zero template from the group's node-template label tags; where they
       differ from the labels nodes register with, it scales up for pods the new node cannot take, or not at all
       (cluster-autoscaler FAQ, "How can I scale a node group to 0?").
-    - A flavor's node labels go into each admitted job's pods, which keep them for life (Kueue "Resource Flavor"):
-      selecting nvidia.com/gpu.product, whose value an environment changes (gpu_product_label), would strand them.
+    - A GPU flavor selects dlinfra.io/gpu-model, and nvidia.com/gpu.product only with NVIDIA's product name. Its node
+      labels go into each admitted job's pods, which keep them for life (Kueue "Resource Flavor"): a flavor that
+      selected the short name there would strand its jobs when the environment moves to NVIDIA's names
+      (gpu_product_label).
     """
     out: list[Violation] = []
     templates = [r for r in resources if r.type == LAUNCH_TEMPLATE]
@@ -208,12 +210,16 @@ def gpu_node_model_labels(resources: Sequence[Resource], ctx: Context) -> list[V
                     )
     for flavor in (r for r in resources if r.type == RESOURCE_FLAVOR):
         selected = as_object(as_object(flavor.inputs.get("spec")).get("nodeLabels"))
-        if GPU_PRODUCT_LABEL in selected:
+        if GPU_PRODUCT_LABEL not in selected and GPU_MODEL_LABEL not in selected:
+            continue  # not a GPU flavor
+        if GPU_MODEL_LABEL not in selected:
+            out.append(Violation(flavor.urn, f"the GPU flavor does not select {GPU_MODEL_LABEL}"))
+        elif selected.get(GPU_PRODUCT_LABEL) == selected[GPU_MODEL_LABEL]:
             out.append(
                 Violation(
                     flavor.urn,
-                    f"the flavor selects {GPU_PRODUCT_LABEL}: its admitted jobs' pods keep that value for life, and "
-                    f"are stranded when the nodes' value changes; select {GPU_MODEL_LABEL}",
+                    f"the flavor selects {GPU_PRODUCT_LABEL} by the short name {selected[GPU_MODEL_LABEL]!r}: its "
+                    "admitted jobs' pods keep that for life, and are stranded when the nodes carry NVIDIA's name",
                 )
             )
     return out

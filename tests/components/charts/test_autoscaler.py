@@ -14,6 +14,7 @@ from components.charts import autoscaler
 from dlinfra.model import instances, kueue
 from dlinfra.model.fleet.pools import MAX_CHECKPOINT_GRACE
 from dlinfra.model.fleet.schema import Fleet
+from tests import reference
 from tests.components._platform import Stack, asg_name, regional_stacks, stack_names
 
 
@@ -126,3 +127,19 @@ def test_provisioning_request_crd_serves_v1_with_status() -> None:
     assert schema["properties"]["spec"]["required"] == ["podSets", "provisioningClassName"]
     conditions = schema["properties"]["status"]["properties"]["conditions"]
     assert conditions["x_kubernetes_list_type"] == "map" and conditions["x_kubernetes_list_map_keys"] == ["type"]
+
+
+def test_a_change_of_the_gpu_node_labels_restarts_the_autoscaler(stacks: dict[str, Stack]) -> None:
+    """It would keep scaling a pool at zero on the template it cached from the pool's last node, without them."""
+    short = {"train-h100": {"dlinfra.io/gpu-model": "H100", "nvidia.com/gpu.product": "H100"}}
+    nvidia = {"train-h100": {"dlinfra.io/gpu-model": "H100", "nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"}}
+    assert autoscaler.node_labels_digest(short) != autoscaler.node_labels_digest(nvidia)
+    values = stacks["prod-us-west-2"].release("cluster-autoscaler")["values"]
+    (daemon_set,) = [
+        r for r in reference.runs()["prod-us-west-2-k8s"].resources
+        if r.type == "kubernetes:apps/v1:DaemonSet" and r.name.endswith("gpu-burn-in")
+    ]  # fmt: skip
+    (env,) = [e["value"] for e in daemon_set.inputs["spec"]["template"]["spec"]["containers"][0]["env"]
+              if e["name"] == "GPU_LABELS"]  # fmt: skip
+    # The digest of the labels the nodes carry, as the burn-in agent keeps them.
+    assert values["podAnnotations"][autoscaler.NODE_LABELS_ANNOTATION] == autoscaler.node_labels_digest(json.loads(env))

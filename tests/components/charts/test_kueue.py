@@ -38,8 +38,10 @@ def test_kueue_flavors_cohort_and_queues(stacks: dict[str, Stack], fleet: Fleet,
     assert sorted(flavors) == sorted([f.name for f in planned.flavors] + (["multikueue"] if manager else []))
     for flavor in planned.flavors:
         labels = flavors[flavor.name]["spec"]["nodeLabels"]
-        # dlinfra's own model label: NVIDIA's product label may change under jobs admitted before (gpu_product_label).
-        assert labels["dlinfra.io/gpu-model"] == flavor.gpu_model and "nvidia.com/gpu.product" not in labels
+        # dlinfra's model label, and NVIDIA's product name (Kueue ignores a selector key no flavor names, so a job that
+        # selects a product must meet it here).
+        assert labels["dlinfra.io/gpu-model"] == flavor.gpu_model
+        assert labels["nvidia.com/gpu.product"].startswith("NVIDIA-")
         if flavor.source == "pool":
             assert labels["dlinfra.io/pool"] == flavor.source_name
             pool = fleet.environments[env].node_pools[flavor.source_name]
@@ -54,7 +56,8 @@ def test_kueue_flavors_cohort_and_queues(stacks: dict[str, Stack], fleet: Fleet,
         else:
             # The site's pool label keeps a job pinned to a cloud pool off the site (nodeadm.POOL_LABEL).
             assert labels == {"dlinfra.io/site": flavor.source_name, "eks.amazonaws.com/compute-type": "hybrid",
-                              "dlinfra.io/pool": flavor.name, "dlinfra.io/gpu-model": flavor.gpu_model}  # fmt: skip
+                              "dlinfra.io/pool": flavor.name, "dlinfra.io/gpu-model": flavor.gpu_model,
+                              "nvidia.com/gpu.product": labels["nvidia.com/gpu.product"]}  # fmt: skip
             # The labels and taint the site's machines register with (dlinfra/render/nodeadm.py).
             assert flavors[flavor.name]["spec"]["nodeTaints"] == [
                 {"key": "nvidia.com/gpu", "value": "true", "effect": "NoSchedule"}
@@ -251,3 +254,20 @@ def test_no_provisioning_check_where_no_pool_is_autoscaled() -> None:
     assert spec["admissionChecksStrategy"] == {
         "admissionChecks": [{"name": kueue_chart.PROVISIONING_CHECK, "onFlavors": ["pool-p"]}]
     }
+
+
+def test_a_flavor_selects_nvidia_s_product_only_by_nvidia_s_name() -> None:
+    """With NVIDIA's name on its nodes, a flavor names it (Kueue admits a job selecting another product elsewhere);
+    while an environment keeps the short name there (gpu_product_label: short), it does not, so nothing admitted
+    meanwhile asks for the short name when the environment moves on."""
+    flavor = kueue.Flavor(region="us-west-2", name="pool-train-h100", source="pool", source_name="train-h100",
+                          gpus=64, gpu_model="H100", capacity_class="on-demand")  # fmt: skip
+    nvidia = {"dlinfra.io/gpu-model": "H100", "nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"}
+    short = {"dlinfra.io/gpu-model": "H100", "nvidia.com/gpu.product": "H100"}
+    assert kueue_chart.resource_flavor_spec(flavor, (), nvidia)["nodeLabels"] == {
+        "dlinfra.io/pool": "train-h100",
+        **nvidia,
+    }
+    assert kueue_chart.resource_flavor_spec(flavor, (), short)["nodeLabels"] == {
+        "dlinfra.io/pool": "train-h100", "dlinfra.io/gpu-model": "H100"
+    }  # fmt: skip

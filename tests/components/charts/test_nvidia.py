@@ -13,7 +13,7 @@ def test_gpu_addons_run_only_on_gpu_nodes(stacks: dict[str, Stack]) -> None:
             "nodeSelectorTerms"
         ]
         keys = {e["key"] for term in terms for e in term["matchExpressions"]}
-        assert keys == {"dlinfra.io/gpu-model", "nvidia.com/gpu.product", "nvidia.com/gpu.present"}
+        assert keys == {"nvidia.com/gpu.product", "nvidia.com/gpu.present"}
         assert {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"} in values["tolerations"]
     assert stack.release("nvidia-device-plugin")["values"]["gfd"] == {"enabled": False}
     # /dev/infiniband belongs to the EFA device plugin: the NVIDIA plugin must not hand it to GPU containers.

@@ -235,9 +235,16 @@ LABEL_MUTATIONS = [
     pytest.param(
         _in_cluster,
         lambda r: r.type.endswith(":ResourceFlavor") and r.inputs["metadata"]["name"] == "pool-train-h100",
-        lambda inputs: inputs["spec"]["nodeLabels"].update({"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"}),
-        "the flavor selects nvidia.com/gpu.product",
-        id="flavor-selects-nvidia-s-label",
+        lambda inputs: inputs["spec"]["nodeLabels"].update({"nvidia.com/gpu.product": "H100"}),
+        "selects nvidia.com/gpu.product by the short name 'H100'",
+        id="flavor-selects-the-short-name-in-nvidia-s-label",
+    ),
+    pytest.param(
+        _in_cluster,
+        lambda r: r.type.endswith(":ResourceFlavor") and r.inputs["metadata"]["name"] == "pool-train-h100",
+        lambda inputs: inputs["spec"]["nodeLabels"].pop("dlinfra.io/gpu-model"),
+        "does not select dlinfra.io/gpu-model",
+        id="flavor-without-the-model-label",
     ),
 ]
 

@@ -43,3 +43,8 @@ default['dlinfra_gpu']['gpu_check']['expectation'] = '/etc/dlinfra/gpu-expect.js
 default['dlinfra_gpu']['gpu_check']['report_dir'] = '/var/lib/dlinfra/gpu-check'
 default['dlinfra_gpu']['gpu_check']['unit'] = 'dlinfra-gpu-check.service'
 default['dlinfra_gpu']['gpu_check']['timeout_seconds'] = 600
+# The watch after the burn-in (gpu_check.py watch, recipe gpu_check): its unit, and how often it reads the GPUs and
+# writes health.json beside the report. Both must equal dlinfra/model/gpu_health.py's WATCH_UNIT and
+# WATCH_INTERVAL_SECONDS, by which the burn-in agent tells a watch that stopped (tests/chef checks it).
+default['dlinfra_gpu']['gpu_check']['watch_unit'] = 'dlinfra-gpu-watch.service'
+default['dlinfra_gpu']['gpu_check']['watch_interval_seconds'] = 60

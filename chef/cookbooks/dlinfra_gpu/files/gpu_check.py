@@ -26,11 +26,23 @@ pool's {"instance_types": {type: expectation}}, of which it takes the machine's 
 type in the DMI product name). With `--report FILE` it also writes the report, with the verdict, the time and the
 boot it is for, to FILE (atomically, by rename): the burn-in's unit writes it at every boot and the burn-in agent in
 the cluster reads it (components/scripts/gpu_burn_in.py).
+
+The watch (`python3 gpu_check.py watch EXPECTATION.json --health FILE [--interval 60] [--once]`) runs after the burn-in
+for the rest of the boot: every interval it takes the check's passive parts only (what NVML reads, judged as above
+but for the fabric; the Xids logged since boot; a GPU NVML can no longer read; DCGM's background health watches where
+its host engine answers, `dcgmi health`), never DCGM's diagnostic, the throughput tests or the wait for the fabric,
+which load the GPUs or take minutes, nor the EFA devices. It writes
+FILE the same way: {"boot_id", "started_at" (its first poll on this boot), "updated_at" (its last), "status": "ok" |
+"faulted" | "unreadable", "faults": [{"gpu", "check", "detail", "first_seen"}], "notes": [...]}, keeping every fault
+seen on this boot, also one a later poll no longer sees; a restarted watch keeps those its file holds for this boot.
+What could not be read (dcgmi's own errors, a kernel log that gave nothing) is a note of the last poll, never a fault;
+"unreadable": no fault, and NVML could not be read. `--once`: one poll, exit 0 ok, 1 faulted, 2 unreadable.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import os
 import re
@@ -39,7 +51,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 # NVIDIA's kernel log line for an Xid: "NVRM: Xid (PCI:0000:10:1c): 79, pid=..., GPU has fallen off the bus."
@@ -64,6 +76,20 @@ RUNTIME_ERROR = "runtime error: "
 # What DCGM's diagnostic levels take at most, for the time limit ("dcgmi diag" reference: level 1 seconds, level 2
 # about two minutes, level 3 about fifteen); levels 3 and 4 are for a drained node with no limit.
 DCGM_SECONDS = {1: 60, 2: 240, 3: 1800, 4: 3 * 3600}
+TIME_FORMAT = "%Y-%m-%dT%H:%M:%SZ"  # UTC: the report's and the health file's times, as the burn-in agent reads them
+# The watch. Its interval is dlinfra.model.gpu_health.WATCH_INTERVAL_SECONDS, by which the burn-in agent tells a
+# stopped watch (tests/chef checks they agree).
+WATCH_INTERVAL_SECONDS = 60
+WATCH_CHECKS = {"driver": "recovery"}  # the burn-in's check names that the health file spells otherwise
+# dcgmi health (DCGM reference, "dcgmi health"; NVIDIA/DCGM dcgmi/CommandLineParser.cpp): --set a watches every system
+# (PCIe, memory, InfoROM, thermal and power, NVLink, driver, NVSwitch, ConnectX) of the group -g, by default all GPUs,
+# replacing the group's watches; they stay in the host engine after dcgmi exits, until the engine restarts.
+DCGM_WATCHES = ("dcgmi", "health", "--set", "a")
+DCGM_CHECK = ("dcgmi", "health", "--check", "--json")
+DCGMI_SECONDS = 60  # one dcgmi call: it answers in a second or two, or its host engine is hung
+# A fault whose detail carries a count (ECC errors, some of DCGM's messages) is a new one when the count changes; the
+# node is off work from the first, so the file stops growing here rather than with every poll of a long boot.
+MAX_FAULTS = 100
 
 
 @dataclass(frozen=True)
@@ -142,6 +168,8 @@ class NodeReading:
     driver: str = ""
     gpus: list[GpuReading] = field(default_factory=list)
     xids: list[tuple[str, int]] = field(default_factory=list)  # (PCI address, Xid) logged since boot
+    # (index, NVML's error) of each GPU NVML counts but cannot read: fallen off the bus (NVML_ERROR_GPU_IS_LOST), say
+    gpu_errors: list[tuple[int, str]] = field(default_factory=list)
     efa_devices: int | None = None
     dcgm: dict[str, Any] | None = None  # {"level": n, "passed": bool, "failures": [...]}
     errors: list[str] = field(default_factory=list)  # what could not be read
@@ -251,7 +279,7 @@ def read_nvml(nvml: Any) -> NodeReading:
             try:
                 node.gpus.append(read_gpu(nvml, index))
             except nvml.NVMLError as exc:
-                node.errors.append(f"GPU {index}: NVML: {exc}")
+                node.gpu_errors.append((index, str(exc)))
     finally:
         nvml.nvmlShutdown()
     return node
@@ -278,6 +306,14 @@ def kernel_log() -> str:
             if done.returncode == 0 and done.stdout.strip():
                 return done.stdout
     raise OSError("cannot read the kernel log: journalctl -k and dmesg gave nothing")
+
+
+def read_xids(node: NodeReading, log: str | None) -> None:
+    """The Xids of the kernel log into the reading; None (the log could not be read): an error of the reading."""
+    if log is not None:
+        node.xids = parse_xids(log)
+    else:
+        node.errors.append("the kernel log could not be read: Xid events unknown")
 
 
 def count_efa(root: str = INFINIBAND) -> int:
@@ -379,14 +415,19 @@ def _rate(step: Callable[[], Any], device: Any, seconds: float) -> float:
 # Judging ---------------------------------------------------------------------------------------------------
 
 
-def problems(expect: Expectation, node: NodeReading) -> list[Problem]:
-    """Every reason this node must not take work; none: it passes."""
+def problems(
+    expect: Expectation, node: NodeReading, known_gpus: Mapping[tuple[int, int, int], int] | None = None
+) -> list[Problem]:
+    """Every reason this node must not take work; none: it passes. `known_gpus`: GPU indexes by PCI address (pci_key)
+    from earlier readings, which name the GPU of an Xid after NVML has lost it (the watch's)."""
     found = [Problem(None, "read", error, fault=False) for error in node.errors]
     if len(node.gpus) != expect.gpu_count:
         found.append(Problem(None, "count", f"{len(node.gpus)} GPUs visible, {expect.gpu_count} expected"))
+    # A GPU NVML counts but cannot read: lost (fallen off the bus) or broken, either way unusable.
+    found += [Problem(index, "nvml", f"NVML cannot read this GPU: {error}") for index, error in node.gpu_errors]
     for gpu in node.gpus:
         found += _gpu_problems(expect, gpu)
-    by_pci = {pci_key(gpu.pci_bus_id): gpu.index for gpu in node.gpus if gpu.pci_bus_id}
+    by_pci = {**(known_gpus or {}), **{pci_key(gpu.pci_bus_id): gpu.index for gpu in node.gpus if gpu.pci_bus_id}}
     for pci, code in node.xids:
         if code in expect.failing_xids:
             found.append(
@@ -488,10 +529,7 @@ def check(
         sleep(FABRIC_POLL_SECONDS)
         waited += FABRIC_POLL_SECONDS
         node = read_nvml(nvml)
-    if log is not None:
-        node.xids = parse_xids(log)
-    else:
-        node.errors.append("the kernel log could not be read: Xid events unknown")
+    read_xids(node, log)
     node.efa_devices = count_efa(efa_root)
     if node.gpus and (expect.gemm_tflops_floor is not None or expect.bandwidth_gbs_floor is not None):
         try:
@@ -525,31 +563,51 @@ def verdict(report: Mapping[str, Any]) -> str:
 
 def write_report(path: str, report: Mapping[str, Any], *, boot_id_file: str | None = None) -> None:
     """The report as the burn-in agent reads it: with its verdict, when it finished and which boot it is for."""
-    try:
-        with open(boot_id_file or BOOT_ID, encoding="utf-8") as f:
-            boot_id = f.read().strip()
-    except OSError:
-        boot_id = ""
     stamped = {
         "verdict": verdict(report),
-        "finished_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        "boot_id": boot_id,
+        "finished_at": stamp(time.time()),
+        "boot_id": read_boot_id(boot_id_file),
         **report,
     }
+    write_json(path, stamped)
+
+
+def read_boot_id(path: str | None = None) -> str:
+    """This boot's id (BOOT_ID, or `path`); "" where it cannot be read."""
+    try:
+        with open(path or BOOT_ID, encoding="utf-8") as f:
+            return f.read().strip()
+    except OSError:
+        return ""
+
+
+def stamp(seconds: float) -> str:
+    """A time (seconds since the epoch) as the report and the health file write it (TIME_FORMAT)."""
+    return time.strftime(TIME_FORMAT, time.gmtime(seconds))
+
+
+def write_json(path: str, data: Mapping[str, Any]) -> None:
+    """`data` to `path` as JSON, whole or not at all (written aside, then renamed), mode 0644."""
     partial = f"{path}.partial"
     with open(partial, "w", encoding="utf-8") as f:
-        json.dump(stamped, f, indent=2)
+        os.fchmod(f.fileno(), 0o644)  # whatever the umask: the burn-in agent's pod reads it through a host mount
+        json.dump(data, f, indent=2)
         f.write("\n")
         f.flush()
         os.fsync(f.fileno())
-    os.replace(partial, path)  # the agent never reads half a report
+    os.replace(partial, path)  # the agent never reads half a file
+
+
+def load_expectation(path: str) -> Expectation:
+    """This machine's expectation from the file dlinfra writes (select)."""
+    with open(path, encoding="utf-8") as f:
+        return Expectation.from_json(select(json.load(f)))
 
 
 def run_check(expect_file: str, time_limit: float | None = None) -> dict[str, Any]:
     """The whole check from an expectation file; any failure still gives a report (not passed, not judged)."""
     try:
-        with open(expect_file, encoding="utf-8") as f:
-            expect = Expectation.from_json(select(json.load(f)))
+        expect = load_expectation(expect_file)
         import pynvml
     except (OSError, ValueError, KeyError, TypeError, ImportError) as exc:
         return {"passed": False, "checked": False, "error": f"cannot check: {type(exc).__name__}: {exc}"}
@@ -564,7 +622,10 @@ def run_check(expect_file: str, time_limit: float | None = None) -> dict[str, An
 
 
 def main(argv: Sequence[str]) -> int:
-    """python3 gpu_check.py EXPECTATION.json [--report FILE]: exit 0 passed, 1 failed, 2 not judged."""
+    """python3 gpu_check.py EXPECTATION.json [--report FILE]: exit 0 passed, 1 failed, 2 not judged; with `watch`
+    first, the watch (watch_main)."""
+    if len(argv) > 1 and argv[1] == "watch":  # an expectation file named "watch" is given as ./watch
+        return watch_main(argv[2:])
     parser = argparse.ArgumentParser(prog="gpu_check.py", description="The GPU health check of this machine.")
     parser.add_argument("expectation", help="the JSON `dlinfra gpu expect` writes (one node's, or per instance type)")
     parser.add_argument("--report", metavar="FILE", help="also write the stamped report here (the burn-in's)")
@@ -580,6 +641,238 @@ def main(argv: Sequence[str]) -> int:
     if args.report:
         write_report(args.report, report)
     return {"passed": 0, "failed": 1}.get(verdict(report), 2)
+
+
+# The watch -------------------------------------------------------------------------------------------------
+
+
+def passive(expect: Expectation) -> Expectation:
+    """The expectation as the watch judges it: what reading the GPUs shows, without loading them (DCGM's diagnostic,
+    the throughput floors) or waiting on them (the fabric's training, judged once per boot by the burn-in, as the EFA
+    devices are)."""
+    return replace(expect, efa_devices=0, fabric=False, dcgm_level=0, gemm_tflops_floor=None, bandwidth_gbs_floor=None)
+
+
+class DcgmWatches:
+    """DCGM's background health watches: set once where the host engine answers, then checked at every poll. What
+    dcgmi itself fails at (no host engine, the watches gone with its restart) is a note, never a GPU's fault."""
+
+    def __init__(self) -> None:
+        self.watching = False  # the watches are set on the host engine
+
+    def check(self) -> tuple[list[Problem], list[str]]:
+        """(faults, notes) of `dcgmi health --check`."""
+        if shutil.which("dcgmi") is None:
+            return [], ["dcgmi health: no dcgmi on PATH: DCGM's health watches not read"]
+        if not self.watching:
+            error = _dcgmi(DCGM_WATCHES)[1]
+            if error:
+                return [], [f"dcgmi health --set a: {error}"]
+            self.watching = True
+        output, error = _dcgmi(DCGM_CHECK)
+        if not error:
+            try:
+                return dcgm_health(json.loads(output))
+            except ValueError as exc:
+                return [], [f"dcgmi health --check: not JSON ({exc}): {output[-300:]}"]
+        # A host engine that restarted has no watches ("Error: Health watches not enabled"): set them again next poll.
+        self.watching = False
+        return [], [f"dcgmi health --check: {error}"]
+
+
+def _dcgmi(command: Sequence[str]) -> tuple[str, str]:
+    """(stdout, error) of a dcgmi call; error "" when it exits 0. dcgmi writes its errors to stdout ("Error: Unable
+    to connect to host engine. ...", NVIDIA/DCGM dcgmi/Command.cpp) and exits non-zero."""
+    try:
+        done = subprocess.run(list(command), capture_output=True, text=True, timeout=DCGMI_SECONDS, check=False)
+    except subprocess.TimeoutExpired:
+        return "", f"no answer within {DCGMI_SECONDS} s"
+    except OSError as exc:
+        return "", str(exc)
+    if done.returncode == 0:
+        return done.stdout, ""
+    return done.stdout, f"exited {done.returncode}: {' '.join((done.stdout + done.stderr).split())[-300:]}"
+
+
+def dcgm_health(report: Any) -> tuple[list[Problem], list[str]]:
+    """(faults, notes) of `dcgmi health --check --json`: a system that reads "Failure" (DCGM_HEALTH_RESULT_FAIL) is a
+    fault, "Warning" a note. The report (NVIDIA/DCGM dcgmi/Health.cpp GenerateOutputFromResponse, in the JSON of
+    dcgmi/DcgmiOutput.h): {"header": ["Health Monitor Report"], "body": {"Overall Health": {"value": "Healthy",
+    "Warning" or "Failure"}, ENTITY GROUP ("GPU", "Switch", ...): {"children": {ENTITY ID: {"value": its worst,
+    "children": {"Errors": {"children": {SYSTEM ("Memory system", ...): {"value": its result, "overflow": its
+    messages, cut into lines of at most 54 characters}}}}}}}}}."""
+    body = report.get("body") if isinstance(report, Mapping) else None
+    if not isinstance(body, Mapping) or not isinstance(body.get("Overall Health"), Mapping):
+        return [], ["dcgmi health --check: no 'Overall Health' in its report"]
+    faults: list[Problem] = []
+    notes: list[str] = []
+    for group, entities in body.items():
+        for entity, entry in _children(entities).items():
+            for system, result in _children(_children(entry).get("Errors")).items():
+                value = result.get("value") if isinstance(result, Mapping) else None
+                lines = result.get("overflow") if isinstance(result, Mapping) else None
+                message = " ".join(str(line) for line in lines) if isinstance(lines, list) else ""
+                # DCGM numbers the GPUs as NVML enumerates them (dcgmlib/src/DcgmCacheManager.cpp: gpuId = NVML index).
+                gpu = int(entity) if group == "GPU" and str(entity).isdigit() else None
+                where = "" if gpu is not None else f" of {group} {entity}"
+                detail = f"DCGM {system}{where}: {message}"
+                if value == "Failure":
+                    faults.append(Problem(gpu, "dcgm-health", detail))
+                elif value == "Warning":
+                    notes.append(("" if gpu is None else f"GPU {gpu}: ") + f"{detail} (a warning)")
+    if not faults and body["Overall Health"].get("value") == "Failure":
+        # A failure where this reading of the report finds none: the node's, rather than none at all.
+        faults.append(
+            Problem(None, "dcgm-health", "DCGM overall health: Failure (no failing system in dcgmi's report)")
+        )
+    return faults, notes
+
+
+def _children(entry: Any) -> Mapping[str, Any]:
+    """The children of a node of dcgmi's JSON report; none where it has none."""
+    children = entry.get("children") if isinstance(entry, Mapping) else None
+    return children if isinstance(children, Mapping) else {}
+
+
+def watch_poll(
+    expect: Expectation,
+    nvml: Any,
+    log: str | None,
+    dcgm: DcgmWatches,
+    known_gpus: dict[tuple[int, int, int], int],
+) -> tuple[list[Problem], list[str], bool]:
+    """One look at the GPUs, the check's passive parts only: (faults, notes, whether NVML could be read).
+    `known_gpus` learns each GPU's PCI address (pci_key), so an Xid still names a GPU NVML has since lost."""
+    node = read_nvml(nvml)
+    read_xids(node, log)
+    known_gpus.update({pci_key(gpu.pci_bus_id): gpu.index for gpu in node.gpus if gpu.pci_bus_id})
+    found = problems(passive(expect), node, known_gpus)
+    if not node.nvml:  # no driver: nothing of the GPUs is known, so no count or model to judge; the kernel's Xids are
+        found = [p for p in found if p.check == "xid" or not p.fault]
+    faults = [replace(p, check=WATCH_CHECKS.get(p.check, p.check)) for p in found if p.fault]
+    notes = [("" if p.gpu is None else f"GPU {p.gpu}: ") + p.detail for p in found if not p.fault]
+    if node.nvml:  # DCGM's host engine reads the GPUs through the same driver
+        dcgm_faults, dcgm_notes = dcgm.check()
+        faults += dcgm_faults
+        notes += dcgm_notes
+    return faults, notes, node.nvml
+
+
+def latch(kept: Sequence[Mapping[str, Any]], found: Sequence[Problem], seen_at: str) -> list[dict[str, Any]]:
+    """This boot's faults: those kept, then each found that is not among them (by GPU, check and detail), first seen
+    at `seen_at`; at most MAX_FAULTS."""
+    faults = [dict(f) for f in kept]
+    known = {(f["gpu"], f["check"], f["detail"]) for f in faults}
+    for p in found:
+        if (p.gpu, p.check, p.detail) not in known and len(faults) < MAX_FAULTS:
+            known.add((p.gpu, p.check, p.detail))
+            faults.append({"gpu": p.gpu, "check": p.check, "detail": p.detail, "first_seen": seen_at})
+    return faults
+
+
+def kept_faults(path: str, boot_id: str) -> tuple[str | None, list[dict[str, Any]]]:
+    """(started_at, faults) of the health file a watch wrote earlier on this boot, which a restarted watch keeps;
+    (None, []) for a file of an earlier boot, no file, or one that cannot be read."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            data = json.load(f)
+    except (OSError, ValueError):
+        return None, []
+    if not boot_id or not isinstance(data, dict) or data.get("boot_id") != boot_id:
+        return None, []
+    faults = [
+        {"gpu": f.get("gpu"), "check": str(f["check"]), "detail": str(f["detail"]),
+         "first_seen": str(f.get("first_seen", ""))}
+        for f in data.get("faults") or ()
+        if isinstance(f, dict) and "check" in f and "detail" in f
+    ]  # fmt: skip
+    return (str(data["started_at"]) if data.get("started_at") else None), faults
+
+
+def _poll(
+    expect_file: str,
+    nvml: Any,
+    read_log: Callable[[], str],
+    dcgm: DcgmWatches,
+    known_gpus: dict[tuple[int, int, int], int],
+) -> tuple[list[Problem], list[str], bool]:
+    """watch_poll from the files, what cannot be read a note: the watch outlives any one poll."""
+    try:
+        expect = load_expectation(expect_file)
+        bindings = nvml if nvml is not None else importlib.import_module("pynvml")
+    except (OSError, ValueError, KeyError, TypeError, ImportError) as exc:
+        return [], [f"cannot watch: {type(exc).__name__}: {exc}"], False
+    try:
+        log: str | None = read_log()
+    except (OSError, subprocess.SubprocessError):
+        log = None
+    try:
+        return watch_poll(expect, bindings, log, dcgm, known_gpus)
+    except Exception as exc:  # noqa: BLE001 - the next poll may read what this one could not; the faults stay kept
+        return [], [f"{type(exc).__name__}: {exc}"], False
+
+
+def watch(
+    expect_file: str,
+    health_file: str | None,
+    *,
+    interval: float = WATCH_INTERVAL_SECONDS,
+    polls: int | None = None,
+    nvml: Any = None,
+    read_log: Callable[[], str] | None = None,
+    clock: Callable[[], float] = time.time,
+    sleep: Callable[[float], None] = time.sleep,
+    boot_id_file: str | None = None,
+) -> dict[str, Any]:
+    """The watch: a poll every `interval` seconds (`polls` of them; None: for ever), the health file written after
+    each, and printed when it changes; returns the last health. `nvml`: NVML's bindings (None: pynvml); `read_log`:
+    the kernel's messages since boot (None: kernel_log)."""
+    boot_id = read_boot_id(boot_id_file)
+    started_at, faults = kept_faults(health_file, boot_id) if health_file else (None, [])
+    dcgm = DcgmWatches()
+    known_gpus: dict[tuple[int, int, int], int] = {}
+    shown: tuple[Any, ...] = ()
+    done = 0
+    while True:
+        now = stamp(clock())
+        started_at = started_at or now
+        found, notes, judged = _poll(expect_file, nvml, read_log or kernel_log, dcgm, known_gpus)
+        faults = latch(faults, found, now)
+        if len(faults) >= MAX_FAULTS:
+            notes.append(f"the health file keeps the first {MAX_FAULTS} faults of the boot; later ones are not added")
+        status = "faulted" if faults else "ok" if judged else "unreadable"
+        health = {"boot_id": boot_id, "started_at": started_at, "updated_at": now, "status": status,
+                  "faults": faults, "notes": notes}  # fmt: skip
+        if health_file:
+            write_json(health_file, health)
+        if (status, faults, notes) != shown:  # the journal gets each change, not every poll
+            print(json.dumps(health, indent=2), flush=True)
+            shown = (status, faults, notes)
+        done += 1
+        if polls is not None and done >= polls:
+            return health
+        sleep(interval)
+
+
+def watch_main(argv: Sequence[str]) -> int:
+    """gpu_check.py watch EXPECTATION.json [--health FILE] [--interval SECONDS] [--once]: for ever; with --once one
+    poll, exit 0 ok, 1 faulted, 2 unreadable (2 also for a wrong command line)."""
+    parser = argparse.ArgumentParser(prog="gpu_check.py watch", description="Watch this machine's GPUs' health.")
+    parser.add_argument("expectation", help="the JSON `dlinfra gpu expect` writes (one node's, or per instance type)")
+    parser.add_argument("--health", metavar="FILE", help="write the health here after every poll (the watch unit's)")
+    parser.add_argument(
+        "--interval", type=float, default=WATCH_INTERVAL_SECONDS, metavar="SECONDS", help="between polls"
+    )
+    parser.add_argument("--once", action="store_true", help="one poll, then exit by its status")
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:
+        return 2 if exc.code else 0
+    if args.interval <= 0:
+        print(f"gpu_check.py watch: --interval must be more than 0 seconds, got {args.interval}", file=sys.stderr)
+        return 2
+    health = watch(args.expectation, args.health, interval=args.interval, polls=1 if args.once else None)
+    return {"ok": 0, "faulted": 1}.get(health["status"], 2)
 
 
 if __name__ == "__main__":

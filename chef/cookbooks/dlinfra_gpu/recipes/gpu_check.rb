@@ -1,13 +1,17 @@
 # The GPU health check, run as the node's burn-in at every boot: the unit writes a report the burn-in agent in the
-# cluster reads to let work onto the node (dlinfra/model/gpu_health.py says how the two meet).
+# cluster reads to let work onto the node (dlinfra/model/gpu_health.py says how the two meet); then the watch, which
+# keeps reading the GPUs for the rest of the boot and writes their health beside the report.
 
 check = node['dlinfra_gpu']['gpu_check']
+# What both units run: the check in its environment, against this machine's expectation.
+runs = { python: ::File.join(check['venv'], 'bin', 'python'), script: check['script'],
+         expectation: check['expectation'] }
 
 package 'python3-venv'
 
 execute 'gpu check environment' do
   command ['python3', '-m', 'venv', check['venv']]
-  creates ::File.join(check['venv'], 'bin', 'python')
+  creates runs[:python]
 end
 
 execute 'gpu check packages' do
@@ -24,26 +28,26 @@ cookbook_file check['script'] do
   mode '0644'
 end
 
-directory check['report_dir'] do
-  mode '0755'
-  recursive true
-end
-
-directory ::File.dirname(check['expectation']) do
-  mode '0755'
-  recursive true
+[check['report_dir'], ::File.dirname(check['expectation'])].each do |path|
+  directory path do
+    mode '0755'
+    recursive true
+  end
 end
 
 template "/etc/systemd/system/#{check['unit']}" do
   source 'dlinfra-gpu-check.service.erb'
   mode '0644'
-  variables(
-    python: ::File.join(check['venv'], 'bin', 'python'),
-    script: check['script'],
-    expectation: check['expectation'],
-    report: ::File.join(check['report_dir'], 'report.json'),
-    timeout_seconds: check['timeout_seconds']
-  )
+  variables(**runs, report: ::File.join(check['report_dir'], 'report.json'), timeout_seconds: check['timeout_seconds'])
+  notifies :run, 'execute[gpu check daemon-reload]', :immediately
+end
+
+# The watch after the burn-in: its ordering and [Install] start it once the check has run (the template says how).
+template "/etc/systemd/system/#{check['watch_unit']}" do
+  source 'dlinfra-gpu-watch.service.erb'
+  mode '0644'
+  variables(**runs, check_unit: check['unit'], health: ::File.join(check['report_dir'], 'health.json'),
+                    interval_seconds: check['watch_interval_seconds'])
   notifies :run, 'execute[gpu check daemon-reload]', :immediately
 end
 
@@ -52,6 +56,4 @@ execute 'gpu check daemon-reload' do
   action :nothing
 end
 
-service check['unit'] do
-  action :enable
-end
+[check['unit'], check['watch_unit']].each { |unit| service(unit) { action :enable } }

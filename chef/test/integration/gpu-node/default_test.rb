@@ -31,6 +31,11 @@ control 'dlinfra-gpu-node' do
     it { should be_enabled }
   end
 
+  # The watch after the burn-in: the check pulls it in once the node's expectation is written.
+  describe service('dlinfra-gpu-watch') do
+    it { should be_enabled }
+  end
+
   describe command('/opt/dlinfra/gpu-check/bin/python -c "import pynvml, torch; assert torch.cuda.is_available()"') do
     its('exit_status') { should eq 0 }
   end
