@@ -73,8 +73,11 @@ def _same(path: str, empty: str) -> str:
 
 def _cel_map(pools: Mapping[str, Mapping[str, str]]) -> str:
     """A CEL map literal of each pool's GPU labels (names and label values need no escaping)."""
-    inner = (", ".join(f"'{k}': '{v}'" for k, v in sorted(labels.items())) for labels in pools.values())
-    return "{" + ", ".join(f"'{pool}': {{{body}}}" for pool, body in zip(pools, inner, strict=True)) + "}"
+    def body(labels: Mapping[str, str]) -> str:
+        return ", ".join(f"'{k}': '{v}'" for k, v in sorted(labels.items()))
+
+    # In name order: the fleet's order of pools changes nothing declared.
+    return "{" + ", ".join(f"'{pool}': {{{body(pools[pool])}}}" for pool in sorted(pools)) + "}"
 
 
 def own_node_policy_spec(gpu_labels: Mapping[str, Mapping[str, str]]) -> dict[str, Any]:

@@ -54,7 +54,7 @@ KUEUE_API = "kubernetes:kueue.x-k8s.io/v1beta2"
 # The job: four 8-GPU H100 nodes of the block's pool, pinned to it, tolerating the GPU nodes' taint (docs/jobs.md).
 JOB: dict[str, Any] = {
     "gpus": 32,
-    "nodeSelector": {"dlinfra.io/pool": "train-h100", "nvidia.com/gpu.product": "H100"},
+    "nodeSelector": {"dlinfra.io/pool": "train-h100", "nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"},
     "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
 }
 
@@ -350,8 +350,12 @@ def test_a_job_pinned_to_the_block_pool_is_never_given_the_site() -> None:
     flavor, why = assign(home, live_flavors(home, start + datetime.timedelta(hours=1)), JOB)  # the site is free
     assert flavor == BLOCK_FLAVOR
     assert f"flavor {SITE_FLAVOR} doesn't match node affinity" in why
-    unpinned = {**JOB, "nodeSelector": {"nvidia.com/gpu.product": "H100"}}
+    unpinned = {**JOB, "nodeSelector": {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"}}
     assert assign(home, live_flavors(home, start + datetime.timedelta(hours=1)), unpinned)[0] == SITE_FLAVOR
+    # A job written for NVIDIA's stack asking for another product gets no H100 flavor: the flavors name the product
+    # (Kueue ignores a selector key no flavor names, and would have admitted it to H100s it cannot run on).
+    other = {**JOB, "nodeSelector": {"nvidia.com/gpu.product": "NVIDIA-A100-SXM4-80GB"}}
+    assert assign(home, live_flavors(home, start + datetime.timedelta(hours=1)), other)[0] is None
 
 
 def test_a_job_that_tolerates_every_taint_is_not_kept_off_the_closed_block() -> None:
