@@ -73,6 +73,7 @@ def _same(path: str, empty: str) -> str:
 
 def _cel_map(pools: Mapping[str, Mapping[str, str]]) -> str:
     """A CEL map literal of each pool's GPU labels (names and label values need no escaping)."""
+
     def body(labels: Mapping[str, str]) -> str:
         return ", ".join(f"'{k}': '{v}'" for k, v in sorted(labels.items()))
 
