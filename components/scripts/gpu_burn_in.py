@@ -36,9 +36,9 @@ import sys
 import time
 import urllib.error
 import urllib.parse
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 from components.scripts import kube_api
 
@@ -86,6 +86,7 @@ WATCH_INTERVAL_SECONDS = 60
 HEALTH_FILE = "health.json"  # beside the check's report (dlinfra.model.gpu_health.HEALTH_PATH)
 WATCH_STALE_SECONDS = 5 * WATCH_INTERVAL_SECONDS
 TIME_FORMAT = "%Y-%m-%dT%H:%M:%SZ"
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -152,18 +153,18 @@ class Health:
 
 def read_health(path: str) -> Health | None:
     """The watch's health file, or None if there is none yet (it writes by rename, so never half of one)."""
-    try:
-        with open(path, encoding="utf-8") as f:
-            return Health.from_json(json.load(f))
-    except (OSError, ValueError, TypeError, AttributeError):
-        return None
+    return _read(path, Health.from_json)
 
 
 def read_report(path: str) -> Report | None:
     """The report on the machine, or None if there is none (or half of one: the check writes it by rename)."""
+    return _read(path, Report.from_json)
+
+
+def _read(path: str, parse: Callable[[Mapping[str, Any]], T]) -> T | None:
     try:
         with open(path, encoding="utf-8") as f:
-            return Report.from_json(json.load(f))
+            return parse(json.load(f))
     except (OSError, ValueError, TypeError, AttributeError):
         return None
 

@@ -168,9 +168,20 @@ def test_each_piece_taken_out_is_named(
     change: Callable[[dict[str, Any]], None],
     problem: str,
 ) -> None:
+    _named_by(gpu_nodes_burn_in, stack, match, change, problem)
+
+
+def _named_by(
+    rule: Callable[[list[Resource], Any], list[Any]],
+    stack: Callable[[], list[Resource]],
+    match: Callable[[Resource], bool],
+    change: Callable[[dict[str, Any]], None],
+    problem: str,
+) -> None:
+    """The rule names `problem` once `change` is made to the resources `match` picks in `stack`."""
     resources = stack()
     assert any(match(r) for r in resources), "the mutation matches nothing"
-    messages = [v.message for v in gpu_nodes_burn_in(_edit(resources, match, change), CTX)]
+    messages = [v.message for v in rule(_edit(resources, match, change), CTX)]
     assert any(problem in m for m in messages), messages
 
 
@@ -256,10 +267,7 @@ def test_each_label_mismatch_is_named(
     change: Callable[[dict[str, Any]], None],
     problem: str,
 ) -> None:
-    resources = stack()
-    assert any(match(r) for r in resources), "the mutation matches nothing"
-    messages = [v.message for v in gpu_node_model_labels(_edit(resources, match, change), CTX)]
-    assert any(problem in m for m in messages), messages
+    _named_by(gpu_node_model_labels, stack, match, change, problem)
 
 
 CASES["gpu-node-model-labels"] = (_regional(), _edit(_regional(), _train_group, _tag("dlinfra.io/gpu-model", "A100")))
