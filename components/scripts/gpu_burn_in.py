@@ -133,22 +133,27 @@ class Health:
     boot_id: str
     updated_at: str
     status: str  # ok, faulted or unreadable
-    faults: tuple[str, ...] = ()
-    first_fault_at: str = ""
+    faults: tuple[tuple[str, str], ...] = ()  # (first seen, what), earliest first
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> Health:
-        faults = sorted(data.get("faults", ()), key=lambda f: str(f.get("first_seen", "")))
+        faults = sorted(
+            (
+                str(f.get("first_seen", "")),
+                ("" if f.get("gpu") is None else f"GPU {f['gpu']} ") + f"{f.get('check', '?')}: {f.get('detail', '')}",
+            )
+            for f in data.get("faults", ())
+        )
         return cls(
             boot_id=str(data.get("boot_id", "")),
             updated_at=str(data.get("updated_at", "")),
             status=str(data.get("status", "unreadable")),
-            faults=tuple(
-                ("" if f.get("gpu") is None else f"GPU {f['gpu']} ") + f"{f.get('check', '?')}: {f.get('detail', '')}"
-                for f in faults
-            ),
-            first_fault_at=str(faults[0].get("first_seen", "")) if faults else "",
+            faults=tuple(faults),
         )
+
+    def since(self, moment: str) -> tuple[tuple[str, str], ...]:
+        """The faults first seen at `moment` or later (times in TIME_FORMAT order as text)."""
+        return tuple(f for f in self.faults if f[0] >= moment)
 
 
 def read_health(path: str) -> Health | None:
@@ -291,11 +296,13 @@ def decide(
     if report.verdict != "passed":
         unjudged = f"the GPU check could not judge the node at {report.finished_at}: {problems}"
         return _off_work(taints, NOT_JUDGED, Condition("Unknown", "CheckNotJudged", unjudged), report)
-    if health is not None and health.boot_id == boot_id and health.faults:
-        # A fault after the burn-in, kept by the watch for the boot: off work until a reboot's check passes, however
-        # the fault itself comes and goes.
-        found = "; ".join(health.faults[:MAX_PROBLEMS])
-        fault = f"the GPU watch found a fault at {health.first_fault_at}, after the check passed: {found}"
+    # A fault the watch found after this check passed, kept by the watch for the boot: off work until a reboot's check
+    # passes, however the fault itself comes and goes. Faults seen before it are the check's to judge: a check run
+    # again on this boot (a GPU reset clears a pending row remap) that passes has judged them gone.
+    later = health.since(report.finished_at) if health is not None and health.boot_id == boot_id else ()
+    if later:
+        found = "; ".join(what for _, what in later[:MAX_PROBLEMS])
+        fault = f"the GPU watch found a fault at {later[0][0]}, after the check passed: {found}"
         return _off_work(taints, GPU_FAULT, Condition("False", "GPUFault", fault), report)
     advertised = advertised_gpus(node)
     held = current_condition(node) or {}

@@ -485,6 +485,7 @@ def test_a_healthy_node_is_ok_and_dcgms_watches_are_set_once(tmp_path: Path, h10
         "status": "ok",
         "faults": [],
         "notes": [],
+        "suspects": [],
     }
     assert health.stat().st_mode & 0o777 == 0o644 and not list(tmp_path.glob("*.partial"))  # whole, by rename
     assert slept == [60, 60]  # between polls, on the injected sleep
@@ -573,10 +574,12 @@ def test_a_gpu_that_falls_off_the_bus_is_a_fault_and_its_xid_still_names_it(
     )  # fmt: skip
     assert {(f["gpu"], f["check"], f["detail"], f["first_seen"]) for f in health["faults"]} == {
         (None, "count", "7 GPUs visible, 8 expected", "2027-01-05T12:01:00Z"),
-        (3, "nvml", "NVML cannot read this GPU: GPU is lost", "2027-01-05T12:01:00Z"),
         # NVML no longer knows GPU 3's address; the watch learned it on the first poll.
         (3, "xid", "Xid 79 logged (0000:40:1c): RESTART_BM", "2027-01-05T12:01:00Z"),
     }
+    # NVML's own error is a suspect until it persists (SOFT_POLLS); the Xid and the count are facts at once.
+    assert health["suspects"] == [{"gpu": 3, "check": "nvml", "what": "NVML cannot read this GPU",
+                                   "seen": ["2027-01-05T12:01:00Z"]}]  # fmt: skip
 
 
 def test_a_fault_seen_once_is_kept_for_the_boot_with_when_it_was_first_seen(
@@ -645,9 +648,10 @@ def test_dcgm_health_failures_are_faults_and_warnings_are_not(
     dcgmi: FakeDcgmi,
 ) -> None:  # fmt: skip
     dcgmi.check((FIXTURES / output).read_text(), 0)
-    health = run_watch(h100_file, tmp_path / "health.json", recorded("h100-healthy.json"))
+    # A DCGM failure is a fault once seen on SOFT_POLLS polls (a single NVLink replay fails DCGM's watch for a minute).
+    health = run_watch(h100_file, tmp_path / "health.json", recorded("h100-healthy.json"), polls=gpu_check.SOFT_POLLS)
     assert [(f["gpu"], f["check"], f["detail"]) for f in health["faults"]] == faults
-    assert health["notes"] == notes
+    assert [n for n in health["notes"] if not n.startswith("suspected: ")] == notes
     assert health["status"] == ("faulted" if faults else "ok")
 
 
@@ -670,12 +674,42 @@ def test_watches_lost_with_a_host_engine_restart_are_set_again_at_the_next_poll(
         first.append(json.loads(health.read_text()))
         dcgmi.check((FIXTURES / "dcgmi-health-failure.json").read_text(), 0)
 
-    last = run_watch(h100_file, health, recorded("h100-healthy.json"), polls=2, sleep=engine_back)
+    last = run_watch(h100_file, health, recorded("h100-healthy.json"), polls=1 + gpu_check.SOFT_POLLS,
+                     sleep=engine_back)  # fmt: skip
     assert first[0]["status"] == "ok" and first[0]["faults"] == []
     assert first[0]["notes"] == ["dcgmi health --check: exited 253: Error: Health watches not enabled. Please enable "
                                  "watches."]  # fmt: skip
     assert last["status"] == "faulted"
-    assert dcgmi.calls() == ["health --set a", "health --check --json", "health --set a", "health --check --json"]
+    assert dcgmi.calls()[:4] == ["health --set a", "health --check --json", "health --set a", "health --check --json"]
+
+
+def test_a_dcgm_failure_seen_once_is_a_suspect_but_one_that_keeps_coming_back_is_a_fault(
+    tmp_path: Path, h100_file: str, dcgmi: FakeDcgmi
+) -> None:
+    """A single NVLink replay fails DCGM's watch for a minute on a good GPU; a failure on SOFT_POLLS polls within
+    SOFT_WINDOW_SECONDS, even with good polls between (flapping), is a fault for the boot."""
+    failure, healthy = ((FIXTURES / f"dcgmi-health-{name}.json").read_text() for name in ("failure", "healthy"))
+    health = tmp_path / "health.json"
+    dcgmi.check(failure, 0)
+    once = run_watch(h100_file, health, recorded("h100-healthy.json"))
+    assert once["status"] == "ok" and once["faults"] == []
+    assert any(n.startswith("suspected: GPU 3 dcgm-health: DCGM Memory system, seen 1 of the 3") for n in once["notes"])
+    # Good and bad polls in turn, a minute apart: the third failing poll within 30 minutes makes the fault.
+    answers = [healthy, failure, healthy, failure]
+
+    def next_answer(seconds: float) -> None:
+        dcgmi.check(answers.pop(0), 0)
+
+    dcgmi.check(healthy, 0)
+    flapping = run_watch(h100_file, health, recorded("h100-healthy.json"), polls=5, sleep=next_answer,
+                         clock=clock(*(T0 + 60 * (i + 1) for i in range(5))))  # fmt: skip
+    assert flapping["status"] == "faulted" and {f["gpu"] for f in flapping["faults"]} == {3, 5}
+    assert {f["first_seen"] for f in flapping["faults"]} == {"2027-01-05T12:05:00Z"}
+    # Sightings older than the window do not count: one failure an hour is never a fault.
+    gpu_check_suspects = {(3, "dcgm-health", "DCGM Memory system"): ["2027-01-05T10:00:00Z", "2027-01-05T11:00:00Z"]}
+    problem = gpu_check.Problem(3, "dcgm-health", "DCGM Memory system: Detected 2 volatile double-bit ECC error(s)")
+    kept, left = gpu_check.confirmed([problem], gpu_check_suspects, "2027-01-05T12:00:00Z")
+    assert kept == [] and left == {(3, "dcgm-health", "DCGM Memory system"): ["2027-01-05T12:00:00Z"]}
 
 
 def test_the_watch_never_runs_the_disruptive_checks(
@@ -776,3 +810,48 @@ def test_main_watch_once_exits_by_the_health_it_wrote(
     assert gpu_check.main([*command[:-1], "--interval", "0", "--once"]) == 2
     # The check's own command line is unchanged beside it.
     assert gpu_check.main(["gpu_check.py", h100_file, "--report", str(tmp_path / "report.json")]) == 2
+
+
+def test_nvml_lost_after_it_read_the_gpus_is_a_fault_once_it_persists(
+    tmp_path: Path, h100_file: str, dcgmi: FakeDcgmi
+) -> None:
+    """A driver that crashed after the burn-in leaves NVML unreadable: not "unreadable" for ever (the node would stay
+    on work with nothing said), but a node fault once it lasts SOFT_POLLS polls."""
+    nvml = recorded("h100-healthy.json")
+
+    def driver_gone(seconds: float) -> None:
+        nvml.init_error = pynvml.NVML_ERROR_DRIVER_NOT_LOADED
+
+    polls = 1 + gpu_check.SOFT_POLLS
+    health = run_watch(h100_file, tmp_path / "health.json", nvml, polls=polls, sleep=driver_gone)
+    assert health["status"] == "faulted"
+    ((fault),) = health["faults"]
+    assert (fault["gpu"], fault["check"]) == (None, "nvml") and "NVML cannot read the GPUs any more" in fault["detail"]
+    # One poll without NVML is only a suspect.
+    nvml.init_error = None
+    flicker = run_watch(h100_file, tmp_path / "other.json", nvml, polls=2, sleep=driver_gone)
+    assert flicker["status"] == "unreadable" and flicker["faults"] == [] and len(flicker["suspects"]) == 1
+
+
+def test_a_check_that_passes_again_on_the_boot_clears_what_the_watch_had_seen_before_it(
+    tmp_path: Path, h100_file: str, dcgmi: FakeDcgmi
+) -> None:
+    """Drain, reset the GPU (a pending row remap needs it), `dlinfra gpu check`: a pass judges the earlier faults gone;
+    what persists is seen again, first seen after the pass."""
+    health = tmp_path / "health.json"
+    earlier = {"gpu": 3, "check": "memory", "detail": "a row remapping is pending: reset the GPU to apply it",
+               "first_seen": "2027-01-05T11:00:00Z"}  # fmt: skip
+    health.write_text(json.dumps({"boot_id": "3f1c0d5e-boot", "started_at": "2027-01-05T10:58:00Z",
+                                  "updated_at": "2027-01-05T11:30:00Z", "status": "faulted", "faults": [earlier],
+                                  "notes": []}))  # fmt: skip
+    report = {"verdict": "passed", "finished_at": "2027-01-05T11:45:00Z", "boot_id": "3f1c0d5e-boot"}
+    (tmp_path / "report.json").write_text(json.dumps(report))
+    cleared = run_watch(h100_file, health, recorded("h100-healthy.json"))
+    assert cleared["status"] == "ok" and cleared["faults"] == []
+    # Still there after the pass (an Xid of this boot the check would have failed on is a fact): seen again, now.
+    again = run_watch(h100_file, health, recorded("h100-healthy.json"), log=(FIXTURES / "kernel-xid79.log").read_text())
+    assert [(f["check"], f["first_seen"]) for f in again["faults"]] == [("xid", "2027-01-05T12:00:00Z")]
+    # A report that failed, or is another boot's, clears nothing.
+    health.write_text(json.dumps({**json.loads(health.read_text()), "faults": [earlier]}))
+    (tmp_path / "report.json").write_text(json.dumps({**report, "verdict": "failed"}))
+    assert run_watch(h100_file, health, recorded("h100-healthy.json"))["faults"] == [earlier]

@@ -385,6 +385,11 @@ def test_a_fault_the_watch_finds_after_the_burn_in_puts_the_node_off_work_until_
     node["spec"]["taints"] = decision.taints
     again = agent.decide(node, _report("passed"), boot_id=BOOT, uptime=9000, health=faulted, now=NOW)
     assert again.taints == [GPU_TAINT, GPU_FAULT] and again.condition.reason == "GPUFault"
+    # A check run again on this boot (after a GPU reset, say) that passes has judged the earlier faults gone.
+    rechecked = _report("passed")
+    rechecked = agent.Report(**{**rechecked.__dict__, "finished_at": "2027-01-05T12:30:00Z"})
+    passed_again = agent.decide(node, rechecked, boot_id=BOOT, uptime=9000, health=faulted, now=NOW)
+    assert passed_again.condition.reason == "CheckPassed" and passed_again.taints == [GPU_TAINT]
     # Rebooted: the old boot's faults do not count; the burn-in runs again, and its pass lets the node back on.
     old = agent.Health.from_json(_health(boot="previous-boot", faults=(XID_79,)))
     rebooted = agent.decide(node, _report("passed", boot="previous-boot"), boot_id=BOOT, uptime=60, health=old)

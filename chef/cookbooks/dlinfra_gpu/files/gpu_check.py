@@ -42,6 +42,7 @@ What could not be read (dcgmi's own errors, a kernel log that gave nothing) is a
 from __future__ import annotations
 
 import argparse
+import calendar
 import importlib
 import json
 import os
@@ -90,6 +91,17 @@ DCGMI_SECONDS = 60  # one dcgmi call: it answers in a second or two, or its host
 # A fault whose detail carries a count (ECC errors, some of DCGM's messages) is a new one when the count changes; the
 # node is off work from the first, so the file stops growing here rather than with every poll of a long boot.
 MAX_FAULTS = 100
+# Readings one poll may show of a good GPU: DCGM's health watches fail a GPU on a single NVLink replay or recovery
+# error within a minute, and from DCGM 4.5.3 on any nonzero lifetime NVLink CRC, replay or recovery count on A100,
+# H100 and H200 (NVIDIA/DCGM modules/health/DcgmHealthWatch.cpp, MonitorNVLinkErrorFields), events NVIDIA's own
+# resiliency tooling (nvidia-resiliency-ext) treats as transient unless they persist; and an NVML read that fails once.
+# These become faults only when seen on SOFT_POLLS polls within SOFT_WINDOW_SECONDS: one that keeps coming back, even
+# between good polls, still does. The others (Xids of the catalog, memory, ECC, the driver's recovery action, a GPU
+# missing or of another model) are facts on first sight.
+SOFT_CHECKS = frozenset({"dcgm-health", "nvml"})
+REPORT_NAME = "report.json"  # the check's report, beside the health file (dlinfra.model.gpu_health.REPORT_PATH)
+SOFT_POLLS = 3
+SOFT_WINDOW_SECONDS = 30 * 60
 
 
 @dataclass(frozen=True)
@@ -770,23 +782,70 @@ def latch(kept: Sequence[Mapping[str, Any]], found: Sequence[Problem], seen_at: 
     return faults
 
 
-def kept_faults(path: str, boot_id: str) -> tuple[str | None, list[dict[str, Any]]]:
-    """(started_at, faults) of the health file a watch wrote earlier on this boot, which a restarted watch keeps;
-    (None, []) for a file of an earlier boot, no file, or one that cannot be read."""
+Suspects = dict[tuple[Any, str, str], list[str]]  # a soft reading (gpu, check, what) -> the polls that saw it
+
+
+def confirmed(found: Sequence[Problem], suspects: Suspects, now: str) -> tuple[list[Problem], Suspects]:
+    """The faults of this poll to keep: every one not in SOFT_CHECKS, and a soft one seen on SOFT_POLLS polls within
+    SOFT_WINDOW_SECONDS (its sightings in `suspects`, by what it is rather than its exact words, whose counts change);
+    and the suspects as they now stand."""
+
+    def recent(times: list[str]) -> list[str]:
+        return [t for t in times if _seconds(now) - _seconds(t) < SOFT_WINDOW_SECONDS]
+
+    seen = {key: recent(times) for key, times in suspects.items()}
+    keep = []
+    for p in found:
+        if p.check not in SOFT_CHECKS:
+            keep.append(p)
+            continue
+        times = seen.setdefault((p.gpu, p.check, p.detail.split(":", 1)[0]), [])
+        times.append(now)
+        if len(times) >= SOFT_POLLS:
+            keep.append(p)
+    return keep, {key: times for key, times in seen.items() if times}
+
+
+def _passed_at(health_file: str | None, boot_id: str) -> str:
+    """When this boot's check last passed, from its report beside the health file ("" if it has not)."""
+    if not health_file:
+        return ""
+    try:
+        with open(os.path.join(os.path.dirname(health_file), REPORT_NAME), encoding="utf-8") as f:
+            report = json.load(f)
+    except (OSError, ValueError):
+        return ""
+    if not isinstance(report, dict) or report.get("boot_id") != boot_id or report.get("verdict") != "passed":
+        return ""
+    return str(report.get("finished_at", ""))
+
+
+def _seconds(text: str) -> float:
+    return float(calendar.timegm(time.strptime(text, TIME_FORMAT)))
+
+
+def kept_faults(path: str, boot_id: str) -> tuple[str | None, list[dict[str, Any]], Suspects]:
+    """(started_at, faults, suspects) of the health file a watch wrote earlier on this boot, which a restarted watch
+    keeps; (None, [], {}) for a file of an earlier boot, no file, or one that cannot be read."""
     try:
         with open(path, encoding="utf-8") as f:
             data = json.load(f)
     except (OSError, ValueError):
-        return None, []
+        return None, [], {}
     if not boot_id or not isinstance(data, dict) or data.get("boot_id") != boot_id:
-        return None, []
+        return None, [], {}
     faults = [
         {"gpu": f.get("gpu"), "check": str(f["check"]), "detail": str(f["detail"]),
          "first_seen": str(f.get("first_seen", ""))}
         for f in data.get("faults") or ()
         if isinstance(f, dict) and "check" in f and "detail" in f
     ]  # fmt: skip
-    return (str(data["started_at"]) if data.get("started_at") else None), faults
+    suspects = {
+        (s.get("gpu"), str(s["check"]), str(s["what"])): [str(t) for t in s.get("seen") or ()]
+        for s in data.get("suspects") or ()
+        if isinstance(s, dict) and "check" in s and "what" in s
+    }
+    return (str(data["started_at"]) if data.get("started_at") else None), faults, suspects
 
 
 def _poll(
@@ -828,7 +887,7 @@ def watch(
     each, and printed when it changes; returns the last health. `nvml`: NVML's bindings (None: pynvml); `read_log`:
     the kernel's messages since boot (None: kernel_log)."""
     boot_id = read_boot_id(boot_id_file)
-    started_at, faults = kept_faults(health_file, boot_id) if health_file else (None, [])
+    started_at, faults, suspects = kept_faults(health_file, boot_id) if health_file else (None, [], {})
     dcgm = DcgmWatches()
     known_gpus: dict[tuple[int, int, int], int] = {}
     shown: tuple[Any, ...] = ()
@@ -837,12 +896,29 @@ def watch(
         now = stamp(clock())
         started_at = started_at or now
         found, notes, judged = _poll(expect_file, nvml, read_log or kernel_log, dcgm, known_gpus)
-        faults = latch(faults, found, now)
+        if not judged and known_gpus:  # NVML read the GPUs earlier on this boot, and cannot now: the driver's fault
+            found.append(
+                Problem(None, "nvml", f"NVML cannot read the GPUs any more: {'; '.join(notes) or 'no reason'}")
+            )
+        passed_at = _passed_at(health_file, boot_id)
+        if passed_at:  # a check that passed after them has judged them gone; what persists is seen again from now
+            faults = [f for f in faults if f["first_seen"] >= passed_at]
+            suspects = {key: [t for t in times if t >= passed_at] for key, times in suspects.items()}
+        kept, suspects = confirmed(found, suspects, now)
+        faults = latch(faults, kept, now)
         if len(faults) >= MAX_FAULTS:
             notes.append(f"the health file keeps the first {MAX_FAULTS} faults of the boot; later ones are not added")
+        notes += [
+            f"suspected: {'' if gpu is None else f'GPU {gpu} '}{check}: {what}, seen {len(times)} of the {SOFT_POLLS} "
+            f"polls within {SOFT_WINDOW_SECONDS // 60} minutes that make it a fault"
+            for (gpu, check, what), times in sorted(suspects.items(), key=str)
+            if len(times) < SOFT_POLLS
+        ]
         status = "faulted" if faults else "ok" if judged else "unreadable"
         health = {"boot_id": boot_id, "started_at": started_at, "updated_at": now, "status": status,
-                  "faults": faults, "notes": notes}  # fmt: skip
+                  "faults": faults, "notes": notes,
+                  "suspects": [{"gpu": gpu, "check": check, "what": what, "seen": times}
+                               for (gpu, check, what), times in sorted(suspects.items(), key=str)]}  # fmt: skip
         if health_file:
             write_json(health_file, health)
         if (status, faults, notes) != shown:  # the journal gets each change, not every poll
