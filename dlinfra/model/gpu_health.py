@@ -66,6 +66,18 @@ CHECK_UNIT = "dlinfra-gpu-check.service"
 HEALTH_PATH = f"{REPORT_DIR}/health.json"
 WATCH_UNIT = "dlinfra-gpu-watch.service"
 WATCH_INTERVAL_SECONDS = 60
+# Repair of a node put off work by a failed check or a fault (docs/gpu-health.md, "Repair"): the repair controller in
+# the cluster approves it, a pool's share at a time, by REPAIR_ANNOTATION on the node (JSON: action, boot_id,
+# approved_at, attempt, state); the burn-in agent on that node, on this boot, writes REPAIR_REQUEST on the host, where
+# REPAIR_PATH_UNIT starts REPAIR_UNIT: a cloud node marks its EC2 instance unhealthy (its Auto Scaling group replaces
+# it, draining it through the termination hook with the jobs' checkpoint grace); a site machine reboots (the kubelet's
+# graceful node shutdown gives its pods their grace) and its check runs again.
+REPAIR_ANNOTATION = "dlinfra.io/gpu-repair"
+REPAIR_DIR = "/run/dlinfra/gpu-repair"  # tmpfs: a request does not outlive the boot it was made for
+REPAIR_REQUEST = f"{REPAIR_DIR}/request"
+REPAIR_PATH_UNIT = "dlinfra-gpu-repair.path"
+REPAIR_UNIT = "dlinfra-gpu-repair.service"
+REPAIR_ACTIONS = ("replace", "reboot")  # a cloud node's, a site machine's
 # The longest the check may take on the machine (the unit's TimeoutStartSec; the check bounds itself a minute under).
 # With the boot before it (DEADLINE_SECONDS), inside the cluster-autoscaler's 15 minutes for a new node to become ready
 # (BURN_IN_MAX_DCGM_LEVEL says why that matters).
