@@ -11,9 +11,10 @@ What it may do is held tight:
   unhealthy taints, only its annotations and its own cordon, only the GPUHealthy condition, and the GPU model labels
   only to the values the fleet gives the node's pool; other labels, taints and conditions, capacity, allocatable and
   addresses stay as they were.
-The pod reads the check's report and the GPU watch's health file from the host read-only, runs as nobody with no
-privileges, in kube-system (the namespace where node agents run with host paths), at the node-critical priority so
-it is never the pod left out.
+The pod reads the check's report and the GPU watch's health file from the host read-only, writes a repair request
+the repair controller approved into one host directory (gpu_health.REPAIR_DIR), runs as nobody with no privileges,
+in kube-system (the namespace where node agents run with host paths), at the node-critical priority so it is never
+the pod left out.
 """
 
 from __future__ import annotations
@@ -45,6 +46,7 @@ SERVICE_ACCOUNT_USER = f"system:serviceaccount:{NAMESPACE}:{NAME}"
 NODE_NAME_CLAIM = "authentication.kubernetes.io/node-name"
 FILES = pod_scripts.script_files(kube_api, agent)
 REPORT_MOUNT = "/host/gpu-check"  # the host's gpu_health.REPORT_DIR, read-only
+REPAIR_MOUNT = "/host/gpu-repair"  # the host's gpu_health.REPAIR_DIR, read-write
 SCRIPTS_ANNOTATION = "dlinfra.io/scripts-sha256"
 LABELS = {"app.kubernetes.io/name": NAME}
 TOKEN_SECONDS = 3600  # the kubelet renews a projected token at 80% of its life; the agent reads it per call
@@ -216,7 +218,12 @@ def daemon_set_spec(gpu_labels: Mapping[str, Mapping[str, str]]) -> dict[str, An
         "agent",
         agent,
         f"{REPORT_MOUNT}/{gpu_health.REPORT_PATH.rsplit('/', 1)[1]}",
-        mounts=[{"name": "gpu-check", "mountPath": REPORT_MOUNT, "readOnly": True}],
+        REPAIR_MOUNT,
+        mounts=[
+            {"name": "gpu-check", "mountPath": REPORT_MOUNT, "readOnly": True},
+            # Where it writes the repair request the controller approved; the machine's unit acts on it.
+            {"name": "gpu-repair", "mountPath": REPAIR_MOUNT},
+        ],
     )
     container["env"] += [
         {"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}},
@@ -241,6 +248,8 @@ def daemon_set_spec(gpu_labels: Mapping[str, Mapping[str, str]]) -> dict[str, An
             *pod_scripts.pod_volumes(NAME, FILES, TOKEN_SECONDS),
             # DirectoryOrCreate: on a node whose image has no check yet the agent still runs, and says so.
             {"name": "gpu-check", "hostPath": {"path": gpu_health.REPORT_DIR, "type": "DirectoryOrCreate"}},
+            # On an image without the repair unit the kubelet creates it root's: the agent then says it cannot write.
+            {"name": "gpu-repair", "hostPath": {"path": gpu_health.REPAIR_DIR, "type": "DirectoryOrCreate"}},
             {"name": "heartbeat", "emptyDir": {"medium": "Memory", "sizeLimit": "1Mi"}},
         ],
     }

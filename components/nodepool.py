@@ -195,6 +195,11 @@ def autoscaler_tags(args: NodePoolArgs) -> dict[str, str]:
     return tags
 
 
+def pool_group_name(args: NodePoolArgs) -> str:
+    """The pool's Auto Scaling group name in this region."""
+    return args.names.physical("pool", args.pool, max_len=255)
+
+
 def node_labels(args: NodePoolArgs) -> dict[str, str]:
     """Labels every node of the pool carries (fleet labels plus the pool, its capacity type and GPU model)."""
     spec = args.primary
@@ -306,6 +311,25 @@ class NodePool(pulumi.ComponentResource):
         for key, arn in policies.items():
             aws.iam.RolePolicyAttachment(
                 f"{name}-{key}", role=role.name, policy_arn=arn, opts=pulumi.ResourceOptions(parent=role)
+            )
+        if args.kind == "gpu":
+            # The GPU repair (dlinfra.model.gpu_health, REPAIR_*): a node the cluster approved for repair marks its own
+            # instance unhealthy, and its group replaces it. Only in this pool's group (the service authorization
+            # reference: SetInstanceHealth acts on an autoScalingGroup resource, whose ARN ends in its name).
+            group_arn = f"arn:aws:autoscaling:*:*:autoScalingGroup:*:autoScalingGroupName/{pool_group_name(args)}"
+            aws.iam.RolePolicy(
+                f"{name}-gpu-repair",
+                role=role.name,
+                name="gpu-repair",
+                policy=json.dumps(
+                    {
+                        "Version": "2012-10-17",
+                        "Statement": [
+                            {"Effect": "Allow", "Action": "autoscaling:SetInstanceHealth", "Resource": group_arn}
+                        ],
+                    }
+                ),
+                opts=pulumi.ResourceOptions(parent=role),
             )
         profile = aws.iam.InstanceProfile(
             f"{name}-profile", name=names.physical("node", args.pool, max_len=64), role=role.name, tags=tags, opts=child
@@ -500,7 +524,7 @@ class NodePool(pulumi.ComponentResource):
         closed = args.capacity_block
         group = aws.autoscaling.Group(
             f"{name}-asg",
-            name=names.physical("pool", args.pool, max_len=255),
+            name=pool_group_name(args),
             min_size=0 if closed else args.min_size,
             max_size=0 if closed else args.max_size,
             vpc_zone_identifiers=[args.subnet_ids[az] for az in sorted(args.subnet_ids)],

@@ -21,7 +21,7 @@ from typing import Literal, cast
 import pulumi
 import pulumi_kubernetes as k8s
 
-from components import admission, block_flavors, gpu_burn_in, overflow, team_volumes
+from components import admission, block_flavors, gpu_burn_in, gpu_repair, overflow, team_volumes
 from components.charts import (
     autoscaler,
     checkpoint_grace,
@@ -55,6 +55,7 @@ class PoolView:
     # The nodes' GPU model labels (dlinfra.model.gpu_health.gpu_labels, as the pool's launch template gives them);
     # empty for CPU pools.
     gpu_labels: Mapping[str, str] = field(default_factory=dict)
+    repair_share: float = 0.25  # the GPU repair's circuit breaker (fleet gpu_check.repair_share)
     efa: bool  # EFA interfaces: the EFA device plugin runs on this pool's nodes
     capacity_class: kueue.PoolCapacityClass  # orders the autoscaler's expander: reserved > on-demand > spot
     max_size: int  # instances in this region
@@ -110,6 +111,7 @@ class SiteView:
     taints: Sequence[Taint] = ()  # taints the machines register with (nodeadm); GPU jobs must tolerate them
     # The machines' GPU model labels (as their NodeConfig gives them); empty: no GPUs.
     gpu_labels: Mapping[str, str] = field(default_factory=dict)
+    repair_share: float = 0.25  # the GPU repair's circuit breaker (fleet gpu_check.repair_share)
 
     def __post_init__(self) -> None:
         try:
@@ -299,6 +301,11 @@ class Platform(pulumi.ComponentResource):
         # It also relabels nodes that joined before their pool's GPU labels changed (a registration label is never
         # updated), so a label change needs no node replaced.
         gpu_burn_in.declare(name, gpu_labels=self._gpu_labels(), opts=self._k8s, meta=self._meta)
+        # A node off work for a failed check or a fault is repaired (replaced, or a site machine rebooted), a share
+        # of its pool at a time.
+        shares = {pool: view.repair_share for pool, view in args.pools.items() if view.gpu_labels}
+        shares |= {site_pool(site): view.repair_share for site, view in args.sites.items() if view.gpu_labels}
+        gpu_repair.declare(name, shares=shares, opts=self._k8s, meta=self._meta)
         queues = self._queues(kueue_release, namespaces)
         self.multikueue_token = None
         if args.overflow is not None:

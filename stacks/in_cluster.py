@@ -146,6 +146,7 @@ def platform_args_from_fleet(
                 if spec.gpu_model and spec.gpu_product and pool.kind == "gpu"
                 else {}
             ),
+            repair_share=pool.burn_in.repair_share,
             efa=pool.efa,
             capacity_class=kueue.capacity_class(fleet, env, region, pool_name),
             max_size=pool.max_size,
@@ -168,6 +169,7 @@ def platform_args_from_fleet(
                 gpus_per_node=site.gpus_per_node,
                 gpu_model=site.gpu_model,
                 gpu_labels=gpu_health.site_gpu_labels(site, fleet.environments[env].gpu_product_label),
+                repair_share=site.gpu_check.repair_share,
                 pod_cidr=str(sites.site_pods(plan, name)),
                 asn=site.asn,
                 gateway_ip=str(hybrid_routing.gateway_lan_ip(sites.site_lan(plan, name))),

@@ -11,7 +11,9 @@ agent, in a pod on the node, reads it and tells the API server:
   with the reason;
 - later, while the node works: a fault the GPU watch on the machine found (Xids, memory, ECC, DCGM's health watches;
   its health file keeps every fault of the boot) puts the node off work as a failed check does, GPUHealthy False
-  (GPUFault), until a reboot's check passes. A watch that stopped writing is said in the condition's message.
+  (GPUFault), until a reboot's check passes. A watch that stopped writing is said in the condition's message;
+- a node off work whose repair the repair controller approved for this boot (components/gpu_repair.py): the agent
+  writes the request on the host (a directory mounted read-write), where the machine's own unit acts on it.
 The report names the boot it is for (the kernel's boot id, which a container reads as the host's): after a reboot
 the previous report no longer counts, and the agent puts the burn-in taint back until this boot's check is done,
 since registration taints apply only when the node object is created. A node with no report at all that registered
@@ -84,6 +86,11 @@ MAX_PROBLEMS = 5  # in the condition's message and the annotation; the whole rep
 # than now says the watch has stopped, which the condition's message tells (the node stays on: nothing is known).
 WATCH_INTERVAL_SECONDS = 60
 HEALTH_FILE = "health.json"  # beside the check's report (dlinfra.model.gpu_health.HEALTH_PATH)
+# The repair (dlinfra.model.gpu_health REPAIR_*): the controller's approval on the node, and the request this agent
+# writes on the host for the machine's own unit to act on.
+REPAIR_ANNOTATION = "dlinfra.io/gpu-repair"
+REPAIR_REQUEST = "request"  # in the host's repair directory, mounted read-write
+REPAIR_ACTIONS = ("replace", "reboot")
 WATCH_STALE_SECONDS = 5 * WATCH_INTERVAL_SECONDS
 TIME_FORMAT = "%Y-%m-%dT%H:%M:%SZ"
 T = TypeVar("T")
@@ -468,25 +475,69 @@ def once(
     uptime: float,
     now: datetime.datetime,
     gpu_labels: Mapping[str, Mapping[str, str]] | None = None,
+    repair_dir: str | None = None,
+    requested: set[str] | None = None,
 ) -> list[str]:
-    """One pass: read, decide, change what differs. The watch's health file lies beside the report."""
+    """One pass: read, decide, change what differs; with `repair_dir`, write the repair request the controller
+    approved for this boot, once (`requested` holds the boots it was written for). The watch's health file lies beside
+    the report."""
     node = cluster.get_node(name)
     health = read_health(os.path.join(os.path.dirname(report_path), HEALTH_FILE))
     decision = decide(node, read_report(report_path), boot_id=boot_id, uptime=uptime, health=health, now=now)
-    return apply(cluster, name, node, decision, now, relabel(node, gpu_labels or {}))
+    changed = apply(cluster, name, node, decision, now, relabel(node, gpu_labels or {}))
+    requested = requested if requested is not None else set()
+    request = repair_request(node, decision, boot_id) if repair_dir is not None else None
+    if request is not None and repair_dir is not None and boot_id not in requested:
+        requested.add(boot_id)  # once a boot: the machine acts on it, or the controller's timeout tells
+        try:
+            write_request(repair_dir, request)
+        except OSError as exc:  # an image without the repair unit has no directory the agent may write in
+            changed.append(f"repair not requested: {exc}")
+        else:
+            changed.append(f"repair requested on the machine: {request['action']}")
+    return changed
+
+
+def repair_request(node: Mapping[str, Any], decision: Decision, boot_id: str) -> dict[str, str] | None:
+    """The request to write on the host: the controller approved the repair of this node on this boot, and the node is
+    off work for a failed check or a fault (never a working node, whatever its annotation says)."""
+    text = ((node.get("metadata") or {}).get("annotations") or {}).get(REPAIR_ANNOTATION)
+    try:
+        approval = json.loads(text) if text else None
+    except ValueError:
+        return None
+    if not isinstance(approval, dict) or approval.get("state") != "approved" or approval.get("boot_id") != boot_id:
+        return None
+    if approval.get("action") not in REPAIR_ACTIONS or decision.condition.status != "False":
+        return None
+    name = str((node.get("metadata") or {}).get("name", ""))
+    return {"action": str(approval["action"]), "boot_id": boot_id, "node": name,
+            "approved_at": str(approval.get("approved_at", ""))}  # fmt: skip
+
+
+def write_request(directory: str, request: Mapping[str, str]) -> None:
+    """The request, whole or not at all (written aside, then renamed: the host's path unit starts on the name)."""
+    path = os.path.join(directory, REPAIR_REQUEST)
+    partial = f"{path}.{os.getpid()}.partial"
+    with open(partial, "w", encoding="utf-8") as f:
+        json.dump(request, f)
+    os.replace(partial, path)
 
 
 def main(argv: Sequence[str]) -> int:
-    """python3 -m components.scripts.gpu_burn_in REPORT: runs until stopped; NODE_NAME from the downward API,
-    GPU_LABELS_ENV from the DaemonSet."""
+    """python3 -m components.scripts.gpu_burn_in REPORT [REPAIR_DIR]: runs until stopped; NODE_NAME from the downward
+    API, GPU_LABELS_ENV from the DaemonSet."""
     report_path, name = argv[1], os.environ["NODE_NAME"]
+    repair_dir = argv[2] if len(argv) > 2 else None
+    requested: set[str] = set()
     gpu_labels = json.loads(os.environ.get(GPU_LABELS_ENV, "{}"))
     cluster = ApiServer.in_cluster()
     boot_id = read_text(BOOT_ID)
     while True:
         uptime = float(read_text(UPTIME).split()[0])
         try:
-            lines = once(cluster, name, report_path, boot_id=boot_id, uptime=uptime, now=_now(), gpu_labels=gpu_labels)
+            lines = once(cluster, name, report_path, boot_id=boot_id, uptime=uptime, now=_now(), gpu_labels=gpu_labels,
+                         repair_dir=repair_dir, requested=requested)  # fmt: skip
             for line in lines:
                 print(f"node {name}: {line}", flush=True)
             beat(READY)

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 import yaml
 
 from dlinfra.model import gpu_health
+from dlinfra.model.fleet.pools import MAX_CHECKPOINT_GRACE
 from dlinfra.model.kueue import site_flavor
 
 NODE_CONFIG_API = "node.eks.aws/v1alpha1"
@@ -81,6 +82,18 @@ def node_labels(view: HybridNodeView) -> dict[str, str]:
     return {SITE_LABEL: view.site, POOL_LABEL: site_pool(view.site), **view.gpu_labels}
 
 
+def graceful_shutdown() -> dict[str, str]:
+    """The kubelet's graceful node shutdown (Kubernetes "Node Shutdowns"): when the machine shuts down or reboots (the
+    GPU repair reboots a site machine, dlinfra.model.gpu_health), it holds the shutdown and stops pods with their own
+    termination grace, up to the longest checkpoint grace a pod may ask for (the checkpoint-grace policy caps it);
+    the node's critical pods last. Off unless both are set; the kubelet raises logind's InhibitDelayMaxSec to match."""
+    critical = 30
+    return {
+        "shutdownGracePeriod": f"{MAX_CHECKPOINT_GRACE + critical}s",
+        "shutdownGracePeriodCriticalPods": f"{critical}s",
+    }
+
+
 def render_node_config(view: HybridNodeView) -> str:
     """The NodeConfig YAML for `nodeadm init -c file://...` on every machine of the site."""
     flags = ["--node-labels=" + ",".join(f"{k}={v}" for k, v in sorted(node_labels(view).items()))]
@@ -99,7 +112,7 @@ def render_node_config(view: HybridNodeView) -> str:
             "hybrid": {"ssm": {"activationId": view.activation_id, "activationCode": view.activation_code}},
             # nodeadm merges spec.kubelet.config into the KubeletConfiguration it generates (nodeadm docs,
             # awslabs/amazon-eks-ami "Examples"); its own clusterDNS would be kube-dns alone.
-            "kubelet": {"config": {"clusterDNS": list(view.cluster_dns)}, "flags": flags},
+            "kubelet": {"config": {"clusterDNS": list(view.cluster_dns), **graceful_shutdown()}, "flags": flags},
             **({"containerd": {"config": NVIDIA_CONTAINERD}} if view.gpu_labels else {}),
         },
     }

@@ -50,6 +50,22 @@ cuda=$("${check_python}" -c 'import torch; print(torch.version.cuda or "")')
 systemctl is-enabled --quiet dlinfra-gpu-check.service || fail "dlinfra-gpu-check is not enabled"
 systemctl is-enabled --quiet dlinfra-gpu-watch.service || fail "dlinfra-gpu-watch is not enabled"
 [[ -d /var/lib/dlinfra/gpu-check ]] || fail "the GPU check's report directory is missing"
+# The repair (dlinfra_gpu::gpu_repair): the path unit enabled, the unit it starts, and the request directory that
+# systemd-tmpfiles makes at every boot, as it stands on this one: the burn-in agent (gid 65534) may only add to it.
+systemctl cat dlinfra-gpu-repair.service >/dev/null 2>&1 || fail "dlinfra-gpu-repair.service is not installed"
+systemctl cat dlinfra-gpu-repair.path >/dev/null 2>&1 || fail "dlinfra-gpu-repair.path is not installed"
+systemctl is-enabled --quiet dlinfra-gpu-repair.path || fail "dlinfra-gpu-repair.path is not enabled"
+grep --quiet '^d /run/dlinfra/gpu-repair 0730 root 65534 ' /etc/tmpfiles.d/dlinfra-gpu-repair.conf ||
+  fail "no tmpfiles entry for the GPU repair's request directory"
+repair_dir=$(stat --format='%a %U %g' /run/dlinfra/gpu-repair 2>/dev/null) || repair_dir=missing
+[[ "${repair_dir}" == "730 root 65534" ]] || fail "/run/dlinfra/gpu-repair is '${repair_dir}', want '730 root 65534'"
+# The repair, as far as it goes without an approval: it refuses a request of another action, and removes it.
+request=$(mktemp)
+echo '{"action": "validate"}' >"${request}"
+repair_status=0
+"${check_python}" "${check_script}" repair "${request}" 2>/dev/null || repair_status=$?
+[[ "${repair_status}" == 2 && ! -e "${request}" ]] ||
+  fail "the GPU repair exited ${repair_status} on a request it must refuse; want 2, the request removed"
 if ! nvidia-smi --list-gpus >/dev/null 2>&1; then
   expectation=$(mktemp)
   health=$(mktemp -d)/health.json

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import tomllib
@@ -546,3 +547,103 @@ def test_the_watch_unit_is_a_valid_systemd_unit_that_follows_the_check(
     unit.write_text(text)
     result = run(analyze, "verify", "--man=no", "--recursive-errors=no", str(unit))
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+# -- the GPU repair -----------------------------------------------------------------------------------------------
+
+
+def test_the_repair_runs_where_dlinfra_says() -> None:
+    # The burn-in agent writes gpu_health.REPAIR_REQUEST through its hostPath; the machine's units must watch and run
+    # on that file, and the script must know the same actions the controller approves.
+    from tests.chef._gpu_check import gpu_check
+
+    repair_dir = _gpu_check_attribute("repair_dir")
+    assert repair_dir == gpu_health.REPAIR_DIR and f"{repair_dir}/request" == gpu_health.REPAIR_REQUEST
+    assert _gpu_check_attribute("repair_path_unit") == gpu_health.REPAIR_PATH_UNIT
+    assert _gpu_check_attribute("repair_unit") == gpu_health.REPAIR_UNIT
+    assert int(_gpu_check_attribute("repair_group")) == 65534  # the agent's runAsGroup (components/pod_scripts.py)
+    assert gpu_check.REPAIR_ACTIONS == gpu_health.REPAIR_ACTIONS
+    recipes = CHEF / "cookbooks" / "dlinfra_gpu" / "recipes"
+    recipe = (recipes / "gpu_repair.rb").read_text()
+    assert recipe.count("request: ::File.join(check['repair_dir'], 'request')") == 2  # both units, one file
+    # The AWS CLI where dlinfra_base installs it for the node join, passed to the unit rather than written twice.
+    assert "aws_cli: node['dlinfra_base']['node_join']['aws_cli']" in recipe
+    assert "service check['repair_path_unit'] do" in recipe and "action %i(enable start)" in recipe
+    assert "command ['systemd-tmpfiles', '--create', tmpfiles]" in recipe  # the directory at image build, too
+    assert "include_recipe 'dlinfra_gpu::gpu_repair'" in (recipes / "gpu_check.rb").read_text()
+
+
+def _repair_units(tmp_path: Path, ruby: str) -> tuple[Path, Path]:
+    """(service, path unit) rendered as the recipe renders them, in tmp_path."""
+    script = tmp_path / "gpu_check.py"
+    script.write_text("")
+    service = tmp_path / gpu_health.REPAIR_UNIT
+    service.write_text(
+        render(
+            ruby,
+            "dlinfra_gpu/templates/dlinfra-gpu-repair.service.erb",
+            python=sys.executable,
+            script=str(script),
+            request=gpu_health.REPAIR_REQUEST,
+            aws_cli="/snap/bin/aws",
+        )
+    )
+    path = tmp_path / gpu_health.REPAIR_PATH_UNIT
+    path.write_text(
+        render(
+            ruby,
+            "dlinfra_gpu/templates/dlinfra-gpu-repair.path.erb",
+            request=gpu_health.REPAIR_REQUEST,
+            repair_unit=gpu_health.REPAIR_UNIT,
+        )
+    )
+    return service, path
+
+
+def test_the_repair_units_are_valid_systemd_units_started_by_the_request(
+    tmp_path: Path, require_tool: Callable[[str], str]
+) -> None:
+    from tests.chef._gpu_check import gpu_check
+
+    ruby, analyze = require_tool("ruby"), require_tool("systemd-analyze")
+    service, path = _repair_units(tmp_path, ruby)
+    settings = re.findall(r"^(\w+)=(.*)$", service.read_text(), re.M)
+    script = tmp_path / "gpu_check.py"
+    assert (
+        "ExecStart",
+        f"{sys.executable} {script} repair {gpu_health.REPAIR_REQUEST} --aws-cli /snap/bin/aws",
+    ) in settings
+    # RemainAfterExit: a repair carried out keeps its request, and PathExists would start the unit again at once.
+    assert {("Type", "oneshot"), ("RemainAfterExit", "yes")} <= set(settings)
+    (timeout,) = [int(value) for key, value in settings if key == "TimeoutStartSec"]
+    assert timeout > gpu_check.REPAIR_COMMAND_SECONDS + 3 * gpu_check.IMDS_SECONDS
+    assert not re.search(r"^\[Install\]", service.read_text(), re.M)  # started by the path unit only
+    path_settings = set(re.findall(r"^(\w+)=(.*)$", path.read_text(), re.M))
+    assert {("PathExists", gpu_health.REPAIR_REQUEST), ("Unit", gpu_health.REPAIR_UNIT),
+            ("WantedBy", "multi-user.target")} <= path_settings  # fmt: skip
+    result = run(analyze, "verify", "--man=no", "--recursive-errors=no", str(path), str(service))
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_the_repair_directory_lets_the_agent_add_a_request_and_nothing_more(
+    tmp_path: Path, require_tool: Callable[[str], str]
+) -> None:
+    ruby = require_tool("ruby")
+    text = render(
+        ruby, "dlinfra_gpu/templates/dlinfra-gpu-repair.conf.erb", directory=gpu_health.REPAIR_DIR, group=65534
+    )
+    (line,) = [line for line in text.splitlines() if line and not line.startswith("#")]
+    # tmpfiles.d(5): type, path, mode, user, group, age, argument. 0730: the agent's group may create and rename
+    # files (write and search), not list the directory; no age, so systemd-tmpfiles --clean leaves a request alone.
+    assert line.split() == ["d", gpu_health.REPAIR_DIR, "0730", "root", "65534", "-", "-"]
+    tmpfiles = shutil.which("systemd-tmpfiles")
+    if tmpfiles is None or os.geteuid() != 0:
+        return  # the line's own fields are checked; making the directory needs root (chown)
+    conf = tmp_path / "dlinfra-gpu-repair.conf"
+    conf.write_text(text)
+    root = tmp_path / "root"
+    root.mkdir()
+    result = run(tmpfiles, f"--root={root}", "--create", str(conf))
+    assert result.returncode == 0, result.stderr
+    made = (root / gpu_health.REPAIR_DIR.lstrip("/")).stat()
+    assert (made.st_mode & 0o7777, made.st_uid, made.st_gid) == (0o730, 0, 65534)

@@ -1,11 +1,16 @@
 """The GPU health check (chef/cookbooks/dlinfra_gpu/files/gpu_check.py) and its watch on recorded GPU readings
 (tests/fixtures/gpu), read through nvidia-ml-py's own error class and constants, so a call the check makes that the
-bindings do not have fails here; DCGM through a dcgmi on PATH that answers with recorded output."""
+bindings do not have fails here; DCGM through a dcgmi on PATH that answers with recorded output. The repair through a
+fake IMDS and a fake command runner: no test runs aws or systemctl, or reaches 169.254.169.254."""
 
 from __future__ import annotations
 
+import io
 import json
 import os
+import urllib.error
+import urllib.request
+from collections.abc import Sequence
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -855,3 +860,181 @@ def test_a_check_that_passes_again_on_the_boot_clears_what_the_watch_had_seen_be
     health.write_text(json.dumps({**json.loads(health.read_text()), "faults": [earlier]}))
     (tmp_path / "report.json").write_text(json.dumps({**report, "verdict": "failed"}))
     assert run_watch(h100_file, health, recorded("h100-healthy.json"))["faults"] == [earlier]
+
+
+# -- the repair ----------------------------------------------------------------------------------------------------
+
+BOOT = "6c2b1f0e-3d4a-4e5f-8a9b-0c1d2e3f4a5b"
+
+
+class FakeImds:
+    """IMDSv2 as the EC2 User Guide describes it: a token by PUT with its TTL header, then reads that carry it."""
+
+    def __init__(self, metadata: dict[str, str]) -> None:
+        self.metadata = metadata
+        self.requests: list[tuple[str, str, float]] = []
+
+    def __call__(self, request: urllib.request.Request, timeout: float) -> io.BytesIO:
+        self.requests.append((request.get_method(), request.full_url, timeout))
+        if request.full_url == "http://169.254.169.254/latest/api/token":
+            assert request.get_method() == "PUT" and request.get_header("X-aws-ec2-metadata-token-ttl-seconds")
+            return io.BytesIO(b"TOKEN")
+        assert request.get_method() == "GET" and request.get_header("X-aws-ec2-metadata-token") == "TOKEN"
+        item = request.full_url.removeprefix("http://169.254.169.254/latest/meta-data/")
+        if item not in self.metadata:
+            raise urllib.error.HTTPError(request.full_url, 404, "Not Found", None, None)  # type: ignore[arg-type]
+        return io.BytesIO(self.metadata[item].encode())
+
+
+class FakeRun:
+    """Records each command instead of running it, and answers with `status`."""
+
+    def __init__(self, status: int = 0) -> None:
+        self.status = status
+        self.commands: list[list[str]] = []
+
+    def __call__(self, command: Sequence[str]) -> int:
+        self.commands.append(list(command))
+        return self.status
+
+
+def no_imds(request: urllib.request.Request, timeout: float) -> io.BytesIO:
+    raise AssertionError(f"IMDS read: {request.full_url}")
+
+
+def write_request(tmp_path: Path, text: str | bytes | None = None, **fields: Any) -> tuple[Path, Path]:
+    """(the request, this boot's id file): the request as the burn-in agent writes it, `fields` changed, or `text`."""
+    boot_id = tmp_path / "boot_id"
+    boot_id.write_text(BOOT + "\n")
+    request = {"action": "replace", "boot_id": BOOT, "node": "ip-10-1-2-3.us-west-2.compute.internal",
+               "approved_at": "2027-01-05T12:00:00Z"} | fields  # fmt: skip
+    path = tmp_path / "request"
+    path.write_bytes(text.encode() if isinstance(text, str) else text or json.dumps(request).encode())
+    return path, boot_id
+
+
+def test_replace_marks_this_instance_unhealthy_by_its_id_and_region_from_imds(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    request, boot_id = write_request(tmp_path, action="replace")
+    imds = FakeImds({"instance-id": "i-0123456789abcdef0", "placement/region": "us-west-2"})
+    run = FakeRun()
+    status = gpu_check.repair(str(request), aws_cli="/snap/bin/aws", run=run, opener=imds, boot_id_file=str(boot_id))
+    assert status == 0
+    # AWS CLI reference, "aws autoscaling set-instance-health": at once, not after the group's grace period.
+    assert run.commands == [
+        ["/snap/bin/aws", "autoscaling", "set-instance-health", "--instance-id", "i-0123456789abcdef0",
+         "--health-status", "Unhealthy", "--no-should-respect-grace-period", "--region", "us-west-2"]
+    ]  # fmt: skip
+    assert [(method, url) for method, url, _ in imds.requests] == [
+        ("PUT", "http://169.254.169.254/latest/api/token"),
+        ("GET", "http://169.254.169.254/latest/meta-data/instance-id"),
+        ("GET", "http://169.254.169.254/latest/meta-data/placement/region"),
+    ]
+    assert all(timeout <= 5 for _, _, timeout in imds.requests)
+    assert request.exists()  # the machine goes away; the unit stays active, so the path unit does not start it again
+    assert "i-0123456789abcdef0" in capsys.readouterr().out
+
+
+def test_reboot_reboots_through_systemctl_and_reads_no_imds(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    request, boot_id = write_request(tmp_path, action="reboot")
+    run = FakeRun()
+    assert gpu_check.repair(str(request), run=run, opener=no_imds, boot_id_file=str(boot_id)) == 0
+    assert run.commands == [["systemctl", "reboot"]]
+    assert "systemctl reboot" in capsys.readouterr().out  # logged before it runs
+    assert request.exists()  # in /run: gone with the reboot
+
+
+@pytest.mark.parametrize(
+    ("text", "fields", "why"),
+    [
+        (None, {"boot_id": "0f0f0f0f-1111-2222-3333-444444444444"}, "for boot"),  # approved on an earlier boot
+        (None, {"boot_id": None}, "for boot"),
+        (None, {"action": "drain"}, "action"),
+        (None, {"action": None}, "action"),
+        ('{"action": "replace", "boot_id": ', {}, "cannot read"),
+        (b"\xff\xfe{}", {}, "cannot read"),
+        ('["replace"]', {}, "not a JSON object"),
+    ],
+    ids=["another-boot", "no-boot", "unknown-action", "no-action", "truncated", "not-text", "not-an-object"],
+)
+def test_a_request_that_is_not_this_boots_approved_action_is_refused_removed_and_nothing_runs(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], text: str | bytes | None, fields: dict[str, Any], why: str
+) -> None:
+    request, boot_id = write_request(tmp_path, text, **fields)
+    run = FakeRun()
+    assert gpu_check.repair(str(request), run=run, opener=no_imds, boot_id_file=str(boot_id)) == 2
+    assert run.commands == [] and not request.exists()  # removed: PathExists would start the unit again
+    assert why in capsys.readouterr().err
+
+
+def test_a_request_is_refused_where_this_boots_id_cannot_be_read(tmp_path: Path) -> None:
+    request, _ = write_request(tmp_path, action="reboot")
+    run = FakeRun()
+    assert gpu_check.repair(str(request), run=run, boot_id_file=str(tmp_path / "missing")) == 2
+    assert run.commands == [] and not request.exists()
+
+
+def test_a_request_gone_before_the_unit_ran_is_refused_so_the_next_one_starts_it(tmp_path: Path) -> None:
+    # Exit 0 would leave the unit active (RemainAfterExit), and the path unit would not start it for the next request.
+    run = FakeRun()
+    assert gpu_check.repair(str(tmp_path / "request"), run=run, opener=no_imds) == 2
+    assert run.commands == []
+
+
+@pytest.mark.parametrize("action", ["replace", "reboot"])
+def test_a_command_that_fails_exits_1_and_removes_the_request(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], action: str
+) -> None:
+    request, boot_id = write_request(tmp_path, action=action)
+    imds = FakeImds({"instance-id": "i-0123456789abcdef0", "placement/region": "us-west-2"})
+    run = FakeRun(status=255)  # the AWS CLI's exit status for a failed call (AccessDenied, throttled past its retries)
+    assert gpu_check.repair(str(request), run=run, opener=imds, boot_id_file=str(boot_id)) == 1
+    assert len(run.commands) == 1 and not request.exists()  # the controller's timeout notices a repair that did nothing
+    assert "exited 255" in capsys.readouterr().err
+
+
+def test_a_replace_without_imds_runs_nothing_and_exits_1(tmp_path: Path) -> None:
+    # A site machine sent "replace" by mistake, or IMDS not answering: no instance to name.
+    request, boot_id = write_request(tmp_path, action="replace")
+
+    def unreachable(request: urllib.request.Request, timeout: float) -> io.BytesIO:
+        raise urllib.error.URLError(TimeoutError("timed out"))
+
+    run = FakeRun()
+    assert gpu_check.repair(str(request), run=run, opener=unreachable, boot_id_file=str(boot_id)) == 1
+    assert run.commands == [] and not request.exists()
+    request, boot_id = write_request(tmp_path, action="replace")
+    no_region = FakeImds({"instance-id": "i-0123456789abcdef0"})  # 404 for placement/region
+    assert gpu_check.repair(str(request), run=run, opener=no_region, boot_id_file=str(boot_id)) == 1
+    assert run.commands == [] and not request.exists()
+
+
+def test_the_default_runner_reports_a_command_that_cannot_start(tmp_path: Path) -> None:
+    assert gpu_check.run_command([str(tmp_path / "no-aws-cli-here")]) == 127
+
+
+def test_main_repair_passes_the_request_and_the_aws_cli(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    seen: list[tuple[str, str]] = []
+    monkeypatch.setattr(gpu_check, "repair", lambda request, *, aws_cli: seen.append((request, aws_cli)) or 0)
+    assert (
+        gpu_check.main(["gpu_check.py", "repair", "/run/dlinfra/gpu-repair/request", "--aws-cli", "/snap/bin/aws"]) == 0
+    )
+    assert gpu_check.main(["gpu_check.py", "repair", str(tmp_path / "request")]) == 0
+    assert seen == [("/run/dlinfra/gpu-repair/request", "/snap/bin/aws"), (str(tmp_path / "request"), "aws")]
+    assert gpu_check.main(["gpu_check.py", "repair"]) == 2  # no request file
+    assert gpu_check.main(["gpu_check.py", "repair", "a", "--aws-cli"]) == 2
+
+
+def test_main_repair_refuses_a_bad_request_end_to_end(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    request, boot_id = write_request(tmp_path, action="format-disks")
+    monkeypatch.setattr(gpu_check, "BOOT_ID", str(boot_id))
+
+    def never(*args: Any, **kwargs: Any) -> None:
+        raise AssertionError("a refused request ran a command")
+
+    monkeypatch.setattr(gpu_check.subprocess, "run", never)
+    assert gpu_check.main(["gpu_check.py", "repair", str(request)]) == 2
+    assert not request.exists()

@@ -451,6 +451,62 @@ def test_the_watch_s_own_health_file_takes_the_node_off_work(
     assert condition["reason"] == "GPUFault" and "GPU 3 xid: Xid 79" in condition["message"]
 
 
+def _approved(boot: str = BOOT, action: str = "replace") -> dict[str, str]:
+    approval = {"action": action, "boot_id": boot, "approved_at": "2027-01-05T12:00:00Z", "attempt": 1,
+                "state": "approved"}  # fmt: skip
+    return {gpu_health.REPAIR_ANNOTATION: json.dumps(approval)}
+
+
+def test_an_approved_repair_is_requested_on_the_machine_once_a_boot(
+    api: tuple[agent.ApiServer, type[FakeNodeApi]], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    server, handler = api
+    report = _write_check_report(tmp_path, "h100-seven-gpus.json", monkeypatch)  # fails: off work
+    repair = tmp_path / "repair"
+    repair.mkdir()
+    requested: set[str] = set()
+
+    def once() -> list[str]:
+        return agent.once(server, NODE, str(report), boot_id=BOOT, uptime=300, now=NOW, repair_dir=str(repair),
+                          requested=requested)  # fmt: skip
+
+    once()
+    assert not (repair / "request").exists()  # not approved: nothing asked of the machine
+    handler.node["metadata"]["annotations"].update(_approved())
+    assert "repair requested on the machine: replace" in once()
+    assert json.loads((repair / "request").read_text()) == {
+        "action": "replace", "boot_id": BOOT, "node": NODE, "approved_at": "2027-01-05T12:00:00Z"
+    }  # fmt: skip
+    (repair / "request").unlink()  # the machine took it (or refused it): once a boot, not again
+    assert not any("repair" in line for line in once()) and not (repair / "request").exists()
+    assert gpu_health.REPAIR_ANNOTATION == agent.REPAIR_ANNOTATION and gpu_health.REPAIR_ACTIONS == agent.REPAIR_ACTIONS
+
+
+@pytest.mark.parametrize(
+    ("approval", "working"),
+    [(_approved(boot="previous-boot"), False), (_approved(action="format-disk"), False), (_approved(), True)],
+    ids=["another-boot", "unknown-action", "a-working-node"],
+)
+def test_a_repair_is_requested_only_for_this_boot_s_approval_of_a_node_off_work(
+    approval: dict[str, str], working: bool
+) -> None:
+    node = _working() if working else _node([GPU_TAINT, UNHEALTHY])
+    node["metadata"]["annotations"].update(approval)
+    report = _report("passed") if working else _report("failed", problems=("GPU 3 xid: Xid 79",))
+    decision = agent.decide(node, report, boot_id=BOOT, uptime=5000)
+    assert agent.repair_request(node, decision, BOOT) is None
+
+
+def test_a_machine_without_the_repair_directory_says_so_once(tmp_path: Path) -> None:
+    node = _node([GPU_TAINT, UNHEALTHY])
+    node["metadata"]["annotations"].update(_approved())
+    decision = agent.decide(node, _report("failed", problems=("GPU 3 xid: Xid 79",)), boot_id=BOOT, uptime=5000)
+    request = agent.repair_request(node, decision, BOOT)
+    assert request is not None and request["action"] == "replace"
+    with pytest.raises(OSError):
+        agent.write_request(str(tmp_path / "missing"), request)
+
+
 def test_a_concurrent_change_is_retried_on_the_next_pass(
     api: tuple[agent.ApiServer, type[FakeNodeApi]], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -608,11 +664,14 @@ def test_the_daemon_set_runs_on_every_gpu_node_unprivileged_reading_the_report()
     assert spec["affinity"] == nodes.GPU_NODE_AFFINITY and spec["tolerations"] == [{"operator": "Exists"}]
     assert spec["priorityClassName"] == "system-node-critical"
     assert spec["securityContext"]["runAsNonRoot"] and not container["securityContext"]["allowPrivilegeEscalation"]
-    (host,) = [v for v in spec["volumes"] if "hostPath" in v]
-    assert host["hostPath"]["path"] == gpu_health.REPORT_DIR
-    (mount,) = [m for m in container["volumeMounts"] if m["name"] == host["name"]]
-    assert mount["readOnly"] is True
-    assert container["command"][-1] == f"{gpu_burn_in.REPORT_MOUNT}/report.json"
+    hosts = {v["hostPath"]["path"]: v["name"] for v in spec["volumes"] if "hostPath" in v}
+    assert set(hosts) == {gpu_health.REPORT_DIR, gpu_health.REPAIR_DIR}
+    mounts = {m["name"]: m for m in container["volumeMounts"]}
+    # The check's files read-only; the repair directory writable, for the request alone.
+    assert mounts[hosts[gpu_health.REPORT_DIR]]["readOnly"] is True
+    assert not mounts[hosts[gpu_health.REPAIR_DIR]].get("readOnly")
+    assert container["command"][-2:] == [f"{gpu_burn_in.REPORT_MOUNT}/report.json", gpu_burn_in.REPAIR_MOUNT]
+    assert mounts[hosts[gpu_health.REPAIR_DIR]]["mountPath"] == gpu_burn_in.REPAIR_MOUNT
     (labels,) = [e["value"] for e in container["env"] if e["name"] == agent.GPU_LABELS_ENV]
     assert json.loads(labels) == GPU_LABELS
     assert f"{gpu_health.REPORT_DIR}/report.json" == gpu_health.REPORT_PATH

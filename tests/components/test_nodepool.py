@@ -17,6 +17,7 @@ from dlinfra.model import dns, gpu_health, instances, planner, replacement, stac
 from dlinfra.model.fleet.load import load_fleet
 from dlinfra.model.fleet.pools import DRAIN_MARGIN_SECONDS
 from dlinfra.offline import engine, plan_export
+from tests import reference
 from tests.conftest import REFERENCE_FLEET, REFERENCE_LOCK, ROOT
 
 GOLDEN = Path(__file__).parent / "golden"
@@ -484,3 +485,23 @@ def test_user_data_over_ec2_s_limit_is_refused() -> None:
             pool="p", cluster_name="c", region="r", labels={}, taints=[], max_pods=None, cluster_dns=("1.1.1.1",),
             gpu_expectation="x" * 17000,
         )  # fmt: skip
+
+
+@pytest.mark.parametrize("stack", [s for s in reference.runs() if not s.endswith("-k8s") and s != "prod-global"])
+def test_gpu_nodes_may_mark_only_their_own_group_s_instances_unhealthy(stack: str) -> None:
+    """The GPU repair: a node the cluster approved marks its instance unhealthy, and its group replaces it. GPU pools
+    only, and only in the pool's own group."""
+    resources = reference.runs()[stack].resources
+    groups = {r.inputs["name"]: r for r in resources if r.type == "aws:autoscaling/group:Group"}
+    policies = [
+        r for r in resources if r.type == "aws:iam/rolePolicy:RolePolicy" and r.inputs.get("name") == "gpu-repair"
+    ]
+    gpu_tag = f"{CA}/node-template/resources/nvidia.com/gpu"
+    gpu_groups = {name for name, g in groups.items() if any(t["key"] == gpu_tag for t in g.inputs["tags"])}
+    assert len(policies) == len(gpu_groups) > 0
+    granted = set()
+    for policy in policies:
+        (statement,) = json.loads(policy.inputs["policy"])["Statement"]
+        assert statement["Action"] == "autoscaling:SetInstanceHealth" and statement["Effect"] == "Allow"
+        granted.add(statement["Resource"].rsplit("/", 1)[1])
+    assert granted == gpu_groups

@@ -48,7 +48,12 @@ def test_structure() -> None:
     )
     assert 'default_runtime_name = "nvidia"' in spec["containerd"]["config"]
     # Pods ask the node's NodeLocal DNS cache first, kube-dns while it restarts.
-    assert spec["kubelet"]["config"] == {"clusterDNS": ["169.254.20.10", "172.20.0.10"]}
+    # And stop their pods with their grace when the machine reboots (the GPU repair reboots a site machine).
+    assert spec["kubelet"]["config"] == {
+        "clusterDNS": ["169.254.20.10", "172.20.0.10"],
+        "shutdownGracePeriod": "3630s",
+        "shutdownGracePeriodCriticalPods": "30s",
+    }
 
 
 def test_cpu_machines_get_no_gpu_runtime_or_taint() -> None:

@@ -201,6 +201,10 @@ class GpuCheck(Strict):
 
     dcgm_level: int = Field(2, ge=0, le=BURN_IN_MAX_DCGM_LEVEL)  # 0: no DCGM diagnostic
     throughput: bool = True  # judge the model's matrix-multiply and memory-copy floors
+    # The circuit breaker of the repair: at most this share of the pool's (or site's) nodes in repair at once, and
+    # always one (a pool of two repairs one at a time). A quarter: a pool keeps three quarters of its nodes through a
+    # bad batch of GPUs or a fault the check mistakes, while single failures are repaired at once.
+    repair_share: float = Field(0.25, gt=0, le=1)
 
 
 class NodePool(Strict):

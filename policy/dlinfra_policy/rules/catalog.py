@@ -224,6 +224,13 @@ RULES: tuple[ResourceRule | StackRule, ...] = (
         gpu_health.gpu_node_model_labels,
     ),
     StackRule(
+        "gpu-nodes-repaired",
+        "A GPU node put off work is repaired by one controller, a share of its pool at a time, held to its annotation; "
+        "the agent reaches the host's repair directory; nodes mark unhealthy only their own group's instances",
+        "mandatory",
+        gpu_health.gpu_nodes_repaired,
+    ),
+    StackRule(
         "capacity-block-closes-before-cut",
         "Pools on Capacity Blocks are open only inside the block's window, kept every minute and drained before EC2's "
         "30-minute cut, and the block's expiration warning reaches the keeper",

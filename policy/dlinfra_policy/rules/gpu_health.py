@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import json
 import re
 from collections.abc import Mapping, Sequence
 
@@ -223,3 +224,96 @@ def gpu_node_model_labels(resources: Sequence[Resource], ctx: Context) -> list[V
                 )
             )
     return out
+
+
+DEPLOYMENT = "kubernetes:apps/v1:Deployment"
+ROLE_POLICY = "aws:iam/rolePolicy:RolePolicy"
+REPAIR_CONTROLLER = "gpu-repair"  # components/gpu_repair.py NAME
+REPAIR_POLICY = "dlinfra-gpu-repair-annotation-only"  # components/gpu_repair.py ANNOTATION_ONLY_POLICY
+SET_INSTANCE_HEALTH = "autoscaling:SetInstanceHealth"
+
+
+def gpu_nodes_repaired(resources: Sequence[Resource], ctx: Context) -> list[Violation]:
+    """A GPU node put off work is repaired, a share of its pool at a time, and nothing else can be done with it.
+
+    - Every cluster: one repair controller (a Deployment of one replica, replaced by Recreate: two deciding at once
+      would approve past a pool's share), held to its annotation by its policy bound with Deny; the burn-in agent
+      reaches the host's repair directory (dlinfra.model.gpu_health.REPAIR_DIR), where it writes what was approved.
+    - Every GPU node role that may mark instances unhealthy (autoscaling:SetInstanceHealth, which the repair's host
+      unit calls) does so in named groups only: with "*" a node could have every group's instances replaced.
+    """
+    out: list[Violation] = []
+    for policy in (r for r in resources if r.type == ROLE_POLICY):
+        document = policy.inputs.get("policy")
+        if not isinstance(document, str) or SET_INSTANCE_HEALTH not in document:
+            continue
+        for statement in as_objects(_json_object(document).get("Statement")):
+            actions = statement.get("Action")
+            listed = actions if isinstance(actions, list) else [actions]
+            if SET_INSTANCE_HEALTH in listed or "autoscaling:*" in listed:
+                targets = statement.get("Resource")
+                for target in targets if isinstance(targets, list) else [targets]:
+                    if (
+                        not str(target).startswith("arn:")
+                        or "autoScalingGroupName/" not in str(target)
+                        or str(target).endswith("/*")
+                    ):
+                        out.append(
+                            Violation(
+                                policy.urn,
+                                f"{SET_INSTANCE_HEALTH} on {target!r}: a node may mark instances unhealthy only in "
+                                "its own pool's group, by name",
+                            )
+                        )
+    autoscaler = _release_named(resources, "cluster-autoscaler")
+    if autoscaler is None:
+        return out  # not an in-cluster stack
+    controllers = [
+        r
+        for r in resources
+        if r.type == DEPLOYMENT and as_object(r.inputs.get("metadata")).get("name") == REPAIR_CONTROLLER
+    ]
+    if not controllers:
+        out.append(
+            Violation(autoscaler.urn, f"no Deployment {REPAIR_CONTROLLER}: a GPU node put off work is never repaired")
+        )
+    for controller in controllers:
+        spec = as_object(controller.inputs.get("spec"))
+        if spec.get("replicas") != 1 or as_object(spec.get("strategy")).get("type") != "Recreate":
+            out.append(
+                Violation(
+                    controller.urn,
+                    f"{REPAIR_CONTROLLER} must run as one replica replaced by Recreate: two controllers would each "
+                    "approve up to a pool's share",
+                )
+            )
+    policies = {as_object(r.inputs.get("metadata")).get("name") for r in resources if r.type == VAP}
+    if REPAIR_POLICY not in policies or REPAIR_POLICY not in deny_bound_policies(resources):
+        out.append(
+            Violation(
+                autoscaler.urn,
+                f"the ValidatingAdmissionPolicy {REPAIR_POLICY} is missing or not bound with Deny: the repair "
+                "controller's right to patch nodes would reach every field of every node",
+            )
+        )
+    agents = [r for r in resources if r.type == DAEMON_SET and as_object(r.inputs.get("metadata")).get("name") == AGENT]
+    for agent in agents:
+        pod = as_object(as_object(as_object(agent.inputs.get("spec")).get("template")).get("spec"))
+        paths = {as_object(v.get("hostPath")).get("path") for v in as_objects(pod.get("volumes"))}
+        if gpu_health.REPAIR_DIR not in paths:
+            out.append(
+                Violation(
+                    agent.urn,
+                    f"the burn-in agent does not mount {gpu_health.REPAIR_DIR}: an approved repair never reaches the "
+                    "machine",
+                )
+            )
+    return out
+
+
+def _json_object(text: str) -> Mapping[str, object]:
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return {}
+    return value if isinstance(value, Mapping) else {}

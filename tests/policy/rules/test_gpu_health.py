@@ -16,7 +16,7 @@ import pytest
 from dlinfra.checks.plans import Plan
 from dlinfra.model import gpu_health
 from policy.dlinfra_policy.rules.core import Resource
-from policy.dlinfra_policy.rules.gpu_health import gpu_node_model_labels, gpu_nodes_burn_in
+from policy.dlinfra_policy.rules.gpu_health import gpu_node_model_labels, gpu_nodes_burn_in, gpu_nodes_repaired
 from tests import reference
 from tests.policy.rules._resources import CTX, pass_and_fail
 
@@ -271,4 +271,74 @@ def test_each_label_mismatch_is_named(
 
 
 CASES["gpu-node-model-labels"] = (_regional(), _edit(_regional(), _train_group, _tag("dlinfra.io/gpu-model", "A100")))
+
+
+# gpu-nodes-repaired -----------------------------------------------------------------------------------------------
+
+
+def _repair_policy(r: Resource) -> bool:
+    return r.type == "aws:iam/rolePolicy:RolePolicy" and r.inputs.get("name") == "gpu-repair"
+
+
+def test_the_repair_s_names_are_the_components() -> None:
+    from components import gpu_burn_in, gpu_repair
+    from policy.dlinfra_policy.rules import gpu_health as rules
+
+    assert (rules.REPAIR_CONTROLLER, rules.REPAIR_POLICY) == (gpu_repair.NAME, gpu_repair.ANNOTATION_ONLY_POLICY)
+    assert rules.AGENT == gpu_burn_in.NAME
+    assert gpu_nodes_repaired(_regional(), CTX) == [] and gpu_nodes_repaired(_in_cluster(), CTX) == []
+
+
+def _any_group(inputs: dict[str, Any]) -> None:
+    import json
+
+    document = json.loads(inputs["policy"])
+    document["Statement"][0]["Resource"] = "*"
+    inputs["policy"] = json.dumps(document)
+
+
+REPAIR_MUTATIONS = [
+    pytest.param(_regional, _repair_policy, _any_group, "only in its own pool's group", id="any-group"),
+    pytest.param(
+        _in_cluster,
+        _named(":Deployment", "gpu-repair"),
+        lambda inputs: inputs["spec"].update(replicas=2),
+        "one replica replaced by Recreate",
+        id="two-controllers",
+    ),
+    pytest.param(
+        _in_cluster,
+        _named(":ValidatingAdmissionPolicyBinding", "dlinfra-gpu-repair-annotation-only"),
+        lambda inputs: inputs["spec"].update(validationActions=["Audit"]),
+        "not bound with Deny",
+        id="controller-policy-only-audited",
+    ),
+    pytest.param(
+        _in_cluster,
+        _named(":DaemonSet", "gpu-burn-in"),
+        lambda inputs: inputs["spec"]["template"]["spec"].update(
+            volumes=[v for v in inputs["spec"]["template"]["spec"]["volumes"] if v["name"] != "gpu-repair"]
+        ),
+        "does not mount /run/dlinfra/gpu-repair",
+        id="agent-without-the-repair-directory",
+    ),
+]
+
+
+@pytest.mark.parametrize(("stack", "match", "change", "problem"), REPAIR_MUTATIONS)
+def test_each_piece_of_the_repair_taken_out_is_named(
+    stack: Callable[[], list[Resource]],
+    match: Callable[[Resource], bool],
+    change: Callable[[dict[str, Any]], None],
+    problem: str,
+) -> None:
+    _named_by(gpu_nodes_repaired, stack, match, change, problem)
+
+
+CASES["gpu-nodes-repaired"] = (
+    _in_cluster(),
+    [r for r in _in_cluster() if not _named(":Deployment", "gpu-repair")(r)],
+)
+
+
 test_rule_passes_good_resources, test_rule_flags_bad_resources = pass_and_fail(CASES)

@@ -48,3 +48,12 @@ default['dlinfra_gpu']['gpu_check']['timeout_seconds'] = 600
 # WATCH_INTERVAL_SECONDS, by which the burn-in agent tells a watch that stopped (tests/chef checks it).
 default['dlinfra_gpu']['gpu_check']['watch_unit'] = 'dlinfra-gpu-watch.service'
 default['dlinfra_gpu']['gpu_check']['watch_interval_seconds'] = 60
+# The repair of a node the cluster put off work (gpu_check.py repair, recipe gpu_repair): the burn-in agent writes its
+# request into repair_dir (a hostPath), where the path unit starts the repair unit on it. The directory and both units
+# must equal dlinfra/model/gpu_health.py's REPAIR_DIR, REPAIR_PATH_UNIT and REPAIR_UNIT (tests/chef checks it). The
+# agent runs as uid and gid 65534 (components/pod_scripts.py NOBODY; nogroup on Ubuntu): the directory's group, by
+# number, as tmpfiles.d(5) takes it.
+default['dlinfra_gpu']['gpu_check']['repair_dir'] = '/run/dlinfra/gpu-repair'
+default['dlinfra_gpu']['gpu_check']['repair_group'] = '65534'
+default['dlinfra_gpu']['gpu_check']['repair_path_unit'] = 'dlinfra-gpu-repair.path'
+default['dlinfra_gpu']['gpu_check']['repair_unit'] = 'dlinfra-gpu-repair.service'

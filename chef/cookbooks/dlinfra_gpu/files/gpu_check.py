@@ -37,12 +37,19 @@ FILE the same way: {"boot_id", "started_at" (its first poll on this boot), "upda
 seen on this boot, also one a later poll no longer sees; a restarted watch keeps those its file holds for this boot.
 What could not be read (dcgmi's own errors, a kernel log that gave nothing) is a note of the last poll, never a fault;
 "unreadable": no fault, and NVML could not be read. `--once`: one poll, exit 0 ok, 1 faulted, 2 unreadable.
+
+The repair (`python3 gpu_check.py repair REQUEST [--aws-cli PATH]`) carries out what the cluster approved for a node it
+put off work (dlinfra.model.gpu_health, REPAIR_*): the burn-in agent writes the request, {"action", "boot_id", "node",
+"approved_at"}, and the repair unit runs this on it. "replace" marks this EC2 instance unhealthy, so that its Auto
+Scaling group replaces it; "reboot" reboots the machine. Exit 0 done, 1 the command failed, 2 the request refused (not
+JSON, another action, another boot's); a request not carried out is removed, so that the path unit waits for the next.
 """
 
 from __future__ import annotations
 
 import argparse
 import calendar
+import http.client
 import importlib
 import json
 import os
@@ -51,6 +58,7 @@ import shutil
 import subprocess
 import sys
 import time
+import urllib.request
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
@@ -635,9 +643,11 @@ def run_check(expect_file: str, time_limit: float | None = None) -> dict[str, An
 
 def main(argv: Sequence[str]) -> int:
     """python3 gpu_check.py EXPECTATION.json [--report FILE]: exit 0 passed, 1 failed, 2 not judged; with `watch`
-    first, the watch (watch_main)."""
+    first, the watch (watch_main); with `repair`, the repair (repair_main)."""
     if len(argv) > 1 and argv[1] == "watch":  # an expectation file named "watch" is given as ./watch
         return watch_main(argv[2:])
+    if len(argv) > 1 and argv[1] == "repair":  # likewise ./repair
+        return repair_main(argv[2:])
     parser = argparse.ArgumentParser(prog="gpu_check.py", description="The GPU health check of this machine.")
     parser.add_argument("expectation", help="the JSON `dlinfra gpu expect` writes (one node's, or per instance type)")
     parser.add_argument("--report", metavar="FILE", help="also write the stamped report here (the burn-in's)")
@@ -949,6 +959,138 @@ def watch_main(argv: Sequence[str]) -> int:
         return 2
     health = watch(args.expectation, args.health, interval=args.interval, polls=1 if args.once else None)
     return {"ok": 0, "faulted": 1}.get(health["status"], 2)
+
+
+# The repair ------------------------------------------------------------------------------------------------
+
+REPAIR_ACTIONS = ("replace", "reboot")  # dlinfra.model.gpu_health.REPAIR_ACTIONS: a cloud node's, a site machine's
+# IMDSv2 (EC2 User Guide, "Use the Instance Metadata Service to access instance metadata"): a session token by PUT,
+# then each read with it. This runs on the host, so the token's default hop limit of 1 is enough.
+IMDS = "http://169.254.169.254/latest"
+IMDS_TOKEN_TTL_SECONDS = 60  # the token outlives the two reads that need it
+IMDS_SECONDS = 2.0  # IMDS answers at once on the instance; not at all elsewhere (a site machine sent "replace")
+# One command of the repair: the AWS CLI's SetInstanceHealth call (one API request, with the CLI's own retries), or
+# systemctl reboot, which returns once the reboot is queued (systemctl(1)). The unit's TimeoutStartSec stands above.
+REPAIR_COMMAND_SECONDS = 120
+
+
+def run_command(command: Sequence[str]) -> int:
+    """The command's exit status, its output to the journal; 127 where it cannot start, 124 past
+    REPAIR_COMMAND_SECONDS (as coreutils' timeout(1) says it)."""
+    try:
+        return subprocess.run(list(command), timeout=REPAIR_COMMAND_SECONDS, check=False).returncode
+    except subprocess.TimeoutExpired:
+        print(f"gpu_check.py repair: {command[0]}: no end within {REPAIR_COMMAND_SECONDS} s", file=sys.stderr)
+        return 124
+    except OSError as exc:
+        print(f"gpu_check.py repair: {command[0]}: {exc}", file=sys.stderr)
+        return 127
+
+
+def imds(items: Sequence[str], opener: Callable[..., Any] = urllib.request.urlopen) -> tuple[str, ...]:
+    """This instance's metadata at each of `items` (paths under meta-data/), by IMDSv2; OSError where IMDS cannot be
+    read."""
+    ttl = {"X-aws-ec2-metadata-token-ttl-seconds": str(IMDS_TOKEN_TTL_SECONDS)}
+    token = _imds_read(opener, urllib.request.Request(f"{IMDS}/api/token", method="PUT", headers=ttl))
+    auth = {"X-aws-ec2-metadata-token": token}
+    return tuple(_imds_read(opener, urllib.request.Request(f"{IMDS}/meta-data/{item}", headers=auth)) for item in items)
+
+
+def _imds_read(opener: Callable[..., Any], request: urllib.request.Request) -> str:
+    try:
+        with opener(request, timeout=IMDS_SECONDS) as response:
+            text = str(response.read().decode("utf-8")).strip()
+    except (http.client.HTTPException, UnicodeDecodeError) as exc:  # URLError and timeouts are OSErrors already
+        raise OSError(f"{request.full_url}: {exc}") from None
+    if not text:
+        raise OSError(f"{request.full_url}: empty")
+    return text
+
+
+def set_unhealthy_command(aws_cli: str, instance_id: str, region: str) -> list[str]:
+    """The AWS CLI call that marks the instance unhealthy, so that its Auto Scaling group terminates and replaces it
+    (AWS CLI reference, "aws autoscaling set-instance-health"): at once, not after the group's health check grace
+    period, which a node that booted minutes ago may still be in. The group's termination lifecycle hook lets the node
+    termination handler drain it with the jobs' checkpoint grace, so the repair does not drain it itself."""
+    return [
+        aws_cli, "autoscaling", "set-instance-health", "--instance-id", instance_id, "--health-status", "Unhealthy",
+        "--no-should-respect-grace-period", "--region", region,
+    ]  # fmt: skip
+
+
+# systemctl asks logind to reboot (systemd src/systemctl/systemctl-start-special.c: "First try logind"), which holds
+# the reboot for the delay inhibitor lock the kubelet's graceful node shutdown takes, while it stops the pods.
+REBOOT_COMMAND = ("systemctl", "reboot")
+
+
+def repair(
+    request_file: str,
+    *,
+    aws_cli: str = "aws",
+    run: Callable[[Sequence[str]], int] = run_command,
+    opener: Callable[..., Any] = urllib.request.urlopen,
+    boot_id_file: str | None = None,
+) -> int:
+    """Carry out the request in `request_file`: exit 0 done (the request stays: the machine goes away, or reboots and
+    /run with it), 1 its command failed, 2 refused; both remove the request. `run` runs a command (run_command),
+    `opener` opens an IMDS request (urllib's urlopen)."""
+    try:
+        with open(request_file, encoding="utf-8") as f:
+            request = json.load(f)
+    except FileNotFoundError:
+        return _repair_failed(request_file, 2, "no request: nothing to do")
+    except (OSError, ValueError) as exc:  # ValueError: not JSON, or not UTF-8
+        return _repair_failed(request_file, 2, f"cannot read the request: {exc}")
+    if not isinstance(request, dict):
+        return _repair_failed(request_file, 2, f"the request is not a JSON object: {str(request)[:200]}")
+    action, boot_id = request.get("action"), request.get("boot_id")
+    if action not in REPAIR_ACTIONS:
+        return _repair_failed(request_file, 2, f"action {str(action)[:100]!r}: want one of {', '.join(REPAIR_ACTIONS)}")
+    this_boot = read_boot_id(boot_id_file)
+    # An approval is for the boot it was made on: after a reboot the check has run again, and judged the node afresh.
+    if not this_boot or boot_id != this_boot:
+        return _repair_failed(request_file, 2, f"the request is for boot {str(boot_id)[:100]!r}, this is {this_boot!r}")
+    what = f"{action} of node {request.get('node')!r}, approved at {request.get('approved_at')!r} for this boot"
+    if action == "replace":
+        try:
+            instance_id, region = imds(("instance-id", "placement/region"), opener)
+        except OSError as exc:
+            return _repair_failed(request_file, 1, f"{what}: this instance's id and region from IMDS: {exc}")
+        command = set_unhealthy_command(aws_cli, instance_id, region)
+    else:
+        command = list(REBOOT_COMMAND)
+    print(f"gpu_check.py repair: {what}: {' '.join(command)}", flush=True)  # before a reboot takes the journal away
+    status = run(command)
+    if status != 0:
+        return _repair_failed(request_file, 1, f"{what}: {command[0]} exited {status}")
+    done = "its Auto Scaling group replaces it" if action == "replace" else "rebooting"
+    print(f"gpu_check.py repair: {what}: done, {done}", flush=True)
+    return 0
+
+
+def _repair_failed(request_file: str, status: int, message: str) -> int:
+    """Log why, remove the request (PathExists starts the unit again while it is there), and return `status`."""
+    print(f"gpu_check.py repair: {message}; removing {request_file}", file=sys.stderr, flush=True)
+    try:
+        os.remove(request_file)
+    except FileNotFoundError:
+        pass
+    except OSError as exc:
+        print(f"gpu_check.py repair: cannot remove {request_file}: {exc}", file=sys.stderr, flush=True)
+    return status
+
+
+def repair_main(argv: Sequence[str]) -> int:
+    """gpu_check.py repair REQUEST [--aws-cli PATH]: exit 0 done, 1 failed, 2 refused (2 also for a wrong command
+    line)."""
+    parser = argparse.ArgumentParser(prog="gpu_check.py repair", description="Carry out an approved GPU repair.")
+    parser.add_argument("request", help="the request the burn-in agent wrote (the repair unit's)")
+    parser.add_argument("--aws-cli", default="aws", metavar="PATH", help="the AWS CLI, for a replace")
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:
+        return 2 if exc.code else 0
+    return repair(args.request, aws_cli=args.aws_cli)
 
 
 if __name__ == "__main__":

@@ -57,3 +57,4 @@ execute 'gpu check daemon-reload' do
 end
 
 [check['unit'], check['watch_unit']].each { |unit| service(unit) { action :enable } }
+include_recipe 'dlinfra_gpu::gpu_repair'

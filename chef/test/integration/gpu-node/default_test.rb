@@ -36,6 +36,16 @@ control 'dlinfra-gpu-node' do
     it { should be_enabled }
   end
 
+  # The repair: the path unit waits for the request the burn-in agent writes once the cluster approved a repair.
+  describe service('dlinfra-gpu-repair.path') do
+    it { should be_enabled }
+  end
+
+  describe file('/run/dlinfra/gpu-repair') do
+    it { should be_directory }
+    its('mode') { should cmp '0730' }
+  end
+
   describe command('/opt/dlinfra/gpu-check/bin/python -c "import pynvml, torch; assert torch.cuda.is_available()"') do
     its('exit_status') { should eq 0 }
   end
