@@ -91,6 +91,7 @@ HEALTH_FILE = "health.json"  # beside the check's report (dlinfra.model.gpu_heal
 REPAIR_ANNOTATION = "dlinfra.io/gpu-repair"
 REPAIR_REQUEST = "request"  # in the host's repair directory, mounted read-write
 REPAIR_ACTIONS = ("replace", "reboot")
+REQUEST_RETRY_SECONDS = 60
 WATCH_STALE_SECONDS = 5 * WATCH_INTERVAL_SECONDS
 TIME_FORMAT = "%Y-%m-%dT%H:%M:%SZ"
 T = TypeVar("T")
@@ -128,6 +129,8 @@ class Report:
         body = {
             "verdict": self.verdict,
             "finished_at": self.finished_at,
+            # The boot it judged: the repair controller acts only on a verdict of the node's current boot.
+            "boot_id": self.boot_id,
             "problems": list(self.problems[:MAX_PROBLEMS]),
         }
         return json.dumps(body, separators=(",", ":"))
@@ -476,19 +479,24 @@ def once(
     now: datetime.datetime,
     gpu_labels: Mapping[str, Mapping[str, str]] | None = None,
     repair_dir: str | None = None,
-    requested: set[str] | None = None,
+    requested: dict[str, datetime.datetime] | None = None,
 ) -> list[str]:
     """One pass: read, decide, change what differs; with `repair_dir`, write the repair request the controller
-    approved for this boot, once (`requested` holds the boots it was written for). The watch's health file lies beside
-    the report."""
+    approved for this boot while it is absent (`requested`: when it was last written, by boot). The watch's health file
+    lies beside the report."""
     node = cluster.get_node(name)
     health = read_health(os.path.join(os.path.dirname(report_path), HEALTH_FILE))
     decision = decide(node, read_report(report_path), boot_id=boot_id, uptime=uptime, health=health, now=now)
     changed = apply(cluster, name, node, decision, now, relabel(node, gpu_labels or {}))
-    requested = requested if requested is not None else set()
+    requested = requested if requested is not None else {}
     request = repair_request(node, decision, boot_id) if repair_dir is not None else None
-    if request is not None and repair_dir is not None and boot_id not in requested:
-        requested.add(boot_id)  # once a boot: the machine acts on it, or the controller's timeout tells
+    path = os.path.join(repair_dir, REPAIR_REQUEST) if repair_dir is not None else ""
+    last = requested.get(boot_id)
+    # Again while the request is absent: the machine's unit removes one it failed to carry out (IMDS or the API out
+    # for a moment), and keeps one it did. At most once a REQUEST_RETRY_SECONDS.
+    due = last is None or (now - last).total_seconds() >= REQUEST_RETRY_SECONDS
+    if request is not None and repair_dir is not None and due and not os.path.exists(path):
+        requested[boot_id] = now
         try:
             write_request(repair_dir, request)
         except OSError as exc:  # an image without the repair unit has no directory the agent may write in
@@ -519,9 +527,14 @@ def write_request(directory: str, request: Mapping[str, str]) -> None:
     """The request, whole or not at all (written aside, then renamed: the host's path unit starts on the name)."""
     path = os.path.join(directory, REPAIR_REQUEST)
     partial = f"{path}.{os.getpid()}.partial"
-    with open(partial, "w", encoding="utf-8") as f:
-        json.dump(request, f)
-    os.replace(partial, path)
+    try:
+        with open(partial, "w", encoding="utf-8") as f:
+            json.dump(request, f)
+        os.replace(partial, path)
+    except OSError:
+        if os.path.exists(partial):
+            os.unlink(partial)
+        raise
 
 
 def main(argv: Sequence[str]) -> int:
@@ -529,7 +542,7 @@ def main(argv: Sequence[str]) -> int:
     API, GPU_LABELS_ENV from the DaemonSet."""
     report_path, name = argv[1], os.environ["NODE_NAME"]
     repair_dir = argv[2] if len(argv) > 2 else None
-    requested: set[str] = set()
+    requested: dict[str, datetime.datetime] = {}
     gpu_labels = json.loads(os.environ.get(GPU_LABELS_ENV, "{}"))
     cluster = ApiServer.in_cluster()
     boot_id = read_text(BOOT_ID)

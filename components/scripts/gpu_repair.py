@@ -51,15 +51,16 @@ REPLACE, REBOOT = "replace", "reboot"  # a cloud node's repair, a site machine's
 # The verdicts that say the GPUs are at fault (the burn-in agent's reasons); the others are Unknown, not judged.
 REPAIRABLE_REASONS = ("CheckFailed", "GPUFault")
 APPROVED, GIVEN_UP = "approved", "given-up"
+CHECK_ANNOTATION = "dlinfra.io/gpu-check"  # the burn-in agent's: the last verdict, with the boot it is of
 # A site machine rebooted this many times and judged failed again is left to its administrator: a fault a reboot
 # does not clear needs hands on the machine.
 MAX_REBOOTS = 1
 # An approval not acted on (the machine still on the boot it was approved on) this long after it is given up: the
 # longest a node takes to go is its drain, the longest checkpoint grace (dlinfra.model.fleet.pools
-# MAX_CHECKPOINT_GRACE, 3600 s) plus the termination hook's margin (DRAIN_MARGIN_SECONDS, 300 s), and 10 minutes for
+# MAX_CHECKPOINT_GRACE, 3600 s) plus the termination hook's margin (DRAIN_MARGIN_SECONDS, 300 s), and 30 minutes for
 # the agent's pass, the instance's replacement or the machine's shutdown to begin. A site machine's reboot waits less
 # (the kubelet's shutdownGracePeriod, MAX_CHECKPOINT_GRACE + 30 s: dlinfra/render/nodeadm.py).
-STUCK_SECONDS = 3600 + 300 + 10 * 60
+STUCK_SECONDS = 3600 + 300 + 30 * 60
 DEFAULT_SHARE = 0.25  # of a pool's nodes in repair at once, for a pool GPU_REPAIR_SHARES does not list
 SHARES_ENV = "GPU_REPAIR_SHARES"  # JSON: {pool label value: share in (0, 1]}
 POLL_SECONDS = 30
@@ -120,10 +121,23 @@ def annotation(node: Mapping[str, Any]) -> dict[str, Any] | None:
 
 
 def to_repair(node: Mapping[str, Any]) -> bool:
-    """Judged at fault by its check or its watch, and put off work for it."""
+    """Judged at fault by its check or its watch on the boot it runs now, and put off work for it. After a reboot the
+    kubelet reports the new boot before the agent has judged it, and the condition still holds the last boot's
+    failure: the check's annotation names the boot its verdict is of."""
     held = condition(node)
     tainted = any(t.get("key") == UNHEALTHY_TAINT_KEY for t in (node.get("spec") or {}).get("taints") or [])
-    return held.get("status") == "False" and held.get("reason") in REPAIRABLE_REASONS and tainted
+    failed = held.get("status") == "False" and held.get("reason") in REPAIRABLE_REASONS and tainted
+    return failed and verdict_boot(node) == boot_id(node) != ""
+
+
+def verdict_boot(node: Mapping[str, Any]) -> str:
+    """The boot the node's last check verdict is of (the agent's CHECK_ANNOTATION), "" if unknown."""
+    text = ((node.get("metadata") or {}).get("annotations") or {}).get(CHECK_ANNOTATION)
+    try:
+        verdict = json.loads(text) if text else None
+    except ValueError:
+        return ""
+    return str(verdict.get("boot_id", "")) if isinstance(verdict, dict) else ""
 
 
 def _time(text: Any) -> datetime.datetime | None:
@@ -170,7 +184,10 @@ def decide(nodes: Sequence[Mapping[str, Any]], now: datetime.datetime, shares: M
             approved_at = _time(note.get("approved_at"))
             attempt = note.get("attempt")
             attempt = attempt if isinstance(attempt, int) else 1
-            if note.get("boot_id") == boot_id(node):  # in flight, unless stuck
+            if note.get("boot_id") == boot_id(node):  # in flight, unless stuck or healthy again
+                if condition(node).get("status") == "True":  # its check passed again first: nothing to repair
+                    actions.append(Action(_name(node), _version(node), None, "withdrawn: healthy again"))
+                    continue
                 if approved_at is not None and (now - approved_at).total_seconds() <= STUCK_SECONDS:
                     flying += 1
                     continue
@@ -184,7 +201,7 @@ def decide(nodes: Sequence[Mapping[str, Any]], now: datetime.datetime, shares: M
                 actions.append(
                     Action(_name(node), _version(node), None, f"repaired: healthy after the {note.get('action')}")
                 )
-            elif to_repair(node) and judged_since(node, approved_at):
+            elif to_repair(node):  # failed again, on a boot after the approved one
                 if attempt < MAX_REBOOTS:
                     waiting.append((node, attempt + 1))
                     continue
@@ -250,7 +267,7 @@ def slim(node: Mapping[str, Any]) -> dict[str, Any]:
         "metadata": {
             **{k: metadata[k] for k in ("name", "uid", "resourceVersion") if k in metadata},
             "labels": {k: v for k, v in (metadata.get("labels") or {}).items() if k in (POOL_LABEL, SITE_LABEL)},
-            "annotations": {ANNOTATION: annotations[ANNOTATION]} if ANNOTATION in annotations else {},
+            "annotations": {k: annotations[k] for k in (ANNOTATION, CHECK_ANNOTATION) if k in annotations},
         },
         "spec": {
             "taints": [t for t in (node.get("spec") or {}).get("taints") or [] if t.get("key") == UNHEALTHY_TAINT_KEY]

@@ -939,10 +939,21 @@ def test_replace_marks_this_instance_unhealthy_by_its_id_and_region_from_imds(
 def test_reboot_reboots_through_systemctl_and_reads_no_imds(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     request, boot_id = write_request(tmp_path, action="reboot")
     run = FakeRun()
-    assert gpu_check.repair(str(request), run=run, opener=no_imds, boot_id_file=str(boot_id)) == 0
+    # systemd-inhibit --list with the kubelet's graceful node shutdown on (its delay lock, as the kubelet names it).
+    held = "kubelet 0 root 1234 kubelet shutdown Kubelet needs time to handle node shutdown delay\n"
+    assert gpu_check.repair(str(request), run=run, opener=no_imds, boot_id_file=str(boot_id), locks=lambda: held) == 0
     assert run.commands == [["systemctl", "reboot"]]
     assert "systemctl reboot" in capsys.readouterr().out  # logged before it runs
     assert request.exists()  # in /run: gone with the reboot
+
+
+def test_no_reboot_where_the_kubelet_would_not_give_the_pods_their_grace(tmp_path: Path) -> None:
+    """Without the kubelet's delay lock (graceful node shutdown off, or logind refusing it), a reboot kills the pods:
+    refused, the request removed (the agent writes it again a minute later; the controller gives up in time)."""
+    request, boot_id = write_request(tmp_path, action="reboot")
+    run = FakeRun()
+    assert gpu_check.repair(str(request), run=run, opener=no_imds, boot_id_file=str(boot_id), locks=lambda: "") == 1
+    assert run.commands == [] and not request.exists()
 
 
 @pytest.mark.parametrize(
@@ -989,8 +1000,10 @@ def test_a_command_that_fails_exits_1_and_removes_the_request(
     request, boot_id = write_request(tmp_path, action=action)
     imds = FakeImds({"instance-id": "i-0123456789abcdef0", "placement/region": "us-west-2"})
     run = FakeRun(status=255)  # the AWS CLI's exit status for a failed call (AccessDenied, throttled past its retries)
-    assert gpu_check.repair(str(request), run=run, opener=imds, boot_id_file=str(boot_id)) == 1
-    assert len(run.commands) == 1 and not request.exists()  # the controller's timeout notices a repair that did nothing
+    locks = lambda: "kubelet 0 root 1234 kubelet shutdown Kubelet needs time to handle node shutdown delay"  # noqa: E731
+    assert gpu_check.repair(str(request), run=run, opener=imds, boot_id_file=str(boot_id), locks=locks) == 1
+    # Removed: the agent writes it again a minute later, and the controller's timeout notices a repair that never is.
+    assert len(run.commands) == 1 and not request.exists()
     assert "exited 255" in capsys.readouterr().err
 
 

@@ -457,17 +457,17 @@ def _approved(boot: str = BOOT, action: str = "replace") -> dict[str, str]:
     return {gpu_health.REPAIR_ANNOTATION: json.dumps(approval)}
 
 
-def test_an_approved_repair_is_requested_on_the_machine_once_a_boot(
+def test_an_approved_repair_is_requested_on_the_machine_while_it_is_absent(
     api: tuple[agent.ApiServer, type[FakeNodeApi]], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     server, handler = api
     report = _write_check_report(tmp_path, "h100-seven-gpus.json", monkeypatch)  # fails: off work
     repair = tmp_path / "repair"
     repair.mkdir()
-    requested: set[str] = set()
+    requested: dict[str, datetime.datetime] = {}
 
-    def once() -> list[str]:
-        return agent.once(server, NODE, str(report), boot_id=BOOT, uptime=300, now=NOW, repair_dir=str(repair),
+    def once(now: datetime.datetime = NOW) -> list[str]:
+        return agent.once(server, NODE, str(report), boot_id=BOOT, uptime=300, now=now, repair_dir=str(repair),
                           requested=requested)  # fmt: skip
 
     once()
@@ -477,8 +477,16 @@ def test_an_approved_repair_is_requested_on_the_machine_once_a_boot(
     assert json.loads((repair / "request").read_text()) == {
         "action": "replace", "boot_id": BOOT, "node": NODE, "approved_at": "2027-01-05T12:00:00Z"
     }  # fmt: skip
-    (repair / "request").unlink()  # the machine took it (or refused it): once a boot, not again
-    assert not any("repair" in line for line in once()) and not (repair / "request").exists()
+    # Kept there while the machine acts on it: not written again.
+    assert not any("repair" in line for line in once(NOW + datetime.timedelta(minutes=5)))
+    # The machine's unit removes a request it failed to carry out (IMDS out for a moment): written again, at most once
+    # a minute.
+    (repair / "request").unlink()
+    assert "repair requested on the machine: replace" in once(NOW + datetime.timedelta(minutes=6))
+    (repair / "request").unlink()
+    assert not any("repair" in line for line in once(NOW + datetime.timedelta(minutes=6, seconds=30)))
+    assert "repair requested on the machine: replace" in once(NOW + datetime.timedelta(minutes=7))
+    assert (repair / "request").exists() and not list(repair.glob("*.partial"))
     assert gpu_health.REPAIR_ANNOTATION == agent.REPAIR_ANNOTATION and gpu_health.REPAIR_ACTIONS == agent.REPAIR_ACTIONS
 
 

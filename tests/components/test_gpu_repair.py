@@ -49,12 +49,16 @@ def _node(
     tainted: bool = True,
     site: str | None = None,
     note: dict[str, Any] | None = None,
+    verdict_boot: str | None = None,
 ) -> dict[str, Any]:
-    """A GPU node as the API server lists it; by default one the burn-in agent put off work for a failed check."""
+    """A GPU node as the API server lists it; by default one the burn-in agent put off work for a failed check of
+    this boot (`verdict_boot`: the boot the agent's last verdict is of, this one by default)."""
     labels = {"dlinfra.io/pool": pool, "kubernetes.io/hostname": name}
     if site:
         labels["dlinfra.io/site"] = site
-    annotations = {"node.alpha.kubernetes.io/ttl": "0", gpu_health.CORDON_ANNOTATION: "true"}
+    verdict = {"verdict": "failed", "finished_at": judged_at, "boot_id": verdict_boot or boot, "problems": []}
+    annotations = {"node.alpha.kubernetes.io/ttl": "0", gpu_health.CORDON_ANNOTATION: "true",
+                   gpu_health.CHECK_ANNOTATION: json.dumps(verdict)}  # fmt: skip
     if note is not None:
         annotations[KEY] = json.dumps(note)
     conditions: list[dict[str, str]] = [{"type": "Ready", "status": "True", "reason": "KubeletReady"}]
@@ -102,8 +106,9 @@ def test_the_script_carries_the_names_dlinfra_declares() -> None:
     assert controller.CONDITION == gpu_health.HEALTH_CONDITION
     assert gpu_health.UNHEALTHY_TAINT[0] == controller.UNHEALTHY_TAINT_KEY
     assert (controller.SITE_LABEL, controller.POOL_LABEL) == (nodes.SITE_LABEL, nodes.POOL_LABEL)
-    # Given up only after the longest a node may take to go: the longest grace, the hook's margin, and 10 minutes.
-    assert controller.STUCK_SECONDS == MAX_CHECKPOINT_GRACE + DRAIN_MARGIN_SECONDS + 10 * 60
+    # Given up only after the longest a node may take to go: the longest grace, the hook's margin, and 30 minutes.
+    assert controller.STUCK_SECONDS == MAX_CHECKPOINT_GRACE + DRAIN_MARGIN_SECONDS + 30 * 60
+    assert controller.CHECK_ANNOTATION == gpu_health.CHECK_ANNOTATION
 
 
 # What the controller decides --------------------------------------------------------------------------------------
@@ -175,9 +180,11 @@ def test_a_repair_that_worked_clears_the_annotation() -> None:
     rebooted = _healthy("s0", boot="boot-2", site="sjc1", note=_approved(action="reboot", at=EARLIER))
     (action,) = controller.decide([rebooted], NOW, {})
     assert action.annotation is None and action.event is None and action.line == "repaired: healthy after the reboot"
-    # Healthy on the approved boot is not yet a repair (the machine has not acted): left alone, still in flight.
+    # Healthy again on the approved boot (its check passed again first): withdrawn, and its share goes to the next.
     same_boot = _healthy("s0", site="sjc1", note=_approved(action="reboot"))
-    assert controller.decide([same_boot, _node("s1", site="sjc1")], NOW, {}) == []
+    withdrawn, approved = controller.decide([same_boot, _node("s1", site="sjc1")], NOW, {})
+    assert (withdrawn.node, withdrawn.annotation, withdrawn.line) == ("s0", None, "withdrawn: healthy again")
+    assert approved.node == "s1"
 
 
 def test_a_site_machine_that_fails_again_after_its_reboot_is_given_up_with_an_event() -> None:
@@ -186,8 +193,10 @@ def test_a_site_machine_that_fails_again_after_its_reboot_is_given_up_with_an_ev
     note = approve.annotation
     later = NOW + datetime.timedelta(minutes=20)
     # Rebooted: until the agent on it has judged this boot, the condition is still the last boot's failure.
-    stale = _node("s0", boot="boot-2", site="sjc1", note=note)
+    stale = _node("s0", boot="boot-2", site="sjc1", note=note, verdict_boot="boot-1")
     assert controller.decide([stale], later, {}) == []
+    # Nor is a node with no repair yet approved on a verdict of an earlier boot.
+    assert controller.decide([_node("s1", boot="boot-2", site="sjc1", verdict_boot="boot-1")], later, {}) == []
     checking = _node("s0", boot="boot-2", site="sjc1", note=note, health=("Unknown", "Checking"), tainted=False)
     assert controller.decide([checking], later, {}) == []
     failed = _node("s0", boot="boot-2", site="sjc1", note=note, judged_at="2027-01-05T12:15:00Z")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import fnmatch
 import json
 import re
 from collections.abc import Mapping, Sequence
@@ -245,12 +246,15 @@ def gpu_nodes_repaired(resources: Sequence[Resource], ctx: Context) -> list[Viol
     out: list[Violation] = []
     for policy in (r for r in resources if r.type == ROLE_POLICY):
         document = policy.inputs.get("policy")
-        if not isinstance(document, str) or SET_INSTANCE_HEALTH not in document:
+        if not isinstance(document, str):
             continue
         for statement in as_objects(_json_object(document).get("Statement")):
             actions = statement.get("Action")
-            listed = actions if isinstance(actions, list) else [actions]
-            if SET_INSTANCE_HEALTH in listed or "autoscaling:*" in listed:
+            listed = [str(a) for a in (actions if isinstance(actions, list) else [actions])]
+            # IAM matches actions case-insensitively, with * and ? wildcards ("IAM JSON policy elements: Action").
+            if statement.get("Effect") == "Allow" and any(
+                fnmatch.fnmatchcase(SET_INSTANCE_HEALTH.lower(), a.lower()) for a in listed
+            ):
                 targets = statement.get("Resource")
                 for target in targets if isinstance(targets, list) else [targets]:
                     if (

@@ -297,8 +297,17 @@ def _any_group(inputs: dict[str, Any]) -> None:
     inputs["policy"] = json.dumps(document)
 
 
+def _wildcard_action(inputs: dict[str, Any]) -> None:
+    import json
+
+    document = json.loads(inputs["policy"])
+    document["Statement"][0].update(Action="autoscaling:Set*", Resource="*")
+    inputs["policy"] = json.dumps(document)
+
+
 REPAIR_MUTATIONS = [
     pytest.param(_regional, _repair_policy, _any_group, "only in its own pool's group", id="any-group"),
+    pytest.param(_regional, _repair_policy, _wildcard_action, "only in its own pool's group", id="wildcard-action"),
     pytest.param(
         _in_cluster,
         _named(":Deployment", "gpu-repair"),

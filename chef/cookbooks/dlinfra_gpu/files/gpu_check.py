@@ -1021,6 +1021,19 @@ def set_unhealthy_command(aws_cli: str, instance_id: str, region: str) -> list[s
 # systemctl asks logind to reboot (systemd src/systemctl/systemctl-start-special.c: "First try logind"), which holds
 # the reboot for the delay inhibitor lock the kubelet's graceful node shutdown takes, while it stops the pods.
 REBOOT_COMMAND = ("systemctl", "reboot")
+# The locks held on shutdown (systemd-inhibit(1) --list); the kubelet takes a "delay" lock named after itself when its
+# graceful node shutdown is on (Kubernetes "Node Shutdowns": it is off unless shutdownGracePeriod is set, and fails
+# to start where logind will not grant the delay).
+INHIBITORS_COMMAND = ("systemd-inhibit", "--list", "--mode=delay", "--no-pager", "--no-legend")
+
+
+def delay_locks() -> str:
+    """The delay inhibitor locks, as systemd-inhibit lists them ("" where it cannot)."""
+    try:
+        done = subprocess.run(list(INHIBITORS_COMMAND), capture_output=True, text=True, timeout=30, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return ""
+    return done.stdout
 
 
 def repair(
@@ -1030,6 +1043,7 @@ def repair(
     run: Callable[[Sequence[str]], int] = run_command,
     opener: Callable[..., Any] = urllib.request.urlopen,
     boot_id_file: str | None = None,
+    locks: Callable[[], str] = delay_locks,
 ) -> int:
     """Carry out the request in `request_file`: exit 0 done (the request stays: the machine goes away, or reboots and
     /run with it), 1 its command failed, 2 refused; both remove the request. `run` runs a command (run_command),
@@ -1058,6 +1072,10 @@ def repair(
             return _repair_failed(request_file, 1, f"{what}: this instance's id and region from IMDS: {exc}")
         command = set_unhealthy_command(aws_cli, instance_id, region)
     else:
+        # Only where the kubelet will stop the pods with their grace first: without its lock the reboot kills them.
+        if "kubelet" not in locks():
+            why = "the kubelet holds no shutdown delay lock (its graceful node shutdown is off)"
+            return _repair_failed(request_file, 1, f"{what}: {why}: not rebooting, the jobs would lose their grace")
         command = list(REBOOT_COMMAND)
     print(f"gpu_check.py repair: {what}: {' '.join(command)}", flush=True)  # before a reboot takes the journal away
     status = run(command)
