@@ -28,7 +28,6 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 from components import pod_scripts
-from components.charts.gpu_admission import binding_spec
 from components.charts.nodes import GPU_MODEL_LABEL, GPU_NODE_AFFINITY, GPU_PRODUCT_LABEL
 from components.charts.pinned import SYSTEM_NAMESPACE
 from components.scripts import gpu_burn_in as agent
@@ -117,22 +116,10 @@ def own_node_policy_spec(gpu_labels: Mapping[str, Mapping[str, str]]) -> dict[st
     def marked(obj: str) -> str:
         return f"(has({obj}.metadata.annotations) && '{mark}' in {obj}.metadata.annotations)"
 
-    return {
-        "failurePolicy": "Fail",
-        "matchConstraints": {
-            "resourceRules": [
-                {
-                    "apiGroups": [""],
-                    "apiVersions": ["v1"],
-                    "operations": ["UPDATE"],
-                    "resources": ["nodes", "nodes/status"],
-                }
-            ]
-        },
-        "matchConditions": [
-            {"name": "burn-in-agent", "expression": f"request.userInfo.username == '{SERVICE_ACCOUNT_USER}'"}
-        ],
-        "validations": [
+    return pod_scripts.node_update_policy(
+        SERVICE_ACCOUNT_USER,
+        "burn-in-agent",
+        [
             {
                 "expression": f"'{NODE_NAME_CLAIM}' in request.userInfo.extra && "
                 f"request.userInfo.extra['{NODE_NAME_CLAIM}'] == [object.metadata.name]",
@@ -208,7 +195,7 @@ def own_node_policy_spec(gpu_labels: Mapping[str, Mapping[str, str]]) -> dict[st
                 "endpoints or node info",
             },
         ],
-    }
+    )
 
 
 def daemon_set_spec(gpu_labels: Mapping[str, Mapping[str, str]]) -> dict[str, Any]:
@@ -233,8 +220,7 @@ def daemon_set_spec(gpu_labels: Mapping[str, Mapping[str, str]]) -> dict[str, An
     # Two probes on the agent's heartbeat files (agent.beat): live while its loop turns, ready while its passes
     # reach the API server. A python3 per probe needs more than the keeper's 64 MiB.
     container["resources"]["limits"]["memory"] = "128Mi"
-    container["livenessProbe"] = _beat_probe(agent.ALIVE, agent.LIVE_SECONDS)
-    container["readinessProbe"] = _beat_probe(agent.READY, agent.READY_SECONDS)
+    container.update(pod_scripts.beat_probes(agent))
     pod = {
         "serviceAccountName": NAME,
         "automountServiceAccountToken": False,
@@ -263,73 +249,24 @@ def daemon_set_spec(gpu_labels: Mapping[str, Mapping[str, str]]) -> dict[str, An
     }
 
 
-def _beat_probe(name: str, seconds: int) -> dict[str, Any]:
-    """Fails when the heartbeat file `name` is older than `seconds` (or missing)."""
-    path = f"{agent.HEARTBEAT_DIR}/{name}"
-    check = f"import os, sys, time; sys.exit(time.time() - os.stat({path!r}).st_mtime > {seconds})"
-    return {
-        "exec": {"command": ["python3", "-c", check]},
-        "initialDelaySeconds": agent.POLL_SECONDS,
-        "periodSeconds": 30,
-        "timeoutSeconds": 10,
-        "failureThreshold": 3,
-    }
-
-
-def network_policy_spec() -> dict[str, Any]:
-    """The agent takes no connections, and makes one kind: HTTPS to the API server (the kubernetes Service's
-    address, translated to the control plane's, on 443 for EKS)."""
-    return {
-        "podSelector": {"matchLabels": LABELS},
-        "policyTypes": ["Ingress", "Egress"],
-        "ingress": [],
-        "egress": [{"ports": [{"protocol": "TCP", "port": 443}]}],
-    }
-
-
 def declare(name: str, *, gpu_labels: Mapping[str, Mapping[str, str]], opts: Options, meta: Meta) -> None:
     """The agent's account, its rights and their limits, its scripts and its DaemonSet; `gpu_labels`: the GPU model
     labels of each GPU pool's and site's nodes, by their dlinfra.io/pool value."""
-    rbac, admission = k8s.rbac.v1, k8s.admissionregistration.v1
-    account = k8s.core.v1.ServiceAccount(f"{name}-{NAME}", metadata=meta(NAME, NAMESPACE), opts=opts())
-    role = rbac.ClusterRole(
-        f"{name}-{NAME}-role",
-        metadata=meta(ROLE),
-        rules=cast("list[k8s.rbac.v1.PolicyRuleArgsDict]", cluster_role_rules()),
-        opts=opts(),
-    )
-    # The limits exist before the rights do.
-    policy = admission.ValidatingAdmissionPolicy(
-        f"{name}-{NAME}-own-node",
-        metadata=meta(OWN_NODE_POLICY),
-        spec=cast(
-            "k8s.admissionregistration.v1.ValidatingAdmissionPolicySpecArgsDict", own_node_policy_spec(gpu_labels)
-        ),
-        opts=opts(),
-    )
-    policy_binding = admission.ValidatingAdmissionPolicyBinding(
-        f"{name}-{NAME}-own-node-binding",
-        metadata=meta(OWN_NODE_POLICY),
-        spec=binding_spec(OWN_NODE_POLICY),
-        opts=opts(depends_on=[policy]),
-    )
-    binding = rbac.ClusterRoleBinding(
-        f"{name}-{NAME}-binding",
-        metadata=meta(ROLE),
-        role_ref=rbac.RoleRefArgs(api_group="rbac.authorization.k8s.io", kind="ClusterRole", name=ROLE),
-        subjects=[rbac.SubjectArgs(kind="ServiceAccount", name=NAME, namespace=NAMESPACE)],
-        opts=opts(depends_on=[role, account, policy_binding]),
-    )
-    config = k8s.core.v1.ConfigMap(f"{name}-{NAME}-scripts", metadata=meta(NAME, NAMESPACE), data=FILES, opts=opts())
-    k8s.networking.v1.NetworkPolicy(
-        f"{name}-{NAME}-network",
-        metadata=meta(NAME, NAMESPACE),
-        spec=cast("k8s.networking.v1.NetworkPolicySpecArgsDict", network_policy_spec()),
-        opts=opts(),
+    waits = pod_scripts.declare_held_account(
+        name,
+        NAME,
+        namespace=NAMESPACE,
+        role=ROLE,
+        rules=cluster_role_rules(),
+        policy=("own-node", OWN_NODE_POLICY, own_node_policy_spec(gpu_labels)),
+        files=FILES,
+        labels=LABELS,
+        opts=opts,
+        meta=meta,
     )
     k8s.apps.v1.DaemonSet(
         f"{name}-{NAME}",
         metadata=meta(NAME, NAMESPACE),
         spec=cast("k8s.apps.v1.DaemonSetSpecArgsDict", daemon_set_spec(gpu_labels)),
-        opts=opts(depends_on=[binding, config]),
+        opts=opts(depends_on=waits),
     )

@@ -25,7 +25,6 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 from components import pod_scripts
-from components.charts.gpu_admission import binding_spec
 from components.charts.nodes import CLOUD_NODE_AFFINITY
 from components.charts.pinned import SYSTEM_NAMESPACE
 from components.scripts import gpu_repair as controller
@@ -77,22 +76,10 @@ def annotation_only_policy_spec() -> dict[str, Any]:
     key = gpu_health.REPAIR_ANNOTATION
     new_annotations = _field("object", "metadata.annotations", "{}")
     old_annotations = _field("oldObject", "metadata.annotations", "{}")
-    return {
-        "failurePolicy": "Fail",
-        "matchConstraints": {
-            "resourceRules": [
-                {
-                    "apiGroups": [""],
-                    "apiVersions": ["v1"],
-                    "operations": ["UPDATE"],
-                    "resources": ["nodes", "nodes/status"],
-                }
-            ]
-        },
-        "matchConditions": [
-            {"name": "gpu-repair-controller", "expression": f"request.userInfo.username == '{SERVICE_ACCOUNT_USER}'"}
-        ],
-        "validations": [
+    return pod_scripts.node_update_policy(
+        SERVICE_ACCOUNT_USER,
+        "gpu-repair-controller",
+        [
             {
                 "expression": f"{new_annotations}.all(k, k == '{key}' || "
                 f"(k in {old_annotations} && {old_annotations}[k] == {new_annotations}[k])) && "
@@ -123,7 +110,7 @@ def annotation_only_policy_spec() -> dict[str, Any]:
                 "message": "the GPU repair controller may not change a node's spec or status",
             },
         ],
-    }
+    )
 
 
 def deployment_spec(shares: Mapping[str, float]) -> dict[str, Any]:
@@ -136,8 +123,7 @@ def deployment_spec(shares: Mapping[str, float]) -> dict[str, Any]:
     # thousand nodes, read a page at a time and slimmed (controller.LIST_PAGE).
     container["resources"]["limits"]["memory"] = "256Mi"
     container["resources"]["requests"]["memory"] = "64Mi"
-    container["livenessProbe"] = _beat_probe(controller.ALIVE, controller.LIVE_SECONDS)
-    container["readinessProbe"] = _beat_probe(controller.READY, controller.READY_SECONDS)
+    container.update(pod_scripts.beat_probes(controller))
     pod = {
         "serviceAccountName": NAME,
         "automountServiceAccountToken": False,
@@ -162,73 +148,26 @@ def deployment_spec(shares: Mapping[str, float]) -> dict[str, Any]:
     }
 
 
-def _beat_probe(name: str, seconds: int) -> dict[str, Any]:
-    """Fails when the heartbeat file `name` is older than `seconds` (or missing)."""
-    path = f"{controller.HEARTBEAT_DIR}/{name}"
-    check = f"import os, sys, time; sys.exit(time.time() - os.stat({path!r}).st_mtime > {seconds})"
-    return {
-        "exec": {"command": ["python3", "-c", check]},
-        "initialDelaySeconds": controller.POLL_SECONDS,
-        "periodSeconds": 30,
-        "timeoutSeconds": 10,
-        "failureThreshold": 3,
-    }
-
-
-def network_policy_spec() -> dict[str, Any]:
-    """The controller takes no connections, and makes one kind: HTTPS to the API server (the kubernetes Service's
-    address, translated to the control plane's, on 443 for EKS)."""
-    return {
-        "podSelector": {"matchLabels": LABELS},
-        "policyTypes": ["Ingress", "Egress"],
-        "ingress": [],
-        "egress": [{"ports": [{"protocol": "TCP", "port": 443}]}],
-    }
-
-
 def declare(name: str, *, shares: Mapping[str, float], opts: Options, meta: Meta) -> None:
     """The controller's account, its rights and their limits, its scripts and its Deployment; `shares`: each pool's
     share of its nodes in repair at once, by dlinfra.io/pool value, in (0, 1] (a pool not listed:
     controller.DEFAULT_SHARE)."""
     check_shares(shares)
-    rbac, admission = k8s.rbac.v1, k8s.admissionregistration.v1
-    account = k8s.core.v1.ServiceAccount(f"{name}-{NAME}", metadata=meta(NAME, NAMESPACE), opts=opts())
-    role = rbac.ClusterRole(
-        f"{name}-{NAME}-role",
-        metadata=meta(ROLE),
-        rules=cast("list[k8s.rbac.v1.PolicyRuleArgsDict]", cluster_role_rules()),
-        opts=opts(),
-    )
-    # The limits exist before the rights do.
-    policy = admission.ValidatingAdmissionPolicy(
-        f"{name}-{NAME}-annotation-only",
-        metadata=meta(ANNOTATION_ONLY_POLICY),
-        spec=cast("k8s.admissionregistration.v1.ValidatingAdmissionPolicySpecArgsDict", annotation_only_policy_spec()),
-        opts=opts(),
-    )
-    policy_binding = admission.ValidatingAdmissionPolicyBinding(
-        f"{name}-{NAME}-annotation-only-binding",
-        metadata=meta(ANNOTATION_ONLY_POLICY),
-        spec=binding_spec(ANNOTATION_ONLY_POLICY),
-        opts=opts(depends_on=[policy]),
-    )
-    binding = rbac.ClusterRoleBinding(
-        f"{name}-{NAME}-binding",
-        metadata=meta(ROLE),
-        role_ref=rbac.RoleRefArgs(api_group="rbac.authorization.k8s.io", kind="ClusterRole", name=ROLE),
-        subjects=[rbac.SubjectArgs(kind="ServiceAccount", name=NAME, namespace=NAMESPACE)],
-        opts=opts(depends_on=[role, account, policy_binding]),
-    )
-    config = k8s.core.v1.ConfigMap(f"{name}-{NAME}-scripts", metadata=meta(NAME, NAMESPACE), data=FILES, opts=opts())
-    k8s.networking.v1.NetworkPolicy(
-        f"{name}-{NAME}-network",
-        metadata=meta(NAME, NAMESPACE),
-        spec=cast("k8s.networking.v1.NetworkPolicySpecArgsDict", network_policy_spec()),
-        opts=opts(),
+    waits = pod_scripts.declare_held_account(
+        name,
+        NAME,
+        namespace=NAMESPACE,
+        role=ROLE,
+        rules=cluster_role_rules(),
+        policy=("annotation-only", ANNOTATION_ONLY_POLICY, annotation_only_policy_spec()),
+        files=FILES,
+        labels=LABELS,
+        opts=opts,
+        meta=meta,
     )
     k8s.apps.v1.Deployment(
         f"{name}-{NAME}",
         metadata=meta(NAME, NAMESPACE),
         spec=cast("k8s.apps.v1.DeploymentSpecArgsDict", deployment_spec(shares)),
-        opts=opts(depends_on=[binding, config]),
+        opts=opts(depends_on=waits),
     )

@@ -24,6 +24,7 @@ from components.charts import autoscaler, nodes, nvidia
 from components.charts import kueue as kueue_chart
 from components.scripts import capacity_block_flavor, kube_api
 from components.scripts import gpu_burn_in as agent
+from components.scripts import gpu_repair as gpu_repair_script
 from dlinfra.model import gpu_health
 from tests import reference
 from tests.chef._gpu_check import gpu_check
@@ -637,7 +638,7 @@ def test_the_policy_leaves_everyone_else_to_rbac() -> None:
 
 def test_the_shipped_scripts_run_from_their_config_map_layout_with_the_standard_library_only(tmp_path: Path) -> None:
     """What the pods' ConfigMap volumes lay out, imported by a Python without site-packages (-S)."""
-    for module in (agent, capacity_block_flavor):
+    for module in (agent, capacity_block_flavor, gpu_repair_script):
         files = pod_scripts.script_files(kube_api, module)
         root = tmp_path / module.__name__
         for item in pod_scripts.script_items(files):

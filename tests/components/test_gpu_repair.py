@@ -29,6 +29,7 @@ from dlinfra.model import gpu_health
 from dlinfra.model.fleet.pools import DRAIN_MARGIN_SECONDS, MAX_CHECKPOINT_GRACE
 from dlinfra.offline import engine
 from tests.components.charts.test_checkpoint_grace import _review
+from tests.components.test_gpu_burn_in import _merge
 from tests.loopback import serving
 
 NOW = datetime.datetime(2027, 1, 5, 12, 0, tzinfo=datetime.UTC)
@@ -284,19 +285,6 @@ def test_shares_come_from_the_environment_and_are_checked() -> None:
 # The controller against a loopback API server that enforces its admission policy ----------------------------------
 
 
-def _merge(target: Any, patch: Any) -> Any:
-    """RFC 7386 JSON merge patch."""
-    if not isinstance(patch, dict):
-        return copy.deepcopy(patch)
-    result = dict(target) if isinstance(target, dict) else {}
-    for key, value in patch.items():
-        if value is None:
-            result.pop(key, None)
-        else:
-            result[key] = _merge(result.get(key), value)
-    return result
-
-
 def _policy_refusals(
     old: dict[str, Any], new: dict[str, Any], user: str = gpu_repair.SERVICE_ACCOUNT_USER
 ) -> list[str]:
@@ -500,23 +488,9 @@ def test_the_policy_leaves_everyone_else_to_rbac() -> None:
 # What is declared --------------------------------------------------------------------------------------------------
 
 
-def test_the_shipped_script_runs_from_its_config_map_layout_with_the_standard_library_only(tmp_path: Path) -> None:
-    """What the pod's ConfigMap volume lays out, imported by a Python without site-packages (-S)."""
-    files = pod_scripts.script_files(kube_api, controller)
-    assert files == gpu_repair.FILES
-    for item in pod_scripts.script_items(files):
-        (tmp_path / item["path"]).parent.mkdir(parents=True, exist_ok=True)
-        (tmp_path / item["path"]).write_text(files[item["key"]])
-    done = subprocess.run(
-        [sys.executable, "-S", "-c", f"import {controller.__name__}"],
-        cwd=tmp_path,
-        env={"PYTHONPATH": str(tmp_path), "PYTHONDONTWRITEBYTECODE": "1"},
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr
+def test_the_shipped_script_is_the_config_map_s() -> None:
+    # It runs from that layout with the standard library only: tests/components/test_gpu_burn_in.py, for every script.
+    assert pod_scripts.script_files(kube_api, controller) == gpu_repair.FILES
 
 
 def test_the_probes_read_the_heartbeats_the_controller_writes(tmp_path: Path) -> None:
