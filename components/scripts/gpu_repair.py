@@ -147,13 +147,6 @@ def _time(text: Any) -> datetime.datetime | None:
         return None
 
 
-def judged_since(node: Mapping[str, Any], moment: datetime.datetime | None) -> bool:
-    """The node's verdict came after `moment`: the kubelet reports a new boot before the agent on it has judged it,
-    and until then the condition still carries the last boot's failure."""
-    since = _time(condition(node).get("lastTransitionTime"))
-    return moment is not None and since is not None and since > moment
-
-
 def pool_limit(size: int, share: float) -> int:
     """Repairs of a pool of `size` nodes in flight at once: its share, and always one, so a small pool is repaired."""
     return max(1, math.floor(share * size))
@@ -176,7 +169,9 @@ def decide(nodes: Sequence[Mapping[str, Any]], now: datetime.datetime, shares: M
                     waiting.append((node, 1))
                 continue
             if note.get("state") == GIVEN_UP and condition(node).get("status") == "True":
-                if judged_since(node, _time(note.get("given_up_at"))):  # someone repaired it, and it passed again
+                # Given up only while not healthy: healthy on this boot's verdict, someone repaired it (no clocks
+                # compared: the machine's and the controller's may differ).
+                if verdict_boot(node) == boot_id(node):
                     actions.append(Action(_name(node), _version(node), None, "cleared: healthy since it was given up"))
                 continue
             if note.get("state") != APPROVED:
@@ -184,9 +179,9 @@ def decide(nodes: Sequence[Mapping[str, Any]], now: datetime.datetime, shares: M
             approved_at = _time(note.get("approved_at"))
             attempt = note.get("attempt")
             attempt = attempt if isinstance(attempt, int) else 1
-            if note.get("boot_id") == boot_id(node):  # in flight, unless stuck or healthy again
-                if condition(node).get("status") == "True":  # its check passed again first: nothing to repair
-                    actions.append(Action(_name(node), _version(node), None, "withdrawn: healthy again"))
+            if note.get("boot_id") == boot_id(node):  # in flight, unless stuck or no longer due
+                if not to_repair(node):  # its check passed again first, or someone took it in hand: nothing to repair
+                    actions.append(Action(_name(node), _version(node), None, "withdrawn: no longer due for repair"))
                     continue
                 if approved_at is not None and (now - approved_at).total_seconds() <= STUCK_SECONDS:
                     flying += 1
@@ -194,7 +189,8 @@ def decide(nodes: Sequence[Mapping[str, Any]], now: datetime.datetime, shares: M
                 reason = "the machine did not act on the request"
                 detail = (
                     f"{reason} to {note.get('action')} within {STUCK_SECONDS} s of its approval at "
-                    f"{note.get('approved_at')} (is the host's repair unit on it?)"
+                    f"{note.get('approved_at')} (see `journalctl -u dlinfra-gpu-repair` on it: an image without the "
+                    "repair unit, or a reboot refused for want of the kubelet's shutdown lock)"
                 )
                 actions.append(_give_up(node, note, reason, detail, stamp))
             elif condition(node).get("status") == "True":

@@ -184,7 +184,7 @@ def test_a_repair_that_worked_clears_the_annotation() -> None:
     # Healthy again on the approved boot (its check passed again first): withdrawn, and its share goes to the next.
     same_boot = _healthy("s0", site="sjc1", note=_approved(action="reboot"))
     withdrawn, approved = controller.decide([same_boot, _node("s1", site="sjc1")], NOW, {})
-    assert (withdrawn.node, withdrawn.annotation, withdrawn.line) == ("s0", None, "withdrawn: healthy again")
+    assert (withdrawn.node, withdrawn.annotation, withdrawn.line) == ("s0", None, "withdrawn: no longer due for repair")
     assert approved.node == "s1"
 
 
@@ -229,13 +229,13 @@ def test_a_site_machine_that_fails_again_after_its_reboot_is_given_up_with_an_ev
 
 
 def test_a_given_up_machine_someone_repaired_is_cleared_once_it_passes_again() -> None:
-    """The record stays while the machine is off work; once a later check passes, the next fault is repaired again."""
+    """The record stays while the machine is off work; once a check of its current boot passes (given up only while
+    it was not healthy), the next fault is repaired again. No clocks compared: the machine's may run behind."""
     given_up = {**_approved(action="reboot"), "state": "given-up", "reason": "r", "given_up_at": "2027-01-05T12:20:00Z"}
-    still = _node("s0", boot="boot-3", site="sjc1", note=given_up, health=("True", "CheckPassed"),
-                  judged_at="2027-01-05T12:10:00Z", tainted=False)  # fmt: skip
-    assert controller.decide([still], NOW + datetime.timedelta(hours=1), {}) == []  # healthy before the give-up
+    off = _node("s0", boot="boot-3", site="sjc1", note=given_up)
+    assert controller.decide([off], NOW + datetime.timedelta(hours=1), {}) == []
     fixed = _node("s0", boot="boot-3", site="sjc1", note=given_up, health=("True", "CheckPassed"),
-                  judged_at="2027-01-05T14:00:00Z", tainted=False)  # fmt: skip
+                  judged_at="2027-01-05T10:00:00Z", tainted=False)  # fmt: skip
     (cleared,) = controller.decide([fixed], NOW + datetime.timedelta(hours=3), {})
     assert cleared.annotation is None and cleared.line.startswith("cleared")
 
@@ -600,3 +600,13 @@ def test_a_share_outside_0_1_is_refused_before_anything_is_declared() -> None:
         gpu_repair.declare(
             "p", shares={"train-h100": 1.5}, opts=pulumi.ResourceOptions, meta=k8s.meta.v1.ObjectMetaArgs
         )
+
+
+def test_an_approval_no_longer_due_on_its_boot_is_withdrawn_and_frees_its_share() -> None:
+    """Judged Unknown since (a check run by hand that could not judge), or its unhealthy taint lifted by a person: not
+    held in flight for the stuck timeout, and the pool's share goes to the next."""
+    unknown = _node("n0", note=_approved(), health=("Unknown", "CheckNotJudged"))
+    withdrawn, approved = controller.decide([unknown, _node("n1")], NOW, {})
+    assert (withdrawn.node, withdrawn.annotation) == ("n0", None) and approved.node == "n1"
+    untainted = _node("n0", note=_approved(), tainted=False)
+    assert controller.decide([untainted], NOW, {})[0].line == "withdrawn: no longer due for repair"
