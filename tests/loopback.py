@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import contextlib
 import http.server
+import json
 import threading
 from collections.abc import Iterator
+from typing import Any
 
 
 @contextlib.contextmanager
@@ -19,3 +21,18 @@ def serving(server: http.server.HTTPServer) -> Iterator[str]:
         server.shutdown()
         server.server_close()
         thread.join(timeout=120)
+
+
+class JsonHandler(http.server.BaseHTTPRequestHandler):
+    """A fake API server's handler: answers are JSON, and nothing is logged."""
+
+    def _send(self, status: int, body: Any) -> None:
+        data = json.dumps(body).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def log_message(self, *args: object) -> None:
+        pass

@@ -30,7 +30,7 @@ from tests import reference
 from tests.chef._gpu_check import gpu_check
 from tests.chef.test_gpu_check import H100, recorded
 from tests.components.charts.test_checkpoint_grace import _review
-from tests.loopback import serving
+from tests.loopback import JsonHandler, serving
 
 NODE = "ip-10-1-2-3.us-west-2.compute.internal"
 BOOT = "5138c633-f26b-424d-b55b-d8189c8c1504"
@@ -214,20 +214,12 @@ def _policy_refusals(old: dict[str, Any], new: dict[str, Any], node_name: str) -
     return _review({"spec": {**spec, "variables": []}}, request, new, old)
 
 
-class FakeNodeApi(http.server.BaseHTTPRequestHandler):
+class FakeNodeApi(JsonHandler):
     """GET and PATCH of one node and its status, the way the API server answers them, with the agent's policy."""
 
     node: dict[str, Any]
     pod_node: str  # the node the agent's pod runs on (its token's node-name claim)
     patches: list[str]
-
-    def _send(self, status: int, body: Any) -> None:
-        data = json.dumps(body).encode()
-        self.send_response(status)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
 
     def do_GET(self) -> None:
         if self.path != f"/api/v1/nodes/{NODE}":
@@ -258,9 +250,6 @@ class FakeNodeApi(http.server.BaseHTTPRequestHandler):
         cls.node = new
         cls.patches.append(self.path)
         return self._send(200, new)
-
-    def log_message(self, *args: object) -> None:
-        pass
 
 
 @pytest.fixture

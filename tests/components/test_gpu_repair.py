@@ -30,7 +30,7 @@ from dlinfra.model.fleet.pools import DRAIN_MARGIN_SECONDS, MAX_CHECKPOINT_GRACE
 from dlinfra.offline import engine
 from tests.components.charts.test_checkpoint_grace import _review
 from tests.components.test_gpu_burn_in import _merge
-from tests.loopback import serving
+from tests.loopback import JsonHandler, serving
 
 NOW = datetime.datetime(2027, 1, 5, 12, 0, tzinfo=datetime.UTC)
 STAMP = "2027-01-05T12:00:00Z"
@@ -297,20 +297,12 @@ def _policy_refusals(
     return _review({"spec": {**spec, "variables": []}}, request, new, old)
 
 
-class FakeNodeApi(http.server.BaseHTTPRequestHandler):
+class FakeNodeApi(JsonHandler):
     """List and merge-patch of nodes and creation of Events, the way the API server answers them, with the policy."""
 
     nodes: dict[str, dict[str, Any]]
     events: list[dict[str, Any]]
     page: int  # nodes per list page the server gives (at most the client's limit)
-
-    def _send(self, status: int, body: Any) -> None:
-        data = json.dumps(body).encode()
-        self.send_response(status)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
 
     def _body(self) -> Any:
         return json.loads(self.rfile.read(int(self.headers["Content-Length"])))
@@ -351,9 +343,6 @@ class FakeNodeApi(http.server.BaseHTTPRequestHandler):
         event = self._body()
         type(self).events.append(event)
         return self._send(201, event)
-
-    def log_message(self, *args: object) -> None:
-        pass
 
 
 @pytest.fixture

@@ -23,6 +23,12 @@ AGENT = "gpu-burn-in"  # components/gpu_burn_in.py NAME
 OWN_NODE_POLICY = "dlinfra-gpu-burn-in-own-node"  # components/gpu_burn_in.py OWN_NODE_POLICY
 
 
+def _enforced(resources: Sequence[Resource], policy: str) -> bool:
+    """The ValidatingAdmissionPolicy `policy` is declared and bound with Deny."""
+    declared = {as_object(r.inputs.get("metadata")).get("name") for r in resources if r.type == VAP}
+    return policy in declared and policy in deny_bound_policies(resources)
+
+
 def _user_data(template: Resource) -> str | None:
     """The launch template's user data, decoded; None while unknown (a real preview) or not base64."""
     value = template.inputs.get("userData")
@@ -130,8 +136,7 @@ def gpu_nodes_burn_in(resources: Sequence[Resource], ctx: Context) -> list[Viola
                 "ever takes work",
             )
         )
-    policies = {as_object(r.inputs.get("metadata")).get("name") for r in resources if r.type == VAP}
-    if OWN_NODE_POLICY not in policies or OWN_NODE_POLICY not in deny_bound_policies(resources):
+    if not _enforced(resources, OWN_NODE_POLICY):
         out.append(
             Violation(
                 autoscaler.urn,
@@ -291,8 +296,7 @@ def gpu_nodes_repaired(resources: Sequence[Resource], ctx: Context) -> list[Viol
                     "approve up to a pool's share",
                 )
             )
-    policies = {as_object(r.inputs.get("metadata")).get("name") for r in resources if r.type == VAP}
-    if REPAIR_POLICY not in policies or REPAIR_POLICY not in deny_bound_policies(resources):
+    if not _enforced(resources, REPAIR_POLICY):
         out.append(
             Violation(
                 autoscaler.urn,
