@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 from collections import Counter
+from collections.abc import Mapping
 from typing import Any
 
 from rich.console import Console
@@ -178,31 +179,76 @@ def _sarif_result(f: Finding, index: int) -> dict[str, Any]:
     return result
 
 
-def print_reach(summary: dict[str, object], console: Console, *, verbose: bool = False) -> None:
-    """The per-family table, then each failing flow with the hop where it stopped."""
+def print_reach(summary: dict[str, Any], console: Console, *, verbose: bool = False, explain: bool = False) -> None:
+    """The per-family table with the share of each family's packets proved, what the model refused, each failing
+    flow with a packet that shows it and the hop where it stopped, and (explain) every allowed flow's paths."""
     table = Table(title="Reachability over the plans (dlinfra reach)")
-    for column in ("family", "intents", "flows", "failed intents"):
+    for column in ("family", "intents", "flows", "packets", "proved", "failed intents"):
         table.add_column(column, justify="left" if column == "family" else "right")
-    families = summary["families"]
-    assert isinstance(families, dict)
-    for family, row in families.items():
-        table.add_row(family, str(row["intents"]), str(row["flows"]), str(row["failed_intents"]))
+    per_family: dict[str, list[int]] = {}
+    for row in summary["coverage"].values():
+        counts = per_family.setdefault(row["family"], [0, 0])
+        counts[0] += row["packets"]
+        counts[1] += row["proved"]
+    for family, row in summary["families"].items():
+        packets, proved = per_family.get(family, [0, 0])
+        table.add_row(
+            family,
+            str(row["intents"]),
+            str(row["flows"]),
+            f"{packets:.3g}",
+            _share(proved, packets),
+            str(row["failed_intents"]),
+        )
     console.print(table)
-    failures = summary["failures"]
-    assert isinstance(failures, list)
-    for f in failures:
+    for refused in summary["refused"]:
+        console.print(f"REFUSED {refused['stack']}: {refused['reason']}", markup=False)
+    for f in summary["failures"]:
+        packet = f["packet"]
+        shown = _packet_text(packet) if packet else f"{f['protocol']}/{f['port']}"
         console.print(
-            f"FAIL {f['intent']}: {f['source']} -> {f['destination']} {f['protocol']}/{f['port']}", markup=False
+            f"FAIL {f['intent']}: {f['source']} -> {f['destination']} {f['ports']} "
+            f"({_share(round(f['share'] * 1e6), 10**6)} of the pair's packets), e.g. {shown}",
+            markup=False,
         )
         console.print(f"     {f['reason']}", markup=False)
         if verbose:
             for hop in f["hops"]:
                 console.print(f"       . {hop}", markup=False)
-    proved = int(str(summary["flows"])) - len(failures)
+    if explain:
+        for e in summary["explained"]:
+            state = "allowed" if e["allowed"] else "partly allowed" if e["paths"] else "denied"
+            console.print(f"{state}: {e['intent']}: {e['source']} -> {e['destination']}", markup=False)
+            for path in e["paths"]:
+                console.print(f"   {path['packets']:.3g} packets, e.g. {_packet_text(path['packet'])}", markup=False)
+                for hop in path["hops"]:
+                    console.print(f"       . {hop}", markup=False)
+    failed = summary["failed_intents"] - (1 if summary["refused"] else 0)
     console.print(
-        f"{summary['intents']} intents, {summary['flows']} flows: {proved} proved, {len(failures)} failed "
-        f"({summary['seconds']} s)",
+        f"{summary['intents']} intents ({summary['intents'] - failed} proved), {summary['flows']} flows, "
+        f"{summary['packets']:.3g} packets: {_share(summary['proved_packets'], summary['packets'])} as expected, "
+        f"{summary['failed_flows']} failing flows, {len(summary['refused'])} refused ({summary['seconds']} s)",
         markup=False,
+    )
+
+
+def _share(part: int, whole: int) -> str:
+    if not whole:
+        return "-"
+    if part == whole:
+        return "100%"
+    text = f"{100 * part / whole:.4f}".rstrip("0").rstrip(".")
+    return "99.9999%" if text == "100" else f"{text}%"
+
+
+def _packet_text(packet: Mapping[str, Any] | None) -> str:
+    if not packet:
+        return "-"
+    if packet["protocol"] == "icmp":
+        return f"{packet['source']} -> {packet['destination']} icmp"
+    return (
+        f"{packet['source']}:{packet['source_port']} -> {packet['destination']}:{packet['destination_port']} "
+        f"{packet['protocol']}"
     )
 
 

@@ -294,12 +294,35 @@ def reach_findings(summary: Mapping[str, Any]) -> list[Finding]:
                 level="mandatory",
                 stack=intent.split("/")[1] if intent.count("/") >= 1 and "-" in intent.split("/")[1] else "",
                 resource=first["resource"],
-                label=f"{first['source']} -> {first['destination']} {first['protocol']}/{first['port']}",
-                message=f"{first['reason']}{more}",
+                label=f"{first['source']} -> {first['destination']} {first['ports']}",
+                message=f"{first['reason']}{more}; e.g. {_packet(first['packet'])}",
                 guideline=first["requirement"],
             )
         )
+    for refused in summary.get("refused") or []:
+        out.append(
+            Finding(
+                tool="reach",
+                rule="reach-ipv6",
+                title=f"not modelled: {refused['name']}",
+                level="mandatory",
+                stack=refused["stack"],
+                resource=refused["resource"],
+                label=refused["what"],
+                message=refused["reason"],
+                guideline="docs/reachability.md",
+            )
+        )
     return out
+
+
+def _packet(packet: Mapping[str, Any] | None) -> str:
+    if not packet:
+        return "no packet"
+    return (
+        f"{packet['source']}:{packet['source_port']} -> {packet['destination']}:{packet['destination_port']} "
+        f"{packet['protocol']}"
+    )
 
 
 def limit_findings(result: limits.Limits, sources: SourceIndex) -> list[Finding]:

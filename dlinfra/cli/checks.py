@@ -65,12 +65,17 @@ def register(
         "reach",
         parents=[common],
         help="prove every flow the fleet implies over the offline plans, hop by hop (also part of check --all)",
-        description="Example: dlinfra preview --all && dlinfra reach --verbose",
+        description="Example: dlinfra preview --all && dlinfra reach --verbose (or --explain for every path)",
     )
     reach.add_argument("--plans", type=Path, default=Path("build/plans"), help="plan folder (default: build/plans)")
     reach.add_argument("--flows", type=Path, default=None, help="your own flows (default: flows.yaml beside the fleet)")
     reach.add_argument("--json", action="store_true", help="print the result as JSON")
     reach.add_argument("--verbose", action="store_true", help="show every hop of each failing flow")
+    reach.add_argument(
+        "--explain",
+        action="store_true",
+        help="also show the path of every allowed flow: a packet of each path and the hops it takes",
+    )
     reach.add_argument("--allow-stale", action="store_true", help="use plans even if their inputs changed since")
 
     diff = subparsers.add_parser(
@@ -201,9 +206,11 @@ def cmd_reach(args: argparse.Namespace) -> int:
     stale_note = refuse_stale_plans(args, selected)
     if stale_note:
         Console(stderr=True).print(f"note: {stale_note}", markup=False)
-    summary = reach.summary_json(reach.analyse(args.fleet, lock_file(args), [p.data for p in selected], args.flows))
+    result = reach.analyse(args.fleet, lock_file(args), [p.data for p in selected], args.flows, explain=args.explain)
+    summary = reach.summary_json(result)
     if args.json:
         sys.stdout.write(json.dumps(summary, indent=2) + "\n")
     else:
-        report.print_reach(summary, Console(highlight=False, soft_wrap=True), verbose=args.verbose)
-    return 1 if summary["failed_flows"] else 0
+        console = Console(highlight=False, soft_wrap=True)
+        report.print_reach(summary, console, verbose=args.verbose, explain=args.explain)
+    return 1 if summary["failed_flows"] or summary["refused"] else 0

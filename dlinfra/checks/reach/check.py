@@ -26,7 +26,12 @@ def model(
 
 
 def analyse(
-    fleet_path: Path, lock_path: Path, plans: Sequence[Mapping[str, Any]], flows: Path | None = None
+    fleet_path: Path,
+    lock_path: Path,
+    plans: Sequence[Mapping[str, Any]],
+    flows: Path | None = None,
+    *,
+    explain: bool = False,
 ) -> ReachResult:
     """Every derived intent (and the flows file's, when there is one) over the given plan exports."""
     loaded, _address_plan, topo = model(fleet_path, lock_path, plans)
@@ -34,38 +39,92 @@ def analyse(
     path = flows if flows is not None else fleet_path.parent / FLOWS_FILE
     if flows is not None or path.exists():
         derived += load_flows(path, loaded.fleet, topo)
-    return evaluation.run(topo, derived)
+    return evaluation.run(topo, derived, explain=explain)
+
+
+SCHEMA = "dlinfra.reach/v2"
 
 
 def summary_json(result: ReachResult) -> dict[str, Any]:
-    """Counts per family, timing, and every failing flow with its hop and reason."""
+    """Counts per family, how much of each intent's packet space was proved, timing, every failing flow with a
+    packet, its hop and reason, and what the model refused to evaluate."""
+    packets, proved = result.packets()
     return {
+        "schema": SCHEMA,
         "intents": len(result.intents),
         "flows": result.flows,
-        "failed_intents": len(result.failed_intents()),
+        "packets": packets,
+        "proved_packets": proved,
+        "failed_intents": len(result.failed_intents()) + (1 if result.refusals else 0),
         "failed_flows": len(result.failures),
         "seconds": round(result.seconds, 3),
         "families": {
             family: {"intents": n, "flows": flows, "failed_intents": failed}
             for family, (n, flows, failed) in result.by_family().items()
         },
+        "coverage": {
+            intent.id: {
+                "family": intent.family,
+                "expect": intent.expect,
+                "protocol": intent.protocol,
+                "ports": intent.port_text(),
+                "source_addresses": c.sources,
+                "destination_addresses": c.destinations,
+                "destination_ports": c.ports,
+                "packets": c.packets,
+                "proved": c.proved,
+                "share": round(c.share, 6),
+            }
+            for intent in result.intents
+            if (c := result.coverage.get(intent.id)) is not None
+        },
+        "refused": [
+            {
+                "resource": r.resource.urn,
+                "name": r.resource.name,
+                "stack": r.resource.stack,
+                "what": r.what,
+                "reason": f"{r.resource.name} declares IPv6 ({r.what}); this model proves IPv4 only, so no verdict "
+                "about its addresses would be sound: remove the IPv6 settings or check them by hand "
+                "(docs/reachability.md, 'What the model does not cover')",
+            }
+            for r in result.refusals
+        ],
         "failures": [
             {
                 "intent": f.intent.id,
                 "family": f.intent.family,
                 "expect": f.intent.expect,
                 "source": f.source.label,
-                "source_address": str(f.source.address),
+                "source_network": f.source.where(),
+                "source_address": str(f.packet.src) if f.packet else "",
+                "source_port": f.packet.sport if f.packet else 0,
                 "destination": f.destination.label,
-                "destination_address": str(f.destination.address),
+                "destination_network": f.destination.where(),
+                "destination_address": str(f.packet.dst) if f.packet else "",
                 "protocol": f.intent.protocol,
                 "port": f.port,
-                "denied_at": f.verdict.denied_at,
+                "ports": f.intent.port_text(),
+                "packet": f.packet.as_json() if f.packet else None,
+                "share": round(f.share, 6),
+                "denied_at": f.verdict.denied_at if f.intent.expect == "allow" else "",
                 "reason": f.why,
-                "resource": f.verdict.resource.urn if f.verdict.resource else "",
-                "hops": f.verdict.hops,
+                "resource": f.verdict.resource.urn if f.verdict.resource and f.intent.expect == "allow" else "",
+                "hops": list(f.hops),
                 "requirement": f.intent.source_doc,
             }
             for f in result.failures
+        ],
+        "explained": [
+            {
+                "intent": e.intent,
+                "source": e.source,
+                "destination": e.destination,
+                "allowed": e.allowed,
+                "paths": [
+                    {"packet": p.as_json() if p else None, "packets": n, "hops": list(hops)} for p, hops, n in e.paths
+                ],
+            }
+            for e in result.explained
         ],
     }

@@ -1,4 +1,9 @@
-"""The ends of a flow: a place's subnets, a site's LAN or hybrid pods, a laptop on each VPN group, the internet."""
+"""The ends of a flow: a place's subnets, a site's LAN or hybrid pods, a laptop on each VPN group, the internet.
+
+Each end holds every address it may have: a place's whole subnet (less the five addresses AWS keeps), a site's
+whole LAN or pod pools, a Client VPN's whole client range, any public address for the internet. The source
+ports it opens connections from follow its operating system (VPC user guide, "Ephemeral ports").
+"""
 
 from __future__ import annotations
 
@@ -6,29 +11,61 @@ import ipaddress
 from collections.abc import Iterator
 from typing import Literal
 
-from dlinfra.checks.reach.engine import AtSite, Endpoint, InVpc, OnClientVpn, host
+from dlinfra.checks.reach.engine import (
+    ANY_CLIENT_PORT,
+    ANY_PORT,
+    LINUX_EPHEMERAL,
+    AtSite,
+    Endpoint,
+    InVpc,
+    OnClientVpn,
+    OnInternet,
+    PortRange,
+)
 from dlinfra.checks.reach.topology import Place, SiteSide, Topology
 from dlinfra.model.fleet.schema import Fleet
 
-INTERNET_HOST = ipaddress.IPv4Address("198.51.100.7")  # TEST-NET-2: any host on the internet
+INTERNET = Endpoint("a host on the internet", ipaddress.IPv4Network("0.0.0.0/0"), OnInternet(), ANY_PORT)
+
+# The source ports each kind of place opens connections from: nodes, pods and the CI runner run Linux (the
+# kernel's 32768-60999); what AWS runs for us (the control plane, file systems, endpoints) is not documented,
+# so any unprivileged port.
+_EPHEMERAL: dict[str, tuple[PortRange, ...]] = {"pool": LINUX_EPHEMERAL, "ci-runner": LINUX_EPHEMERAL}
 
 
-def place_endpoints(topo: Topology, place: Place, offset: int = 10) -> tuple[Endpoint, ...]:
-    """One endpoint per subnet of a place, at a representative address."""
+def place_endpoints(topo: Topology, place: Place) -> tuple[Endpoint, ...]:
+    """One endpoint per subnet of a place, with every address of the subnet."""
     out = []
+    vpc = topo.vpcs.get(place.vpc_id)
     for subnet_id in place.subnet_ids:
         subnet = topo.subnets.get(subnet_id)
         if subnet is None:
             continue
-        label = f"{place.kind} {place.name} ({place.environment}-{place.region}, {subnet.az})"
-        out.append(Endpoint(label, host(subnet.cidr, offset), InVpc(place.vpc_id, subnet_id, place.security_group_ids)))
+        public = subnet.public_ip_on_launch if place.public_ip is None else place.public_ip
+        label = f"{place.kind} {place.name} ({place.environment}-{place.region}, {subnet.az}, {subnet.cidr})"
+        scope = None
+        if place.remote_networks is not None:
+            scope = (*(vpc.cidrs if vpc else ()), *place.remote_networks)
+        out.append(
+            Endpoint(
+                label,
+                subnet.cidr,
+                InVpc(place.vpc_id, subnet_id, place.security_group_ids, public),
+                _EPHEMERAL.get(place.kind, ANY_CLIENT_PORT),
+                sends_only_to=scope,
+                scope_origin=place.origin if scope is not None else None,
+            )
+        )
     return tuple(out)
 
 
 def site_endpoint(site: SiteSide, network: Literal["lan", "pods"]) -> Endpoint:
-    net = site.lan if network == "lan" else site.pods
-    what = "LAN host" if network == "lan" else "hybrid pod"
-    return Endpoint(f"site {site.name} {what}", host(net, 10), AtSite(site.name, network))
+    """A site's LAN, or the pools its hybrid pods take addresses from (Linux machines either way)."""
+    if network == "lan":
+        return Endpoint(f"site {site.name} LAN ({site.lan})", site.lan, AtSite(site.name, "lan"))
+    first, *rest = site.pod_networks
+    where = ", ".join(str(n) for n in site.pod_networks)
+    return Endpoint(f"site {site.name} hybrid pods ({where})", first, AtSite(site.name, "pods"), extra=tuple(rest))
 
 
 def laptop_endpoints(topo: Topology, fleet: Fleet, env: str) -> Iterator[tuple[str, Endpoint]]:
@@ -48,8 +85,9 @@ def laptop_endpoints(topo: Topology, fleet: Fleet, env: str) -> Iterator[tuple[s
             yield (
                 endpoint.region,
                 Endpoint(
-                    f"laptop of {who} on {env}-{endpoint.region} VPN",
-                    host(endpoint.client_cidr, 10),
+                    f"laptop of {who} on {env}-{endpoint.region} VPN ({endpoint.client_cidr})",
+                    endpoint.client_cidr,
                     OnClientVpn(endpoint.id, group),
+                    ANY_CLIENT_PORT,
                 ),
             )

@@ -1,4 +1,11 @@
-"""Hop-by-hop evaluation of one flow over a `Topology`: allowed, or denied at a named hop with the reason.
+"""Symbolic evaluation of a flow over a `Topology`: every packet of its space, both directions, hop by hop.
+
+A flow is a set of packets (`packets.py`): every source address of one end, every destination address of the
+other, the protocol, the destination ports and the source ports the client opens from. Each hop keeps the
+packets it passes and records the ones it drops with where and why; routing splits the set by longest prefix,
+so one flow can take several paths. What reaches the destination is answered (with source and destination
+swapped) and must get back to where it came from. A flow is allowed when every packet of its space gets there
+and back; a failure names one packet that does not, the hop that drops it and the resource to fix.
 
 The semantics follow AWS's documentation, cited where they decide an answer:
 - VPC route tables: the local route covers the VPC's CIDRs; otherwise the longest prefix wins; a subnet
@@ -7,16 +14,26 @@ The semantics follow AWS's documentation, cited where they decide an answer:
   group reference matches only traffic from an interface in the same VPC that carries the group; nothing
   crosses a transit gateway or a Client VPN by group (VPC user guide, "Security group rules"; Transit
   Gateway guide, "Security group referencing" is off by default and not used here).
-- Network ACLs are stateless: rules in number order, first match decides, both directions (VPC user guide,
-  "Network ACLs"). A subnet with no declared ACL has the default ACL, which allows everything.
+- Network ACLs are stateless: rules in number order, first match decides, both directions, and traffic within
+  one subnet is not filtered (VPC user guide, "Network ACLs"). A subnet with no declared ACL has the default
+  ACL, which allows everything. Clients open connections from their ephemeral ports (VPC user guide,
+  "Ephemeral ports": Linux 32768-60999), which the reply must be let back to.
 - Transit gateways: each attachment is associated with one route table; static routes win over propagated
   ones of the same prefix; VPC attachments propagate the VPC's CIDRs, VPN attachments their BGP routes (or
   static VPN routes), peering attachments propagate nothing (Transit Gateway guide, "Route tables",
-  "Transit gateway peering attachments").
+  "Transit gateway peering attachments"). Traffic reaches a transit gateway only from an Availability Zone
+  where the attachment has a subnet (Transit Gateway guide, "Amazon VPC attachments"). The attachment
+  subnet's ACL checks traffic into the transit gateway with its inbound rules and traffic out of it with its
+  outbound rules; neither applies when the attachment subnet is the instance's own (Transit Gateway guide,
+  "Network ACLs for transit gateways").
 - Client VPN: a connection reaches a destination only if an authorization rule for the user's group (or all
   groups) covers it, the most specific matching rule deciding, and the endpoint's route table routes it to an
   associated subnet, where the traffic leaves from the endpoint's interface with the endpoint's security
   groups and its address (source NAT) (Client VPN admin guide, "Authorization rules", "Routes").
+- The internet reaches an interface only through an internet gateway of its VPC and only when it has a public
+  address (VPC user guide, "Internet gateways", "IP addressing"); its replies need the gateway as their route.
+- EKS: the control plane opens connections (kubelet, webhooks) only to the VPC and to the cluster's remote
+  node and pod networks (EKS user guide, "Prepare networking for hybrid nodes", remoteNetworkConfig).
 - On EKS with the VPC CNI a pod has an address of its node's subnet and the node's security groups; hybrid
   pods have addresses of the site's pod range (EKS user guide, "Networking concepts for hybrid nodes").
 """
@@ -24,15 +41,34 @@ The semantics follow AWS's documentation, cited where they decide an answer:
 from __future__ import annotations
 
 import ipaddress
-from collections.abc import Sequence
-from dataclasses import dataclass, field
-from typing import Any, Literal
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Literal, TypeVar
 
+from dlinfra.checks.reach import packets as pk
+from dlinfra.checks.reach.packets import NOTHING, Packet, Packets
 from dlinfra.checks.reach.topology import Addr, Attachment, Net, Resource, Route, SgRule, Topology
 
 Protocol = Literal["tcp", "udp", "icmp"]
-EPHEMERAL_PORT = 49152  # a reply's destination port, for stateless ACLs
+_T = TypeVar("_T")
+PortRange = tuple[int, int]
+LINUX_EPHEMERAL: tuple[PortRange, ...] = ((32768, 60999),)  # VPC user guide, "Ephemeral ports"
+ANY_CLIENT_PORT: tuple[PortRange, ...] = ((1024, 65535),)  # NAT gateways, ELB, Lambda; unknown clients
+ANY_PORT: tuple[PortRange, ...] = ((0, 65535),)
 MAX_HOPS = 32
+NOT_ON_THE_INTERNET = tuple(
+    ipaddress.IPv4Network(n)
+    for n in (
+        "0.0.0.0/8",
+        "10.0.0.0/8",
+        "100.64.0.0/10",
+        "127.0.0.0/8",
+        "169.254.0.0/16",
+        "172.16.0.0/12",
+        "192.168.0.0/16",
+        "224.0.0.0/3",
+    )
+)
 
 
 @dataclass(frozen=True)
@@ -42,6 +78,7 @@ class InVpc:
     vpc_id: str
     subnet_id: str
     security_groups: tuple[str, ...]
+    public_ip: bool = False  # whether it holds a public IPv4 address
 
 
 @dataclass(frozen=True)
@@ -70,224 +107,120 @@ Location = InVpc | AtSite | OnClientVpn | OnInternet
 
 @dataclass(frozen=True)
 class Endpoint:
-    """One end of a flow: a named thing with a representative address."""
+    """One end of a flow: a named thing and every address it may have."""
 
     label: str
-    address: Addr
+    network: Net | Addr  # an address is read as its /32
     location: Location
+    ephemeral: tuple[PortRange, ...] = LINUX_EPHEMERAL  # the source ports it opens connections from
+    extra: tuple[Net, ...] = ()  # further ranges of its addresses (a hybrid pod pool of several CIDRs)
+    sends_only_to: tuple[Net, ...] | None = None  # the EKS control plane: the VPC and remote networks
+    scope_origin: Resource | None = None  # where `sends_only_to` comes from
+
+    def __post_init__(self) -> None:
+        if isinstance(self.network, ipaddress.IPv4Address):
+            object.__setattr__(self, "network", ipaddress.IPv4Network(self.network))
+
+    @property
+    def networks(self) -> tuple[Net, ...]:
+        assert isinstance(self.network, ipaddress.IPv4Network)
+        return (self.network, *self.extra)
+
+    @property
+    def address(self) -> Addr:
+        """The first address it may have (for one-line labels)."""
+        first = self.networks[0]
+        return first.network_address if first.num_addresses == 1 else first.network_address + 1
+
+    def where(self) -> str:
+        """Its addresses, for a label: `10.2.0.0/20`."""
+        return ", ".join(str(n) for n in self.networks)
+
+    def addresses(self, which: Literal["src", "dst"]) -> Packets:
+        """Packets whose `which` address is one this end may have."""
+        if isinstance(self.location, OnInternet):
+            return ~pk.nets(which, NOT_ON_THE_INTERNET)
+        node = NOTHING
+        for network in self.networks:
+            node |= pk.net(which, network)
+            if isinstance(self.location, InVpc | OnClientVpn) and network.prefixlen <= 28:
+                # AWS keeps the first four and the last address of a subnet (VPC user guide, "Subnet CIDR blocks").
+                node &= ~pk.net(which, ipaddress.IPv4Network((network.network_address, 30)))
+                node &= ~pk.net(which, ipaddress.IPv4Network(network.broadcast_address))
+            elif isinstance(self.location, AtSite) and self.location.network == "lan" and network.prefixlen <= 30:
+                # A LAN's network and broadcast addresses are no host's.
+                node &= ~pk.net(which, ipaddress.IPv4Network(network.network_address))
+                node &= ~pk.net(which, ipaddress.IPv4Network(network.broadcast_address))
+        return node
+
+
+@dataclass(frozen=True)
+class Trail:
+    """The hops a branch of a flow took, and the sites whose tunnels it crossed."""
+
+    hops: tuple[str, ...] = ()
+    tunnels: frozenset[str] = frozenset()
+
+    def add(self, hop: str) -> Trail:
+        return replace(self, hops=(*self.hops, hop))
+
+    def through(self, site: str) -> Trail:
+        return replace(self, tunnels=self.tunnels | {site})
+
+
+Reason = Callable[[Packet], str]
+
+
+@dataclass(frozen=True)
+class Drop:
+    """Packets a hop dropped: where, why (given one of them), the resource to fix, and the path so far."""
+
+    packets: Packets
+    at: str
+    reason: Reason
+    resource: Resource | None
+    trail: Trail
+    reply: bool = False
+
+
+@dataclass(frozen=True)
+class Path:
+    """Packets that got through and back along one path."""
+
+    packets: Packets
+    trail: Trail
 
 
 @dataclass
 class Verdict:
-    """The answer for one flow: the hops it took and, when denied, where and why."""
+    """The answer for one flow: whether every packet, and which ones, got through and back."""
 
-    allowed: bool
+    allowed: bool  # every packet of the space
+    reachable: bool = False  # at least one packet
+    space: Packets = NOTHING
+    passed: Packets = NOTHING
+    paths: list[Path] = field(default_factory=list)
+    drops: list[Drop] = field(default_factory=list)
+    witness: Packet | None = None  # a packet that does not get through (or the first path's, when all do)
     hops: list[str] = field(default_factory=list)
     denied_at: str = ""
     reason: str = ""
-    resource: Resource | None = None  # the resource the denial names, when there is one
-    tunnels: set[str] = field(default_factory=set)  # sites whose tunnels the flow crossed
+    resource: Resource | None = None
 
-    def deny(self, at: str, reason: str, resource: Resource | None = None) -> Verdict:
-        self.allowed, self.denied_at, self.reason, self.resource = False, at, reason, resource
-        return self
+    @property
+    def tunnels(self) -> set[str]:
+        return {t for p in self.paths for t in p.trail.tunnels}
 
-
-class _DeniedError(Exception):
-    def __init__(self, at: str, reason: str, resource: Resource | None = None) -> None:
-        super().__init__(f"{at}: {reason}")
-        self.at, self.reason, self.resource = at, reason, resource
+    def covered(self) -> int:
+        return pk.size(self.space)
 
 
-def _flow_text(protocol: str, port: int) -> str:
-    return protocol if protocol == "icmp" else f"{protocol}/{port}"
-
-
-def evaluate(topo: Topology, src: Endpoint, dst: Endpoint, protocol: Protocol, port: int) -> Verdict:
-    """Whether `src` can open `protocol`/`port` to `dst` and get replies."""
-    verdict = Verdict(allowed=True)
-    try:
-        _forward(topo, src, dst, protocol, port, verdict)
-    except _DeniedError as denied:
-        return verdict.deny(denied.at, denied.reason, denied.resource)
-    return verdict
-
-
-def _forward(topo: Topology, src: Endpoint, dst: Endpoint, protocol: Protocol, port: int, verdict: Verdict) -> None:
-    source_address, source_location = src.address, src.location
-    if isinstance(src.location, OnClientVpn):
-        source_location, source_address = _client_vpn_entry(topo, src.location, dst.address, verdict)
-    if isinstance(src.location, OnInternet):
-        _from_internet(topo, dst, verdict)
-        return
-    same_vpc = _same_vpc(source_location, dst.location)
-    if isinstance(source_location, InVpc):
-        peer_groups = dst.location.security_groups if same_vpc and isinstance(dst.location, InVpc) else ()
-        _security_groups(topo, source_location.security_groups, "egress", dst.address, peer_groups, protocol, port)
-        verdict.hops.append(f"egress allowed by {_groups_label(topo, source_location.security_groups)}")
-    arrival = _route(topo, source_location, source_address, dst.address, verdict, protocol, port)
-    _arrive(topo, arrival, dst, source_address, protocol, port)
-    if isinstance(dst.location, InVpc):
-        peer_groups = source_location.security_groups if same_vpc and isinstance(source_location, InVpc) else ()
-        _security_groups(topo, dst.location.security_groups, "ingress", source_address, peer_groups, protocol, port)
-        verdict.hops.append(f"ingress allowed by {_groups_label(topo, dst.location.security_groups)}")
-    # Security groups are stateful; the reply still needs a route back (and ACLs, which are not).
-    back = Verdict(allowed=True)
-    try:
-        reply_arrival = _route(topo, dst.location, dst.address, source_address, back, protocol, EPHEMERAL_PORT)
-    except _DeniedError as denied:
-        raise _DeniedError(f"reply path: {denied.at}", denied.reason, denied.resource) from None
-    if not _arrived_at(reply_arrival, source_location):
-        raise _DeniedError(
-            "reply path",
-            f"replies to {source_address} arrive at {_where(topo, reply_arrival)}, not where the flow came from",
-        )
-    if (
-        isinstance(source_location, InVpc)
-        and isinstance(reply_arrival, _ArrivedVpc)
-        and reply_arrival.via_subnet != source_location.subnet_id
-    ):
-        try:
-            _nacl(topo, source_location.subnet_id, False, dst.address, protocol, EPHEMERAL_PORT)
-        except _DeniedError as denied:
-            raise _DeniedError(f"reply path: {denied.at}", denied.reason, denied.resource) from None
-    verdict.hops.append("replies routed back")
-
-
-def _same_vpc(a: object, b: object) -> bool:
-    return isinstance(a, InVpc) and isinstance(b, InVpc) and a.vpc_id == b.vpc_id
-
-
-def _groups_label(topo: Topology, groups: Sequence[str]) -> str:
-    return ", ".join(topo.security_groups[g].origin.name if g in topo.security_groups else g for g in groups)
-
-
-# --- security groups and ACLs ----------------------------------------------------------------------------
-def _security_groups(
-    topo: Topology,
-    groups: Sequence[str],
-    direction: str,
-    peer: Addr,
-    peer_groups: Sequence[str],
-    protocol: str,
-    port: int,
-) -> SgRule:
-    """The first rule of any of `groups` that admits the traffic; else _DeniedError naming the groups."""
-    if not groups:
-        raise _DeniedError("security groups", "the interface has no security group")
-    for group_id in groups:
-        group = topo.security_groups.get(group_id)
-        if group is None:
-            continue
-        for rule in group.rules:
-            if rule.direction != direction or not rule.admits_traffic(protocol, port):
-                continue
-            if (rule.cidr is not None and peer in rule.cidr) or (rule.group is not None and rule.group in peer_groups):
-                return rule
-    names = _groups_label(topo, groups)
-    first = topo.security_groups.get(groups[0])
-    word = "ingress" if direction == "ingress" else "egress"
-    side = "from" if direction == "ingress" else "to"
-    raise _DeniedError(
-        f"security group {names}",
-        f"no {word} rule admits {side} {peer} {_flow_text(protocol, port)}",
-        first.origin if first else None,
-    )
-
-
-def _nacl(topo: Topology, subnet_id: str, egress: bool, peer: Addr, protocol: str, port: int) -> None:
-    acl = topo.nacl_of(subnet_id)
-    if acl is None:
-        return
-    for rule in sorted((r for r in acl.rules if r.egress == egress), key=lambda r: r.number):
-        if peer not in rule.cidr:
-            continue
-        if rule.protocol not in ("-1", protocol):
-            continue
-        ranged = protocol != "icmp" and rule.protocol != "-1" and rule.from_port is not None
-        if ranged and not (rule.from_port or 0) <= port <= (rule.to_port or rule.from_port or 0):
-            continue
-        if rule.allow:
-            return
-        raise _DeniedError(
-            f"network ACL {acl.origin.name}",
-            f"rule {rule.number} denies {peer} {_flow_text(protocol, port)}",
-            acl.origin,
-        )
-    raise _DeniedError(
-        f"network ACL {acl.origin.name}",
-        f"no {'outbound' if egress else 'inbound'} rule allows {peer} {_flow_text(protocol, port)} (implicit deny)",
-        acl.origin,
-    )
-
-
-# --- entries that are not an interface in a VPC ---------------------------------------------------------
-def _client_vpn_entry(topo: Topology, laptop: OnClientVpn, destination: Addr, verdict: Verdict) -> tuple[InVpc, Addr]:
-    endpoint = topo.client_vpns.get(laptop.endpoint_id)
-    if endpoint is None:
-        raise _DeniedError("client VPN", f"no endpoint {laptop.endpoint_id} in the plans")
-    name = f"client VPN {endpoint.origin.name}"
-    matching = [r for r in endpoint.auth_rules if destination in r.destination]
-    if not matching:
-        raise _DeniedError(name, f"no authorization rule covers {destination}", endpoint.origin)
-    longest = max(r.destination.prefixlen for r in matching)
-    best = [r for r in matching if r.destination.prefixlen == longest]
-    if not any(r.group is None or (laptop.group is not None and r.group == laptop.group) for r in best):
-        who = f"group {laptop.group}" if laptop.group else "this user"
-        raise _DeniedError(
-            name, f"the most specific authorization rule for {destination} does not admit {who}", best[0].origin
-        )
-    verdict.hops.append(f"{name}: authorized by {best[0].origin.name}")
-    routes = [(net, subnet, origin) for net, subnet, origin in endpoint.routes if destination in net]
-    # Associating a subnet adds a route to its VPC.
-    for subnet_id in sorted(endpoint.subnets):
-        subnet = topo.subnets.get(subnet_id)
-        if subnet:
-            for cidr in topo.vpcs[subnet.vpc_id].cidrs:
-                if destination in cidr:
-                    routes.append((cidr, subnet_id, endpoint.origin))
-    routes = [r for r in routes if r[1] in endpoint.subnets]
-    if not routes:
-        raise _DeniedError(name, f"no route for {destination} through an associated subnet", endpoint.origin)
-    net, subnet_id, origin = max(routes, key=lambda r: (r[0].prefixlen, r[1]))
-    subnet = topo.subnets[subnet_id]
-    verdict.hops.append(f"{name}: route {net} via {subnet.origin.name} ({origin.name})")
-    address = host(subnet.cidr, 5)  # the endpoint's interface in that subnet; traffic leaves with its address
-    return InVpc(subnet.vpc_id, subnet_id, endpoint.security_group_ids), address
-
-
-def _from_internet(topo: Topology, dst: Endpoint, verdict: Verdict) -> None:
-    if not isinstance(dst.location, InVpc):
-        raise _DeniedError("internet", f"{dst.address} is not an address the internet can route to")
-    vpc = topo.vpcs.get(dst.location.vpc_id)
-    gateways = [g for g, v in topo.igws.items() if v == dst.location.vpc_id]
-    if not gateways:
-        raise _DeniedError("internet", f"VPC {vpc.origin.name if vpc else dst.location.vpc_id} has no internet gateway")
-    subnet = topo.subnets[dst.location.subnet_id]
-    if not subnet.public_ip_on_launch:
-        raise _DeniedError(
-            f"internet gateway {gateways[0]}",
-            f"{dst.address} in {subnet.origin.name} has no public address (no public IP on launch, no Elastic IP)",
-            subnet.origin,
-        )
-    table = topo.route_table_of(subnet.id)
-    if table is None or not any(r.target == "igw" and r.destination.prefixlen == 0 for r in table.routes):
-        raise _DeniedError(
-            f"route table of {subnet.origin.name}",
-            "no default route to the internet gateway for replies",
-            subnet.origin,
-        )
-    _security_groups(
-        topo, dst.location.security_groups, "ingress", ipaddress.IPv4Address("198.51.100.7"), (), "tcp", 443
-    )
-    verdict.hops.append("internet gateway -> public address")
-
-
-# --- routing ------------------------------------------------------------------------------------------------
+# --- arrivals -------------------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class _ArrivedVpc:
     vpc_id: str
-    via_subnet: str
+    via_subnet: str  # the subnet the packets came into the destination's subnet from
+    via: Literal["local", "tgw", "igw"] = "local"
 
 
 @dataclass(frozen=True)
@@ -301,15 +234,642 @@ class _ArrivedInternet:
 
 
 _Arrival = _ArrivedVpc | _ArrivedSite | _ArrivedInternet
+_Branch = tuple[Packets, _Arrival, Trail]
 
 
-def _where(topo: Topology, arrival: _Arrival) -> str:
-    if isinstance(arrival, _ArrivedVpc):
-        vpc = topo.vpcs.get(arrival.vpc_id)
-        return f"VPC {vpc.origin.name} ({vpc.origin.stack})" if vpc else arrival.vpc_id
-    if isinstance(arrival, _ArrivedSite):
-        return f"site {arrival.site}"
-    return "the internet"
+def evaluate(
+    topo: Topology,
+    src: Endpoint,
+    dst: Endpoint,
+    protocol: Protocol,
+    ports: int | Sequence[int | PortRange],
+    source_ports: Sequence[PortRange] | None = None,
+) -> Verdict:
+    """Whether every packet from `src` to `dst` on `ports` gets through, and its replies back."""
+    wanted = [ports] if isinstance(ports, int) else list(ports)
+    ranges = [(p, p) if isinstance(p, int) else p for p in wanted]
+    space = pk.flow_space(
+        protocol,
+        src.addresses("src"),
+        dst.addresses("dst"),
+        ranges,
+        source_ports if source_ports is not None else src.ephemeral,
+    )
+    return evaluate_space(topo, src, dst, space)
+
+
+def evaluate_space(topo: Topology, src: Endpoint, dst: Endpoint, space: Packets) -> Verdict:
+    """`evaluate` over a given set of packets from `src` to `dst`."""
+    walk = _Walk(topo)
+    passed, paths = walk.flow(src, dst, space)
+    verdict = Verdict(allowed=(space & ~passed) == NOTHING, reachable=passed != NOTHING, space=space, passed=passed)
+    verdict.paths, verdict.drops = paths, walk.drops
+    failed = space & ~passed
+    if failed != NOTHING:
+        for drop in walk.drops:
+            original = drop.packets if not drop.reply else pk.reply(drop.packets)
+            hit = walk.origin(original) & failed
+            if hit == NOTHING:
+                continue
+            witness = pk.pick(hit)
+            assert witness is not None
+            seen = pk.pick(walk.seen_as(witness, original)) or witness
+            verdict.witness = witness
+            verdict.denied_at = f"reply path: {drop.at}" if drop.reply else drop.at
+            verdict.reason = drop.reason(_swapped(seen) if drop.reply else seen)
+            verdict.resource = drop.resource
+            verdict.hops = [*drop.trail.hops]
+            return verdict
+        verdict.witness = pk.pick(failed)
+        verdict.denied_at, verdict.reason = "model", "dropped without a recorded reason"
+    elif paths:
+        verdict.witness = pk.pick(paths[0].packets)
+        verdict.hops = [*paths[0].trail.hops]
+    return verdict
+
+
+def _swapped(packet: Packet) -> Packet:
+    return Packet(packet.protocol, packet.dst, packet.src, packet.dport, packet.sport)
+
+
+def _flow(packet: Packet) -> str:
+    return packet.flow()
+
+
+class _Walk:
+    """One flow's evaluation: the drops it records, and the translation a Client VPN makes."""
+
+    def __init__(self, topo: Topology) -> None:
+        self.topo = topo
+        self.drops: list[Drop] = []
+        self._nat: tuple[Packets, Packets] | None = None  # (original packets, their translated source space)
+        self._reply = False
+
+    # --- bookkeeping ------------------------------------------------------------------------------------
+    def drop(self, packets: Packets, at: str, reason: Reason, resource: Resource | None, trail: Trail) -> None:
+        if packets != NOTHING:
+            self.drops.append(Drop(packets, at, reason, resource, trail, self._reply))
+
+    def origin(self, packets: Packets) -> Packets:
+        """The flow's own packets behind `packets` as they travel (after the Client VPN's source NAT)."""
+        if self._nat is None:
+            return packets
+        original, _ = self._nat
+        return original & pk.forget(packets, ("src", "sport"))
+
+    def seen_as(self, witness: Packet, travelling: Packets) -> Packets:
+        """A packet as the hops saw it, for the flow's `witness`."""
+        if self._nat is None:
+            return pk.of(witness)
+        return travelling & pk.forget(pk.of(witness), ("src", "sport"))
+
+    # --- the flow -----------------------------------------------------------------------------------------
+    def flow(self, src: Endpoint, dst: Endpoint, space: Packets) -> tuple[Packets, list[Path]]:
+        """The packets of `space` that get through and back, and the paths they take."""
+        start: InVpc | AtSite
+        if isinstance(src.location, OnInternet):
+            branches = self.from_internet(dst, space, Trail())
+            return self.finish(src, src.location, dst, branches)
+        packets, trail = space, Trail()
+        if isinstance(src.location, OnClientVpn):
+            entered = self.client_vpn(src.location, packets, trail)
+            if entered is None:
+                return NOTHING, []
+            start, packets, trail = entered
+        else:
+            assert isinstance(src.location, InVpc | AtSite)
+            start = src.location
+        if src.sends_only_to is not None:
+            inside = pk.nets("dst", src.sends_only_to)
+            self.drop(
+                packets & ~inside,
+                f"EKS cluster {src.scope_origin.name if src.scope_origin else ''}".rstrip(),
+                lambda p: (
+                    f"the control plane sends only to the VPC and the cluster's remote node and pod networks; "
+                    f"{p.dst} is in neither (remoteNetworkConfig)"
+                ),
+                src.scope_origin,
+                trail,
+            )
+            packets &= inside
+        if isinstance(start, InVpc):
+            peers = (
+                dst.location.security_groups
+                if isinstance(dst.location, InVpc) and _same_vpc(start, dst.location)
+                else ()
+            )
+            packets = self.groups(start.security_groups, "egress", packets, peers, trail)
+            trail = trail.add(f"egress allowed by {self.group_names(start.security_groups)}")
+        branches = self.route(start, packets, trail)
+        return self.finish(src, start, dst, branches)
+
+    def finish(
+        self, src: Endpoint, start: Location, dst: Endpoint, branches: list[_Branch]
+    ) -> tuple[Packets, list[Path]]:
+        delivered: list[tuple[Packets, Trail]] = []
+        for packets, arrival, trail in branches:
+            if not _arrived_at(arrival, dst.location):
+                self.drop(
+                    packets,
+                    "routing",
+                    _routed_elsewhere(self.where(arrival), dst.label),
+                    None,
+                    trail,
+                )
+                continue
+            got = packets
+            if isinstance(dst.location, InVpc):
+                assert isinstance(arrival, _ArrivedVpc)
+                got = self.enter(dst.location, arrival, got, trail)
+                peers = start.security_groups if isinstance(start, InVpc) and _same_vpc(start, dst.location) else ()
+                got = self.groups(dst.location.security_groups, "ingress", got, peers, trail)
+                trail = trail.add(f"ingress allowed by {self.group_names(dst.location.security_groups)}")
+            if got != NOTHING:
+                delivered.append((got, trail))
+        if not delivered:
+            return NOTHING, []
+        # Security groups are stateful; the replies still need routes back, and ACLs, which are not.
+        everything = NOTHING
+        for got, _trail in delivered:
+            everything |= got
+        returned = self.replies(start, dst, pk.reply(everything))
+        back = pk.reply(returned)
+        paths = [
+            Path(got & back, trail.add("replies routed back")) for got, trail in delivered if got & back != NOTHING
+        ]
+        passed = NOTHING
+        for path in paths:
+            passed |= path.packets
+        if self._nat is not None:
+            original, translated = self._nat
+            passed = original & pk.for_every(passed | ~translated, ("src", "sport"))
+            paths = [Path(original & pk.forget(p.packets, ("src", "sport")), p.trail) for p in paths]
+        return passed, paths
+
+    def replies(self, start: Location, dst: Endpoint, packets: Packets) -> Packets:
+        """The replies that get back to where the flow came from."""
+        self._reply = True
+        origin = dst.location
+        assert isinstance(origin, InVpc | AtSite)
+        returned = NOTHING
+        for got, arrival, trail in self.route(origin, packets, Trail()):
+            if not _arrived_at(arrival, start):
+                self.drop(
+                    got,
+                    "routing",
+                    _replies_elsewhere(self.where(arrival)),
+                    None,
+                    trail,
+                )
+                continue
+            if isinstance(start, InVpc) and isinstance(arrival, _ArrivedVpc):
+                got = self.enter(start, arrival, got, trail)
+            returned |= got
+        self._reply = False
+        return returned
+
+    # --- security groups and ACLs ----------------------------------------------------------------------
+    def group_names(self, groups: Sequence[str]) -> str:
+        return ", ".join(
+            self.topo.security_groups[g].origin.name if g in self.topo.security_groups else g for g in groups
+        )
+
+    def groups(
+        self, groups: Sequence[str], direction: str, packets: Packets, peers: Sequence[str], trail: Trail
+    ) -> Packets:
+        """The packets a rule of any of `groups` admits; the rest dropped, naming the groups."""
+        if not groups:
+            self.drop(packets, "security groups", lambda p: "the interface has no security group", None, trail)
+            return NOTHING
+        admitted = NOTHING
+        for group_id in groups:
+            group = self.topo.security_groups.get(group_id)
+            for rule in group.rules if group else ():
+                if rule.direction == direction:
+                    admitted |= _sg_rule(rule, peers)
+        first = self.topo.security_groups.get(groups[0])
+        word, side = ("ingress", "from") if direction == "ingress" else ("egress", "to")
+        self.drop(
+            packets & ~admitted,
+            f"security group {self.group_names(groups)}",
+            lambda p: f"no {word} rule admits {side} {p.src if direction == 'ingress' else p.dst} {_flow(p)}",
+            first.origin if first else None,
+            trail,
+        )
+        return packets & admitted
+
+    def nacl(self, subnet_id: str, egress: bool, packets: Packets, trail: Trail) -> Packets:
+        """The packets the subnet's network ACL lets out (egress) or in; first match, implicit deny."""
+        acl = self.topo.nacl_of(subnet_id)
+        if acl is None or packets == NOTHING:
+            return packets
+        name = f"network ACL {acl.origin.name}"
+        peer: Literal["src", "dst"] = "dst" if egress else "src"
+        remaining, passed = packets, NOTHING
+        for rule in sorted((r for r in acl.rules if r.egress == egress), key=lambda r: r.number):
+            match = pk.net(peer, rule.cidr) & pk.protocol(rule.protocol)
+            if rule.protocol not in ("-1", "icmp", "1") and rule.from_port is not None:
+                match &= pk.ports("dport", rule.from_port, rule.to_port if rule.to_port is not None else rule.from_port)
+            hit = remaining & match
+            remaining &= ~match
+            if rule.allow:
+                passed |= hit
+            else:
+                self.drop(
+                    hit,
+                    name,
+                    _text(lambda p, n=rule.number: f"rule {n} denies {p.dst if egress else p.src} {_flow(p)}"),
+                    acl.origin,
+                    trail,
+                )
+        direction = "outbound" if egress else "inbound"
+        self.drop(
+            remaining,
+            name,
+            lambda p: f"no {direction} rule allows {p.dst if egress else p.src} {_flow(p)} (implicit deny)",
+            acl.origin,
+            trail,
+        )
+        return passed
+
+    def enter(self, dest: InVpc, arrival: _ArrivedVpc, packets: Packets, trail: Trail) -> Packets:
+        """The ACLs between where the packets came into the VPC and the destination's subnet."""
+        if arrival.via_subnet == dest.subnet_id:
+            return packets  # the same subnet: no ACL applies (from a transit gateway attachment there neither)
+        if arrival.via == "tgw":
+            packets = self.nacl(arrival.via_subnet, True, packets, trail)
+        return self.nacl(dest.subnet_id, False, packets, trail)
+
+    # --- entries that are not an interface in a VPC ---------------------------------------------------
+    def client_vpn(self, laptop: OnClientVpn, packets: Packets, trail: Trail) -> tuple[InVpc, Packets, Trail] | None:
+        topo = self.topo
+        endpoint = topo.client_vpns.get(laptop.endpoint_id)
+        if endpoint is None:
+            self.drop(packets, "client VPN", lambda p: f"no endpoint {laptop.endpoint_id} in the plans", None, trail)
+            return None
+        name = f"client VPN {endpoint.origin.name}"
+        # Authorization: the most specific rule covering the destination decides, for the user's group.
+        rules = sorted(endpoint.auth_rules, key=lambda r: -r.destination.prefixlen)
+        remaining, authorized, by = packets, NOTHING, ""
+        for prefixlen in sorted({r.destination.prefixlen for r in rules}, reverse=True):
+            same = [r for r in rules if r.destination.prefixlen == prefixlen]
+            for dest in sorted({r.destination for r in same}):
+                covered = remaining & pk.net("dst", dest)
+                if covered == NOTHING:
+                    continue
+                remaining &= ~pk.net("dst", dest)
+                admitting = [
+                    r
+                    for r in same
+                    if r.destination == dest and (r.group is None or (laptop.group and r.group == laptop.group))
+                ]
+                if admitting:
+                    authorized |= covered
+                    by = by or admitting[0].origin.name
+                else:
+                    who = f"group {laptop.group}" if laptop.group else "this user"
+                    rule = next(r for r in same if r.destination == dest)
+                    self.drop(
+                        covered,
+                        name,
+                        _text(
+                            lambda p, who=who: f"the most specific authorization rule for {p.dst} does not admit {who}"
+                        ),
+                        rule.origin,
+                        trail,
+                    )
+        self.drop(remaining, name, lambda p: f"no authorization rule covers {p.dst}", endpoint.origin, trail)
+        if authorized == NOTHING:
+            return None
+        trail = trail.add(f"{name}: authorized by {by}")
+        # Routes: the endpoint's route table (associating a subnet adds a route to its VPC).
+        routes: list[tuple[Net, int, tuple[str, Resource]]] = [
+            (net, 0, (subnet, origin)) for net, subnet, origin in endpoint.routes if subnet in endpoint.subnets
+        ]
+        for subnet_id in sorted(endpoint.subnets):
+            subnet = topo.subnets.get(subnet_id)
+            if subnet:
+                routes += [(cidr, 1, (subnet_id, endpoint.origin)) for cidr in topo.vpcs[subnet.vpc_id].cidrs]
+        parts, rest = _lpm(authorized, routes)
+        self.drop(rest, name, lambda p: f"no route for {p.dst} through an associated subnet", endpoint.origin, trail)
+        if not parts:
+            return None
+        # One subnet carries the connection: the first route's (a laptop's traffic leaves by one interface).
+        part, (subnet_id, origin) = parts[0]
+        for other, _item in parts[1:]:
+            part |= other
+        subnet = topo.subnets[subnet_id]
+        trail = trail.add(f"{name}: route via {subnet.origin.name} ({origin.name})")
+        location = InVpc(subnet.vpc_id, subnet_id, endpoint.security_group_ids)
+        eni = Endpoint(name, subnet.cidr, location)
+        translated = eni.addresses("src") & pk.port_ranges("sport", ANY_CLIENT_PORT)
+        self._nat = (part, translated)
+        return location, pk.forget(part, ("src", "sport")) & translated, trail
+
+    def from_internet(self, dst: Endpoint, packets: Packets, trail: Trail) -> list[_Branch]:
+        topo, location = self.topo, dst.location
+        if not isinstance(location, InVpc):
+            self.drop(
+                packets, "internet", lambda p: f"{p.dst} is not an address the internet can route to", None, trail
+            )
+            return []
+        vpc = topo.vpcs.get(location.vpc_id)
+        gateways = sorted(g for g, v in topo.igws.items() if v == location.vpc_id)
+        if not gateways:
+            what = vpc.origin.name if vpc else location.vpc_id
+            self.drop(packets, "internet", lambda p: f"VPC {what} has no internet gateway", None, trail)
+            return []
+        subnet = topo.subnets[location.subnet_id]
+        if not location.public_ip:
+            self.drop(
+                packets,
+                f"internet gateway {gateways[0]}",
+                lambda p: (
+                    f"{p.dst} in {subnet.origin.name} has no public address (none assigned on launch by the "
+                    "subnet or the launch template, no Elastic IP)"
+                ),
+                subnet.origin,
+                trail,
+            )
+            return []
+        trail = trail.add(f"internet gateway {gateways[0]} -> public address of {dst.label}")
+        return [(packets, _ArrivedVpc(location.vpc_id, "", "igw"), trail)]
+
+    # --- routing ----------------------------------------------------------------------------------------------
+    def where(self, arrival: _Arrival) -> str:
+        if isinstance(arrival, _ArrivedVpc):
+            vpc = self.topo.vpcs.get(arrival.vpc_id)
+            return f"VPC {vpc.origin.name} ({vpc.origin.stack})" if vpc else arrival.vpc_id
+        if isinstance(arrival, _ArrivedSite):
+            return f"site {arrival.site}"
+        return "the internet"
+
+    def route(self, start: InVpc | AtSite, packets: Packets, trail: Trail) -> list[_Branch]:
+        """Follow routes from `start` until the destination's network; drops recorded where they stop."""
+        if isinstance(start, InVpc):
+            subnet = self.topo.subnets[start.subnet_id]
+            inside = packets & pk.net("dst", subnet.cidr)
+            outside = self.nacl(start.subnet_id, True, packets & ~pk.net("dst", subnet.cidr), trail)
+            return self.in_vpc(start.subnet_id, inside | outside, trail, 0)
+        return self.from_site(start.site, packets, trail, 0)
+
+    def in_vpc(
+        self, subnet_id: str, packets: Packets, trail: Trail, depth: int, via: Literal["local", "tgw"] = "local"
+    ) -> list[_Branch]:
+        topo = self.topo
+        if packets == NOTHING:
+            return []
+        if depth > MAX_HOPS:
+            self.drop(packets, "routing", lambda p: "routing loop", None, trail)
+            return []
+        subnet = topo.subnets[subnet_id]
+        vpc = topo.vpcs[subnet.vpc_id]
+        local = pk.nets("dst", vpc.cidrs)
+        out: list[_Branch] = []
+        if packets & local != NOTHING:
+            out.append(
+                (packets & local, _ArrivedVpc(vpc.id, subnet_id, via), trail.add(f"{vpc.origin.stack} local route"))
+            )
+        packets &= ~local
+        if packets == NOTHING:
+            return out
+        table = topo.route_table_of(subnet_id)
+        name = f"route table {table.origin.name}" if table else f"main route table of {vpc.origin.name}"
+        parts, rest = _lpm(packets, [(r.destination, i, r) for i, r in enumerate(table.routes)] if table else [])
+        self.drop(rest, name, lambda p: f"no route for {p.dst}", table.origin if table else vpc.origin, trail)
+        for part, r in parts:
+            out += self.follow(subnet_id, vpc.id, name, r, part, trail, depth)
+        return out
+
+    def follow(
+        self, subnet_id: str, vpc_id: str, name: str, r: Route, part: Packets, trail: Trail, depth: int
+    ) -> list[_Branch]:
+        topo = self.topo
+        vpc = topo.vpcs[vpc_id]
+        trail = trail.add(f"{name}: {r.destination} -> {r.target} {r.target_id}".rstrip())
+        if r.target == "tgw":
+            attachment = topo.vpc_attachment(vpc_id, r.target_id)
+            if attachment is None:
+                self.drop(
+                    part,
+                    name,
+                    lambda p: f"routes {p.dst} to {r.target_id}, which has no attachment of {vpc.origin.name}",
+                    r.origin,
+                    trail,
+                )
+                return []
+            az = topo.subnets[subnet_id].az
+            exits = [s for s in attachment.subnet_ids if s in topo.subnets and topo.subnets[s].az == az]
+            if not exits:
+                self.drop(
+                    part,
+                    f"transit gateway attachment {attachment.origin.name}",
+                    lambda p: (
+                        f"the attachment has no subnet in {az}, so traffic from {p.src} never reaches the "
+                        "transit gateway"
+                    ),
+                    attachment.origin,
+                    trail,
+                )
+                return []
+            part = self.nacl(exits[0], False, part, trail)  # into the transit gateway: its subnet's inbound rules
+            return self.in_tgw(r.target_id, attachment.id, part, trail, depth + 1)
+        if r.target == "nat":
+            nat = topo.nats.get(r.target_id)
+            if nat is None:
+                self.drop(
+                    part, name, lambda p: f"NAT gateway {r.target_id} is not in the plans (blackhole)", r.origin, trail
+                )
+                return []
+            return self.in_vpc(nat.subnet_id, part, trail, depth + 1)
+        if r.target == "igw":
+            public = ~pk.nets("dst", NOT_ON_THE_INTERNET)
+            self.drop(
+                part & ~public,
+                f"internet gateway {r.target_id}",
+                lambda p: f"{p.dst} is not an internet address; it is dropped",
+                r.origin,
+                trail,
+            )
+            return [(part & public, _ArrivedInternet(), trail)] if part & public != NOTHING else []
+        if r.target == "blackhole":
+            self.drop(part, name, lambda p: f"the route for {r.destination} has no target (blackhole)", r.origin, trail)
+            return []
+        self.drop(
+            part, name, lambda p: f"routes {p.dst} to {r.target_id}, which this model does not follow", r.origin, trail
+        )
+        return []
+
+    def in_tgw(self, tgw_id: str, in_attachment: str, packets: Packets, trail: Trail, depth: int) -> list[_Branch]:
+        topo = self.topo
+        if packets == NOTHING:
+            return []
+        if depth > MAX_HOPS:
+            self.drop(packets, "routing", lambda p: "routing loop", None, trail)
+            return []
+        tgw = topo.tgws.get(tgw_id)
+        tgw_name = f"transit gateway {tgw.origin.name} ({tgw.origin.stack})" if tgw else f"transit gateway {tgw_id}"
+        table = topo.associated_table(in_attachment, tgw_id)
+        att_in = topo.attachments.get(in_attachment)
+        att_name = att_in.origin.name if att_in else in_attachment
+        if table is None:
+            self.drop(
+                packets,
+                tgw_name,
+                lambda p: f"attachment {att_name} is associated with no route table",
+                att_in.origin if att_in else None,
+                trail,
+            )
+            return []
+        table_name = f"transit gateway route table {table.origin.name} ({table.origin.stack})"
+        parts, rest = _lpm(packets, _tgw_candidates(topo, table.id))
+        self.drop(rest, table_name, lambda p: f"no route for {p.dst}", table.origin, trail)
+        out: list[_Branch] = []
+        for part, (how, att_id, origin) in parts:
+            if att_id is None:
+                self.drop(
+                    part,
+                    f"transit gateway route table {table.origin.name}",
+                    lambda p: f"{p.dst} matches a blackhole route",
+                    origin,
+                    trail,
+                )
+                continue
+            att = topo.attachments.get(att_id)
+            if att is None:
+                self.drop(
+                    part,
+                    f"transit gateway route table {table.origin.name}",
+                    _text(lambda p, a=att_id: f"route to attachment {a}, which is not in the plans"),
+                    origin,
+                    trail,
+                )
+                continue
+            hop = trail.add(f"{tgw_name}: {how} route -> {att.kind} attachment {att.origin.name}")
+            if att.kind == "vpc":
+                out += self.into_vpc(tgw_name, att, part, hop, depth)
+            elif att.kind == "peering":
+                if not att.accepted:
+                    self.drop(
+                        part,
+                        tgw_name,
+                        _text(lambda p, a=att: f"peering attachment {a.origin.name} is never accepted"),
+                        att.origin,
+                        hop,
+                    )
+                    continue
+                other = att.peer_tgw_id if att.tgw_id == tgw_id else att.tgw_id
+                out += self.in_tgw(str(other), att.id, part, hop, depth + 1)
+            else:
+                out += self.into_site(att.site or "", part, hop, att.origin)
+        return out
+
+    def into_vpc(self, tgw_name: str, att: Attachment, packets: Packets, trail: Trail, depth: int) -> list[_Branch]:
+        """Into a VPC through the attachment's interface in the destination's Availability Zone."""
+        topo = self.topo
+        subnets = [s for s in att.subnet_ids if s in topo.subnets]
+        if not subnets:
+            self.drop(packets, tgw_name, lambda p: f"attachment {att.origin.name} has no subnet", att.origin, trail)
+            return []
+        by_entry: dict[str, Packets] = {}
+        rest = packets
+        for subnet in sorted(
+            (s for s in topo.subnets.values() if s.vpc_id == att.vpc_id), key=lambda s: (-s.cidr.prefixlen, s.id)
+        ):
+            part = rest & pk.net("dst", subnet.cidr)
+            if part == NOTHING:
+                continue
+            rest &= ~pk.net("dst", subnet.cidr)
+            entry = next((s for s in subnets if topo.subnets[s].az == subnet.az), subnets[0])
+            by_entry[entry] = by_entry.get(entry, NOTHING) | part
+        if rest != NOTHING:
+            by_entry[subnets[0]] = by_entry.get(subnets[0], NOTHING) | rest
+        out: list[_Branch] = []
+        for entry, part in sorted(by_entry.items()):
+            out += self.in_vpc(entry, part, trail, depth + 1, via="tgw")
+        return out
+
+    def into_site(self, site_name: str, packets: Packets, trail: Trail, origin: Resource) -> list[_Branch]:
+        site = self.topo.sites.get(site_name)
+        if site is None:
+            self.drop(packets, f"VPN {origin.name}", lambda p: f"site {site_name!r} is not in the fleet", origin, trail)
+            return []
+        gateway = f"site {site.name} gateway"
+        owned = pk.nets("dst", (site.lan, *site.pod_networks))
+        self.drop(
+            packets & ~owned,
+            f"VPN {origin.name}",
+            lambda p: (
+                f"{p.dst} is routed into site {site.name}'s tunnel, which does not own it: no site's traffic "
+                "may be routed through another site"
+            ),
+            origin,
+            trail,
+        )
+        packets &= owned
+        carried = pk.nets("dst", site.local_selectors) & pk.nets("src", site.remote_selectors)
+        self.drop(packets & ~carried, gateway, lambda p: f"no IPsec policy carries {p.src} -> {p.dst}", None, trail)
+        packets &= carried
+        if packets == NOTHING:
+            return []
+        trail = trail.through(site.name).add(f"VPN {origin.name} -> {gateway}")
+        out: list[_Branch] = []
+        lan = packets & pk.net("dst", site.lan)
+        if lan != NOTHING:
+            out.append((lan, _ArrivedSite(site.name), trail))
+        pods = packets & ~pk.net("dst", site.lan)
+        routed = pk.nets("dst", [n for n, _ in site.pod_routes])
+        self.drop(
+            pods & ~routed,
+            gateway,
+            lambda p: (
+                f"no route to hybrid pod {p.dst} inside the site (no BGP announcement of the site's nodes covers it)"
+            ),
+            None,
+            trail,
+        )
+        if pods & routed != NOTHING:
+            how = ", ".join(sorted({how for _, how in site.pod_routes}))
+            out.append((pods & routed, _ArrivedSite(site.name), trail.add(f"{gateway}: pod routes from {how}")))
+        return out
+
+    def from_site(self, site_name: str, packets: Packets, trail: Trail, depth: int) -> list[_Branch]:
+        topo = self.topo
+        site = topo.sites[site_name]
+        gateway = f"site {site.name} gateway"
+        local = pk.nets("dst", (site.lan, *site.pod_networks))
+        out: list[_Branch] = []
+        if packets & local != NOTHING:
+            out.append((packets & local, _ArrivedSite(site.name), trail))
+        packets &= ~local
+        carried = pk.nets("src", site.local_selectors) & pk.nets("dst", site.remote_selectors)
+        self.drop(packets & ~carried, gateway, lambda p: f"no IPsec policy carries {p.src} -> {p.dst}", None, trail)
+        packets &= carried
+        if packets == NOTHING:
+            return out
+        attachment = topo.vpn_attachment(site.name)
+        if attachment is None:
+            self.drop(packets, gateway, lambda p: "the site has no VPN connection in the plans", None, trail)
+            return out
+        trail = trail.through(site.name).add(f"{gateway} -> VPN {attachment.origin.name}")
+        return out + self.in_tgw(attachment.tgw_id, attachment.id, packets, trail, depth + 1)
+
+
+def _text(reason: Callable[..., str]) -> Reason:
+    """A reason whose lambda binds loop values as defaults (which mypy cannot infer)."""
+    return reason
+
+
+def _routed_elsewhere(where: str, label: str) -> Reason:
+    return lambda p: f"{p.dst} is routed to {where}, not to {label}"
+
+
+def _replies_elsewhere(where: str) -> Reason:
+    return lambda p: f"replies to {p.dst} arrive at {where}, not where the flow came from"
+
+
+def _same_vpc(a: object, b: object) -> bool:
+    return isinstance(a, InVpc) and isinstance(b, InVpc) and a.vpc_id == b.vpc_id
 
 
 def _arrived_at(arrival: _Arrival, location: Location) -> bool:
@@ -320,77 +880,41 @@ def _arrived_at(arrival: _Arrival, location: Location) -> bool:
     return isinstance(location, OnInternet) and isinstance(arrival, _ArrivedInternet)
 
 
-def _lpm(destination: Addr, candidates: Sequence[tuple[Net, int, Any]]) -> Any:
-    """The candidate whose network holds `destination` with the longest prefix (ties: lowest rank)."""
-    best: tuple[int, int, object] | None = None
-    for net, rank, item in candidates:
-        if destination in net and (best is None or (net.prefixlen, -rank) > (best[0], -best[1])):
-            best = (net.prefixlen, rank, item)
-    return best[2] if best else None
+def _sg_rule(rule: SgRule, peers: Sequence[str]) -> Packets:
+    """The packets one security group rule admits (its peer is the source for ingress, the destination for
+    egress)."""
+    if rule.cidr is not None:
+        node = pk.net("src" if rule.direction == "ingress" else "dst", rule.cidr)
+    elif rule.group is not None and rule.group in peers:
+        node = pk.EVERYTHING
+    else:
+        return NOTHING
+    if rule.protocol == "-1":
+        return node
+    node &= pk.protocol(rule.protocol)
+    if rule.protocol in ("icmp", "1") or rule.from_port is None or rule.from_port < 0:
+        return node
+    return node & pk.ports("dport", rule.from_port, rule.to_port if rule.to_port is not None else rule.from_port)
 
 
-def _route(
-    topo: Topology,
-    start: Location,
-    source: Addr,
-    destination: Addr,
-    verdict: Verdict,
-    protocol: str,
-    port: int,
-) -> _Arrival:
-    """Follow routes from `start` until the destination's network is reached; _DeniedError where they stop."""
-    if isinstance(start, InVpc):
-        if destination not in topo.subnets[start.subnet_id].cidr:
-            _nacl(topo, start.subnet_id, True, destination, protocol, port)
-        return _route_in_vpc(topo, start.subnet_id, source, destination, verdict, 0)
-    if isinstance(start, AtSite):
-        return _route_from_site(topo, start.site, source, destination, verdict, 0)
-    raise _DeniedError("routing", f"cannot route from {start}")
+def _lpm(packets: Packets, candidates: Iterable[tuple[Net, int, _T]]) -> tuple[list[tuple[Packets, _T]], Packets]:
+    """`packets` split by the longest prefix matching their destination (ties: the lowest rank), and the rest."""
+    out: list[tuple[Packets, _T]] = []
+    remaining = packets
+    for net, _rank, item in sorted(candidates, key=lambda c: (-c[0].prefixlen, c[1])):
+        if remaining == NOTHING:
+            break
+        covered = pk.net("dst", net)
+        part = remaining & covered
+        if part != NOTHING:
+            out.append((part, item))
+            remaining &= ~covered
+    return out, remaining
 
 
-def _route_in_vpc(
-    topo: Topology, subnet_id: str, source: Addr, destination: Addr, verdict: Verdict, depth: int
-) -> _Arrival:
-    if depth > MAX_HOPS:
-        raise _DeniedError("routing", "routing loop")
-    subnet = topo.subnets[subnet_id]
-    vpc = topo.vpcs[subnet.vpc_id]
-    if any(destination in c for c in vpc.cidrs):
-        verdict.hops.append(f"{vpc.origin.stack} local route")
-        return _ArrivedVpc(vpc.id, subnet_id)
-    table = topo.route_table_of(subnet_id)
-    name = f"route table {table.origin.name}" if table else f"main route table of {vpc.origin.name}"
-    found = _lpm(destination, [(r.destination, i, r) for i, r in enumerate(table.routes)] if table else [])
-    if not isinstance(found, Route):
-        raise _DeniedError(name, f"no route for {destination}", table.origin if table else vpc.origin)
-    r = found
-    verdict.hops.append(f"{name}: {r.destination} -> {r.target} {r.target_id}".rstrip())
-    if r.target == "tgw":
-        attachment = topo.vpc_attachment(vpc.id, r.target_id)
-        if attachment is None:
-            raise _DeniedError(
-                name, f"routes {destination} to {r.target_id}, which has no attachment of {vpc.origin.name}", r.origin
-            )
-        return _route_in_tgw(topo, r.target_id, attachment.id, source, destination, verdict, depth + 1)
-    if r.target == "nat":
-        nat = topo.nats.get(r.target_id)
-        if nat is None:
-            raise _DeniedError(name, f"NAT gateway {r.target_id} is not in the plans (blackhole)", r.origin)
-        return _route_in_vpc(topo, nat.subnet_id, source, destination, verdict, depth + 1)
-    if r.target == "igw":
-        if not destination.is_global:
-            raise _DeniedError(
-                f"internet gateway {r.target_id}", f"{destination} is not an internet address; it is dropped", r.origin
-            )
-        return _ArrivedInternet()
-    if r.target == "blackhole":
-        raise _DeniedError(name, f"the route for {r.destination} has no target (blackhole)", r.origin)
-    raise _DeniedError(name, f"routes {destination} to {r.target_id}, which this model does not follow", r.origin)
-
-
-def _tgw_candidates(topo: Topology, table_id: str) -> list[tuple[Net, int, object]]:
+def _tgw_candidates(topo: Topology, table_id: str) -> list[tuple[Net, int, tuple[str, str | None, Resource]]]:
     table = topo.tgw_route_tables[table_id]
-    out: list[tuple[Net, int, object]] = [
+    out: list[tuple[Net, int, tuple[str, str | None, Resource]]] = [
         (r.destination, 0, ("static", r.attachment_id, r.origin)) for r in table.routes
     ]
     for att_id in sorted(table.propagations):
@@ -409,113 +933,8 @@ def _propagated(topo: Topology, att: Attachment) -> list[Net]:
         if att.static_routes_only:
             return list(topo.vpn_routes.get(att.connection_id, []))
         site = topo.sites.get(att.site or "")
-        return list(site.announce) if site else []  # what the site's BGP announces
+        return list(site.announce) if site else []  # what the site's gateway announces over BGP
     return []  # peering attachments propagate nothing
-
-
-def _route_in_tgw(
-    topo: Topology, tgw_id: str, in_attachment: str, source: Addr, destination: Addr, verdict: Verdict, depth: int
-) -> _Arrival:
-    if depth > MAX_HOPS:
-        raise _DeniedError("routing", "routing loop")
-    tgw = topo.tgws.get(tgw_id)
-    tgw_name = f"transit gateway {tgw.origin.name} ({tgw.origin.stack})" if tgw else f"transit gateway {tgw_id}"
-    table = topo.associated_table(in_attachment, tgw_id)
-    att_in = topo.attachments.get(in_attachment)
-    att_name = att_in.origin.name if att_in else in_attachment
-    if table is None:
-        raise _DeniedError(
-            tgw_name, f"attachment {att_name} is associated with no route table", att_in.origin if att_in else None
-        )
-    choice = _lpm(destination, _tgw_candidates(topo, table.id))
-    if choice is None:
-        raise _DeniedError(
-            f"transit gateway route table {table.origin.name} ({table.origin.stack})",
-            f"no route for {destination}",
-            table.origin,
-        )
-    how, att_id, origin = choice
-    assert isinstance(how, str) and isinstance(origin, Resource) and (att_id is None or isinstance(att_id, str))
-    if att_id is None:
-        raise _DeniedError(
-            f"transit gateway route table {table.origin.name}", f"{destination} matches a blackhole route", origin
-        )
-    att = topo.attachments.get(att_id)
-    if att is None:
-        raise _DeniedError(
-            f"transit gateway route table {table.origin.name}",
-            f"route to attachment {att_id}, which is not in the plans",
-            origin,
-        )
-    verdict.hops.append(f"{tgw_name}: {how} route -> {att.kind} attachment {att.origin.name}")
-    if att.kind == "vpc":
-        subnet = att.subnet_ids[0] if att.subnet_ids else ""
-        if subnet not in topo.subnets:
-            raise _DeniedError(tgw_name, f"attachment {att.origin.name} has no subnet", att.origin)
-        return _route_in_vpc(topo, subnet, source, destination, verdict, depth + 1)
-    if att.kind == "peering":
-        if not att.accepted:
-            raise _DeniedError(tgw_name, f"peering attachment {att.origin.name} is never accepted", att.origin)
-        other = att.peer_tgw_id if att.tgw_id == tgw_id else att.tgw_id
-        return _route_in_tgw(topo, str(other), att.id, source, destination, verdict, depth + 1)
-    return _into_site(topo, att.site or "", source, destination, verdict, att.origin)
-
-
-def _into_site(
-    topo: Topology, site_name: str, source: Addr, destination: Addr, verdict: Verdict, origin: Resource
-) -> _Arrival:
-    site = topo.sites.get(site_name)
-    if site is None:
-        raise _DeniedError(f"VPN {origin.name}", f"site {site_name!r} is not in the fleet", origin)
-    gateway = f"site {site.name} gateway"
-    if destination not in site.lan and destination not in site.pods:
-        raise _DeniedError(
-            f"VPN {origin.name}",
-            f"{destination} is routed into site {site.name}'s tunnel, which does not own it: no site's traffic may "
-            "be routed through another site",
-            origin,
-        )
-    if not any(destination in n for n in site.local_selectors) or not any(source in n for n in site.remote_selectors):
-        raise _DeniedError(gateway, f"no IPsec policy carries {source} -> {destination}")
-    verdict.tunnels.add(site.name)
-    verdict.hops.append(f"VPN {origin.name} -> {gateway}")
-    if destination in site.lan:
-        return _ArrivedSite(site.name)
-    if destination in site.pods:
-        if site.pod_routes is None:
-            raise _DeniedError(
-                gateway,
-                f"no route to hybrid pod {destination} inside the site "
-                "(nothing gives the gateway the nodes' pod routes)",
-            )
-        verdict.hops.append(f"{gateway}: pod route from {site.pod_routes}")
-        return _ArrivedSite(site.name)
-    raise _DeniedError(gateway, f"{destination} is not in the site's networks")
-
-
-def _route_from_site(
-    topo: Topology, site_name: str, source: Addr, destination: Addr, verdict: Verdict, depth: int
-) -> _Arrival:
-    site = topo.sites[site_name]
-    gateway = f"site {site.name} gateway"
-    if destination in site.lan or destination in site.pods:
-        return _ArrivedSite(site.name)
-    if not any(source in n for n in site.local_selectors) or not any(destination in n for n in site.remote_selectors):
-        raise _DeniedError(gateway, f"no IPsec policy carries {source} -> {destination}")
-    attachment = topo.vpn_attachment(site.name)
-    if attachment is None:
-        raise _DeniedError(gateway, "the site has no VPN connection in the plans")
-    verdict.tunnels.add(site.name)
-    verdict.hops.append(f"{gateway} -> VPN {attachment.origin.name}")
-    return _route_in_tgw(topo, attachment.tgw_id, attachment.id, source, destination, verdict, depth + 1)
-
-
-def _arrive(topo: Topology, arrival: _Arrival, dst: Endpoint, source: Addr, protocol: str, port: int) -> None:
-    location = dst.location
-    if not _arrived_at(arrival, location):
-        raise _DeniedError("routing", f"{dst.address} is routed to {_where(topo, arrival)}, not to {dst.label}")
-    if isinstance(location, InVpc) and isinstance(arrival, _ArrivedVpc) and arrival.via_subnet != location.subnet_id:
-        _nacl(topo, location.subnet_id, False, source, protocol, port)
 
 
 def host(network: Net, offset: int) -> Addr:

@@ -1,5 +1,5 @@
-"""Every (source, destination, port) of every intent evaluated over the model, and each that did not come out as
-expected, with where it stopped and why."""
+"""Every intent evaluated over the model: each (source, destination) pair over every packet of the intent's
+space, and each pair that did not come out as expected, with a packet that shows it, where it stopped and why."""
 
 from __future__ import annotations
 
@@ -7,9 +7,11 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from dlinfra.checks.reach import packets as pk
 from dlinfra.checks.reach.engine import AtSite, Endpoint, Verdict, evaluate
 from dlinfra.checks.reach.intents import Intent
-from dlinfra.checks.reach.topology import Topology
+from dlinfra.checks.reach.packets import NOTHING, Packet
+from dlinfra.checks.reach.topology import Resource, Topology
 
 
 @dataclass(frozen=True)
@@ -17,20 +19,67 @@ class Failure:
     intent: Intent
     source: Endpoint
     destination: Endpoint
-    port: int
+    packet: Packet | None  # one packet that shows the failure
     verdict: Verdict
     why: str  # the sentence a reader needs: where it stopped and why, or that it got through
+    hops: tuple[str, ...] = ()  # the path of `packet` (up to the hop that dropped it)
+    share: float = 1.0  # the part of the pair's packets that fail
+
+    @property
+    def port(self) -> int:
+        return self.packet.dport if self.packet else 0
+
+
+@dataclass(frozen=True)
+class Coverage:
+    """How much of an intent's packet space the evaluation covered, and how much came out as expected."""
+
+    packets: int
+    proved: int
+    sources: int  # addresses
+    destinations: int
+    ports: int  # destination ports
+
+    @property
+    def share(self) -> float:
+        return self.proved / self.packets if self.packets else 1.0
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """What the model cannot evaluate and will not guess about (IPv6)."""
+
+    resource: Resource
+    what: str
+
+
+@dataclass(frozen=True)
+class Explanation:
+    """The paths of one pair's packets that got through: a packet of each and the hops it took."""
+
+    intent: str
+    source: str
+    destination: str
+    allowed: bool
+    paths: tuple[tuple[Packet | None, tuple[str, ...], int], ...]  # packet, hops, packets on this path
 
 
 @dataclass
 class ReachResult:
     intents: list[Intent] = field(default_factory=list)
-    flows: int = 0
+    flows: int = 0  # (source, destination) pairs, each over its whole packet space
     failures: list[Failure] = field(default_factory=list)
+    coverage: dict[str, Coverage] = field(default_factory=dict)  # intent id -> coverage
+    refusals: list[Refusal] = field(default_factory=list)
     seconds: float = 0.0
+    explained: list[Explanation] = field(default_factory=list)  # with run(..., explain=True)
 
     def failed_intents(self) -> set[str]:
         return {f.intent.id for f in self.failures}
+
+    def packets(self) -> tuple[int, int]:
+        """(packets evaluated, packets that came out as expected) over every intent."""
+        return sum(c.packets for c in self.coverage.values()), sum(c.proved for c in self.coverage.values())
 
     def by_family(self) -> dict[str, tuple[int, int, int]]:
         """family -> (intents, flows, failed intents)."""
@@ -39,24 +88,43 @@ class ReachResult:
         for intent in self.intents:
             row = out.setdefault(intent.family, [0, 0, 0])
             row[0] += 1
-            row[1] += len(intent.sources) * len(intent.destinations) * len(intent.ports)
+            row[1] += len(intent.sources) * len(intent.destinations)
             row[2] += intent.id in failed
         return {k: (v[0], v[1], v[2]) for k, v in sorted(out.items())}
 
 
-def run(topo: Topology, intents: Sequence[Intent]) -> ReachResult:
-    """Evaluate every flow of every intent; failures carry the hop and reason."""
+def run(topo: Topology, intents: Sequence[Intent], *, explain: bool = False) -> ReachResult:
+    """Evaluate every pair of every intent over its whole space; failures carry a packet, the hop and reason."""
     started = time.perf_counter()
     result = ReachResult(intents=list(intents))
+    result.refusals = [Refusal(origin, what) for origin, what in topo.ipv6]
     for intent in intents:
+        space = proved = 0
+        union = NOTHING  # every packet of the intent
         for src in intent.sources:
             for dst in intent.destinations:
-                for port in intent.ports:
-                    result.flows += 1
-                    verdict = evaluate(topo, src, dst, intent.protocol, port)
-                    failure = _judge(intent, src, dst, verdict)
-                    if failure:
-                        result.failures.append(Failure(intent, src, dst, port, verdict, failure))
+                result.flows += 1
+                verdict = evaluate(topo, src, dst, intent.protocol, intent.ports, intent.source_ports)
+                size, passed = pk.size(verdict.space), pk.size(verdict.passed)
+                space += size
+                proved += passed if intent.expect == "allow" else size - passed
+                union |= verdict.space
+                if explain:
+                    result.explained.append(
+                        Explanation(
+                            intent.id,
+                            src.label,
+                            dst.label,
+                            verdict.allowed,
+                            tuple((pk.pick(p.packets), p.trail.hops, pk.size(p.packets)) for p in verdict.paths),
+                        )
+                    )
+                failure = _judge(intent, src, dst, verdict, size, passed)
+                if failure:
+                    result.failures.append(failure)
+        result.coverage[intent.id] = Coverage(
+            space, proved, pk.field_size(union, "src"), pk.field_size(union, "dst"), pk.field_size(union, "dport")
+        )
     result.seconds = time.perf_counter() - started
     return result
 
@@ -65,16 +133,45 @@ def _own_sites(*endpoints: Endpoint) -> set[str]:
     return {e.location.site for e in endpoints if isinstance(e.location, AtSite)}
 
 
-def _judge(intent: Intent, src: Endpoint, dst: Endpoint, verdict: Verdict) -> str | None:
-    if verdict.allowed:
-        transit = verdict.tunnels - _own_sites(src, dst)
+def _judge(intent: Intent, src: Endpoint, dst: Endpoint, verdict: Verdict, size: int, passed: int) -> Failure | None:
+    own = _own_sites(src, dst)
+    for path in verdict.paths:
+        transit = path.trail.tunnels - own
         if transit:
-            return (
-                f"crosses site {', '.join(sorted(transit))}'s tunnel: one site's traffic is routed through another site"
+            return Failure(
+                intent,
+                src,
+                dst,
+                pk.pick(path.packets),
+                verdict,
+                f"crosses site {', '.join(sorted(transit))}'s tunnel: one site's traffic is routed through another "
+                "site",
+                path.trail.hops,
+                pk.size(path.packets) / size if size else 1.0,
             )
-        if intent.expect == "deny":
-            return "allowed, but must stay closed: " + " -> ".join(verdict.hops)
+    if intent.expect == "deny":
+        if not verdict.reachable:
+            return None
+        path = verdict.paths[0]
+        return Failure(
+            intent,
+            src,
+            dst,
+            pk.pick(path.packets),
+            verdict,
+            "allowed, but must stay closed: " + " -> ".join(path.trail.hops),
+            path.trail.hops,
+            passed / size if size else 1.0,
+        )
+    if verdict.allowed:
         return None
-    if intent.expect == "allow":
-        return f"denied at {verdict.denied_at}: {verdict.reason}"
-    return None
+    return Failure(
+        intent,
+        src,
+        dst,
+        verdict.witness,
+        verdict,
+        f"denied at {verdict.denied_at}: {verdict.reason}",
+        tuple(verdict.hops),
+        (size - passed) / size if size else 1.0,
+    )

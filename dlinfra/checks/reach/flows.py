@@ -7,8 +7,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from dlinfra.checks.reach.endpoints import INTERNET_HOST, laptop_endpoints, place_endpoints, site_endpoint
-from dlinfra.checks.reach.engine import Endpoint, OnInternet
+from dlinfra.checks.reach.endpoints import INTERNET, laptop_endpoints, place_endpoints, site_endpoint
+from dlinfra.checks.reach.engine import Endpoint, PortRange
 from dlinfra.checks.reach.intents import Expect, Intent
 from dlinfra.checks.reach.topology import Topology
 from dlinfra.errors import DlinfraError
@@ -27,6 +27,7 @@ class _Selector(BaseModel):
     fsx: bool = False
     endpoint: str | None = None  # an interface endpoint's service, e.g. sts
     ci_runner: bool = False
+    instance: str | None = None  # an EC2 instance by its logical name
     site: str | None = None
     network: Literal["lan", "pods"] = "lan"  # with site
     vpn_team: str | None = None  # laptops of a team (federated VPN), or "*" for certificate users
@@ -40,7 +41,8 @@ class _Flow(BaseModel):
     from_: _Selector = Field(alias="from")
     to: _Selector
     protocol: Literal["tcp", "udp", "icmp"] = "tcp"
-    ports: tuple[int, ...] = Field(default=(0,), min_length=1)
+    ports: tuple[int | str, ...] = ()  # 443, or "1018-1023"; required for tcp and udp
+    source_ports: tuple[int | str, ...] = ()  # default: the source's ephemeral ports
     expect: Expect = "allow"
     why: str = ""  # where the requirement comes from
 
@@ -65,9 +67,16 @@ def load_flows(path: Path, fleet: Fleet, topo: Topology) -> list[Intent]:
         key = f"flows.{index}"
         sources = _select(flow.from_, fleet, topo, str(path), f"{key}.from")
         destinations = _select(flow.to, fleet, topo, str(path), f"{key}.to")
-        for port in flow.ports:
-            if flow.protocol != "icmp" and not 1 <= port <= 65535:
-                raise DlinfraError(f"port {port} is not in 1-65535", file=str(path), key=f"{key}.ports")
+        if flow.protocol == "icmp" and (flow.ports or flow.source_ports):
+            raise DlinfraError("icmp has no ports; leave ports out", file=str(path), key=f"{key}.ports")
+        if flow.protocol != "icmp" and not flow.ports:
+            raise DlinfraError(
+                f"a {flow.protocol} flow needs its destination ports (e.g. ports: [443] or ['1018-1023'])",
+                file=str(path),
+                key=f"{key}.ports",
+            )
+        ports = _ranges(flow.ports, str(path), f"{key}.ports", low=1)
+        source_ports = _ranges(flow.source_ports, str(path), f"{key}.source_ports", low=0) or None
         out.append(
             Intent(
                 f"user/{flow.name}",
@@ -77,12 +86,29 @@ def load_flows(path: Path, fleet: Fleet, topo: Topology) -> list[Intent]:
                 sources,
                 destinations,
                 flow.protocol,
-                flow.ports,
+                ports if flow.protocol != "icmp" else ((0, 0),),
                 flow.expect,
                 flow.why or f"{path.name}: {flow.name}",
+                source_ports,
             )
         )
     return out
+
+
+def _ranges(values: tuple[int | str, ...], file: str, key: str, *, low: int) -> tuple[PortRange, ...]:
+    """Ports and ranges ("1018-1023") as ranges, each within low..65535."""
+    out = []
+    for value in values:
+        text = str(value).strip()
+        first, _, last = text.partition("-")
+        try:
+            a, b = int(first), int(last or first)
+        except ValueError:
+            raise DlinfraError(f"{text!r} is not a port or a range like 1018-1023", file=file, key=key) from None
+        if not low <= a <= b <= 65535:
+            raise DlinfraError(f"port {text} is not in {low}-65535 (low to high)", file=file, key=key)
+        out.append((a, b))
+    return tuple(out)
 
 
 def _select(sel: _Selector, fleet: Fleet, topo: Topology, file: str, key: str) -> tuple[Endpoint, ...]:
@@ -95,6 +121,7 @@ def _select(sel: _Selector, fleet: Fleet, topo: Topology, file: str, key: str) -
             ("fsx", sel.fsx),
             ("endpoint", sel.endpoint),
             ("ci-runner", sel.ci_runner),
+            ("instance", sel.instance),
             ("site", sel.site),
             ("vpn", sel.vpn_team),
             ("internet", sel.internet),
@@ -103,7 +130,8 @@ def _select(sel: _Selector, fleet: Fleet, topo: Topology, file: str, key: str) -
     ]
     if len(kinds) != 1:
         raise DlinfraError(
-            "give exactly one of pool, control_plane, efs, fsx, endpoint, ci_runner, site, vpn_team, internet",
+            "give exactly one of pool, control_plane, efs, fsx, endpoint, ci_runner, instance, site, vpn_team, "
+            "internet",
             file=file,
             key=key,
         )
@@ -111,11 +139,23 @@ def _select(sel: _Selector, fleet: Fleet, topo: Topology, file: str, key: str) -
         raise DlinfraError(f"unknown environment {sel.environment!r}", file=file, key=f"{key}.environment")
     kind = kinds[0]
     if kind == "internet":
-        return (Endpoint("a host on the internet", INTERNET_HOST, OnInternet()),)
+        if sel.environment or sel.region:
+            raise DlinfraError("the internet has no environment or region", file=file, key=key)
+        return (INTERNET,)
     if kind == "site":
         site = topo.sites.get(str(sel.site))
         if site is None:
             raise DlinfraError(f"unknown site {sel.site!r}", file=file, key=f"{key}.site")
+        if sel.environment is not None and sel.environment != site.environment:
+            raise DlinfraError(
+                f"site {site.name} is in environment {site.environment!r}, not {sel.environment!r}",
+                file=file,
+                key=f"{key}.environment",
+            )
+        if sel.region is not None and sel.region != site.region:
+            raise DlinfraError(
+                f"site {site.name}'s home region is {site.region!r}, not {sel.region!r}", file=file, key=f"{key}.region"
+            )
         return (site_endpoint(site, sel.network),)
     envs = [sel.environment] if sel.environment else sorted(fleet.environments)
     if kind == "vpn":
@@ -127,7 +167,7 @@ def _select(sel: _Selector, fleet: Fleet, topo: Topology, file: str, key: str) -
             and (sel.vpn_team == "*" or f"team {sel.vpn_team}" in laptop.label)
         )
     else:
-        name = sel.pool or sel.endpoint
+        name = sel.pool or sel.endpoint or sel.instance
         found = tuple(
             e
             for p in topo.places
@@ -135,7 +175,7 @@ def _select(sel: _Selector, fleet: Fleet, topo: Topology, file: str, key: str) -
             and p.environment in envs
             and (sel.region is None or p.region == sel.region)
             and (name is None or p.name == name)
-            for e in place_endpoints(topo, p, 17)
+            for e in place_endpoints(topo, p)
         )
     if not found:
         raise DlinfraError(f"selects nothing the plans declare ({kind})", file=file, key=key)

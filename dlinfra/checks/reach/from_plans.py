@@ -6,6 +6,7 @@ Pure: reads `dlinfra.plan/v1` dicts (docs/plan-export.md), no Pulumi.
 from __future__ import annotations
 
 import ipaddress
+import re
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
@@ -37,6 +38,9 @@ from dlinfra.model import sites as site_plan
 from dlinfra.model.fleet.schema import Fleet
 from dlinfra.model.planner import Plan as AddressPlan
 from dlinfra.model.regions import known_regions
+from dlinfra.render.frr import render_frr
+from dlinfra.render.site_vpn import LINK_LOCAL, SiteVpnView, Tunnel
+from dlinfra.render.strongswan import render_swanctl
 
 # Types the model reads; anything else in a plan is not part of the network.
 VPC = "aws:ec2/vpc:Vpc"
@@ -75,6 +79,9 @@ EKS = "aws:eks/cluster:Cluster"
 EFS_MOUNT = "aws:efs/mountTarget:MountTarget"
 FSX_LUSTRE = "aws:fsx/lustreFileSystem:LustreFileSystem"
 CODEBUILD = "aws:codebuild/project:Project"
+INSTANCE = "aws:ec2/instance:Instance"
+EIP = "aws:ec2/eip:Eip"
+EIP_ASSOC = "aws:ec2/eipAssociation:EipAssociation"
 
 SITE_LABEL = "dlinfra.io/site"
 
@@ -93,6 +100,55 @@ def _port(value: Any) -> int | None:
 def _protocol(value: Any) -> str:
     text = str(value).lower()
     return {"6": "tcp", "17": "udp", "1": "icmp", "all": "-1"}.get(text, text)
+
+
+def _flag(value: Any) -> bool | None:
+    """A provider boolean that may come as a string ("true", "false", "" for unset)."""
+    if value is None or value == "":
+        return None
+    if isinstance(value, str):
+        return value.lower() == "true"
+    return bool(value)
+
+
+def _as_list(value: Any) -> list[Mapping[str, Any]]:
+    if isinstance(value, Mapping):
+        return [value]
+    return [v for v in value or [] if isinstance(v, Mapping)]
+
+
+def _ipv6(r: Mapping[str, Any]) -> str | None:
+    """What of a network resource declares IPv6 (which this model does not evaluate), or None."""
+    t = str(r["type"])
+    if not t.startswith(("aws:ec2", "aws:vpc/", "aws:eks/")):
+        return None
+    if "egressOnlyInternetGateway" in t or "Ipv6" in t:
+        return t.split(":")[-1]
+
+    def walk(value: Any, path: str) -> str | None:
+        if isinstance(value, Mapping):
+            for key, item in value.items():
+                if key == "tags":
+                    continue
+                where = f"{path}.{key}" if path else str(key)
+                lowered = str(key).lower()
+                if "ipv6" in lowered and item not in (None, False, "", 0, [], {}, "false"):
+                    return where
+                if lowered == "ipfamily" and str(item).lower() == "ipv6":
+                    return where
+                if "cidr" in lowered and isinstance(item, str) and ":" in item:
+                    return where
+                found = walk(item, where)
+                if found:
+                    return found
+        elif isinstance(value, list):
+            for n, item in enumerate(value):
+                found = walk(item, f"{path}[{n}]")
+                if found:
+                    return found
+        return None
+
+    return walk(r["inputs"], "")
 
 
 def _ids(value: Any) -> tuple[str, ...]:
@@ -122,6 +178,20 @@ def build(plans: Iterable[Mapping[str, Any]], sites: Sequence[SiteSide] = ()) ->
     # Containers first (VPCs, groups, tables, gateways), then what refers to them.
     for r, origin, i, env, region in later:
         _containers(topo, r, origin, i, env, region)
+        declared = _ipv6(r)
+        if declared:
+            topo.ipv6.append((origin, declared))
+        if r["type"] in (EIP, EIP_ASSOC):
+            topo.public_ips.update(
+                v
+                for v in (
+                    i.get("instance"),
+                    i.get("instanceId"),
+                    i.get("networkInterface"),
+                    i.get("networkInterfaceId"),
+                )
+                if v
+            )
     for r, origin, i, env, region in later:
         _members(topo, r, origin, i, env, region)
     _places(topo, later)
@@ -384,12 +454,17 @@ def _members(
 
 def _places(topo: Topology, resources: list[tuple[Mapping[str, Any], Resource, Mapping[str, Any], str, str]]) -> None:
     templates: dict[str, tuple[str, ...]] = {}
+    public: dict[str, bool | None] = {}  # launch template -> its interface's public address setting
     for r, _origin, i, _env, _region in resources:
         if r["type"] == LAUNCH_TEMPLATE:
             template_groups = list(_ids(i.get("vpcSecurityGroupIds")))
             for nic in i.get("networkInterfaces") or []:
                 template_groups.extend(g for g in _ids(nic.get("securityGroups")) if g not in template_groups)
             templates[r["id"]] = tuple(template_groups)
+            # The device-0 interface's associatePublicIpAddress overrides the subnet's public IP on launch
+            # (EC2 API, LaunchTemplateInstanceNetworkInterfaceSpecificationRequest).
+            settings = [_flag(nic.get("associatePublicIpAddress")) for nic in i.get("networkInterfaces") or []]
+            public[r["id"]] = next((v for v in settings if v is not None), None)
 
     def vpc_of(subnets: tuple[str, ...]) -> str:
         return next((topo.subnets[s].vpc_id for s in subnets if s in topo.subnets), "")
@@ -404,18 +479,48 @@ def _places(topo: Topology, resources: list[tuple[Mapping[str, Any], Resource, M
                 )
                 or {}
             )
-            groups = templates.get(str(spec.get("id") or spec.get("launchTemplateId") or ""), ())
+            template = str(spec.get("id") or spec.get("launchTemplateId") or "")
+            groups = templates.get(template, ())
             subnets = _ids(i.get("vpcZoneIdentifiers"))
             pool = next((str(tag.get("value")) for tag in i.get("tags") or [] if tag.get("key") == "dlinfra:pool"), "")
             pool = pool or r["name"].removeprefix("pool-").removesuffix("-asg")
-            topo.places.append(Place("pool", pool, env, region, vpc_of(subnets), subnets, groups, origin))
+            topo.places.append(
+                Place("pool", pool, env, region, vpc_of(subnets), subnets, groups, origin, public.get(template))
+            )
+        elif t == INSTANCE:
+            subnets = _ids(i.get("subnetId"))
+            groups = _ids(i.get("vpcSecurityGroupIds")) or templates.get(
+                str((i.get("launchTemplate") or {}).get("id") or ""), ()
+            )
+            has_eip = r["id"] in topo.public_ips or _flag(i.get("associatePublicIpAddress"))
+            topo.places.append(
+                Place("instance", r["name"], env, region, vpc_of(subnets), subnets, groups, origin, has_eip)
+            )
         elif t == EKS:
             vpc_config = i.get("vpcConfig") or {}
             subnets = _ids(vpc_config.get("subnetIds"))
             cluster_group = (r["outputs"].get("vpcConfig") or {}).get("clusterSecurityGroupId")
             plane_groups = (*_ids(cluster_group), *_ids(vpc_config.get("securityGroupIds")))
+            remote = i.get("remoteNetworkConfig") or {}
+            remote_nets = tuple(
+                n
+                for key in ("remoteNodeNetworks", "remotePodNetworks")
+                for entry in _as_list(remote.get(key))
+                for n in (_net(c) for c in entry.get("cidrs") or [])
+                if n
+            )
             topo.places.append(
-                Place("control-plane", str(i.get("name")), env, region, vpc_of(subnets), subnets, plane_groups, origin)
+                Place(
+                    "control-plane",
+                    str(i.get("name")),
+                    env,
+                    region,
+                    vpc_of(subnets),
+                    subnets,
+                    plane_groups,
+                    origin,
+                    remote_networks=remote_nets,
+                )
             )
         elif t == EFS_MOUNT:
             subnets = _ids(i.get("subnetId"))
@@ -455,13 +560,33 @@ def _places(topo: Topology, resources: list[tuple[Mapping[str, Any], Resource, M
 
 
 # --- sites as their gateways are rendered ------------------------------------------------------------
+# A placeholder key for rendering: the announcements and selectors do not depend on it.
+_RENDER_KEY = "reachabilityModelKey"
+
+
 def site_sides(fleet: Fleet, plan: AddressPlan, plans: Sequence[Mapping[str, Any]]) -> list[SiteSide]:
-    """Each site's gateway: what it announces, its IPsec selectors, and how it learns its pods' routes."""
+    """Each site's gateway as `dlinfra site render` writes it (what its frr.conf announces to AWS, what its
+    swanctl.conf or routes carry), and what Cilium on its hybrid nodes announces to it."""
     out = []
+    by_stack = {p["stack"]: p for p in plans}
     for name, site in sorted(fleet.sites.items()):
         lan, pods = site_plan.site_lan(plan, name), site_plan.site_pods(plan, name)
         remote = tuple(site_plan.site_remote_cidrs(fleet, plan, name))
-        k8s = next((p for p in plans if p["stack"] == f"{site.environment}-{site.region}-k8s"), None)
+        regional = by_stack.get(f"{site.environment}-{site.region}")
+        k8s = by_stack.get(f"{site.environment}-{site.region}-k8s")
+        view = _site_view(fleet, name, lan, pods, remote, regional)
+        announce: tuple[Net, ...] = (lan, pods)
+        local: tuple[Net, ...] = (lan, pods)
+        accepted: tuple[Net, ...] = remote
+        node_prefixes: list[tuple[Net, int]] = [(pods, 32)]
+        if view is not None:
+            announce, local, accepted, node_prefixes = _rendered(view)
+        pod_networks, announced = _cilium(k8s, name, lan) if k8s else ((), [])
+        pod_routes = tuple(
+            (block, how)
+            for block, mask, how in announced
+            if any(block.subnet_of(net) and mask >= ge for net, ge in node_prefixes)
+        )
         out.append(
             SiteSide(
                 name=name,
@@ -469,36 +594,172 @@ def site_sides(fleet: Fleet, plan: AddressPlan, plans: Sequence[Mapping[str, Any
                 region=site.region,
                 lan=lan,
                 pods=pods,
-                announce=(lan, pods),
-                local_selectors=(lan, pods),
-                remote_selectors=remote,
-                pod_routes=_pod_route_source(k8s, name, lan) if k8s else None,
+                announce=announce,
+                local_selectors=local,
+                remote_selectors=accepted,
+                pod_routes=pod_routes,
+                pod_networks=pod_networks or (pods,),
             )
         )
     return out
 
 
-def _pod_route_source(plan: Mapping[str, Any], site: str, lan: Net) -> str | None:
-    """How the site gateway learns pod routes: a Cilium BGP peering from the site's nodes to an address on its LAN."""
-    for r in plan["resources"]:
-        body = r["inputs"]
-        if body.get("kind") != "CiliumBGPClusterConfig":
-            continue
-        spec = body.get("spec") or {}
-        selector = spec.get("nodeSelector") or {}
-        labels = selector.get("matchLabels") or {}
-        expressions = selector.get("matchExpressions") or []
-        selects_site = labels.get(SITE_LABEL) == site or any(
-            e.get("key") == SITE_LABEL and site in (e.get("values") or []) for e in expressions
+def _site_view(
+    fleet: Fleet,
+    name: str,
+    lan: Net,
+    pods: Net,
+    remote: tuple[Net, ...],
+    regional: Mapping[str, Any] | None,
+) -> SiteVpnView | None:
+    """The render helper's view of a site, from its VPN connection in the plan (the stack's `site_vpns` output
+    is secret in plan exports)."""
+    if regional is None:
+        return None
+    vpn = next(
+        (
+            r
+            for r in regional["resources"]
+            if r["type"] == VPN and (r["inputs"].get("tags") or {}).get("dlinfra:site") == name
+        ),
+        None,
+    )
+    if vpn is None:
+        return None
+    spec = fleet.sites[name]
+    i, o = vpn["inputs"], vpn["outputs"]
+    try:
+        tunnels = tuple(
+            Tunnel(
+                number=n,
+                outside_ip=str(o.get(f"tunnel{n}Address") or f"192.0.2.{n}"),
+                inside_cidr=str(i.get(f"tunnel{n}InsideCidr") or f"169.254.{n * 10}.0/30"),
+                preshared_key=_RENDER_KEY,
+            )
+            for n in (1, 2)
         )
-        if not selects_site:
+        return SiteVpnView(
+            site=name,
+            local_public_ip=str(spec.public_ip),
+            lan_cidr=str(lan),
+            remote_cidrs=tuple(str(c) for c in remote),
+            tunnels=tunnels,  # type: ignore[arg-type]  # two
+            routing=spec.routing,
+            local_asn=spec.asn,
+            remote_asn=int(float(o.get("tunnel1BgpAsn") or 64512)),
+            pod_cidrs=(str(pods),),
+            tunnel_mode=spec.tunnel_mode,
+        )
+    except ValueError:
+        return None
+
+
+def _rendered(view: SiteVpnView) -> tuple[tuple[Net, ...], tuple[Net, ...], tuple[Net, ...], list[tuple[Net, int]]]:
+    """From the gateway's rendered files: what it announces to AWS, the site-side and AWS-side networks its
+    tunnels carry, and the pod blocks it accepts from its nodes (network, shortest prefix length)."""
+    frr = render_frr(view) or ""
+    announce = tuple(n for n in (_net(m) for m in re.findall(r"^  network (\S+)$", frr, re.M)) if n)
+    nodes = [
+        (n, int(ge))
+        for prefix, ge in re.findall(r"^ip prefix-list DLINFRA-NODES seq \d+ permit (\S+) ge (\d+)$", frr, re.M)
+        if (n := _net(prefix))
+    ]
+    if view.route_based:
+        # Route-based tunnels carry whatever is routed into them: the gateway's static routes or the networks it
+        # accepts from AWS's BGP; AWS routes to the site what the gateway announces (or the static VPN routes).
+        toward_aws = re.findall(r"^ip route (\S+) (?!blackhole)\S+$", frr, re.M) + re.findall(
+            r"^ip prefix-list DLINFRA-AWS seq \d+ permit (\S+)$", frr, re.M
+        )
+        remote = tuple(n for n in (_net(m) for m in toward_aws) if n)
+        local = (ipaddress.IPv4Network(view.lan_cidr), *(ipaddress.IPv4Network(p) for p in view.pod_cidrs))
+        return announce, local, remote, nodes
+    swanctl = render_swanctl(view)
+    local_ts = _selectors(re.findall(r"local_ts\s*=\s*(.+)$", swanctl, re.M))
+    remote_ts = _selectors(re.findall(r"remote_ts\s*=\s*(.+)$", swanctl, re.M))
+    return announce, local_ts, remote_ts, nodes
+
+
+def _selectors(lines: Sequence[str]) -> tuple[Net, ...]:
+    """The networks of swanctl traffic selectors (every tunnel's), without the BGP inside /32s."""
+    nets = {n for line in lines for n in (_net(part.strip()) for part in line.split(",")) if n}
+    return tuple(sorted(n for n in nets if not n.subnet_of(LINK_LOCAL)))
+
+
+def _cilium(plan: Mapping[str, Any], site: str, lan: Net) -> tuple[tuple[Net, ...], list[tuple[Net, int, str]]]:
+    """Where the site's hybrid pods take addresses (the pod IP pools its nodes default to), and the pool blocks
+    Cilium's BGP control plane announces to a peer on the site's LAN (block, mask size, how)."""
+    objects = [r for r in plan["resources"] if str(r["inputs"].get("apiVersion", "")).startswith("cilium.io/")]
+
+    def kind(k: str) -> list[Mapping[str, Any]]:
+        return [r["inputs"] for r in objects if r["inputs"].get("kind") == k]
+
+    def name_of(body: Mapping[str, Any]) -> str:
+        return str((body.get("metadata") or {}).get("name", ""))
+
+    def labels(body: Mapping[str, Any]) -> Mapping[str, str]:
+        return (body.get("metadata") or {}).get("labels") or {}
+
+    pools = {name_of(b): b for b in kind("CiliumPodIPPool")}
+    used = {
+        str(((b.get("spec") or {}).get("defaults") or {}).get("ipam-default-ip-pool") or "")
+        for b in kind("CiliumNodeConfig")
+        if _selects_site((b.get("spec") or {}).get("nodeSelector") or {}, site)
+    }
+    networks = tuple(n for p in sorted(used) if p in pools for n in (_net(c) for c in _pool_cidrs(pools[p])) if n)
+    announced: list[tuple[Net, int, str]] = []
+    peer_configs = {name_of(b): b for b in kind("CiliumBGPPeerConfig")}
+    adverts = kind("CiliumBGPAdvertisement")
+    for cluster in kind("CiliumBGPClusterConfig"):
+        spec = cluster.get("spec") or {}
+        if not _selects_site(spec.get("nodeSelector") or {}, site):
             continue
         for instance in spec.get("bgpInstances") or []:
             for peer in instance.get("peers") or []:
-                try:
-                    address = ipaddress.IPv4Address(str(peer.get("peerAddress", "")).split("/")[0])
-                except ValueError:
+                address = _address(peer.get("peerAddress"))
+                config = peer_configs.get(str((peer.get("peerConfigRef") or {}).get("name", "")))
+                if address is None or address not in lan or config is None:
                     continue
-                if address in lan:
-                    return f"Cilium BGP {body.get('metadata', {}).get('name', r['name'])} (peer {address})"
-    return None
+                for family in (config.get("spec") or {}).get("families") or []:
+                    if family.get("afi") != "ipv4":
+                        continue
+                    for advert in adverts:
+                        if not _matches(family.get("advertisements") or {}, labels(advert)):
+                            continue
+                        for item in (advert.get("spec") or {}).get("advertisements") or []:
+                            if item.get("advertisementType") != "CiliumPodIPPool":
+                                continue
+                            for pool_name, pool in sorted(pools.items()):
+                                if not _matches(item.get("selector") or {}, labels(pool)):
+                                    continue
+                                mask = int(float(((pool.get("spec") or {}).get("ipv4") or {}).get("maskSize", 32)))
+                                how = f"Cilium BGP {name_of(cluster)} (peer {address}), pool {pool_name}"
+                                announced += [(n, mask, how) for n in (_net(c) for c in _pool_cidrs(pool)) if n]
+    return networks, announced
+
+
+def _pool_cidrs(pool: Mapping[str, Any]) -> list[str]:
+    return [str(c) for c in (((pool.get("spec") or {}).get("ipv4") or {}).get("cidrs") or [])]
+
+
+def _address(value: Any) -> ipaddress.IPv4Address | None:
+    try:
+        return ipaddress.IPv4Address(str(value or "").split("/")[0])
+    except ValueError:
+        return None
+
+
+def _matches(selector: Mapping[str, Any], labels: Mapping[str, str]) -> bool:
+    """A Kubernetes label selector (matchLabels, matchExpressions In/NotIn/Exists/DoesNotExist)."""
+    if any(labels.get(k) != v for k, v in (selector.get("matchLabels") or {}).items()):
+        return False
+    for e in selector.get("matchExpressions") or []:
+        key, op, values = e.get("key"), e.get("operator"), e.get("values") or []
+        if (op == "In" and labels.get(key) not in values) or (op == "NotIn" and labels.get(key) in values):
+            return False
+        if (op == "Exists" and key not in labels) or (op == "DoesNotExist" and key in labels):
+            return False
+    return True
+
+
+def _selects_site(selector: Mapping[str, Any], site: str) -> bool:
+    return bool(selector) and _matches(selector, {SITE_LABEL: site})

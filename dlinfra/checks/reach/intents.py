@@ -6,15 +6,18 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-from dlinfra.checks.reach.endpoints import INTERNET_HOST, laptop_endpoints, place_endpoints, site_endpoint
-from dlinfra.checks.reach.engine import Endpoint, OnInternet, Protocol
+from dlinfra.checks.reach.endpoints import INTERNET, laptop_endpoints, place_endpoints, site_endpoint
+from dlinfra.checks.reach.engine import Endpoint, PortRange, Protocol
 from dlinfra.checks.reach.topology import Topology
 from dlinfra.model.fleet.schema import Fleet
 
 Expect = Literal["allow", "deny"]
 TENSORBOARD_PORT = 6006
-POD_PORT = 8080  # a representative pod port: Kubernetes pods reach each other on every port
+POD_PORTS: tuple[PortRange, ...] = ((1, 65535),)  # Kubernetes pods reach each other on every port
 WEBHOOK_PORT = 9443  # admission webhooks served by pods (Kueue, the termination handler)
+LUSTRE_PORTS: tuple[PortRange, ...] = ((988, 988), (1018, 1023))
+LUSTRE_CLIENT_PORTS: tuple[PortRange, ...] = ((1018, 1023),)  # Lustre connects from reserved ports
+EVERY_PORT: tuple[PortRange, ...] = ((0, 65535),)
 
 
 @dataclass(frozen=True)
@@ -28,9 +31,21 @@ class Intent:
     sources: tuple[Endpoint, ...]
     destinations: tuple[Endpoint, ...]
     protocol: Protocol
-    ports: tuple[int, ...]
+    ports: tuple[PortRange, ...]  # destination ports
     expect: Expect
     source_doc: str  # where the requirement comes from
+    source_ports: tuple[PortRange, ...] | None = None  # None: each source's ephemeral ports
+
+    def port_text(self) -> str:
+        """`tcp/988,1018-1023`, or `icmp`."""
+        if self.protocol == "icmp":
+            return "icmp"
+        return f"{self.protocol}/" + ",".join(str(a) if a == b else f"{a}-{b}" for a, b in self.ports)
+
+
+def _name(endpoint: Endpoint) -> str:
+    """An end's label without its addresses, for intent ids."""
+    return endpoint.label.split(" (")[0]
 
 
 def _untainted_pools(fleet: Fleet, env: str, region: str) -> set[str]:
@@ -55,15 +70,13 @@ def _environment_intents(fleet: Fleet, topo: Topology, env: str) -> Iterator[Int
     regions = sorted(fleet.environments[env].regions)
     sites = [s for s in topo.sites.values() if s.environment == env]
 
-    def eps(
-        kind: str, region: str | None = None, names: Iterable[str] | None = None, offset: int = 10
-    ) -> tuple[Endpoint, ...]:
+    def eps(kind: str, region: str | None = None, names: Iterable[str] | None = None) -> tuple[Endpoint, ...]:
         wanted = set(names) if names is not None else None
         return tuple(
             e
             for p in sorted(places, key=lambda p: (p.region, p.kind, p.name))
             if p.kind == kind and (region is None or p.region == region) and (wanted is None or p.name in wanted)
-            for e in place_endpoints(topo, p, offset)
+            for e in place_endpoints(topo, p)
         )
 
     def intent(
@@ -74,9 +87,10 @@ def _environment_intents(fleet: Fleet, topo: Topology, env: str) -> Iterator[Int
         sources: Sequence[Endpoint],
         destinations: Sequence[Endpoint],
         protocol: Protocol,
-        ports: Sequence[int],
+        ports: Sequence[int | PortRange],
         source_doc: str,
         expect: Expect = "allow",
+        source_ports: tuple[PortRange, ...] | None = None,
     ) -> Iterator[Intent]:
         if sources and destinations:
             yield Intent(
@@ -87,9 +101,10 @@ def _environment_intents(fleet: Fleet, topo: Topology, env: str) -> Iterator[Int
                 tuple(sources),
                 tuple(destinations),
                 protocol,
-                tuple(ports),
+                tuple((p, p) if isinstance(p, int) else p for p in ports),
                 expect,
                 source_doc,
+                source_ports,
             )
 
     for region in regions:
@@ -98,8 +113,8 @@ def _environment_intents(fleet: Fleet, topo: Topology, env: str) -> Iterator[Int
         homed = [s for s in sites if s.region == region]
         hybrid_pods = tuple(site_endpoint(s, "pods") for s in homed)
         hybrid_nodes = tuple(site_endpoint(s, "lan") for s in homed)
-        dns = eps("pool", region, _untainted_pools(fleet, env, region), offset=11)
-        api = eps("control-plane", region, offset=20)
+        dns = eps("pool", region, _untainted_pools(fleet, env, region))
+        api = eps("control-plane", region)
         for proto in ("udp", "tcp"):
             # Pods ask their node's NodeLocal DNS cache, which asks CoreDNS from the node's own address (hybrid
             # nodes: the site LAN); while the cache restarts, pods ask CoreDNS through kube-dns themselves.
@@ -119,12 +134,12 @@ def _environment_intents(fleet: Fleet, topo: Topology, env: str) -> Iterator[Int
         yield from intent(
             "pod-to-pod",
             stack,
-            "pods of every pool and site reach each other",
+            "pods of every pool and site reach each other on every port",
             stack,
             pools + hybrid_pods,
-            eps("pool", region, offset=12) + hybrid_pods,
+            eps("pool", region) + hybrid_pods,
             "tcp",
-            (POD_PORT,),
+            POD_PORTS,
             "Kubernetes networking model: every pod reaches every pod without NAT",
         )
         yield from intent(
@@ -157,7 +172,7 @@ def _environment_intents(fleet: Fleet, topo: Topology, env: str) -> Iterator[Int
             "the control plane reaches webhook pods",
             stack,
             api,
-            eps("pool", region, offset=12) + hybrid_pods,
+            eps("pool", region) + hybrid_pods,
             "tcp",
             (WEBHOOK_PORT,),
             "EKS guide 'Prepare networking for hybrid nodes' (webhooks on hybrid nodes need routable "
@@ -169,12 +184,12 @@ def _environment_intents(fleet: Fleet, topo: Topology, env: str) -> Iterator[Int
             "nodes reach EFS mount targets",
             stack,
             pools,
-            eps("efs", region, offset=30),
+            eps("efs", region),
             "tcp",
             (2049,),
             "EFS guide 'Using VPC security groups' (NFS 2049 from clients)",
         )
-        fsx = eps("fsx", region, offset=40)
+        fsx = eps("fsx", region)
         yield from intent(
             "storage",
             f"{stack}/fsx-clients",
@@ -183,8 +198,10 @@ def _environment_intents(fleet: Fleet, topo: Topology, env: str) -> Iterator[Int
             pools,
             fsx,
             "tcp",
-            (988, 1018, 1023),
-            "FSx for Lustre guide 'File system access control with Amazon VPC' (988, 1018-1023)",
+            LUSTRE_PORTS,
+            "FSx for Lustre guide 'File system access control with Amazon VPC' (988, 1018-1023; Lustre connects "
+            "from the reserved ports 1018-1023, so replies go back to them)",
+            source_ports=LUSTRE_CLIENT_PORTS,
         )
         yield from intent(
             "storage",
@@ -194,9 +211,10 @@ def _environment_intents(fleet: Fleet, topo: Topology, env: str) -> Iterator[Int
             fsx,
             pools,
             "tcp",
-            (988, 1018, 1023),
+            LUSTRE_PORTS,
             "FSx for Lustre guide 'File system access control with Amazon VPC' (client groups admit "
-            "988 and 1018-1023 from the file system)",
+            "988 and 1018-1023 from the file system, which connects from its reserved ports)",
+            source_ports=LUSTRE_CLIENT_PORTS,
         )
         yield from intent(
             "endpoints",
@@ -204,7 +222,7 @@ def _environment_intents(fleet: Fleet, topo: Topology, env: str) -> Iterator[Int
             "nodes reach the interface endpoints",
             stack,
             pools,
-            eps("endpoint", region, offset=50),
+            eps("endpoint", region),
             "tcp",
             (443,),
             "VPC guide 'Access an AWS service using an interface VPC endpoint' (HTTPS 443)",
@@ -214,31 +232,27 @@ def _environment_intents(fleet: Fleet, topo: Topology, env: str) -> Iterator[Int
             stack,
             "the in-VPC CI runner reaches the EKS API",
             stack,
-            eps("ci-runner", region, offset=60),
+            eps("ci-runner", region),
             api,
             "tcp",
             (443,),
             "EKS guide 'Cluster API server endpoint' (private endpoint only from the VPC)",
         )
-        # Must stay closed: nothing on the internet reaches a node, a pod, the API or a data store.
-        for kind, ports in (
-            ("pool", (22, 443, POD_PORT)),
-            ("control-plane", (443,)),
-            ("efs", (2049,)),
-            ("fsx", (988,)),
-        ):
-            yield from intent(
-                "deny-internet",
-                f"{stack}/{kind}",
-                f"the internet reaches no {kind}",
-                stack,
-                (Endpoint("a host on the internet", INTERNET_HOST, OnInternet()),),
-                eps(kind, region, offset=13),
-                "tcp",
-                ports,
-                "dlinfra design: nodes, pods and data stores are private",
-                "deny",
-            )
+        # Must stay closed: nothing on the internet reaches a node, a pod, the API or a data store, on any port.
+        for kind in ("pool", "instance", "control-plane", "efs", "fsx"):
+            for proto in ("tcp", "udp"):
+                yield from intent(
+                    "deny-internet",
+                    f"{stack}/{kind}" + ("/udp" if proto == "udp" else ""),
+                    f"the internet reaches no {kind} ({proto}, every port)",
+                    stack,
+                    (INTERNET,),
+                    eps(kind, region),
+                    proto,  # type: ignore[arg-type]
+                    EVERY_PORT,
+                    "dlinfra design: nodes, pods and data stores are private",
+                    "deny",
+                )
 
     # MultiKueue: the manager's Kueue controller (on its untainted pools) reaches each worker's private EKS API,
     # across the transit gateway peering; the endpoint's public name resolves to its private addresses.
@@ -249,8 +263,8 @@ def _environment_intents(fleet: Fleet, topo: Topology, env: str) -> Iterator[Int
             f"{env}-{manager}/{worker}",
             f"the MultiKueue manager in {manager} reaches the {worker} cluster's API",
             f"{env}-{manager}",
-            eps("pool", manager, _untainted_pools(fleet, env, manager), offset=15),
-            eps("control-plane", worker, offset=21),
+            eps("pool", manager, _untainted_pools(fleet, env, manager)),
+            eps("control-plane", worker),
             "tcp",
             (443,),
             "Kueue docs 'MultiKueue' (the manager creates and watches workloads and jobs in each worker through its "
@@ -262,7 +276,7 @@ def _environment_intents(fleet: Fleet, topo: Topology, env: str) -> Iterator[Int
     for site in sites:
         for region in regions:
             stack = f"{env}-{region}"
-            pools = eps("pool", region, offset=14)
+            pools = eps("pool", region)
             lan, pods = site_endpoint(site, "lan"), site_endpoint(site, "pods")
             yield from intent(
                 "site",
@@ -272,7 +286,7 @@ def _environment_intents(fleet: Fleet, topo: Topology, env: str) -> Iterator[Int
                 (lan, pods),
                 pools,
                 "tcp",
-                (POD_PORT,),
+                POD_PORTS,
                 "EKS guide 'Networking concepts for hybrid nodes' (the VPC is the hub between hybrid and cloud pods)",
             )
             yield from intent(
@@ -283,7 +297,7 @@ def _environment_intents(fleet: Fleet, topo: Topology, env: str) -> Iterator[Int
                 pools,
                 (lan, pods),
                 "tcp",
-                (POD_PORT,),
+                POD_PORTS,
                 "EKS guide 'Networking concepts for hybrid nodes'",
             )
     # Sites reach each other through AWS, never through a third site's tunnel (checked on every allowed flow).
@@ -298,7 +312,7 @@ def _environment_intents(fleet: Fleet, topo: Topology, env: str) -> Iterator[Int
                     (site_endpoint(site, "lan"),),
                     (site_endpoint(other, "lan"), site_endpoint(other, "pods")),
                     "tcp",
-                    (22,),
+                    POD_PORTS,
                     "dlinfra design: each site's tunnels carry only its own networks (site_plan.site_remote_cidrs)",
                 )
     for region, laptop in laptop_endpoints(topo, fleet, env):
@@ -306,22 +320,22 @@ def _environment_intents(fleet: Fleet, topo: Topology, env: str) -> Iterator[Int
         for target in regions:
             yield from intent(
                 "laptop",
-                f"{laptop.label}->{env}-{target}/pods",
-                f"{laptop.label} reaches pods in {env}-{target} (TensorBoard)",
+                f"{_name(laptop)}->{env}-{target}/pods",
+                f"{_name(laptop)} reaches pods in {env}-{target} (TensorBoard)",
                 stack,
                 (laptop,),
-                eps("pool", target, offset=15),
+                eps("pool", target),
                 "tcp",
                 (TENSORBOARD_PORT,),
                 "dlinfra design: laptops reach their jobs' dashboards",
             )
             yield from intent(
                 "laptop",
-                f"{laptop.label}->{env}-{target}/api",
-                f"{laptop.label} reaches the EKS API of {env}-{target}",
+                f"{_name(laptop)}->{env}-{target}/api",
+                f"{_name(laptop)} reaches the EKS API of {env}-{target}",
                 stack,
                 (laptop,),
-                eps("control-plane", target, offset=20),
+                eps("control-plane", target),
                 "tcp",
                 (443,),
                 "EKS guide 'Cluster API server endpoint' (private endpoint over VPN)",
@@ -332,18 +346,19 @@ def _environment_intents(fleet: Fleet, topo: Topology, env: str) -> Iterator[Int
             e
             for p in sorted(topo.places, key=lambda p: (p.region, p.kind, p.name))
             if p.environment == other_env and p.kind in ("pool", "control-plane", "efs")
-            for e in place_endpoints(topo, p, 16)
+            for e in place_endpoints(topo, p)
         )
-        ours = eps("pool", offset=16) + tuple(site_endpoint(s, n) for s in sites for n in ("lan", "pods"))
-        yield from intent(
-            "deny-environment",
-            f"{env}->{other_env}",
-            f"nothing of {env} reaches {other_env}",
-            f"{env}-{regions[0]}",
-            ours,
-            theirs,
-            "tcp",
-            (22, 443, 2049),
-            "dlinfra design: environments share no network",
-            "deny",
-        )
+        ours = eps("pool") + tuple(site_endpoint(s, n) for s in sites for n in ("lan", "pods"))
+        for proto in ("tcp", "udp"):
+            yield from intent(
+                "deny-environment",
+                f"{env}->{other_env}" + ("/udp" if proto == "udp" else ""),
+                f"nothing of {env} reaches {other_env} ({proto}, every port)",
+                f"{env}-{regions[0]}",
+                ours,
+                theirs,
+                proto,  # type: ignore[arg-type]
+                EVERY_PORT,
+                "dlinfra design: environments share no network",
+                "deny",
+            )

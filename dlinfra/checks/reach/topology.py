@@ -195,6 +195,8 @@ class Place:
     subnet_ids: tuple[str, ...]
     security_group_ids: tuple[str, ...]
     origin: Resource
+    public_ip: bool | None = None  # a launch template's or instance's own setting; None: the subnet's default
+    remote_networks: tuple[Net, ...] | None = None  # control plane: the cluster's remote node and pod networks
 
 
 @dataclass(frozen=True)
@@ -205,11 +207,16 @@ class SiteSide:
     environment: str
     region: str  # home region (the VPN connection's)
     lan: Net
-    pods: Net
-    announce: tuple[Net, ...]  # what the gateway's BGP announces to AWS
-    local_selectors: tuple[Net, ...]  # IPsec traffic selectors, site side
+    pods: Net  # the site's pod range in the address plan
+    announce: tuple[Net, ...]  # what the gateway's BGP announces to AWS (its rendered frr.conf)
+    local_selectors: tuple[Net, ...]  # IPsec traffic selectors, site side (its rendered swanctl.conf)
     remote_selectors: tuple[Net, ...]  # IPsec traffic selectors, AWS side
-    pod_routes: str | None  # how the gateway learns routes to the hybrid pods; None: it does not
+    pod_routes: tuple[tuple[Net, str], ...] = ()  # what the gateway learns of the hybrid pods, and from what
+    pod_networks: tuple[Net, ...] = ()  # where hybrid pods take addresses (Cilium's pod IP pools); () = pods
+
+    def __post_init__(self) -> None:
+        if not self.pod_networks:
+            object.__setattr__(self, "pod_networks", (self.pods,))
 
 
 @dataclass
@@ -232,6 +239,8 @@ class Topology:
     places: list[Place] = field(default_factory=list)
     sites: dict[str, SiteSide] = field(default_factory=dict)
     cluster_groups: set[str] = field(default_factory=set)  # EKS-created cluster security groups
+    public_ips: set[str] = field(default_factory=set)  # network interfaces and instances with an Elastic IP
+    ipv6: list[tuple[Resource, str]] = field(default_factory=list)  # what declares IPv6, which is not modelled
 
     # --- lookups -------------------------------------------------------------------------------------
     def route_table_of(self, subnet_id: str) -> RouteTable | None:

@@ -360,8 +360,10 @@ def _reach_section(diff: Diff) -> list[str]:
     proved = head["flows"] - head["failed_flows"]
     lines.append(
         f"Head: **{head['intents']} intents, {head['flows']} flows, {proved} proved, {head['failed_flows']} failing** "
-        f"(`dlinfra reach`)."
+        f"over {head.get('packets', 0):.3g} packets, every address and port of each intent (`dlinfra reach`)."
     )
+    for refused in head.get("refused") or []:
+        lines.append(f"> [!WARNING]\n> not analysed: {refused['reason']}")
     lines += ["", "| family | intents | flows | failing intents (base → head) |", "|---|---:|---:|---:|"]
     base_families = base["families"] if base else {}
     for family, row in head["families"].items():
@@ -373,8 +375,16 @@ def _reach_section(diff: Diff) -> list[str]:
         lines += ["", "**This change breaks:**"]
         for intent in broken[:20]:
             f = failed_head[intent]
+            packet = f.get("packet") or {}
+            example = (
+                f" (e.g. {packet['source']}:{packet['source_port']} → {packet['destination']}:"
+                f"{packet['destination_port']})"
+                if packet
+                else ""
+            )
             lines.append(
-                f"- {_code(intent)}: {f['source']} → {f['destination']} {f['protocol']}/{f['port']}: {f['reason']}"
+                f"- {_code(intent)}: {f['source']} → {f['destination']} {f.get('ports', f['protocol'])}{example}: "
+                f"{f['reason']}"
             )
     if repaired:
         lines += ["", "**This change repairs:** " + ", ".join(_code(i) for i in repaired[:20])]

@@ -39,7 +39,8 @@ def test_reach_proves_every_flow_and_exits_0(plan_dir: Path, capsys: pytest.Capt
     assert reach(plan_dir) == 0
     out = capsys.readouterr().out
     assert "Reachability over the plans" in out and "dns" in out
-    assert ", 0 failed (" in out and "FAIL" not in out
+    assert "as expected, 0 failing flows, 0 refused" in out and "FAIL" not in out
+    assert "packets: 100% as expected" in out
 
 
 def test_reach_json_names_the_hop_of_a_failing_flow(
@@ -58,6 +59,15 @@ def test_reach_json_names_the_hop_of_a_failing_flow(
     assert dns["denied_at"] == "security group pool-cpu-sg, cluster-nodes-sg"
     assert dns["protocol"] == "udp" and dns["port"] == 53 and dns["resource"].endswith("::pool-cpu-sg")
     assert dns["hops"] and dns["requirement"].startswith("Kubernetes DNS")
+    assert result["schema"] == "dlinfra.reach/v2"
+    # A packet that shows it, inside the source's and destination's subnets, and how much of the space it is.
+    assert dns["packet"]["destination_port"] == 53 and 32768 <= dns["packet"]["source_port"] <= 60999
+    assert dns["source_address"].startswith("10.2.") and dns["share"] > 0
+    assert (
+        result["coverage"]["dns/prod-us-west-2/udp"]["share"]
+        < 1
+        < result["coverage"]["dns/prod-us-west-2/udp"]["packets"]
+    )
 
 
 def test_check_reports_reachability_as_blocking_findings_in_json_and_sarif() -> None:
@@ -107,7 +117,19 @@ def test_access_lists_only_networks_the_model_proves() -> None:
     from dlinfra.review.principals import model_reach
 
     mutated = plans()
-    without("prod-us-west-2", "cluster-nodes-from-laptops")(mutated)
+    # The us-west-2 endpoint's interfaces may send nothing: its security group loses every egress rule.
+    regional = next(p for p in mutated if p["stack"] == "prod-us-west-2")
+    group = next(r for r in regional["resources"] if r["name"] == "client-vpn-sg")
+    group["inputs"]["egress"] = []
+    regional["resources"] = [
+        r
+        for r in regional["resources"]
+        if not (
+            r["type"].endswith(("SecurityGroupEgressRule", "securityGroupRule:SecurityGroupRule"))
+            and r["inputs"].get("securityGroupId") == group["id"]
+            and r["inputs"].get("type", "egress") == "egress"
+        )
+    ]
     loaded, address_plan, topo = check.model(REFERENCE_FLEET, REFERENCE_LOCK, mutated)
     wrapped = [Plan(Path(f"{p['stack']}.json"), p["stack"], p) for p in mutated if p["stack"].startswith("prod")]
     by_rules = access.build_report(wrapped, loaded.fleet)
@@ -117,8 +139,8 @@ def test_access_lists_only_networks_the_model_proves() -> None:
         (p,) = [p for p in report.principals if p.kind == "vpn-group" and p.name == "vision"]
         return {(n.via, n.network) for n in p.networks}
 
-    # The authorization rule still names the VPC, but no laptop gets past the nodes' security group there.
+    # The authorization rules still name every network, but nothing leaves that endpoint's interfaces.
     assert ("client-vpn us-west-2", "vpc-us-west-2") in vision(by_rules)
-    assert ("client-vpn us-west-2", "vpc-us-west-2") not in vision(by_model)
-    assert ("client-vpn us-west-2", "pods-sjc1") in vision(by_model)
+    assert not {n for via, n in vision(by_model) if via == "client-vpn us-west-2"}
     assert ("client-vpn eu-west-1", "vpc-us-west-2") in vision(by_model)
+    assert ("client-vpn eu-west-1", "pods-sjc1") in vision(by_model)

@@ -347,7 +347,7 @@ SITE = SiteSide(
     announce=(N("10.9.0.0/20"), N("10.8.0.0/18")),
     local_selectors=(N("10.9.0.0/20"), N("10.8.0.0/18")),
     remote_selectors=(N("10.1.0.0/16"),),
-    pod_routes=None,
+    pod_routes=(),
 )
 
 
@@ -415,7 +415,7 @@ def test_hybrid_pods_need_a_route_inside_the_site() -> None:
     verdict = evaluate(topo, at(topo, "subnet-a-a", 10, "sg-nodes"), pod, "tcp", 8080)
     assert not verdict.allowed and verdict.denied_at == "site lab gateway"
     assert "no route to hybrid pod 10.8.0.10 inside the site" in verdict.reason
-    routed = SiteSide(**{**SITE.__dict__, "pod_routes": "Cilium BGP"})
+    routed = SiteSide(**{**SITE.__dict__, "pod_routes": ((N("10.8.0.0/18"), "Cilium BGP"),)})
     topo = from_plans.build([plan("s", site_plan(static=False))], [routed])
     assert evaluate(topo, at(topo, "subnet-a-a", 10, "sg-nodes"), pod, "tcp", 8080).allowed
 

@@ -88,7 +88,7 @@ MUTATIONS = [
         without("prod-us-west-2", "cluster-nodes-self"),
         "pod-to-pod/prod-us-west-2",
         "security group pool-",
-        "tcp/8080",
+        "no ingress rule admits from 10.2.",
         id="pod-to-pod",
     ),
     pytest.param(
@@ -102,7 +102,7 @@ MUTATIONS = [
         without("prod-us-west-2", "cluster-api-from-10-3-64-0-18"),
         "control-plane/prod-us-west-2/api",
         "cluster-api-sg",
-        "no ingress rule admits from 10.3.64.10 tcp/443",
+        "no ingress rule admits from 10.3.64.0 tcp/443",
         id="hybrid-pods-to-api",
     ),
     pytest.param(
@@ -165,14 +165,14 @@ MUTATIONS = [
         without("prod-us-west-2", "transit-route-us-west-2a-lan-sjc1"),
         "site/prod-us-west-2->sjc1",
         "internet gateway",
-        "10.200.0.10 is not an internet address",
+        "10.200.0.1 is not an internet address",
         id="vpc-route-to-site",
     ),
     pytest.param(
         without("prod-global", "peering-eu-west-1-us-west-2-route-eu-west-1-lan-sjc1"),
         "site/sjc1->prod-eu-west-1",
         "reply path: transit gateway route table transit-rt (prod-eu-west-1)",
-        "no route for 10.200.0.10",
+        "no route for 10.200.0.1",
         id="peering-route",
     ),
     pytest.param(
@@ -186,7 +186,7 @@ MUTATIONS = [
         without("prod-us-west-2", "cluster-nodes-from-10-200-0-0-20"),
         "site/sjc1->prod-us-west-2",
         "cluster-nodes-sg",
-        "no ingress rule admits from 10.200.0.10",
+        "no ingress rule admits from 10.200.0.1",
         id="site-lan-to-nodes",
     ),
     pytest.param(
@@ -245,7 +245,7 @@ def test_hybrid_pods_are_unreachable_without_the_sites_bgp_peering() -> None:
     result = evaluate(mutated, "site/prod-us-west-2->sjc1")
     assert result.failures
     assert result.failures[0].verdict.denied_at == "site sjc1 gateway"
-    assert "no route to hybrid pod 10.3.64.10 inside the site" in result.failures[0].verdict.reason
+    assert "no route to hybrid pod 10.3.64.0 inside the site" in result.failures[0].verdict.reason
 
 
 def test_a_route_into_another_sites_tunnel_is_refused_as_transit() -> None:
@@ -296,7 +296,12 @@ def test_the_internet_reaching_a_node_breaks_a_must_deny_intent() -> None:
 
 def test_environments_are_isolated_both_ways() -> None:
     result = evaluate(plans(), "deny-environment/")
-    assert {i.id for i in result.intents} == {"deny-environment/prod->staging", "deny-environment/staging->prod"}
+    assert {i.id for i in result.intents} == {
+        "deny-environment/prod->staging",
+        "deny-environment/staging->prod",
+        "deny-environment/prod->staging/udp",
+        "deny-environment/staging->prod/udp",
+    }
     assert result.flows > 1000 and not result.failures
 
 

@@ -1,0 +1,354 @@
+"""Each gap of the sampled engine, as a mutation of a copy of the reference plans that a sampled check passed and
+AWS would not (or the reverse): the symbolic engine must find it, with a packet inside the part that fails."""
+
+from __future__ import annotations
+
+import copy
+import ipaddress
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from dlinfra.checks.reach import check, evaluation, from_plans, intents
+from dlinfra.errors import DlinfraError
+from tests.checks.reach.test_reference import Plans, evaluate, plans, stack, without
+from tests.conftest import REFERENCE_FLEET, REFERENCE_LOCK
+
+N = ipaddress.IPv4Network
+A = ipaddress.IPv4Address
+
+
+def named(plan: dict[str, Any], name: str) -> dict[str, Any]:
+    (found,) = [r for r in plan["resources"] if r["name"] == name]
+    return found
+
+
+def add(plan: dict[str, Any], type_: str, name: str, inputs: dict[str, Any], id_: str | None = None) -> None:
+    plan["resources"].append(
+        {
+            "type": type_,
+            "name": name,
+            "id": id_ or f"id-{name}",
+            "custom": True,
+            "inputs": inputs,
+            "outputs": {},
+            "urn": f"urn:pulumi:{plan['stack']}::dlinfra::{type_}::{name}",
+        }
+    )
+
+
+def acl_rule(
+    number: int, protocol: str, cidr: str, low: int = 0, high: int = 0, action: str = "allow"
+) -> dict[str, Any]:
+    return {
+        "ruleNo": number,
+        "action": action,
+        "protocol": protocol,
+        "cidrBlock": cidr,
+        "fromPort": low,
+        "toPort": high,
+    }
+
+
+def private_acl(mutated: Plans, ingress: list[dict[str, Any]], subnets: str = "private", azs: str = "abc") -> None:
+    regional = stack(mutated, "prod-us-west-2")
+    ids = [named(regional, f"network-{subnets}-us-west-2{az}")["id"] for az in azs]
+    add(
+        regional,
+        from_plans.NACL,
+        f"acl-{subnets}",
+        {
+            "vpcId": named(regional, "network-vpc")["id"],
+            "subnetIds": ids,
+            "ingress": ingress,
+            "egress": [acl_rule(100, "-1", "0.0.0.0/0")],
+        },
+    )
+
+
+def test_a_blackhole_over_half_a_site_lan_fails_for_the_addresses_it_covers() -> None:
+    mutated = plans()
+    regional = stack(mutated, "prod-us-west-2")
+    add(
+        regional,
+        from_plans.TGW_ROUTE,
+        "half-lan-hole",
+        {
+            "transitGatewayRouteTableId": named(regional, "transit-rt")["id"],
+            "destinationCidrBlock": "10.200.8.0/21",
+            "blackhole": True,
+        },
+    )
+    result = evaluate(mutated, "site/sjc1->prod-us-west-2")
+    assert result.failures
+    first = result.failures[0]
+    assert first.packet is not None and first.packet.src in N("10.200.8.0/21")
+    assert "matches a blackhole route" in first.verdict.reason
+    assert 0.49 < first.share < 0.51  # the other half of the LAN still gets through
+    assert (
+        result.coverage["site/sjc1->prod-us-west-2"].sources == 4094 + 16384
+    )  # every host of the LAN, every pod address
+
+
+def test_replies_to_linux_ephemeral_ports_below_49152_are_dropped_by_an_iana_only_acl() -> None:
+    mutated = plans()
+    private_acl(
+        mutated,
+        [
+            acl_rule(100, "udp", "10.0.0.0/8", 53, 53),
+            acl_rule(110, "tcp", "10.0.0.0/8", 53, 53),
+            acl_rule(200, "udp", "0.0.0.0/0", 49152, 65535),
+            acl_rule(210, "tcp", "0.0.0.0/0", 49152, 65535),
+        ],
+    )
+    result = evaluate(mutated, "dns/prod-us-west-2/udp")
+    crossing = [f for f in result.failures if "reply path: network ACL acl-private" in f.verdict.denied_at]
+    assert crossing, [f.why for f in result.failures]
+    packet = crossing[0].packet
+    assert packet is not None and 32768 <= packet.sport < 49152  # a real Linux source port
+    assert 0.5 < crossing[0].share < 0.65  # 16384 of the 28232 Linux ephemeral ports
+
+
+def test_lustre_replies_go_back_to_the_reserved_ports_it_connects_from() -> None:
+    mutated = plans()
+    regional = stack(mutated, "prod-us-west-2")
+    declared = named(regional, "storage-lustre")["inputs"]["subnetIds"]
+    fsx_subnets = {declared} if isinstance(declared, str) else set(declared)
+    client_azs = "".join(
+        az for az in "abc" if named(regional, f"network-private-us-west-2{az}")["id"] not in fsx_subnets
+    )
+    assert client_azs
+    # The clients' subnets admit Lustre and "return traffic" on 1024-65535: the reply to 1018-1023 is dropped.
+    private_acl(
+        mutated,
+        [acl_rule(100, "tcp", "10.2.0.0/16", 988, 988), acl_rule(110, "tcp", "0.0.0.0/0", 1024, 65535)],
+        azs=client_azs,
+    )
+    result = evaluate(mutated, "storage/prod-us-west-2/fsx-clients")
+    replies = [f for f in result.failures if f.verdict.denied_at == "reply path: network ACL acl-private"]
+    assert replies, [f.why for f in result.failures]
+    packet = replies[0].packet
+    assert packet is not None and 1018 <= packet.sport <= 1023
+
+
+def public_interactive_pool(mutated: Plans, open_ports: tuple[int, int]) -> None:
+    """The interactive pool in the public subnets, its launch template asking for a public address, its group
+    open to the world on `open_ports`."""
+    regional = stack(mutated, "prod-us-west-2")
+    template = named(regional, "pool-interactive-lt")
+    template["inputs"]["networkInterfaces"] = [
+        {
+            "associatePublicIpAddress": "true",
+            "deviceIndex": 0,
+            "securityGroups": template["inputs"].pop("vpcSecurityGroupIds"),
+        }
+    ]
+    named(regional, "pool-interactive-asg")["inputs"]["vpcZoneIdentifiers"] = [
+        named(regional, f"network-public-us-west-2{az}")["id"] for az in "abc"
+    ]
+    group = named(regional, "pool-interactive-sg")
+    add(
+        regional,
+        from_plans.SG_INGRESS,
+        "interactive-from-world",
+        {
+            "securityGroupId": group["id"],
+            "ipProtocol": "tcp",
+            "fromPort": open_ports[0],
+            "toPort": open_ports[1],
+            "cidrIpv4": "0.0.0.0/0",
+        },
+    )
+
+
+@pytest.mark.parametrize("port", [22, 443])
+def test_the_internet_hop_checks_the_exact_ports_and_reads_launch_template_addresses(port: int) -> None:
+    mutated = plans()
+    assert all(
+        not r["inputs"].get("mapPublicIpOnLaunch")
+        for r in stack(mutated, "prod-us-west-2")["resources"]
+        if r["type"] == from_plans.SUBNET and "private" in r["name"]
+    )
+    public_interactive_pool(mutated, (port, port))
+    result = evaluate(mutated, "deny-internet/prod-us-west-2/pool")
+    exposed = [f for f in result.failures if "interactive" in f.destination.label]
+    assert exposed and all(f.packet is not None and f.packet.dport == port for f in exposed)
+    assert all(f.packet is not None and f.packet.src.is_global for f in exposed)
+    assert exposed[0].share == pytest.approx(1 / 65536, rel=0.01)  # one port of every one: nothing else open
+    assert not evaluate(mutated, "deny-internet/prod-us-west-2/pool/udp").failures
+
+
+def test_an_elastic_ip_makes_an_instance_reachable_from_the_internet() -> None:
+    mutated = plans()
+    regional = stack(mutated, "prod-us-west-2")
+    subnet = named(regional, "network-public-us-west-2a")
+    group = named(regional, "pool-interactive-sg")
+    add(
+        regional,
+        from_plans.INSTANCE,
+        "bastion",
+        {"subnetId": subnet["id"], "vpcSecurityGroupIds": [group["id"]], "associatePublicIpAddress": False},
+        "i-bastion",
+    )
+    add(
+        regional,
+        from_plans.SG_INGRESS,
+        "ssh-from-world",
+        {"securityGroupId": group["id"], "ipProtocol": "tcp", "fromPort": 22, "toPort": 22, "cidrIpv4": "0.0.0.0/0"},
+    )
+    assert not evaluate(mutated, "deny-internet/prod-us-west-2/instance").failures  # no public address yet
+    add(regional, from_plans.EIP, "bastion-eip", {"instance": "i-bastion", "domain": "vpc"})
+    failures = evaluate(mutated, "deny-internet/prod-us-west-2/instance").failures
+    assert failures and failures[0].packet is not None and failures[0].packet.dport == 22
+
+
+def test_without_remote_networks_the_control_plane_reaches_no_hybrid_kubelet_or_webhook() -> None:
+    mutated = plans()
+    named(stack(mutated, "prod-us-west-2"), "cluster-eks")["inputs"].pop("remoteNetworkConfig")
+    for intent, where in (
+        ("control-plane/prod-us-west-2/kubelet", "LAN"),
+        ("control-plane/prod-us-west-2/webhooks", "pods"),
+    ):
+        result = evaluate(mutated, intent)
+        failed = [f for f in result.failures if where in f.destination.label]
+        assert failed, intent
+        assert failed[0].verdict.denied_at == "EKS cluster cluster-eks"
+        assert "remoteNetworkConfig" in failed[0].verdict.reason
+        # The VPC's own nodes are still reached.
+        assert not [f for f in result.failures if "pool" in f.destination.label]
+
+
+@pytest.mark.parametrize(
+    ("edit", "reason"),
+    [
+        pytest.param(
+            lambda k8s: k8s.update(
+                resources=[r for r in k8s["resources"] if r["inputs"].get("kind") != "CiliumBGPAdvertisement"]
+            ),
+            "no route to hybrid pod",
+            id="no-advertisement",
+        ),
+        pytest.param(
+            lambda k8s: named(k8s, "platform-cilium-pool-sjc1")["inputs"]["spec"]["ipv4"].update(maskSize=24),
+            "no route to hybrid pod",
+            id="blocks-larger-than-the-gateway-accepts",
+        ),
+        pytest.param(
+            lambda k8s: named(k8s, "platform-cilium-pool-sjc1")["inputs"]["spec"]["ipv4"].update(cidrs=["10.5.0.0/18"]),
+            "10.5.",
+            id="pool-outside-the-planned-range",
+        ),
+    ],
+)
+def test_hybrid_pods_are_reached_only_where_cilium_announces_and_the_gateway_accepts(edit: Any, reason: str) -> None:
+    mutated = plans()
+    assert not evaluate(mutated, "site/prod-us-west-2->sjc1").failures
+    edit(stack(mutated, "prod-us-west-2-k8s"))
+    result = evaluate(mutated, "site/prod-us-west-2->sjc1")
+    pods = [f for f in result.failures if "hybrid pods" in f.destination.label]
+    assert pods and reason in pods[0].why, [f.why for f in result.failures]
+
+
+def test_transit_attachment_subnet_acls_filter_what_enters_and_leaves_the_transit_gateway() -> None:
+    mutated = plans()
+    # Inbound rules of the attachment subnets see traffic into the transit gateway by its source: the VPC's.
+    private_acl(
+        mutated, [acl_rule(90, "-1", "10.2.0.0/16", action="deny"), acl_rule(100, "-1", "0.0.0.0/0")], "transit"
+    )
+    result = evaluate(mutated, "site/prod-us-west-2->sjc1")
+    assert result.failures
+    assert result.failures[0].verdict.denied_at == "network ACL acl-transit"
+    assert result.failures[0].verdict.reason.startswith("rule 90 denies 10.2.")
+
+
+def test_transit_attachment_subnet_acls_match_the_vpc_side_address_only() -> None:
+    # Denying the site's range there stops nothing: into the gateway the rules see the VPC source, out of it the
+    # VPC destination (Transit Gateway guide, "Network ACLs for transit gateways").
+    mutated = plans()
+    private_acl(
+        mutated, [acl_rule(90, "-1", "10.200.0.0/20", action="deny"), acl_rule(100, "-1", "0.0.0.0/0")], "transit"
+    )
+    assert not evaluate(mutated, "site/sjc1->prod-us-west-2").failures
+
+
+def test_ipv6_is_refused_with_the_resource_that_declares_it() -> None:
+    mutated = plans()
+    regional = stack(mutated, "prod-us-west-2")
+    named(regional, "network-vpc")["inputs"]["assignGeneratedIpv6CidrBlock"] = True
+    add(
+        regional,
+        from_plans.SG_INGRESS,
+        "v6-open",
+        {"securityGroupId": named(regional, "pool-cpu-sg")["id"], "ipProtocol": "-1", "cidrIpv6": "::/0"},
+    )
+    result = evaluate(mutated, "dns/")
+    assert {r.resource.name for r in result.refusals} == {"network-vpc", "v6-open"}
+    summary = check.summary_json(result)
+    assert summary["refused"] and "proves IPv4 only" in summary["refused"][0]["reason"]
+    assert summary["failed_intents"] >= 1
+
+
+def test_the_client_vpn_hop_names_the_rule_that_admits_the_group() -> None:
+    loaded, _address_plan, topo = check.model(REFERENCE_FLEET, REFERENCE_LOCK, plans())
+    wanted = "laptop/laptop of team vision on prod-us-west-2 VPN->prod-us-west-2/api"
+    chosen = [i for i in intents.derive(loaded.fleet, topo) if i.id == wanted]
+    result = evaluation.run(topo, chosen, explain=True)
+    assert result.explained and all(e.allowed for e in result.explained)
+    hops = result.explained[0].paths[0][1]
+    assert "client VPN client-vpn-endpoint: authorized by client-vpn-authorize-vision-vpc" in hops, hops
+
+
+def write(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "flows.yaml"
+    path.write_text(text)
+    return path
+
+
+@pytest.mark.parametrize(
+    ("text", "key", "message"),
+    [
+        (
+            "flows:\n  - name: a\n    from: {pool: cpu}\n    to: {control_plane: true}\n",
+            "flows.0.ports",
+            "needs its destination ports",
+        ),
+        (
+            "flows:\n  - name: a\n    from: {site: sjc1, environment: staging}\n    to: {pool: cpu}\n    ports: [22]\n",
+            "flows.0.from.environment",
+            "site sjc1 is in environment 'prod'",
+        ),
+        (
+            "flows:\n  - name: a\n    from: {pool: cpu}\n    to: {pool: cpu}\n    ports: ['30-20']\n",
+            "flows.0.ports",
+            "low to high",
+        ),
+        (
+            "flows:\n  - name: a\n    from: {pool: cpu}\n    to: {pool: cpu}\n    protocol: icmp\n    ports: [1]\n",
+            "flows.0.ports",
+            "icmp has no ports",
+        ),
+    ],
+)
+def test_incomplete_flow_specs_are_errors(tmp_path: Path, text: str, key: str, message: str) -> None:
+    with pytest.raises(DlinfraError) as caught:
+        check.analyse(REFERENCE_FLEET, REFERENCE_LOCK, plans(), write(tmp_path, text))
+    assert caught.value.key == key and message in str(caught.value)
+
+
+def test_port_ranges_and_source_ports_in_a_flows_file(tmp_path: Path) -> None:
+    text = (
+        "flows:\n  - name: lustre-range\n    from: {pool: cpu, region: us-west-2, environment: prod}\n"
+        "    to: {fsx: true, region: us-west-2, environment: prod}\n    ports: [988, '1018-1023']\n"
+        "    source_ports: ['1018-1023']\n"
+    )
+    result = check.analyse(REFERENCE_FLEET, REFERENCE_LOCK, plans(), write(tmp_path, text), explain=True)
+    coverage = result.coverage["user/lustre-range"]
+    assert coverage.ports == 7 and coverage.share == 1.0
+    paths = [e for e in result.explained if e.intent == "user/lustre-range"]
+    assert paths and all(e.allowed and e.paths and e.paths[0][1] for e in paths)
+    packet = paths[0].paths[0][0]
+    assert packet is not None and 1018 <= packet.sport <= 1023
+
+
+_ = copy, without, A
