@@ -53,7 +53,8 @@ def place_endpoints(topo: Topology, place: Place) -> tuple[Endpoint, ...]:
                 InVpc(place.vpc_id, subnet_id, place.security_group_ids, public),
                 _EPHEMERAL.get(place.kind, ANY_CLIENT_PORT),
                 sends_only_to=scope,
-                scope_origin=place.origin if scope is not None else None,
+                scope_origin=place.origin if scope is not None or place.public_api is not None else None,
+                public_api=place.public_api,
             )
         )
     return tuple(out)

@@ -115,7 +115,8 @@ class Endpoint:
     ephemeral: tuple[PortRange, ...] = LINUX_EPHEMERAL  # the source ports it opens connections from
     extra: tuple[Net, ...] = ()  # further ranges of its addresses (a hybrid pod pool of several CIDRs)
     sends_only_to: tuple[Net, ...] | None = None  # the EKS control plane: the VPC and remote networks
-    scope_origin: Resource | None = None  # where `sends_only_to` comes from
+    scope_origin: Resource | None = None  # where `sends_only_to` (and `public_api`) comes from
+    public_api: tuple[Net, ...] | None = None  # an EKS API's public endpoint: who may reach it on 443
 
     def __post_init__(self) -> None:
         if isinstance(self.network, ipaddress.IPv4Address):
@@ -328,8 +329,13 @@ class _Walk:
         """The packets of `space` that get through and back, and the paths they take."""
         start: InVpc | AtSite
         if isinstance(src.location, OnInternet):
+            public, space = self.public_api(dst, space)
             branches = self.from_internet(dst, space, Trail())
-            return self.finish(src, src.location, dst, branches)
+            passed, paths = self.finish(src, src.location, dst, branches)
+            if public is not None:
+                passed |= public.packets
+                paths = [public, *paths]
+            return passed, paths
         packets, trail = space, Trail()
         if isinstance(src.location, OnClientVpn):
             entered = self.client_vpn(src.location, packets, trail)
@@ -565,6 +571,20 @@ class _Walk:
         translated = eni.addresses("src") & pk.port_ranges("sport", ANY_CLIENT_PORT)
         self._nat = (part, translated)
         return location, pk.forget(part, ("src", "sport")) & translated, trail
+
+    def public_api(self, dst: Endpoint, packets: Packets) -> tuple[Path | None, Packets]:
+        """An EKS cluster's public endpoint: HTTPS from its public access CIDRs reaches the API without entering
+        the VPC (EKS user guide, "Cluster API server endpoint"); the rest of `packets` goes on."""
+        if dst.public_api is None:
+            return None, packets
+        https = pk.protocol("tcp") & pk.ports("dport", 443, 443) & pk.nets("src", dst.public_api)
+        reached = packets & https
+        if reached == NOTHING:
+            return None, packets
+        origin = dst.scope_origin.name if dst.scope_origin else "the cluster"
+        cidrs = ", ".join(str(n) for n in dst.public_api)
+        trail = Trail().add(f"EKS public endpoint of {origin} (publicAccessCidrs {cidrs})")
+        return Path(reached, trail), packets & ~https
 
     def from_internet(self, dst: Endpoint, packets: Packets, trail: Trail) -> list[_Branch]:
         topo, location = self.topo, dst.location

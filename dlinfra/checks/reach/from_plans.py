@@ -509,6 +509,12 @@ def _places(topo: Topology, resources: list[tuple[Mapping[str, Any], Resource, M
                 for n in (_net(c) for c in entry.get("cidrs") or [])
                 if n
             )
+            # A public endpoint (the provider's default) admits HTTPS from publicAccessCidrs, 0.0.0.0/0 unless given
+            # (EKS API, VpcConfigRequest).
+            public_api = None
+            if _flag(vpc_config.get("endpointPublicAccess")) is not False:
+                cidrs = [n for n in (_net(c) for c in vpc_config.get("publicAccessCidrs") or ["0.0.0.0/0"]) if n]
+                public_api = tuple(cidrs)
             topo.places.append(
                 Place(
                     "control-plane",
@@ -520,6 +526,7 @@ def _places(topo: Topology, resources: list[tuple[Mapping[str, Any], Resource, M
                     plane_groups,
                     origin,
                     remote_networks=remote_nets,
+                    public_api=public_api,
                 )
             )
         elif t == EFS_MOUNT:

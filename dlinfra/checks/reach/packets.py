@@ -6,9 +6,9 @@ BDD node of a process-wide manager (`dd`, with CUDD when its extension is there)
 difference are `|`, `&` and `& ~`, emptiness is a comparison, and `pick` gives one concrete member, which is
 how a failure names the packet that is dropped. ICMP packets carry ports 0.
 
-Measured against interval sets and z3 (docs/reachability.md, "Why BDDs"): network ACLs and longest-prefix
-routing cut a flow's space into pieces no product of ranges describes, and an SMT query per hop costs
-milliseconds where a BDD operation costs microseconds.
+Chosen over interval sets and z3 (bench/reach_algebra.py, docs/reachability.md "Why BDDs"): network ACLs and
+longest-prefix routing cut a flow's space into pieces no product of ranges describes, and one hop's question
+costs z3 about 4 ms where the BDDs answer it in well under 0.2 ms.
 """
 
 from __future__ import annotations

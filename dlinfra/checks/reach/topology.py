@@ -197,6 +197,7 @@ class Place:
     origin: Resource
     public_ip: bool | None = None  # a launch template's or instance's own setting; None: the subnet's default
     remote_networks: tuple[Net, ...] | None = None  # control plane: the cluster's remote node and pod networks
+    public_api: tuple[Net, ...] | None = None  # control plane with a public endpoint: its publicAccessCidrs
 
 
 @dataclass(frozen=True)

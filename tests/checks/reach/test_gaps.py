@@ -352,3 +352,15 @@ def test_port_ranges_and_source_ports_in_a_flows_file(tmp_path: Path) -> None:
 
 
 _ = copy, without, A
+
+
+def test_a_public_cluster_endpoint_is_reached_from_its_public_access_cidrs_only() -> None:
+    mutated = plans()
+    config = named(stack(mutated, "prod-us-west-2"), "cluster-eks")["inputs"]["vpcConfig"]
+    config.update(endpointPublicAccess=True, publicAccessCidrs=["203.0.113.0/24"])
+    failures = evaluate(mutated, "deny-internet/prod-us-west-2/control-plane").failures
+    assert failures
+    packet = failures[0].packet
+    assert packet is not None and packet.src in N("203.0.113.0/24") and packet.dport == 443
+    assert "EKS public endpoint of cluster-eks" in failures[0].why
+    assert not evaluate(mutated, "deny-internet/prod-us-west-2/control-plane/udp").failures
