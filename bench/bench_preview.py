@@ -76,6 +76,21 @@ def write_manifest(regions: list[str], path: Path) -> None:
     path.write_text(json.dumps({"builds": builds}))
 
 
+def write_scaled(scale: int, folder: Path) -> tuple[dict[str, Any], Path, Path]:
+    """The fleet `scale` times the reference one written into `folder` with its address plan allocated and an
+    images manifest for its regions: (its data, the fleet file, the manifest)."""
+    from dlinfra.cli import main as cli
+
+    data = scaled_fleet(scale)
+    fleet = folder / "fleet.yaml"
+    fleet.write_text(yaml.safe_dump(data, sort_keys=False))
+    if cli.main(["cidr", "--update", "--fleet", str(fleet)]) != 0:
+        raise SystemExit("cidr --update failed")
+    manifest = folder / "manifest.json"
+    write_manifest(list(data["regions"]), manifest)
+    return data, fleet, manifest
+
+
 def _cpu_seconds() -> float:
     """User and system CPU of this process and of its children (the preview's worker processes) so far."""
     own, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)

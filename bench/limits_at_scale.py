@@ -12,26 +12,18 @@ import sys
 import tempfile
 from pathlib import Path
 
-import yaml
-
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
-from bench_preview import scaled_fleet, write_manifest  # noqa: E402
+from bench_preview import write_scaled  # noqa: E402
 
 from dlinfra.cli import main as cli  # noqa: E402
 
 
 def report(scale: int, folder: Path, *, checkov: bool) -> int:
     """Write the scaled fleet into `folder`, preview every stack and run `dlinfra check --all` over the plans."""
-    data = scaled_fleet(scale)
-    fleet = folder / "fleet.yaml"
-    fleet.write_text(yaml.safe_dump(data, sort_keys=False))
-    if cli.main(["cidr", "--update", "--fleet", str(fleet)]) != 0:
-        raise SystemExit("cidr --update failed")
-    manifest = folder / "manifest.json"
-    write_manifest(list(data["regions"]), manifest)
+    data, fleet, manifest = write_scaled(scale, folder)
     plans = folder / "plans"
     argv = ["preview", "--all", "--summary", "--fleet", str(fleet), "--out", str(plans)]
     if cli.main([*argv, "--images-manifest", str(manifest)]) != 0:

@@ -15,13 +15,11 @@ import time
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
-from bench_preview import scaled_fleet, write_manifest  # noqa: E402
+from bench_preview import write_scaled  # noqa: E402
 
 from dlinfra.checks import plans as plan_files  # noqa: E402
 from dlinfra.checks.reach import check as reach  # noqa: E402
@@ -42,13 +40,7 @@ def preview(fleet: Path, lock: Path, out: Path, manifest: Path | None = None) ->
 
 def scaled(scale: int, folder: Path) -> tuple[Path, Path, list[dict[str, Any]]]:
     """Write the scaled fleet into `folder`, allocate its address plan and preview it."""
-    data = scaled_fleet(scale)
-    fleet = folder / "fleet.yaml"
-    fleet.write_text(yaml.safe_dump(data, sort_keys=False))
-    if cli.main(["cidr", "--update", "--fleet", str(fleet)]) != 0:
-        raise SystemExit("cidr --update failed")
-    manifest = folder / "manifest.json"
-    write_manifest(list(data["regions"]), manifest)
+    _data, fleet, manifest = write_scaled(scale, folder)
     lock = folder / "cidr-lock.yaml"
     return fleet, lock, preview(fleet, lock, folder / "plans", manifest)
 

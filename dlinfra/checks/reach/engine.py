@@ -311,6 +311,12 @@ class _Walk:
         if packets != NOTHING:
             self.drops.append(Drop(packets, at, reason, resource, trail, self._reply))
 
+    def stopped(self, packets: Packets, trail: Trail, depth: int) -> bool:
+        """Nothing left to route, or a routing loop (the packets dropped)."""
+        if depth > MAX_HOPS:
+            self.drop(packets, "routing", lambda p: "routing loop", None, trail)
+        return packets == NOTHING or depth > MAX_HOPS
+
     def origin(self, packets: Packets) -> Packets:
         """The flow's own packets behind `packets` as they travel (after the Client VPN's source NAT)."""
         if self._nat is None:
@@ -637,10 +643,7 @@ class _Walk:
         self, subnet_id: str, packets: Packets, trail: Trail, depth: int, via: Literal["local", "tgw"] = "local"
     ) -> list[_Branch]:
         topo = self.topo
-        if packets == NOTHING:
-            return []
-        if depth > MAX_HOPS:
-            self.drop(packets, "routing", lambda p: "routing loop", None, trail)
+        if self.stopped(packets, trail, depth):
             return []
         subnet = topo.subnets[subnet_id]
         vpc = topo.vpcs[subnet.vpc_id]
@@ -722,10 +725,7 @@ class _Walk:
 
     def in_tgw(self, tgw_id: str, in_attachment: str, packets: Packets, trail: Trail, depth: int) -> list[_Branch]:
         topo = self.topo
-        if packets == NOTHING:
-            return []
-        if depth > MAX_HOPS:
-            self.drop(packets, "routing", lambda p: "routing loop", None, trail)
+        if self.stopped(packets, trail, depth):
             return []
         tgw = topo.tgws.get(tgw_id)
         tgw_name = f"transit gateway {tgw.origin.name} ({tgw.origin.stack})" if tgw else f"transit gateway {tgw_id}"

@@ -134,44 +134,23 @@ def _own_sites(*endpoints: Endpoint) -> set[str]:
 
 
 def _judge(intent: Intent, src: Endpoint, dst: Endpoint, verdict: Verdict, size: int, passed: int) -> Failure | None:
+    def failed(packets: Packet | None, why: str, hops: tuple[str, ...], failing: int) -> Failure:
+        return Failure(intent, src, dst, packets, verdict, why, hops, failing / size if size else 1.0)
+
     own = _own_sites(src, dst)
     for path in verdict.paths:
         transit = path.trail.tunnels - own
         if transit:
-            return Failure(
-                intent,
-                src,
-                dst,
-                pk.pick(path.packets),
-                verdict,
-                f"crosses site {', '.join(sorted(transit))}'s tunnel: one site's traffic is routed through another "
-                "site",
-                path.trail.hops,
-                pk.size(path.packets) / size if size else 1.0,
-            )
+            sites = ", ".join(sorted(transit))
+            why = f"crosses site {sites}'s tunnel: one site's traffic is routed through another site"
+            return failed(pk.pick(path.packets), why, path.trail.hops, pk.size(path.packets))
     if intent.expect == "deny":
         if not verdict.reachable:
             return None
         path = verdict.paths[0]
-        return Failure(
-            intent,
-            src,
-            dst,
-            pk.pick(path.packets),
-            verdict,
-            "allowed, but must stay closed: " + " -> ".join(path.trail.hops),
-            path.trail.hops,
-            passed / size if size else 1.0,
-        )
+        why = "allowed, but must stay closed: " + " -> ".join(path.trail.hops)
+        return failed(pk.pick(path.packets), why, path.trail.hops, passed)
     if verdict.allowed:
         return None
-    return Failure(
-        intent,
-        src,
-        dst,
-        verdict.witness,
-        verdict,
-        f"denied at {verdict.denied_at}: {verdict.reason}",
-        tuple(verdict.hops),
-        (size - passed) / size if size else 1.0,
-    )
+    why = f"denied at {verdict.denied_at}: {verdict.reason}"
+    return failed(verdict.witness, why, tuple(verdict.hops), size - passed)
