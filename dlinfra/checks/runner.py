@@ -303,7 +303,7 @@ def reach_findings(summary: Mapping[str, Any]) -> list[Finding]:
         out.append(
             Finding(
                 tool="reach",
-                rule="reach-ipv6",
+                rule=f"reach-{refused.get('kind', 'ipv6')}",
                 title=f"not modelled: {refused['name']}",
                 level="mandatory",
                 stack=refused["stack"],

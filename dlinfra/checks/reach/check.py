@@ -83,10 +83,9 @@ def summary_json(result: ReachResult) -> dict[str, Any]:
                 "resource": r.resource.urn,
                 "name": r.resource.name,
                 "stack": r.resource.stack,
+                "kind": r.kind,
                 "what": r.what,
-                "reason": f"{r.resource.name} declares IPv6 ({r.what}); this model proves IPv4 only, so no verdict "
-                "about its addresses would be sound: remove the IPv6 settings or check them by hand "
-                "(docs/reachability.md, 'What the model does not cover')",
+                "reason": r.reason(),
             }
             for r in result.refusals
         ],

@@ -31,6 +31,10 @@ INTERNET = Endpoint("a host on the internet", ipaddress.IPv4Network("0.0.0.0/0")
 # kernel's 32768-60999); what AWS runs for us (the control plane, file systems, endpoints) is not documented,
 # so any unprivileged port.
 _EPHEMERAL: dict[str, tuple[PortRange, ...]] = {"pool": LINUX_EPHEMERAL, "ci-runner": LINUX_EPHEMERAL}
+# Pods' traffic to outside the VPC leaves with its node's address and a port the VPC CNI's SNAT picks at random
+# from 1024-65535 (amazon-vpc-cni-k8s defaults: AWS_VPC_K8S_CNI_EXTERNALSNAT false, RANDOMIZESNAT prng); the
+# fleet sets neither.
+_LEAVING: dict[str, tuple[PortRange, ...]] = {"pool": ANY_CLIENT_PORT}
 
 
 def place_endpoints(topo: Topology, place: Place) -> tuple[Endpoint, ...]:
@@ -52,6 +56,7 @@ def place_endpoints(topo: Topology, place: Place) -> tuple[Endpoint, ...]:
                 subnet.cidr,
                 InVpc(place.vpc_id, subnet_id, place.security_group_ids, public),
                 _EPHEMERAL.get(place.kind, ANY_CLIENT_PORT),
+                ephemeral_leaving=_LEAVING.get(place.kind),
                 sends_only_to=scope,
                 scope_origin=place.origin if scope is not None or place.public_api is not None else None,
                 public_api=place.public_api,

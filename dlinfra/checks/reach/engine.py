@@ -113,6 +113,7 @@ class Endpoint:
     network: Net | Addr  # an address is read as its /32
     location: Location
     ephemeral: tuple[PortRange, ...] = LINUX_EPHEMERAL  # the source ports it opens connections from
+    ephemeral_leaving: tuple[PortRange, ...] | None = None  # ... to outside its VPC, where they differ (NAT)
     extra: tuple[Net, ...] = ()  # further ranges of its addresses (a hybrid pod pool of several CIDRs)
     sends_only_to: tuple[Net, ...] | None = None  # the EKS control plane: the VPC and remote networks
     scope_origin: Resource | None = None  # where `sends_only_to` (and `public_api`) comes from
@@ -161,6 +162,7 @@ class Trail:
 
     hops: tuple[str, ...] = ()
     tunnels: frozenset[str] = frozenset()
+    az: str | None = None  # where the packets started, for a transit gateway's choice of attachment subnet
 
     def add(self, hop: str) -> Trail:
         return replace(self, hops=(*self.hops, hop))
@@ -182,6 +184,7 @@ class Drop:
     resource: Resource | None
     trail: Trail
     reply: bool = False
+    nat: tuple[Packets, Packets] | None = None  # (the flow's packets, the source space NAT gave them), if any
 
 
 @dataclass(frozen=True)
@@ -196,11 +199,13 @@ class Path:
 class Verdict:
     """The answer for one flow: whether every packet, and which ones, got through and back."""
 
-    allowed: bool  # every packet of the space
-    reachable: bool = False  # at least one packet
+    allowed: bool  # every packet of the space gets there and back
+    reachable: bool = False  # at least one packet gets there (past the destination's security groups)
     space: Packets = NOTHING
-    passed: Packets = NOTHING
-    paths: list[Path] = field(default_factory=list)
+    passed: Packets = NOTHING  # the packets that get there and back
+    reached: Packets = NOTHING  # the packets that get there, whether or not a reply could come back
+    paths: list[Path] = field(default_factory=list)  # round trips
+    arrivals: list[Path] = field(default_factory=list)  # one-way deliveries
     drops: list[Drop] = field(default_factory=list)
     witness: Packet | None = None  # a packet that does not get through (or the first path's, when all do)
     hops: list[str] = field(default_factory=list)
@@ -249,32 +254,36 @@ def evaluate(
     """Whether every packet from `src` to `dst` on `ports` gets through, and its replies back."""
     wanted = [ports] if isinstance(ports, int) else list(ports)
     ranges = [(p, p) if isinstance(p, int) else p for p in wanted]
-    space = pk.flow_space(
-        protocol,
-        src.addresses("src"),
-        dst.addresses("dst"),
-        ranges,
-        source_ports if source_ports is not None else src.ephemeral,
-    )
+    if source_ports is None:
+        source_ports = src.ephemeral
+        if src.ephemeral_leaving is not None and not _same_vpc(src.location, dst.location):
+            source_ports = src.ephemeral_leaving
+    space = pk.flow_space(protocol, src.addresses("src"), dst.addresses("dst"), ranges, source_ports)
     return evaluate_space(topo, src, dst, space)
 
 
 def evaluate_space(topo: Topology, src: Endpoint, dst: Endpoint, space: Packets) -> Verdict:
     """`evaluate` over a given set of packets from `src` to `dst`."""
     walk = _Walk(topo)
-    passed, paths = walk.flow(src, dst, space)
-    verdict = Verdict(allowed=(space & ~passed) == NOTHING, reachable=passed != NOTHING, space=space, passed=passed)
-    verdict.paths, verdict.drops = paths, walk.drops
-    failed = space & ~passed
+    outcome = walk.flow(src, dst, space)
+    verdict = Verdict(
+        allowed=(space & ~outcome.passed) == NOTHING,
+        reachable=outcome.reached != NOTHING,
+        space=space,
+        passed=outcome.passed,
+        reached=outcome.reached,
+    )
+    verdict.paths, verdict.arrivals, verdict.drops = outcome.paths, outcome.arrivals, walk.drops
+    failed = space & ~outcome.passed
     if failed != NOTHING:
         for drop in walk.drops:
             original = drop.packets if not drop.reply else pk.reply(drop.packets)
-            hit = walk.origin(original) & failed
+            hit = _origin(drop.nat, original) & failed
             if hit == NOTHING:
                 continue
             witness = pk.pick(hit)
             assert witness is not None
-            seen = pk.pick(walk.seen_as(witness, original)) or witness
+            seen = pk.pick(_seen_as(drop.nat, witness, original)) or witness
             verdict.witness = witness
             verdict.denied_at = f"reply path: {drop.at}" if drop.reply else drop.at
             verdict.reason = drop.reason(_swapped(seen) if drop.reply else seen)
@@ -283,10 +292,32 @@ def evaluate_space(topo: Topology, src: Endpoint, dst: Endpoint, space: Packets)
             return verdict
         verdict.witness = pk.pick(failed)
         verdict.denied_at, verdict.reason = "model", "dropped without a recorded reason"
-    elif paths:
-        verdict.witness = pk.pick(paths[0].packets)
-        verdict.hops = [*paths[0].trail.hops]
+    elif outcome.paths:
+        verdict.witness = pk.pick(outcome.paths[0].packets)
+        verdict.hops = [*outcome.paths[0].trail.hops]
     return verdict
+
+
+def _origin(nat: tuple[Packets, Packets] | None, packets: Packets) -> Packets:
+    """The flow's own packets behind `packets` as they travel (after a Client VPN's source NAT)."""
+    if nat is None:
+        return packets
+    return nat[0] & pk.forget(packets, ("src",))
+
+
+def _seen_as(nat: tuple[Packets, Packets] | None, witness: Packet, travelling: Packets) -> Packets:
+    """The flow's `witness` as the hops saw it."""
+    if nat is None:
+        return pk.of(witness)
+    return travelling & pk.forget(pk.of(witness), ("src",))
+
+
+@dataclass
+class _Outcome:
+    passed: Packets = NOTHING
+    reached: Packets = NOTHING
+    paths: list[Path] = field(default_factory=list)
+    arrivals: list[Path] = field(default_factory=list)
 
 
 def _swapped(packet: Packet) -> Packet:
@@ -309,7 +340,7 @@ class _Walk:
     # --- bookkeeping ------------------------------------------------------------------------------------
     def drop(self, packets: Packets, at: str, reason: Reason, resource: Resource | None, trail: Trail) -> None:
         if packets != NOTHING:
-            self.drops.append(Drop(packets, at, reason, resource, trail, self._reply))
+            self.drops.append(Drop(packets, at, reason, resource, trail, self._reply, self._nat))
 
     def stopped(self, packets: Packets, trail: Trail, depth: int) -> bool:
         """Nothing left to route, or a routing loop (the packets dropped)."""
@@ -317,40 +348,49 @@ class _Walk:
             self.drop(packets, "routing", lambda p: "routing loop", None, trail)
         return packets == NOTHING or depth > MAX_HOPS
 
-    def origin(self, packets: Packets) -> Packets:
-        """The flow's own packets behind `packets` as they travel (after the Client VPN's source NAT)."""
-        if self._nat is None:
-            return packets
-        original, _ = self._nat
-        return original & pk.forget(packets, ("src", "sport"))
-
-    def seen_as(self, witness: Packet, travelling: Packets) -> Packets:
-        """A packet as the hops saw it, for the flow's `witness`."""
-        if self._nat is None:
-            return pk.of(witness)
-        return travelling & pk.forget(pk.of(witness), ("src", "sport"))
-
     # --- the flow -----------------------------------------------------------------------------------------
-    def flow(self, src: Endpoint, dst: Endpoint, space: Packets) -> tuple[Packets, list[Path]]:
-        """The packets of `space` that get through and back, and the paths they take."""
-        start: InVpc | AtSite
+    def flow(self, src: Endpoint, dst: Endpoint, space: Packets) -> _Outcome:
+        """The packets of `space` that get through (and back), and the paths they take."""
         if isinstance(src.location, OnInternet):
             public, space = self.public_api(dst, space)
-            branches = self.from_internet(dst, space, Trail())
-            passed, paths = self.finish(src, src.location, dst, branches)
+            outcome = self.finish(src.location, dst, self.from_internet(dst, space, Trail()))
             if public is not None:
-                passed |= public.packets
-                paths = [public, *paths]
-            return passed, paths
-        packets, trail = space, Trail()
+                outcome.passed |= public.packets
+                outcome.reached |= public.packets
+                outcome.paths.insert(0, public)
+                outcome.arrivals.insert(0, public)
+            return outcome
         if isinstance(src.location, OnClientVpn):
-            entered = self.client_vpn(src.location, packets, trail)
-            if entered is None:
-                return NOTHING, []
-            start, packets, trail = entered
-        else:
-            assert isinstance(src.location, InVpc | AtSite)
-            start = src.location
+            return self.from_laptop(src, src.location, dst, space)
+        assert isinstance(src.location, InVpc | AtSite)
+        return self.leave(src, src.location, dst, space, Trail())
+
+    def from_laptop(self, src: Endpoint, laptop: OnClientVpn, dst: Endpoint, space: Packets) -> _Outcome:
+        """A laptop's connection lands on one of the endpoint's associated subnets, which one it cannot choose: a
+        packet is proved when it gets through from each of them, and reaches when it does from one (Client VPN
+        admin guide, "Routes": add the same routes for every associated subnet)."""
+        entries = self.client_vpn(laptop, space, Trail())
+        if not entries:
+            return _Outcome()
+        total = _Outcome(passed=space)
+        for original, location, translated, trail in entries:
+            if original == NOTHING:
+                total.passed = NOTHING
+                continue
+            self._nat = (original, translated)
+            travelling = pk.forget(original, ("src",)) & translated
+            outcome = self.leave(src, location, dst, travelling, trail)
+            self._nat = None
+            # The endpoint's interface address is one of its subnet's: every one must work, one is enough to reach.
+            passed = original & pk.for_every(outcome.passed | ~translated, ("src",))
+            total.passed &= passed
+            total.reached |= original & pk.forget(outcome.reached & translated, ("src",))
+            total.paths += [Path(original & pk.forget(p.packets, ("src",)), p.trail) for p in outcome.paths]
+            total.arrivals += [Path(original & pk.forget(p.packets, ("src",)), p.trail) for p in outcome.arrivals]
+        return total
+
+    def leave(self, src: Endpoint, start: InVpc | AtSite, dst: Endpoint, packets: Packets, trail: Trail) -> _Outcome:
+        """From an interface in a VPC or a site: the source's limits, its security groups, then the routes."""
         if src.sends_only_to is not None:
             inside = pk.nets("dst", src.sends_only_to)
             self.drop(
@@ -372,22 +412,15 @@ class _Walk:
             )
             packets = self.groups(start.security_groups, "egress", packets, peers, trail)
             trail = trail.add(f"egress allowed by {self.group_names(start.security_groups)}")
-        branches = self.route(start, packets, trail)
-        return self.finish(src, start, dst, branches)
+            trail = replace(trail, az=self.topo.subnets[start.subnet_id].az)
+        return self.finish(start, dst, self.route(start, packets, trail))
 
-    def finish(
-        self, src: Endpoint, start: Location, dst: Endpoint, branches: list[_Branch]
-    ) -> tuple[Packets, list[Path]]:
-        delivered: list[tuple[Packets, Trail]] = []
+    def finish(self, start: Location, dst: Endpoint, branches: list[_Branch]) -> _Outcome:
+        """At the destination: its ACLs and security groups; then the replies, which must get back."""
+        outcome = _Outcome()
         for packets, arrival, trail in branches:
             if not _arrived_at(arrival, dst.location):
-                self.drop(
-                    packets,
-                    "routing",
-                    _routed_elsewhere(self.where(arrival), dst.label),
-                    None,
-                    trail,
-                )
+                self.drop(packets, "routing", _routed_elsewhere(self.where(arrival), dst.label), None, trail)
                 continue
             got = packets
             if isinstance(dst.location, InVpc):
@@ -397,34 +430,34 @@ class _Walk:
                 got = self.groups(dst.location.security_groups, "ingress", got, peers, trail)
                 trail = trail.add(f"ingress allowed by {self.group_names(dst.location.security_groups)}")
             if got != NOTHING:
-                delivered.append((got, trail))
-        if not delivered:
-            return NOTHING, []
+                outcome.arrivals.append(Path(got, trail))
+                outcome.reached |= got
+        if outcome.reached == NOTHING:
+            return outcome
         # Security groups are stateful; the replies still need routes back, and ACLs, which are not.
-        everything = NOTHING
-        for got, _trail in delivered:
-            everything |= got
-        returned = self.replies(start, dst, pk.reply(everything))
-        back = pk.reply(returned)
-        paths = [
-            Path(got & back, trail.add("replies routed back")) for got, trail in delivered if got & back != NOTHING
-        ]
-        passed = NOTHING
-        for path in paths:
-            passed |= path.packets
-        if self._nat is not None:
-            original, translated = self._nat
-            passed = original & pk.for_every(passed | ~translated, ("src", "sport"))
-            paths = [Path(original & pk.forget(p.packets, ("src", "sport")), p.trail) for p in paths]
-        return passed, paths
+        back = pk.reply(self.replies(start, dst, pk.reply(outcome.reached)))
+        for arrived in outcome.arrivals:
+            if arrived.packets & back != NOTHING:
+                outcome.paths.append(Path(arrived.packets & back, arrived.trail.add("replies routed back")))
+                outcome.passed |= arrived.packets & back
+        return outcome
 
     def replies(self, start: Location, dst: Endpoint, packets: Packets) -> Packets:
         """The replies that get back to where the flow came from."""
         self._reply = True
         origin = dst.location
+        if isinstance(origin, OnInternet):
+            # Replies from the internet come back the way the flow left (through its NAT or internet gateway):
+            # what stands in their way in the plans is the source subnet's ACL.
+            returned = packets
+            if isinstance(start, InVpc):
+                returned = self.nacl(start.subnet_id, False, packets, Trail().add("replies from the internet"))
+            self._reply = False
+            return returned
         assert isinstance(origin, InVpc | AtSite)
         returned = NOTHING
-        for got, arrival, trail in self.route(origin, packets, Trail()):
+        start_trail = Trail(az=self.topo.subnets[origin.subnet_id].az) if isinstance(origin, InVpc) else Trail()
+        for got, arrival, trail in self.route(origin, packets, start_trail):
             if not _arrived_at(arrival, start):
                 self.drop(
                     got,
@@ -513,12 +546,16 @@ class _Walk:
         return self.nacl(dest.subnet_id, False, packets, trail)
 
     # --- entries that are not an interface in a VPC ---------------------------------------------------
-    def client_vpn(self, laptop: OnClientVpn, packets: Packets, trail: Trail) -> tuple[InVpc, Packets, Trail] | None:
+    def client_vpn(
+        self, laptop: OnClientVpn, packets: Packets, trail: Trail
+    ) -> list[tuple[Packets, InVpc, Packets, Trail]]:
+        """Per associated subnet: the packets authorized and routed through it, the endpoint's interface there,
+        the source addresses its NAT gives them (the laptop's port is kept), and the path so far."""
         topo = self.topo
         endpoint = topo.client_vpns.get(laptop.endpoint_id)
         if endpoint is None:
             self.drop(packets, "client VPN", lambda p: f"no endpoint {laptop.endpoint_id} in the plans", None, trail)
-            return None
+            return []
         name = f"client VPN {endpoint.origin.name}"
         # Authorization: the most specific rule covering the destination decides, for the user's group.
         rules = sorted(endpoint.auth_rules, key=lambda r: -r.destination.prefixlen)
@@ -552,31 +589,33 @@ class _Walk:
                     )
         self.drop(remaining, name, lambda p: f"no authorization rule covers {p.dst}", endpoint.origin, trail)
         if authorized == NOTHING:
-            return None
+            return []
         trail = trail.add(f"{name}: authorized by {by}")
-        # Routes: the endpoint's route table (associating a subnet adds a route to its VPC).
-        routes: list[tuple[Net, int, tuple[str, Resource]]] = [
-            (net, 0, (subnet, origin)) for net, subnet, origin in endpoint.routes if subnet in endpoint.subnets
-        ]
+        entries = []
         for subnet_id in sorted(endpoint.subnets):
             subnet = topo.subnets.get(subnet_id)
-            if subnet:
-                routes += [(cidr, 1, (subnet_id, endpoint.origin)) for cidr in topo.vpcs[subnet.vpc_id].cidrs]
-        parts, rest = _lpm(authorized, routes)
-        self.drop(rest, name, lambda p: f"no route for {p.dst} through an associated subnet", endpoint.origin, trail)
-        if not parts:
-            return None
-        # One subnet carries the connection: the first route's (a laptop's traffic leaves by one interface).
-        part, (subnet_id, origin) = parts[0]
-        for other, _item in parts[1:]:
-            part |= other
-        subnet = topo.subnets[subnet_id]
-        trail = trail.add(f"{name}: route via {subnet.origin.name} ({origin.name})")
-        location = InVpc(subnet.vpc_id, subnet_id, endpoint.security_group_ids)
-        eni = Endpoint(name, subnet.cidr, location)
-        translated = eni.addresses("src") & pk.port_ranges("sport", ANY_CLIENT_PORT)
-        self._nat = (part, translated)
-        return location, pk.forget(part, ("src", "sport")) & translated, trail
+            if subnet is None:
+                continue
+            # The routes whose target is this subnet, and the route to its VPC that associating it added.
+            routes: list[tuple[Net, int, Resource]] = [
+                (net, 0, origin) for net, target, origin in endpoint.routes if target == subnet_id
+            ]
+            routes += [(cidr, 1, endpoint.origin) for cidr in topo.vpcs[subnet.vpc_id].cidrs]
+            parts, rest = _lpm(authorized, routes)
+            self.drop(
+                rest,
+                name,
+                _text(lambda p, s=subnet.origin.name: f"no route for {p.dst} through the associated subnet {s}"),
+                endpoint.origin,
+                trail,
+            )
+            routed = NOTHING
+            for part, _origin in parts:
+                routed |= part
+            location = InVpc(subnet.vpc_id, subnet_id, endpoint.security_group_ids)
+            translated = Endpoint(name, subnet.cidr, location).addresses("src")
+            entries.append((routed, location, translated, trail.add(f"{name}: via {subnet.origin.name}")))
+        return entries
 
     def public_api(self, dst: Endpoint, packets: Packets) -> tuple[Path | None, Packets]:
         """An EKS cluster's public endpoint: HTTPS from its public access CIDRs reaches the API without entering
@@ -785,12 +824,23 @@ class _Walk:
         return out
 
     def into_vpc(self, tgw_name: str, att: Attachment, packets: Packets, trail: Trail, depth: int) -> list[_Branch]:
-        """Into a VPC through the attachment's interface in the destination's Availability Zone."""
+        """Into a VPC through one of the attachment's interfaces. Without appliance mode the transit gateway keeps
+        traffic in the Availability Zone it came from (Transit Gateway guide, "Appliance mode"): the attachment's
+        subnet there. Where that is unknown (from a VPN) or the attachment has none there, AWS does not say which
+        one it takes, so the packets must pass the ACL of every one of them, and enter by the destination's AZ."""
         topo = self.topo
         subnets = [s for s in att.subnet_ids if s in topo.subnets]
         if not subnets:
             self.drop(packets, tgw_name, lambda p: f"attachment {att.origin.name} has no subnet", att.origin, trail)
             return []
+        same_az = [s for s in subnets if topo.subnets[s].az == trail.az]
+        if same_az:
+            return self.in_vpc(same_az[0], packets, trail, depth + 1, via="tgw")
+        for subnet_id in subnets:
+            outside = packets & ~pk.net("dst", topo.subnets[subnet_id].cidr)
+            packets = (packets & pk.net("dst", topo.subnets[subnet_id].cidr)) | self.nacl(
+                subnet_id, True, outside, trail
+            )
         by_entry: dict[str, Packets] = {}
         rest = packets
         for subnet in sorted(

@@ -47,10 +47,24 @@ class Coverage:
 
 @dataclass(frozen=True)
 class Refusal:
-    """What the model cannot evaluate and will not guess about (IPv6)."""
+    """What the model cannot evaluate and will not guess about (IPv6, addresses it cannot know)."""
 
     resource: Resource
     what: str
+    kind: str  # ipv6 | prefix-list
+
+    def reason(self) -> str:
+        if self.kind == "ipv6":
+            return (
+                f"{self.resource.name} declares IPv6 ({self.what}); this model proves IPv4 only, so no verdict about "
+                "its addresses would be sound: remove the IPv6 settings or check them by hand (docs/reachability.md, "
+                "'What the model does not cover')"
+            )
+        return (
+            f"{self.resource.name} admits {self.what}, whose addresses no plan declares (an AWS-managed or another "
+            "account's list): no verdict about who it admits would be sound; declare the list "
+            "(aws.ec2.ManagedPrefixList) or use CIDRs"
+        )
 
 
 @dataclass(frozen=True)
@@ -97,7 +111,8 @@ def run(topo: Topology, intents: Sequence[Intent], *, explain: bool = False) -> 
     """Evaluate every pair of every intent over its whole space; failures carry a packet, the hop and reason."""
     started = time.perf_counter()
     result = ReachResult(intents=list(intents))
-    result.refusals = [Refusal(origin, what) for origin, what in topo.ipv6]
+    result.refusals = [Refusal(origin, what, "ipv6") for origin, what in topo.ipv6]
+    result.refusals += [Refusal(origin, what, "prefix-list") for origin, what in topo.unresolved]
     for intent in intents:
         space = proved = 0
         union = NOTHING  # every packet of the intent
@@ -107,7 +122,7 @@ def run(topo: Topology, intents: Sequence[Intent], *, explain: bool = False) -> 
                 verdict = evaluate(topo, src, dst, intent.protocol, intent.ports, intent.source_ports)
                 size, passed = pk.size(verdict.space), pk.size(verdict.passed)
                 space += size
-                proved += passed if intent.expect == "allow" else size - passed
+                proved += passed if intent.expect == "allow" else size - pk.size(verdict.reached)
                 union |= verdict.space
                 if explain:
                     result.explained.append(
@@ -138,18 +153,19 @@ def _judge(intent: Intent, src: Endpoint, dst: Endpoint, verdict: Verdict, size:
         return Failure(intent, src, dst, packets, verdict, why, hops, failing / size if size else 1.0)
 
     own = _own_sites(src, dst)
-    for path in verdict.paths:
+    for path in [*verdict.arrivals, *verdict.paths]:
         transit = path.trail.tunnels - own
         if transit:
             sites = ", ".join(sorted(transit))
             why = f"crosses site {sites}'s tunnel: one site's traffic is routed through another site"
             return failed(pk.pick(path.packets), why, path.trail.hops, pk.size(path.packets))
     if intent.expect == "deny":
+        # Closed means no packet arrives, whether or not a reply could go back (UDP needs none).
         if not verdict.reachable:
             return None
-        path = verdict.paths[0]
-        why = "allowed, but must stay closed: " + " -> ".join(path.trail.hops)
-        return failed(pk.pick(path.packets), why, path.trail.hops, passed)
+        path = verdict.arrivals[0]
+        why = "reaches it, but must stay closed: " + " -> ".join(path.trail.hops)
+        return failed(pk.pick(path.packets), why, path.trail.hops, pk.size(verdict.reached))
     if verdict.allowed:
         return None
     why = f"denied at {verdict.denied_at}: {verdict.reason}"

@@ -80,6 +80,10 @@ EFS_MOUNT = "aws:efs/mountTarget:MountTarget"
 FSX_LUSTRE = "aws:fsx/lustreFileSystem:LustreFileSystem"
 CODEBUILD = "aws:codebuild/project:Project"
 INSTANCE = "aws:ec2/instance:Instance"
+DEFAULT_NACL = "aws:ec2/defaultNetworkAcl:DefaultNetworkAcl"
+PREFIX_LIST = "aws:ec2/managedPrefixList:ManagedPrefixList"
+PREFIX_LIST_ENTRY = "aws:ec2/managedPrefixListEntry:ManagedPrefixListEntry"
+DEFAULT_RT = "aws:ec2/defaultRouteTable:DefaultRouteTable"
 EIP = "aws:ec2/eip:Eip"
 EIP_ASSOC = "aws:ec2/eipAssociation:EipAssociation"
 
@@ -175,6 +179,14 @@ def build(plans: Iterable[Mapping[str, Any]], sites: Sequence[SiteSide] = ()) ->
                 continue
             origin = Resource(plan["stack"], r["name"], r["urn"])
             later.append((r, origin, r["inputs"], env, region))
+    for r, _origin, i, _env, _region in later:
+        if r["type"] == PREFIX_LIST:
+            topo.prefix_lists[str(r["id"])] = [n for n in (_net(e.get("cidr")) for e in i.get("entries") or []) if n]
+    for r, _origin, i, _env, _region in later:
+        if r["type"] == PREFIX_LIST_ENTRY and str(i.get("prefixListId")) in topo.prefix_lists:
+            net = _net(i.get("cidr"))
+            if net:
+                topo.prefix_lists[str(i["prefixListId"])].append(net)
     # Containers first (VPCs, groups, tables, gateways), then what refers to them.
     for r, origin, i, env, region in later:
         _containers(topo, r, origin, i, env, region)
@@ -194,6 +206,8 @@ def build(plans: Iterable[Mapping[str, Any]], sites: Sequence[SiteSide] = ()) ->
             )
     for r, origin, i, env, region in later:
         _members(topo, r, origin, i, env, region)
+        if r["type"] in (DEFAULT_NACL, DEFAULT_RT):
+            _defaults(topo, r, origin, i)
     _places(topo, later)
     topo.sites = {s.name: s for s in sites}
     for group in topo.security_groups.values():
@@ -249,6 +263,7 @@ def _containers(
     t, rid = r["type"], r["id"]
     if t == VPC:
         topo.vpcs[rid] = Vpc(rid, origin, region, env, [n for n in [_net(i.get("cidrBlock"))] if n])
+        topo.vpcs[rid].default_route_table = str(r["outputs"].get("defaultRouteTableId") or "")
     elif t == SUBNET:
         cidr = _net(i.get("cidrBlock"))
         if cidr:
@@ -276,27 +291,10 @@ def _containers(
         group = SecurityGroup(rid, origin, str(i.get("vpcId")))
         for direction in ("ingress", "egress"):
             for inline in i.get(direction) or []:
-                group.rules.extend(_inline_sg_rules(origin, direction, inline))
+                group.rules.extend(_inline_sg_rules(topo, origin, direction, inline))
         topo.security_groups[rid] = group
     elif t == NACL:
-        acl = NetworkAcl(rid, origin, str(i.get("vpcId")), set(_ids(i.get("subnetIds"))))
-        for key, egress in (("ingress", False), ("egress", True)):
-            for inline in i.get(key) or []:
-                cidr = _net(inline.get("cidrBlock"))
-                if cidr:
-                    acl.rules.append(
-                        NaclRule(
-                            int(float(inline["ruleNo"])),
-                            egress,
-                            inline.get("action") == "allow",
-                            _protocol(inline.get("protocol")),
-                            cidr,
-                            _port(inline.get("fromPort")),
-                            _port(inline.get("toPort")),
-                            origin,
-                        )
-                    )
-        topo.nacls[rid] = acl
+        topo.nacls[rid] = _acl(rid, origin, str(i.get("vpcId")), i)
     elif t == TGW:
         topo.tgws[rid] = TransitGateway(
             rid,
@@ -351,10 +349,61 @@ def _containers(
             topo.cluster_groups.add(str(created))
 
 
-def _inline_sg_rules(origin: Resource, direction: str, inline: Mapping[str, Any]) -> Iterator[SgRule]:
+def _acl(rid: str, origin: Resource, vpc_id: str, i: Mapping[str, Any]) -> NetworkAcl:
+    """A network ACL with its inline rules (NetworkAcl and DefaultNetworkAcl share the shape)."""
+    acl = NetworkAcl(rid, origin, vpc_id, set(_ids(i.get("subnetIds"))))
+    for key, egress in (("ingress", False), ("egress", True)):
+        for inline in i.get(key) or []:
+            cidr = _net(inline.get("cidrBlock"))
+            if cidr:
+                acl.rules.append(
+                    NaclRule(
+                        int(float(inline["ruleNo"])),
+                        egress,
+                        inline.get("action") == "allow",
+                        _protocol(inline.get("protocol")),
+                        cidr,
+                        _port(inline.get("fromPort")),
+                        _port(inline.get("toPort")),
+                        origin,
+                    )
+                )
+    return acl
+
+
+def _defaults(topo: Topology, r: Mapping[str, Any], origin: Resource, i: Mapping[str, Any]) -> None:
+    """A DefaultNetworkAcl or DefaultRouteTable: the VPC's own ACL and main route table, taken over."""
+    if r["type"] == DEFAULT_RT:
+        vpc = next((v for v in topo.vpcs.values() if v.default_route_table == i.get("defaultRouteTableId")), None)
+        if vpc is None:
+            return
+        table = RouteTable(str(i.get("defaultRouteTableId")), origin, vpc.id)
+        for inline in i.get("routes") or []:
+            dest = _net(inline.get("cidrBlock"))
+            if dest:
+                kind, target = _route_target(inline)
+                table.routes.append(Route(dest, kind, target, origin))
+        topo.route_tables[table.id] = table
+        vpc.main_route_table = vpc.main_route_table or table.id
+    elif r["type"] == DEFAULT_NACL:
+        # Its VPC is not an input: the one its stack declares (dlinfra declares one VPC per regional stack).
+        vpcs = [v for v in topo.vpcs.values() if v.origin.stack == origin.stack]
+        if len(vpcs) == 1:
+            acl = _acl(str(r["id"]), origin, vpcs[0].id, i)
+            topo.nacls[acl.id] = acl
+            vpcs[0].default_acl = acl.id
+
+
+def _inline_sg_rules(topo: Topology, origin: Resource, direction: str, inline: Mapping[str, Any]) -> Iterator[SgRule]:
     proto = _protocol(inline.get("protocol"))
     lo, hi = _port(inline.get("fromPort")), _port(inline.get("toPort"))
-    for cidr in inline.get("cidrBlocks") or []:
+    cidrs = list(inline.get("cidrBlocks") or [])
+    for listed in _ids(inline.get("prefixListIds")):
+        if listed in topo.prefix_lists:
+            cidrs += [str(n) for n in topo.prefix_lists[listed]]
+        else:
+            topo.unresolved.append((origin, f"prefix list {listed}"))
+    for cidr in cidrs:
         net = _net(cidr)
         if net:
             yield SgRule(origin, direction, proto, lo, hi, cidr=net)  # type: ignore[arg-type]
@@ -383,7 +432,13 @@ def _members(
         topo.vpcs[i["vpcId"]].main_route_table = str(i.get("routeTableId"))
     elif t in (SG_INGRESS, SG_EGRESS) and i.get("securityGroupId") in topo.security_groups:
         cidr, group = _net(i.get("cidrIpv4")), i.get("referencedSecurityGroupId") or None
-        if cidr or group:
+        listed = str(i.get("prefixListId") or "")
+        peers: list[tuple[Net | None, str | None]] = [(cidr, group)] if cidr or group else []
+        if listed and listed in topo.prefix_lists:
+            peers += [(n, None) for n in topo.prefix_lists[listed]]
+        elif listed:
+            topo.unresolved.append((origin, f"prefix list {listed}"))
+        for peer_cidr, peer_group in peers:
             topo.security_groups[i["securityGroupId"]].rules.append(
                 SgRule(
                     origin,
@@ -391,8 +446,8 @@ def _members(
                     _protocol(i.get("ipProtocol")),
                     _port(i.get("fromPort")),
                     _port(i.get("toPort")),
-                    cidr=cidr,
-                    group=group,
+                    cidr=peer_cidr,
+                    group=peer_group,
                 )
             )
     elif t == SG_RULE and i.get("securityGroupId") in topo.security_groups:
@@ -402,7 +457,7 @@ def _members(
             "self": i.get("self"),
             "securityGroups": [i["sourceSecurityGroupId"]] if i.get("sourceSecurityGroupId") else [],
         }
-        group.rules.extend(_inline_sg_rules(origin, str(i.get("type")), inline))
+        group.rules.extend(_inline_sg_rules(topo, origin, str(i.get("type")), inline))
     elif t == NACL_RULE and i.get("networkAclId") in topo.nacls:
         cidr = _net(i.get("cidrBlock"))
         if cidr:
@@ -588,7 +643,7 @@ def site_sides(fleet: Fleet, plan: AddressPlan, plans: Sequence[Mapping[str, Any
         node_prefixes: list[tuple[Net, int]] = [(pods, 32)]
         if view is not None:
             announce, local, accepted, node_prefixes = _rendered(view)
-        pod_networks, announced = _cilium(k8s, name, lan) if k8s else ((), [])
+        pod_networks, announced = _cilium(k8s, name, lan, site.asn) if k8s else ((), [])
         pod_routes = tuple(
             (block, how)
             for block, mask, how in announced
@@ -665,7 +720,12 @@ def _rendered(view: SiteVpnView) -> tuple[tuple[Net, ...], tuple[Net, ...], tupl
     """From the gateway's rendered files: what it announces to AWS, the site-side and AWS-side networks its
     tunnels carry, and the pod blocks it accepts from its nodes (network, shortest prefix length)."""
     frr = render_frr(view) or ""
-    announce = tuple(n for n in (_net(m) for m in re.findall(r"^  network (\S+)$", frr, re.M)) if n)
+    # What BGP announces to AWS: the `network` statements, through the outbound filter DLINFRA-SITE when it has one.
+    networks = [n for n in (_net(m) for m in re.findall(r"^  network (\S+)$", frr, re.M)) if n]
+    allowed_out = [
+        n for n in (_net(m) for m in re.findall(r"^ip prefix-list DLINFRA-SITE seq \d+ permit (\S+)$", frr, re.M)) if n
+    ]
+    announce = tuple(n for n in networks if not allowed_out or n in allowed_out)
     nodes = [
         (n, int(ge))
         for prefix, ge in re.findall(r"^ip prefix-list DLINFRA-NODES seq \d+ permit (\S+) ge (\d+)$", frr, re.M)
@@ -692,9 +752,13 @@ def _selectors(lines: Sequence[str]) -> tuple[Net, ...]:
     return tuple(sorted(n for n in nets if not n.subnet_of(LINK_LOCAL)))
 
 
-def _cilium(plan: Mapping[str, Any], site: str, lan: Net) -> tuple[tuple[Net, ...], list[tuple[Net, int, str]]]:
+def _cilium(
+    plan: Mapping[str, Any], site: str, lan: Net, asn: int
+) -> tuple[tuple[Net, ...], list[tuple[Net, int, str]]]:
     """Where the site's hybrid pods take addresses (the pod IP pools its nodes default to), and the pool blocks
-    Cilium's BGP control plane announces to a peer on the site's LAN (block, mask size, how)."""
+    Cilium's BGP control plane announces to a peer on the site's LAN (block, mask size, how). The gateway peers
+    with its nodes over iBGP in the site's ASN (frr.conf's HYBRID-NODES), so a session in another ASN never comes
+    up and announces nothing."""
     objects = [r for r in plan["resources"] if str(r["inputs"].get("apiVersion", "")).startswith("cilium.io/")]
 
     def kind(k: str) -> list[Mapping[str, Any]]:
@@ -721,10 +785,12 @@ def _cilium(plan: Mapping[str, Any], site: str, lan: Net) -> tuple[tuple[Net, ..
         if not _selects_site(spec.get("nodeSelector") or {}, site):
             continue
         for instance in spec.get("bgpInstances") or []:
+            if _asn(instance.get("localASN")) != asn:
+                continue
             for peer in instance.get("peers") or []:
                 address = _address(peer.get("peerAddress"))
                 config = peer_configs.get(str((peer.get("peerConfigRef") or {}).get("name", "")))
-                if address is None or address not in lan or config is None:
+                if address is None or address not in lan or config is None or _asn(peer.get("peerASN")) != asn:
                     continue
                 for family in (config.get("spec") or {}).get("families") or []:
                     if family.get("afi") != "ipv4":
@@ -742,6 +808,13 @@ def _cilium(plan: Mapping[str, Any], site: str, lan: Net) -> tuple[tuple[Net, ..
                                 how = f"Cilium BGP {name_of(cluster)} (peer {address}), pool {pool_name}"
                                 announced += [(n, mask, how) for n in (_net(c) for c in _pool_cidrs(pool)) if n]
     return networks, announced
+
+
+def _asn(value: Any) -> int | None:
+    try:
+        return int(float(value))
+    except (TypeError, ValueError):
+        return None
 
 
 def _pool_cidrs(pool: Mapping[str, Any]) -> list[str]:

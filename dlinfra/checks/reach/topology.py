@@ -111,6 +111,8 @@ class Vpc:
     environment: str
     cidrs: list[Net] = field(default_factory=list)
     main_route_table: str | None = None
+    default_acl: str | None = None  # a declared DefaultNetworkAcl: it filters every subnet no other ACL has
+    default_route_table: str = ""  # the id AWS gives the VPC's own main route table (a DefaultRouteTable's)
 
 
 @dataclass
@@ -242,6 +244,8 @@ class Topology:
     cluster_groups: set[str] = field(default_factory=set)  # EKS-created cluster security groups
     public_ips: set[str] = field(default_factory=set)  # network interfaces and instances with an Elastic IP
     ipv6: list[tuple[Resource, str]] = field(default_factory=list)  # what declares IPv6, which is not modelled
+    prefix_lists: dict[str, list[Net]] = field(default_factory=dict)  # declared managed prefix lists' CIDRs
+    unresolved: list[tuple[Resource, str]] = field(default_factory=list)  # rules naming an undeclared prefix list
 
     # --- lookups -------------------------------------------------------------------------------------
     def route_table_of(self, subnet_id: str) -> RouteTable | None:
@@ -264,10 +268,17 @@ class Topology:
         return None
 
     def nacl_of(self, subnet_id: str) -> NetworkAcl | None:
+        """The subnet's network ACL: the one associated with it, else its VPC's default ACL when the plans declare
+        its rules (an undeclared default ACL allows everything)."""
         for acl in self.nacls.values():
-            if subnet_id in acl.subnet_ids:
+            if subnet_id in acl.subnet_ids and acl.id not in self.default_acls():
                 return acl
-        return None
+        subnet = self.subnets.get(subnet_id)
+        vpc = self.vpcs.get(subnet.vpc_id) if subnet else None
+        return self.nacls.get(vpc.default_acl or "") if vpc else None
+
+    def default_acls(self) -> set[str]:
+        return {v.default_acl for v in self.vpcs.values() if v.default_acl}
 
     def vpc_attachment(self, vpc_id: str, tgw_id: str) -> Attachment | None:
         for att in self.attachments.values():

@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from dlinfra.checks.reach import check, evaluation, from_plans, intents
+from dlinfra.checks.reach.from_plans import PREFIX_LIST
 from dlinfra.errors import DlinfraError
 from tests.checks.reach.test_reference import Plans, evaluate, plans, stack, without
 from tests.conftest import REFERENCE_FLEET, REFERENCE_LOCK
@@ -269,7 +270,18 @@ def test_transit_attachment_subnet_acls_match_the_vpc_side_address_only() -> Non
     private_acl(
         mutated, [acl_rule(90, "-1", "10.200.0.0/20", action="deny"), acl_rule(100, "-1", "0.0.0.0/0")], "transit"
     )
-    assert not evaluate(mutated, "site/sjc1->prod-us-west-2").failures
+    loaded, _address_plan, topo = check.model(REFERENCE_FLEET, REFERENCE_LOCK, mutated)
+    transit = [
+        s
+        for s in topo.subnets.values()
+        if s.origin.stack == "prod-us-west-2" and s.origin.name.startswith("network-transit-")
+    ]
+    assert transit and all(topo.nacl_of(s.id) is not None for s in transit)  # the ACL is there, on them
+    chosen = [i for i in intents.derive(loaded.fleet, topo) if i.id == "site/sjc1->prod-us-west-2"]
+    result = evaluation.run(topo, chosen, explain=True)
+    assert not result.failures
+    hops = [h for e in result.explained for _packet, trail, _n in e.paths for h in trail]
+    assert any("vpc attachment" in h for h in hops)  # and the flows do cross the transit gateway
 
 
 def test_ipv6_is_refused_with_the_resource_that_declares_it() -> None:
@@ -364,3 +376,131 @@ def test_a_public_cluster_endpoint_is_reached_from_its_public_access_cidrs_only(
     assert packet is not None and packet.src in N("203.0.113.0/24") and packet.dport == 443
     assert "EKS public endpoint of cluster-eks" in failures[0].why
     assert not evaluate(mutated, "deny-internet/prod-us-west-2/control-plane/udp").failures
+
+
+def test_a_laptop_keeps_its_source_port_and_reaches_where_some_port_gets_back() -> None:
+    from dlinfra.checks.reach.endpoints import laptop_endpoints, place_endpoints
+    from dlinfra.checks.reach.engine import evaluate as evaluate_flow
+
+    mutated = plans()
+    private_acl(mutated, [acl_rule(100, "tcp", "0.0.0.0/0", 443, 443), acl_rule(200, "tcp", "0.0.0.0/0", 49152, 65535)])
+    loaded, _address_plan, topo = check.model(REFERENCE_FLEET, REFERENCE_LOCK, mutated)
+    laptop = next(e for region, e in laptop_endpoints(topo, loaded.fleet, "prod") if region == "us-west-2")
+    api = next(p for p in topo.places if p.kind == "control-plane" and p.region == "us-west-2")
+    verdict = evaluate_flow(topo, laptop, place_endpoints(topo, api)[0], "tcp", 443)
+    assert not verdict.allowed and verdict.reachable  # macOS and Windows laptops (49152-65535) get through
+    assert verdict.witness is not None and verdict.witness.sport < 49152
+    assert f"tcp/{verdict.witness.sport}" in verdict.reason  # the packet named is the one the hop dropped
+    assert verdict.witness.src in laptop.networks[0]  # a laptop's address, not the endpoint's
+
+
+def test_a_laptop_needs_the_route_through_every_associated_subnet() -> None:
+    mutated = plans()
+    for az in "bc":
+        without("prod-us-west-2", f"client-vpn-route-vpc-us-east-1-us-west-2{az}")(mutated)
+    result = evaluate(mutated, "laptop/laptop of team vision on prod-us-west-2 VPN->prod-us-east-1/api")
+    assert result.failures
+    assert "through the associated subnet network-private-us-west-2b" in result.failures[0].verdict.reason
+
+
+def test_pods_leave_the_vpc_from_ports_the_vpc_cni_picks() -> None:
+    mutated = plans()
+    # Replies admitted from 32768 up: enough for Linux inside the VPC, not for SNAT's 1024-65535 outside it.
+    private_acl(mutated, [acl_rule(100, "-1", "10.2.0.0/16"), acl_rule(200, "tcp", "0.0.0.0/0", 32768, 65535)])
+    inside = evaluate(mutated, "pod-to-pod/prod-us-west-2").failures
+    assert not [f for f in inside if "site" not in f.destination.label and "site" not in f.source.label]
+    leaving = evaluate(mutated, "site/prod-us-west-2->sjc1").failures
+    assert leaving and leaving[0].packet is not None and 1024 <= leaving[0].packet.sport < 32768
+
+
+def test_a_declared_default_acl_filters_the_subnets_no_other_acl_has() -> None:
+    mutated = plans()
+    regional = stack(mutated, "prod-us-west-2")
+    add(
+        regional,
+        from_plans.DEFAULT_NACL,
+        "network-default-acl",
+        {
+            "defaultNetworkAclId": "acl-default",
+            "ingress": [acl_rule(100, "tcp", "0.0.0.0/0", 443, 443)],
+            "egress": [acl_rule(100, "-1", "0.0.0.0/0")],
+        },
+    )
+    result = evaluate(mutated, "dns/prod-us-west-2/udp")
+    assert result.failures and result.failures[0].verdict.denied_at.endswith("network ACL network-default-acl")
+
+
+def test_prefix_lists_are_read_when_declared_and_refused_when_not() -> None:
+    mutated = plans()
+    regional = stack(mutated, "prod-us-west-2")
+    group = named(regional, "pool-cpu-sg")["id"]
+    add(
+        regional,
+        from_plans.SG_INGRESS,
+        "from-aws-list",
+        {"securityGroupId": group, "ipProtocol": "tcp", "fromPort": 22, "toPort": 22, "prefixListId": "pl-63a5400a"},
+    )
+    refused = evaluate(mutated, "dns/").refusals
+    assert [(r.resource.name, r.kind) for r in refused] == [("from-aws-list", "prefix-list")]
+    mutated = plans()
+    public_interactive_pool(mutated, (6006, 6006))
+    without("prod-us-west-2", "interactive-from-world")(mutated)  # public, but open to no one yet
+    assert not evaluate(mutated, "deny-internet/prod-us-west-2/pool").failures
+    regional = stack(mutated, "prod-us-west-2")
+    add(
+        regional,
+        PREFIX_LIST,
+        "office",
+        {"addressFamily": "IPv4", "entries": [{"cidr": "198.51.100.0/24"}]},
+        "pl-office",
+    )
+    add(
+        regional,
+        from_plans.SG_INGRESS,
+        "ssh-from-office",
+        {
+            "securityGroupId": named(regional, "pool-interactive-sg")["id"],
+            "ipProtocol": "tcp",
+            "fromPort": 22,
+            "toPort": 22,
+            "prefixListId": "pl-office",
+        },
+    )
+    exposed = [
+        f for f in evaluate(mutated, "deny-internet/prod-us-west-2/pool").failures if f.packet and f.packet.dport == 22
+    ]
+    assert exposed and exposed[0].packet is not None and exposed[0].packet.src in N("198.51.100.0/24")
+
+
+def test_a_bgp_session_in_another_asn_announces_no_pods() -> None:
+    mutated = plans()
+    config = named(stack(mutated, "prod-us-west-2-k8s"), "platform-cilium-bgp-cluster-sjc1")["inputs"]["spec"]
+    config["bgpInstances"][0]["peers"][0]["peerASN"] = 64999
+    pods = [f for f in evaluate(mutated, "site/prod-us-west-2->sjc1").failures if "hybrid pods" in f.destination.label]
+    assert pods and "no route to hybrid pod" in pods[0].why
+
+
+def test_closed_means_no_packet_arrives_even_without_a_way_back() -> None:
+    mutated = plans()
+    public_interactive_pool(mutated, (5000, 5000))
+    regional = stack(mutated, "prod-us-west-2")
+    named(regional, "interactive-from-world")["inputs"]["ipProtocol"] = "udp"
+    without("prod-us-west-2", "network-route-public-default")(mutated)  # no route back to the internet
+    failures = evaluate(mutated, "deny-internet/prod-us-west-2/pool/udp").failures
+    assert failures and failures[0].packet is not None and failures[0].packet.dport == 5000
+    assert failures[0].why.startswith("reaches it, but must stay closed")
+
+
+def test_a_flow_to_the_internet_leaves_through_the_nat_gateway(tmp_path: Path) -> None:
+    text = (
+        "flows:\n  - name: nodes-to-registries\n    from: {pool: cpu, environment: prod, region: us-west-2}\n"
+        "    to: {internet: true}\n    ports: [443]\n"
+    )
+    result = check.analyse(REFERENCE_FLEET, REFERENCE_LOCK, plans(), write(tmp_path, text))
+    assert "user/nodes-to-registries" not in result.failed_intents()
+    assert result.coverage["user/nodes-to-registries"].share == 1.0
+    mutated = plans()
+    without("prod-us-west-2", "network-route-private-us-west-2a-default")(mutated)
+    broken = check.analyse(REFERENCE_FLEET, REFERENCE_LOCK, mutated, write(tmp_path, text))
+    (failure,) = [f for f in broken.failures if f.intent.id == "user/nodes-to-registries"]
+    assert "no route for" in failure.verdict.reason

@@ -36,7 +36,9 @@ def evaluate(mutated: Plans, prefix: str) -> evaluation.ReachResult:
     loaded = load_fleet(REFERENCE_FLEET)
     address_plan = planner.plan(loaded, planner.load_lock(REFERENCE_LOCK))
     topo = from_plans.build(mutated, from_plans.site_sides(loaded.fleet, address_plan, mutated))
-    return evaluation.run(topo, [i for i in intents.derive(loaded.fleet, topo) if i.id.startswith(prefix)])
+    chosen = [i for i in intents.derive(loaded.fleet, topo) if i.id.startswith(prefix)]
+    assert chosen, f"no intent starts with {prefix!r}"  # a check of nothing would pass
+    return evaluation.run(topo, chosen)
 
 
 def stack(all_plans: Plans, name: str) -> dict[str, Any]:
@@ -291,7 +293,7 @@ def test_the_internet_reaching_a_node_breaks_a_must_deny_intent() -> None:
     ]
     result = evaluate(mutated, "deny-internet/prod-us-west-2/pool")
     assert result.failures
-    assert result.failures[0].why.startswith("allowed, but must stay closed")
+    assert result.failures[0].why.startswith("reaches it, but must stay closed")
 
 
 def test_environments_are_isolated_both_ways() -> None:
@@ -378,7 +380,7 @@ def test_a_path_between_environments_breaks_the_isolation_intent() -> None:
     result = evaluate(mutated, "deny-environment/staging->prod")
     assert result.failures
     leak = next(f for f in result.failures if f.destination.label.startswith("pool"))
-    assert leak.why.startswith("allowed, but must stay closed")
+    assert leak.why.startswith("reaches it, but must stay closed")
     assert "peering attachment leak" in leak.why
 
 
