@@ -40,151 +40,59 @@ The semantics follow AWS's documentation, cited where they decide an answer:
 
 from __future__ import annotations
 
-import ipaddress
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
-from typing import Literal, TypeVar
 
 from dlinfra.checks.reach import packets as pk
-from dlinfra.checks.reach.packets import NOTHING, Packet, Packets
-from dlinfra.checks.reach.topology import Addr, Attachment, Net, Resource, Route, SgRule, Topology
-
-Protocol = Literal["tcp", "udp", "icmp"]
-_T = TypeVar("_T")
-PortRange = tuple[int, int]
-LINUX_EPHEMERAL: tuple[PortRange, ...] = ((32768, 60999),)  # VPC user guide, "Ephemeral ports"
-ANY_CLIENT_PORT: tuple[PortRange, ...] = ((1024, 65535),)  # NAT gateways, ELB, Lambda; unknown clients
-ANY_PORT: tuple[PortRange, ...] = ((0, 65535),)
-MAX_HOPS = 32
-NOT_ON_THE_INTERNET = tuple(
-    ipaddress.IPv4Network(n)
-    for n in (
-        "0.0.0.0/8",
-        "10.0.0.0/8",
-        "100.64.0.0/10",
-        "127.0.0.0/8",
-        "169.254.0.0/16",
-        "172.16.0.0/12",
-        "192.168.0.0/16",
-        "224.0.0.0/3",
-    )
+from dlinfra.checks.reach.ends import (
+    ANY_CLIENT_PORT,
+    ANY_PORT,
+    LINUX_EPHEMERAL,
+    NOT_ON_THE_INTERNET,
+    AtSite,
+    Endpoint,
+    InVpc,
+    Location,
+    OnClientVpn,
+    OnInternet,
+    PortRange,
+    Protocol,
 )
+from dlinfra.checks.reach.packets import NOTHING, Packet, Packets
+from dlinfra.checks.reach.routes import (
+    Drop,
+    Reason,
+    Router,
+    Trail,
+    _arrived_at,
+    _ArrivedVpc,
+    _Branch,
+    _lpm,
+    _text,
+)
+from dlinfra.checks.reach.topology import Addr, Net, Resource, SgRule, Topology
 
-
-@dataclass(frozen=True)
-class InVpc:
-    """An interface in a VPC subnet, with its security groups."""
-
-    vpc_id: str
-    subnet_id: str
-    security_groups: tuple[str, ...]
-    public_ip: bool = False  # whether it holds a public IPv4 address
-
-
-@dataclass(frozen=True)
-class AtSite:
-    """An address behind a site gateway: its LAN or its hybrid pods."""
-
-    site: str
-    network: Literal["lan", "pods"]
-
-
-@dataclass(frozen=True)
-class OnClientVpn:
-    """A laptop connected to a Client VPN endpoint, signed in as a member of `group` (None: any member)."""
-
-    endpoint_id: str
-    group: str | None
-
-
-@dataclass(frozen=True)
-class OnInternet:
-    """Any host on the internet."""
-
-
-Location = InVpc | AtSite | OnClientVpn | OnInternet
-
-
-@dataclass(frozen=True)
-class Endpoint:
-    """One end of a flow: a named thing and every address it may have."""
-
-    label: str
-    network: Net | Addr  # an address is read as its /32
-    location: Location
-    ephemeral: tuple[PortRange, ...] = LINUX_EPHEMERAL  # the source ports it opens connections from
-    ephemeral_leaving: tuple[PortRange, ...] | None = None  # ... to outside its VPC, where they differ (NAT)
-    extra: tuple[Net, ...] = ()  # further ranges of its addresses (a hybrid pod pool of several CIDRs)
-    sends_only_to: tuple[Net, ...] | None = None  # the EKS control plane: the VPC and remote networks
-    scope_origin: Resource | None = None  # where `sends_only_to` (and `public_api`) comes from
-    public_api: tuple[Net, ...] | None = None  # an EKS API's public endpoint: who may reach it on 443
-
-    def __post_init__(self) -> None:
-        if isinstance(self.network, ipaddress.IPv4Address):
-            object.__setattr__(self, "network", ipaddress.IPv4Network(self.network))
-
-    @property
-    def networks(self) -> tuple[Net, ...]:
-        assert isinstance(self.network, ipaddress.IPv4Network)
-        return (self.network, *self.extra)
-
-    @property
-    def address(self) -> Addr:
-        """The first address it may have (for one-line labels)."""
-        first = self.networks[0]
-        return first.network_address if first.num_addresses == 1 else first.network_address + 1
-
-    def where(self) -> str:
-        """Its addresses, for a label: `10.2.0.0/20`."""
-        return ", ".join(str(n) for n in self.networks)
-
-    def addresses(self, which: Literal["src", "dst"]) -> Packets:
-        """Packets whose `which` address is one this end may have."""
-        if isinstance(self.location, OnInternet):
-            return ~pk.nets(which, NOT_ON_THE_INTERNET)
-        node = NOTHING
-        for network in self.networks:
-            node |= pk.net(which, network)
-            if isinstance(self.location, InVpc | OnClientVpn) and network.prefixlen <= 28:
-                # AWS keeps the first four and the last address of a subnet (VPC user guide, "Subnet CIDR blocks").
-                node &= ~pk.net(which, ipaddress.IPv4Network((network.network_address, 30)))
-                node &= ~pk.net(which, ipaddress.IPv4Network(network.broadcast_address))
-            elif isinstance(self.location, AtSite) and self.location.network == "lan" and network.prefixlen <= 30:
-                # A LAN's network and broadcast addresses are no host's.
-                node &= ~pk.net(which, ipaddress.IPv4Network(network.network_address))
-                node &= ~pk.net(which, ipaddress.IPv4Network(network.broadcast_address))
-        return node
-
-
-@dataclass(frozen=True)
-class Trail:
-    """The hops a branch of a flow took, and the sites whose tunnels it crossed."""
-
-    hops: tuple[str, ...] = ()
-    tunnels: frozenset[str] = frozenset()
-    az: str | None = None  # where the packets started, for a transit gateway's choice of attachment subnet
-
-    def add(self, hop: str) -> Trail:
-        return replace(self, hops=(*self.hops, hop))
-
-    def through(self, site: str) -> Trail:
-        return replace(self, tunnels=self.tunnels | {site})
-
-
-Reason = Callable[[Packet], str]
-
-
-@dataclass(frozen=True)
-class Drop:
-    """Packets a hop dropped: where, why (given one of them), the resource to fix, and the path so far."""
-
-    packets: Packets
-    at: str
-    reason: Reason
-    resource: Resource | None
-    trail: Trail
-    reply: bool = False
-    nat: tuple[Packets, Packets] | None = None  # (the flow's packets, the source space NAT gave them), if any
+__all__ = [
+    "ANY_CLIENT_PORT",
+    "ANY_PORT",
+    "LINUX_EPHEMERAL",
+    "NOT_ON_THE_INTERNET",
+    "AtSite",
+    "Drop",
+    "Endpoint",
+    "InVpc",
+    "Location",
+    "OnClientVpn",
+    "OnInternet",
+    "Path",
+    "PortRange",
+    "Protocol",
+    "Trail",
+    "Verdict",
+    "evaluate",
+    "evaluate_space",
+    "host",
+]
 
 
 @dataclass(frozen=True)
@@ -219,28 +127,6 @@ class Verdict:
 
     def covered(self) -> int:
         return pk.size(self.space)
-
-
-# --- arrivals -------------------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class _ArrivedVpc:
-    vpc_id: str
-    via_subnet: str  # the subnet the packets came into the destination's subnet from
-    via: Literal["local", "tgw", "igw"] = "local"
-
-
-@dataclass(frozen=True)
-class _ArrivedSite:
-    site: str
-
-
-@dataclass(frozen=True)
-class _ArrivedInternet:
-    pass
-
-
-_Arrival = _ArrivedVpc | _ArrivedSite | _ArrivedInternet
-_Branch = tuple[Packets, _Arrival, Trail]
 
 
 def evaluate(
@@ -320,6 +206,27 @@ class _Outcome:
     arrivals: list[Path] = field(default_factory=list)
 
 
+def _combine(paths: Sequence[Path]) -> tuple[Packets, Packets]:
+    """(the packets that get through whatever AWS chooses, those that do with some choice): where a path depends
+    on an undocumented choice (`Trail.option`), a packet counts for the first only if every option carries it."""
+    every = some = NOTHING
+    by_choice: dict[str, tuple[tuple[str, ...], dict[str, Packets]]] = {}
+    for path in paths:
+        some |= path.packets
+        if path.trail.option is None:
+            every |= path.packets
+            continue
+        what, option, options = path.trail.option
+        per_option = by_choice.setdefault(what, (options, {}))[1]
+        per_option[option] = per_option.get(option, NOTHING) | path.packets
+    for options, per_option in by_choice.values():
+        common = pk.EVERYTHING
+        for option in options:
+            common &= per_option.get(option, NOTHING)
+        every |= common
+    return every, some
+
+
 def _swapped(packet: Packet) -> Packet:
     return Packet(packet.protocol, packet.dst, packet.src, packet.dport, packet.sport)
 
@@ -328,25 +235,8 @@ def _flow(packet: Packet) -> str:
     return packet.flow()
 
 
-class _Walk:
-    """One flow's evaluation: the drops it records, and the translation a Client VPN makes."""
-
-    def __init__(self, topo: Topology) -> None:
-        self.topo = topo
-        self.drops: list[Drop] = []
-        self._nat: tuple[Packets, Packets] | None = None  # (original packets, their translated source space)
-        self._reply = False
-
-    # --- bookkeeping ------------------------------------------------------------------------------------
-    def drop(self, packets: Packets, at: str, reason: Reason, resource: Resource | None, trail: Trail) -> None:
-        if packets != NOTHING:
-            self.drops.append(Drop(packets, at, reason, resource, trail, self._reply, self._nat))
-
-    def stopped(self, packets: Packets, trail: Trail, depth: int) -> bool:
-        """Nothing left to route, or a routing loop (the packets dropped)."""
-        if depth > MAX_HOPS:
-            self.drop(packets, "routing", lambda p: "routing loop", None, trail)
-        return packets == NOTHING or depth > MAX_HOPS
+class _Walk(Router):
+    """One flow's evaluation: its ends, security groups, Client VPN and internet entries, and the replies."""
 
     # --- the flow -----------------------------------------------------------------------------------------
     def flow(self, src: Endpoint, dst: Endpoint, space: Packets) -> _Outcome:
@@ -412,7 +302,7 @@ class _Walk:
             )
             packets = self.groups(start.security_groups, "egress", packets, peers, trail)
             trail = trail.add(f"egress allowed by {self.group_names(start.security_groups)}")
-            trail = replace(trail, az=self.topo.subnets[start.subnet_id].az)
+            trail = replace(trail, az=self.topo.subnets[start.subnet_id].az, public=start.public_ip)
         return self.finish(start, dst, self.route(start, packets, trail))
 
     def finish(self, start: Location, dst: Endpoint, branches: list[_Branch]) -> _Outcome:
@@ -431,7 +321,7 @@ class _Walk:
                 trail = trail.add(f"ingress allowed by {self.group_names(dst.location.security_groups)}")
             if got != NOTHING:
                 outcome.arrivals.append(Path(got, trail))
-                outcome.reached |= got
+        _every, outcome.reached = _combine(outcome.arrivals)
         if outcome.reached == NOTHING:
             return outcome
         # Security groups are stateful; the replies still need routes back, and ACLs, which are not.
@@ -439,7 +329,7 @@ class _Walk:
         for arrived in outcome.arrivals:
             if arrived.packets & back != NOTHING:
                 outcome.paths.append(Path(arrived.packets & back, arrived.trail.add("replies routed back")))
-                outcome.passed |= arrived.packets & back
+        outcome.passed, _some = _combine(outcome.paths)
         return outcome
 
     def replies(self, start: Location, dst: Endpoint, packets: Packets) -> Packets:
@@ -447,16 +337,20 @@ class _Walk:
         self._reply = True
         origin = dst.location
         if isinstance(origin, OnInternet):
-            # Replies from the internet come back the way the flow left (through its NAT or internet gateway):
-            # what stands in their way in the plans is the source subnet's ACL.
-            returned = packets
+            # Replies from the internet come back the way the flow left (its NAT gateway's subnet was checked on
+            # the way out): what is left is the source subnet's ACL.
+            answered = packets
             if isinstance(start, InVpc):
-                returned = self.nacl(start.subnet_id, False, packets, Trail().add("replies from the internet"))
+                answered = self.nacl(start.subnet_id, False, packets, Trail().add("replies from the internet"))
             self._reply = False
-            return returned
+            return answered
         assert isinstance(origin, InVpc | AtSite)
-        returned = NOTHING
-        start_trail = Trail(az=self.topo.subnets[origin.subnet_id].az) if isinstance(origin, InVpc) else Trail()
+        returned: list[Path] = []
+        start_trail = (
+            Trail(az=self.topo.subnets[origin.subnet_id].az, public=origin.public_ip)
+            if isinstance(origin, InVpc)
+            else Trail()
+        )
         for got, arrival, trail in self.route(origin, packets, start_trail):
             if not _arrived_at(arrival, start):
                 self.drop(
@@ -469,9 +363,10 @@ class _Walk:
                 continue
             if isinstance(start, InVpc) and isinstance(arrival, _ArrivedVpc):
                 got = self.enter(start, arrival, got, trail)
-            returned |= got
+            returned.append(Path(got, trail))
         self._reply = False
-        return returned
+        every, _some = _combine(returned)
+        return every
 
     # --- security groups and ACLs ----------------------------------------------------------------------
     def group_names(self, groups: Sequence[str]) -> str:
@@ -502,40 +397,6 @@ class _Walk:
             trail,
         )
         return packets & admitted
-
-    def nacl(self, subnet_id: str, egress: bool, packets: Packets, trail: Trail) -> Packets:
-        """The packets the subnet's network ACL lets out (egress) or in; first match, implicit deny."""
-        acl = self.topo.nacl_of(subnet_id)
-        if acl is None or packets == NOTHING:
-            return packets
-        name = f"network ACL {acl.origin.name}"
-        peer: Literal["src", "dst"] = "dst" if egress else "src"
-        remaining, passed = packets, NOTHING
-        for rule in sorted((r for r in acl.rules if r.egress == egress), key=lambda r: r.number):
-            match = pk.net(peer, rule.cidr) & pk.protocol(rule.protocol)
-            if rule.protocol not in ("-1", "icmp", "1") and rule.from_port is not None:
-                match &= pk.ports("dport", rule.from_port, rule.to_port if rule.to_port is not None else rule.from_port)
-            hit = remaining & match
-            remaining &= ~match
-            if rule.allow:
-                passed |= hit
-            else:
-                self.drop(
-                    hit,
-                    name,
-                    _text(lambda p, n=rule.number: f"rule {n} denies {p.dst if egress else p.src} {_flow(p)}"),
-                    acl.origin,
-                    trail,
-                )
-        direction = "outbound" if egress else "inbound"
-        self.drop(
-            remaining,
-            name,
-            lambda p: f"no {direction} rule allows {p.dst if egress else p.src} {_flow(p)} (implicit deny)",
-            acl.origin,
-            trail,
-        )
-        return passed
 
     def enter(self, dest: InVpc, arrival: _ArrivedVpc, packets: Packets, trail: Trail) -> Packets:
         """The ACLs between where the packets came into the VPC and the destination's subnet."""
@@ -592,9 +453,26 @@ class _Walk:
             return []
         trail = trail.add(f"{name}: authorized by {by}")
         entries = []
+        if not endpoint.subnets:
+            self.drop(
+                authorized,
+                name,
+                lambda p: "the endpoint has no associated subnet (no NetworkAssociation): nothing leaves it",
+                endpoint.origin,
+                trail,
+            )
         for subnet_id in sorted(endpoint.subnets):
             subnet = topo.subnets.get(subnet_id)
             if subnet is None:
+                # A laptop may land there, and what then happens is not in the plans: nothing is proved.
+                self.drop(
+                    authorized,
+                    name,
+                    _text(lambda p, s=subnet_id: f"the associated subnet {s} is not in the plans"),
+                    endpoint.origin,
+                    trail,
+                )
+                entries.append((NOTHING, InVpc("", subnet_id, ()), NOTHING, trail))
                 continue
             # The routes whose target is this subnet, and the route to its VPC that associating it added.
             routes: list[tuple[Net, int, Resource]] = [
@@ -660,275 +538,6 @@ class _Walk:
         trail = trail.add(f"internet gateway {gateways[0]} -> public address of {dst.label}")
         return [(packets, _ArrivedVpc(location.vpc_id, "", "igw"), trail)]
 
-    # --- routing ----------------------------------------------------------------------------------------------
-    def where(self, arrival: _Arrival) -> str:
-        if isinstance(arrival, _ArrivedVpc):
-            vpc = self.topo.vpcs.get(arrival.vpc_id)
-            return f"VPC {vpc.origin.name} ({vpc.origin.stack})" if vpc else arrival.vpc_id
-        if isinstance(arrival, _ArrivedSite):
-            return f"site {arrival.site}"
-        return "the internet"
-
-    def route(self, start: InVpc | AtSite, packets: Packets, trail: Trail) -> list[_Branch]:
-        """Follow routes from `start` until the destination's network; drops recorded where they stop."""
-        if isinstance(start, InVpc):
-            subnet = self.topo.subnets[start.subnet_id]
-            inside = packets & pk.net("dst", subnet.cidr)
-            outside = self.nacl(start.subnet_id, True, packets & ~pk.net("dst", subnet.cidr), trail)
-            return self.in_vpc(start.subnet_id, inside | outside, trail, 0)
-        return self.from_site(start.site, packets, trail, 0)
-
-    def in_vpc(
-        self, subnet_id: str, packets: Packets, trail: Trail, depth: int, via: Literal["local", "tgw"] = "local"
-    ) -> list[_Branch]:
-        topo = self.topo
-        if self.stopped(packets, trail, depth):
-            return []
-        subnet = topo.subnets[subnet_id]
-        vpc = topo.vpcs[subnet.vpc_id]
-        local = pk.nets("dst", vpc.cidrs)
-        out: list[_Branch] = []
-        if packets & local != NOTHING:
-            out.append(
-                (packets & local, _ArrivedVpc(vpc.id, subnet_id, via), trail.add(f"{vpc.origin.stack} local route"))
-            )
-        packets &= ~local
-        if packets == NOTHING:
-            return out
-        table = topo.route_table_of(subnet_id)
-        name = f"route table {table.origin.name}" if table else f"main route table of {vpc.origin.name}"
-        parts, rest = _lpm(packets, [(r.destination, i, r) for i, r in enumerate(table.routes)] if table else [])
-        self.drop(rest, name, lambda p: f"no route for {p.dst}", table.origin if table else vpc.origin, trail)
-        for part, r in parts:
-            out += self.follow(subnet_id, vpc.id, name, r, part, trail, depth)
-        return out
-
-    def follow(
-        self, subnet_id: str, vpc_id: str, name: str, r: Route, part: Packets, trail: Trail, depth: int
-    ) -> list[_Branch]:
-        topo = self.topo
-        vpc = topo.vpcs[vpc_id]
-        trail = trail.add(f"{name}: {r.destination} -> {r.target} {r.target_id}".rstrip())
-        if r.target == "tgw":
-            attachment = topo.vpc_attachment(vpc_id, r.target_id)
-            if attachment is None:
-                self.drop(
-                    part,
-                    name,
-                    lambda p: f"routes {p.dst} to {r.target_id}, which has no attachment of {vpc.origin.name}",
-                    r.origin,
-                    trail,
-                )
-                return []
-            az = topo.subnets[subnet_id].az
-            exits = [s for s in attachment.subnet_ids if s in topo.subnets and topo.subnets[s].az == az]
-            if not exits:
-                self.drop(
-                    part,
-                    f"transit gateway attachment {attachment.origin.name}",
-                    lambda p: (
-                        f"the attachment has no subnet in {az}, so traffic from {p.src} never reaches the "
-                        "transit gateway"
-                    ),
-                    attachment.origin,
-                    trail,
-                )
-                return []
-            part = self.nacl(exits[0], False, part, trail)  # into the transit gateway: its subnet's inbound rules
-            return self.in_tgw(r.target_id, attachment.id, part, trail, depth + 1)
-        if r.target == "nat":
-            nat = topo.nats.get(r.target_id)
-            if nat is None:
-                self.drop(
-                    part, name, lambda p: f"NAT gateway {r.target_id} is not in the plans (blackhole)", r.origin, trail
-                )
-                return []
-            return self.in_vpc(nat.subnet_id, part, trail, depth + 1)
-        if r.target == "igw":
-            public = ~pk.nets("dst", NOT_ON_THE_INTERNET)
-            self.drop(
-                part & ~public,
-                f"internet gateway {r.target_id}",
-                lambda p: f"{p.dst} is not an internet address; it is dropped",
-                r.origin,
-                trail,
-            )
-            return [(part & public, _ArrivedInternet(), trail)] if part & public != NOTHING else []
-        if r.target == "blackhole":
-            self.drop(part, name, lambda p: f"the route for {r.destination} has no target (blackhole)", r.origin, trail)
-            return []
-        self.drop(
-            part, name, lambda p: f"routes {p.dst} to {r.target_id}, which this model does not follow", r.origin, trail
-        )
-        return []
-
-    def in_tgw(self, tgw_id: str, in_attachment: str, packets: Packets, trail: Trail, depth: int) -> list[_Branch]:
-        topo = self.topo
-        if self.stopped(packets, trail, depth):
-            return []
-        tgw = topo.tgws.get(tgw_id)
-        tgw_name = f"transit gateway {tgw.origin.name} ({tgw.origin.stack})" if tgw else f"transit gateway {tgw_id}"
-        table = topo.associated_table(in_attachment, tgw_id)
-        att_in = topo.attachments.get(in_attachment)
-        att_name = att_in.origin.name if att_in else in_attachment
-        if table is None:
-            self.drop(
-                packets,
-                tgw_name,
-                lambda p: f"attachment {att_name} is associated with no route table",
-                att_in.origin if att_in else None,
-                trail,
-            )
-            return []
-        table_name = f"transit gateway route table {table.origin.name} ({table.origin.stack})"
-        parts, rest = _lpm(packets, _tgw_candidates(topo, table.id))
-        self.drop(rest, table_name, lambda p: f"no route for {p.dst}", table.origin, trail)
-        out: list[_Branch] = []
-        for part, (how, att_id, origin) in parts:
-            if att_id is None:
-                self.drop(
-                    part,
-                    f"transit gateway route table {table.origin.name}",
-                    lambda p: f"{p.dst} matches a blackhole route",
-                    origin,
-                    trail,
-                )
-                continue
-            att = topo.attachments.get(att_id)
-            if att is None:
-                self.drop(
-                    part,
-                    f"transit gateway route table {table.origin.name}",
-                    _text(lambda p, a=att_id: f"route to attachment {a}, which is not in the plans"),
-                    origin,
-                    trail,
-                )
-                continue
-            hop = trail.add(f"{tgw_name}: {how} route -> {att.kind} attachment {att.origin.name}")
-            if att.kind == "vpc":
-                out += self.into_vpc(tgw_name, att, part, hop, depth)
-            elif att.kind == "peering":
-                if not att.accepted:
-                    self.drop(
-                        part,
-                        tgw_name,
-                        _text(lambda p, a=att: f"peering attachment {a.origin.name} is never accepted"),
-                        att.origin,
-                        hop,
-                    )
-                    continue
-                other = att.peer_tgw_id if att.tgw_id == tgw_id else att.tgw_id
-                out += self.in_tgw(str(other), att.id, part, hop, depth + 1)
-            else:
-                out += self.into_site(att.site or "", part, hop, att.origin)
-        return out
-
-    def into_vpc(self, tgw_name: str, att: Attachment, packets: Packets, trail: Trail, depth: int) -> list[_Branch]:
-        """Into a VPC through one of the attachment's interfaces. Without appliance mode the transit gateway keeps
-        traffic in the Availability Zone it came from (Transit Gateway guide, "Appliance mode"): the attachment's
-        subnet there. Where that is unknown (from a VPN) or the attachment has none there, AWS does not say which
-        one it takes, so the packets must pass the ACL of every one of them, and enter by the destination's AZ."""
-        topo = self.topo
-        subnets = [s for s in att.subnet_ids if s in topo.subnets]
-        if not subnets:
-            self.drop(packets, tgw_name, lambda p: f"attachment {att.origin.name} has no subnet", att.origin, trail)
-            return []
-        same_az = [s for s in subnets if topo.subnets[s].az == trail.az]
-        if same_az:
-            return self.in_vpc(same_az[0], packets, trail, depth + 1, via="tgw")
-        for subnet_id in subnets:
-            outside = packets & ~pk.net("dst", topo.subnets[subnet_id].cidr)
-            packets = (packets & pk.net("dst", topo.subnets[subnet_id].cidr)) | self.nacl(
-                subnet_id, True, outside, trail
-            )
-        by_entry: dict[str, Packets] = {}
-        rest = packets
-        for subnet in sorted(
-            (s for s in topo.subnets.values() if s.vpc_id == att.vpc_id), key=lambda s: (-s.cidr.prefixlen, s.id)
-        ):
-            part = rest & pk.net("dst", subnet.cidr)
-            if part == NOTHING:
-                continue
-            rest &= ~pk.net("dst", subnet.cidr)
-            entry = next((s for s in subnets if topo.subnets[s].az == subnet.az), subnets[0])
-            by_entry[entry] = by_entry.get(entry, NOTHING) | part
-        if rest != NOTHING:
-            by_entry[subnets[0]] = by_entry.get(subnets[0], NOTHING) | rest
-        out: list[_Branch] = []
-        for entry, part in sorted(by_entry.items()):
-            out += self.in_vpc(entry, part, trail, depth + 1, via="tgw")
-        return out
-
-    def into_site(self, site_name: str, packets: Packets, trail: Trail, origin: Resource) -> list[_Branch]:
-        site = self.topo.sites.get(site_name)
-        if site is None:
-            self.drop(packets, f"VPN {origin.name}", lambda p: f"site {site_name!r} is not in the fleet", origin, trail)
-            return []
-        gateway = f"site {site.name} gateway"
-        owned = pk.nets("dst", (site.lan, *site.pod_networks))
-        self.drop(
-            packets & ~owned,
-            f"VPN {origin.name}",
-            lambda p: (
-                f"{p.dst} is routed into site {site.name}'s tunnel, which does not own it: no site's traffic "
-                "may be routed through another site"
-            ),
-            origin,
-            trail,
-        )
-        packets &= owned
-        carried = pk.nets("dst", site.local_selectors) & pk.nets("src", site.remote_selectors)
-        self.drop(packets & ~carried, gateway, lambda p: f"no IPsec policy carries {p.src} -> {p.dst}", None, trail)
-        packets &= carried
-        if packets == NOTHING:
-            return []
-        trail = trail.through(site.name).add(f"VPN {origin.name} -> {gateway}")
-        out: list[_Branch] = []
-        lan = packets & pk.net("dst", site.lan)
-        if lan != NOTHING:
-            out.append((lan, _ArrivedSite(site.name), trail))
-        pods = packets & ~pk.net("dst", site.lan)
-        routed = pk.nets("dst", [n for n, _ in site.pod_routes])
-        self.drop(
-            pods & ~routed,
-            gateway,
-            lambda p: (
-                f"no route to hybrid pod {p.dst} inside the site (no BGP announcement of the site's nodes covers it)"
-            ),
-            None,
-            trail,
-        )
-        if pods & routed != NOTHING:
-            how = ", ".join(sorted({how for _, how in site.pod_routes}))
-            out.append((pods & routed, _ArrivedSite(site.name), trail.add(f"{gateway}: pod routes from {how}")))
-        return out
-
-    def from_site(self, site_name: str, packets: Packets, trail: Trail, depth: int) -> list[_Branch]:
-        topo = self.topo
-        site = topo.sites[site_name]
-        gateway = f"site {site.name} gateway"
-        local = pk.nets("dst", (site.lan, *site.pod_networks))
-        out: list[_Branch] = []
-        if packets & local != NOTHING:
-            out.append((packets & local, _ArrivedSite(site.name), trail))
-        packets &= ~local
-        carried = pk.nets("src", site.local_selectors) & pk.nets("dst", site.remote_selectors)
-        self.drop(packets & ~carried, gateway, lambda p: f"no IPsec policy carries {p.src} -> {p.dst}", None, trail)
-        packets &= carried
-        if packets == NOTHING:
-            return out
-        attachment = topo.vpn_attachment(site.name)
-        if attachment is None:
-            self.drop(packets, gateway, lambda p: "the site has no VPN connection in the plans", None, trail)
-            return out
-        trail = trail.through(site.name).add(f"{gateway} -> VPN {attachment.origin.name}")
-        return out + self.in_tgw(attachment.tgw_id, attachment.id, packets, trail, depth + 1)
-
-
-def _text(reason: Callable[..., str]) -> Reason:
-    """A reason whose lambda binds loop values as defaults (which mypy cannot infer)."""
-    return reason
-
 
 def _routed_elsewhere(where: str, label: str) -> Reason:
     return lambda p: f"{p.dst} is routed to {where}, not to {label}"
@@ -940,14 +549,6 @@ def _replies_elsewhere(where: str) -> Reason:
 
 def _same_vpc(a: object, b: object) -> bool:
     return isinstance(a, InVpc) and isinstance(b, InVpc) and a.vpc_id == b.vpc_id
-
-
-def _arrived_at(arrival: _Arrival, location: Location) -> bool:
-    if isinstance(location, InVpc):
-        return isinstance(arrival, _ArrivedVpc) and arrival.vpc_id == location.vpc_id
-    if isinstance(location, AtSite):
-        return isinstance(arrival, _ArrivedSite) and arrival.site == location.site
-    return isinstance(location, OnInternet) and isinstance(arrival, _ArrivedInternet)
 
 
 def _sg_rule(rule: SgRule, peers: Sequence[str]) -> Packets:
@@ -965,46 +566,6 @@ def _sg_rule(rule: SgRule, peers: Sequence[str]) -> Packets:
     if rule.protocol in ("icmp", "1") or rule.from_port is None or rule.from_port < 0:
         return node
     return node & pk.ports("dport", rule.from_port, rule.to_port if rule.to_port is not None else rule.from_port)
-
-
-def _lpm(packets: Packets, candidates: Iterable[tuple[Net, int, _T]]) -> tuple[list[tuple[Packets, _T]], Packets]:
-    """`packets` split by the longest prefix matching their destination (ties: the lowest rank), and the rest."""
-    out: list[tuple[Packets, _T]] = []
-    remaining = packets
-    for net, _rank, item in sorted(candidates, key=lambda c: (-c[0].prefixlen, c[1])):
-        if remaining == NOTHING:
-            break
-        covered = pk.net("dst", net)
-        part = remaining & covered
-        if part != NOTHING:
-            out.append((part, item))
-            remaining &= ~covered
-    return out, remaining
-
-
-def _tgw_candidates(topo: Topology, table_id: str) -> list[tuple[Net, int, tuple[str, str | None, Resource]]]:
-    table = topo.tgw_route_tables[table_id]
-    out: list[tuple[Net, int, tuple[str, str | None, Resource]]] = [
-        (r.destination, 0, ("static", r.attachment_id, r.origin)) for r in table.routes
-    ]
-    for att_id in sorted(table.propagations):
-        att = topo.attachments.get(att_id)
-        if att is None:
-            continue
-        for net in _propagated(topo, att):
-            out.append((net, 1, ("propagated", att_id, att.origin)))
-    return out
-
-
-def _propagated(topo: Topology, att: Attachment) -> list[Net]:
-    if att.kind == "vpc" and att.vpc_id in topo.vpcs:
-        return list(topo.vpcs[att.vpc_id].cidrs)
-    if att.kind == "vpn":
-        if att.static_routes_only:
-            return list(topo.vpn_routes.get(att.connection_id, []))
-        site = topo.sites.get(att.site or "")
-        return list(site.announce) if site else []  # what the site's gateway announces over BGP
-    return []  # peering attachments propagate nothing
 
 
 def host(network: Net, offset: int) -> Addr:

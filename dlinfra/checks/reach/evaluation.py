@@ -60,10 +60,15 @@ class Refusal:
                 "its addresses would be sound: remove the IPv6 settings or check them by hand (docs/reachability.md, "
                 "'What the model does not cover')"
             )
+        if self.kind == "default-acl":
+            return (
+                f"{self.resource.name} takes over the {self.what}: which VPC's subnets it filters is not in the plans, "
+                "so no verdict about them would be sound"
+            )
         return (
-            f"{self.resource.name} admits {self.what}, whose addresses no plan declares (an AWS-managed or another "
-            "account's list): no verdict about who it admits would be sound; declare the list "
-            "(aws.ec2.ManagedPrefixList) or use CIDRs"
+            f"{self.resource.name} uses {self.what}, whose addresses no plan declares (an AWS-managed or another "
+            "account's list, or an entry the plan does not give): no verdict about who it admits would be sound; "
+            "declare the list (aws.ec2.ManagedPrefixList) with literal CIDRs, or use CIDRs"
         )
 
 
@@ -112,7 +117,10 @@ def run(topo: Topology, intents: Sequence[Intent], *, explain: bool = False) -> 
     started = time.perf_counter()
     result = ReachResult(intents=list(intents))
     result.refusals = [Refusal(origin, what, "ipv6") for origin, what in topo.ipv6]
-    result.refusals += [Refusal(origin, what, "prefix-list") for origin, what in topo.unresolved]
+    result.refusals += [
+        Refusal(origin, what, "default-acl" if what.startswith("default network ACL") else "prefix-list")
+        for origin, what in topo.unresolved
+    ]
     for intent in intents:
         space = proved = 0
         union = NOTHING  # every packet of the intent

@@ -179,14 +179,19 @@ def build(plans: Iterable[Mapping[str, Any]], sites: Sequence[SiteSide] = ()) ->
                 continue
             origin = Resource(plan["stack"], r["name"], r["urn"])
             later.append((r, origin, r["inputs"], env, region))
-    for r, _origin, i, _env, _region in later:
+    for r, origin, i, _env, _region in later:
         if r["type"] == PREFIX_LIST:
-            topo.prefix_lists[str(r["id"])] = [n for n in (_net(e.get("cidr")) for e in i.get("entries") or []) if n]
-    for r, _origin, i, _env, _region in later:
+            entries = [_net(e.get("cidr")) for e in i.get("entries") or []]
+            topo.prefix_lists[str(r["id"])] = [n for n in entries if n]
+            if None in entries:
+                topo.unresolved.append((origin, "a prefix list entry whose CIDR the plan does not give"))
+    for r, origin, i, _env, _region in later:
         if r["type"] == PREFIX_LIST_ENTRY and str(i.get("prefixListId")) in topo.prefix_lists:
             net = _net(i.get("cidr"))
             if net:
                 topo.prefix_lists[str(i["prefixListId"])].append(net)
+            else:
+                topo.unresolved.append((origin, "a prefix list entry whose CIDR the plan does not give"))
     # Containers first (VPCs, groups, tables, gateways), then what refers to them.
     for r, origin, i, env, region in later:
         _containers(topo, r, origin, i, env, region)
@@ -264,6 +269,7 @@ def _containers(
     if t == VPC:
         topo.vpcs[rid] = Vpc(rid, origin, region, env, [n for n in [_net(i.get("cidrBlock"))] if n])
         topo.vpcs[rid].default_route_table = str(r["outputs"].get("defaultRouteTableId") or "")
+        topo.vpcs[rid].default_acl_id = str(r["outputs"].get("defaultNetworkAclId") or "")
     elif t == SUBNET:
         cidr = _net(i.get("cidrBlock"))
         if cidr:
@@ -386,12 +392,16 @@ def _defaults(topo: Topology, r: Mapping[str, Any], origin: Resource, i: Mapping
         topo.route_tables[table.id] = table
         vpc.main_route_table = vpc.main_route_table or table.id
     elif r["type"] == DEFAULT_NACL:
-        # Its VPC is not an input: the one its stack declares (dlinfra declares one VPC per regional stack).
-        vpcs = [v for v in topo.vpcs.values() if v.origin.stack == origin.stack]
-        if len(vpcs) == 1:
-            acl = _acl(str(r["id"]), origin, vpcs[0].id, i)
-            topo.nacls[acl.id] = acl
-            vpcs[0].default_acl = acl.id
+        # Its VPC: the one whose default ACL id it names, else the one VPC its stack declares (dlinfra declares one
+        # per regional stack, and its fake cloud gives VPCs no default ACL id); otherwise refused, not guessed.
+        named = [v for v in topo.vpcs.values() if v.default_acl_id and v.default_acl_id == i.get("defaultNetworkAclId")]
+        vpcs = named or [v for v in topo.vpcs.values() if v.origin.stack == origin.stack]
+        if len(vpcs) != 1:
+            topo.unresolved.append((origin, f"default network ACL {i.get('defaultNetworkAclId')} of no single VPC"))
+            return
+        acl = _acl(str(r["id"]), origin, vpcs[0].id, i)
+        topo.nacls[acl.id] = acl
+        vpcs[0].default_acl = acl.id
 
 
 def _inline_sg_rules(topo: Topology, origin: Resource, direction: str, inline: Mapping[str, Any]) -> Iterator[SgRule]:

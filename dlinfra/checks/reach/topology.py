@@ -113,6 +113,7 @@ class Vpc:
     main_route_table: str | None = None
     default_acl: str | None = None  # a declared DefaultNetworkAcl: it filters every subnet no other ACL has
     default_route_table: str = ""  # the id AWS gives the VPC's own main route table (a DefaultRouteTable's)
+    default_acl_id: str = ""  # the id AWS gives the VPC's own default network ACL
 
 
 @dataclass

@@ -504,3 +504,145 @@ def test_a_flow_to_the_internet_leaves_through_the_nat_gateway(tmp_path: Path) -
     broken = check.analyse(REFERENCE_FLEET, REFERENCE_LOCK, mutated, write(tmp_path, text))
     (failure,) = [f for f in broken.failures if f.intent.id == "user/nodes-to-registries"]
     assert "no route for" in failure.verdict.reason
+
+
+def laptop_to_api(mutated: Plans, region: str = "us-west-2") -> Any:
+    from dlinfra.checks.reach.endpoints import laptop_endpoints, place_endpoints
+    from dlinfra.checks.reach.engine import evaluate as evaluate_flow
+
+    loaded, _address_plan, topo = check.model(REFERENCE_FLEET, REFERENCE_LOCK, mutated)
+    laptop = next(
+        e for r, e in laptop_endpoints(topo, loaded.fleet, "prod") if r == "us-west-2" and "vision" in e.label
+    )
+    api = next(p for p in topo.places if p.kind == "control-plane" and p.environment == "prod" and p.region == region)
+    return [evaluate_flow(topo, laptop, end, "tcp", 443) for end in place_endpoints(topo, api)]
+
+
+def test_a_laptop_must_get_through_from_every_associated_subnet_not_just_one() -> None:
+    mutated = plans()
+    # The Client VPN routes are all there; the VPC route tables of 2b and 2c lose their way to us-east-1.
+    for az in "bc":
+        without("prod-us-west-2", f"transit-route-us-west-2{az}-vpc-us-east-1")(mutated)
+    verdicts = laptop_to_api(mutated, "us-east-1")
+    assert verdicts and all(not v.allowed and v.reachable for v in verdicts)  # through 2a it works
+    # 2b and 2c send it to their default route, the NAT gateway, and the internet gateway drops it.
+    assert all("is not an internet address" in v.reason for v in verdicts), [v.reason for v in verdicts]
+
+
+def test_every_address_of_the_endpoints_interface_must_be_admitted_and_one_is_enough_to_reach() -> None:
+    mutated = plans()
+    named(stack(mutated, "prod-us-west-2"), "cluster-api-from-10-2-0-0-16")["inputs"]["cidrIpv4"] = "10.2.0.0/19"
+    verdicts = laptop_to_api(mutated)
+    assert verdicts and all(not v.allowed and v.reachable for v in verdicts)
+    assert all(v.witness is not None and "security group" in v.denied_at for v in verdicts)
+
+
+def test_an_undocumented_choice_of_attachment_subnet_must_work_every_way_and_reaches_if_one_does(
+    tmp_path: Path,
+) -> None:
+    mutated = plans()
+    # Only 2c's transit subnet refuses to pass traffic on to the VPC; a VPN's traffic may enter by any of them.
+    private_acl(mutated, [acl_rule(100, "-1", "0.0.0.0/0")], "transit", azs="c")
+    acl = named(stack(mutated, "prod-us-west-2"), "acl-transit")
+    acl["inputs"]["egress"] = [acl_rule(100, "-1", "10.200.0.0/16")]
+    result = evaluate(mutated, "site/sjc1->prod-us-west-2")
+    assert result.failures and result.failures[0].verdict.denied_at == "network ACL acl-transit"
+    text = (
+        "flows:\n  - name: sjc1-closed\n    from: {site: sjc1}\n"
+        "    to: {pool: cpu, environment: prod, region: us-west-2}\n    ports: [8080]\n    expect: deny\n"
+    )
+    closed = check.analyse(REFERENCE_FLEET, REFERENCE_LOCK, mutated, write(tmp_path, text))
+    assert "user/sjc1-closed" in closed.failed_intents()  # it still arrives through 2a and 2b
+
+
+def test_a_declared_default_route_table_is_the_main_table() -> None:
+    mutated = plans()
+    without("prod-us-west-2", "network-rta-private-us-west-2a")(mutated)  # 2a falls back to the main table
+    assert evaluate(mutated, "site/prod-us-west-2->sjc1").failures  # AWS's main table: the local route only
+    regional = stack(mutated, "prod-us-west-2")
+    tgw = named(regional, "transit-tgw")["id"]
+    add(
+        regional,
+        from_plans.DEFAULT_RT,
+        "network-default-rt",
+        {
+            "defaultRouteTableId": named(regional, "network-vpc")["outputs"]["defaultRouteTableId"],
+            "routes": [{"cidrBlock": c, "transitGatewayId": tgw} for c in ("10.200.0.0/20", "10.3.64.0/18")],
+        },
+    )
+    assert not evaluate(mutated, "site/prod-us-west-2->sjc1").failures
+
+
+def test_what_the_gateway_filters_out_is_not_announced(monkeypatch: pytest.MonkeyPatch) -> None:
+    render = from_plans.render_frr
+
+    def without_pods(view: Any) -> str | None:
+        text = render(view)
+        return text.replace("permit 10.3.64.0/18\n", "permit 192.0.2.0/24\n") if text else text
+
+    monkeypatch.setattr(from_plans, "render_frr", without_pods)
+    result = evaluate(plans(), "site/prod-us-west-2->sjc1")
+    pods = [f for f in result.failures if "hybrid pods" in f.destination.label]
+    assert pods and "no route for 10.3.64." in pods[0].why
+
+
+def test_the_nodes_bgp_instance_must_be_in_the_sites_asn() -> None:
+    mutated = plans()
+    config = named(stack(mutated, "prod-us-west-2-k8s"), "platform-cilium-bgp-cluster-sjc1")["inputs"]["spec"]
+    config["bgpInstances"][0]["localASN"] = 64999
+    pods = [f for f in evaluate(mutated, "site/prod-us-west-2->sjc1").failures if "hybrid pods" in f.destination.label]
+    assert pods and "no route to hybrid pod" in pods[0].why
+
+
+TO_INTERNET = (
+    "flows:\n  - name: out\n    from: {pool: POOL, environment: prod, region: us-west-2}\n"
+    "    to: {internet: true}\n    ports: [443]\n"
+)
+
+
+def out_failure(tmp_path: Path, mutated: Plans, pool: str = "cpu") -> Any:
+    result = check.analyse(REFERENCE_FLEET, REFERENCE_LOCK, mutated, write(tmp_path, TO_INTERNET.replace("POOL", pool)))
+    return next((f for f in result.failures if f.intent.id == "user/out"), None)
+
+
+def test_replies_from_the_internet_meet_the_source_subnets_acl(tmp_path: Path) -> None:
+    mutated = plans()
+    private_acl(mutated, [acl_rule(100, "-1", "10.0.0.0/8")])
+    failure = out_failure(tmp_path, mutated)
+    assert failure is not None and failure.verdict.denied_at == "reply path: network ACL acl-private"
+
+
+def test_no_public_address_no_internet(tmp_path: Path) -> None:
+    mutated = plans()
+    public_interactive_pool(mutated, (443, 443))
+    template = named(stack(mutated, "prod-us-west-2"), "pool-interactive-lt")
+    template["inputs"]["networkInterfaces"][0]["associatePublicIpAddress"] = "false"
+    failure = out_failure(tmp_path, mutated, "interactive")
+    assert failure is not None and "has no public address" in failure.verdict.reason
+
+
+def test_the_nat_gateways_subnet_acl_applies_both_ways(tmp_path: Path) -> None:
+    mutated = plans()
+    private_acl(mutated, [acl_rule(100, "-1", "10.0.0.0/8")], "public")  # replies from the internet refused
+    acl = named(stack(mutated, "prod-us-west-2"), "acl-public")
+    acl["inputs"]["egress"] = [acl_rule(100, "-1", "0.0.0.0/0")]
+    failure = out_failure(tmp_path, mutated)
+    assert failure is not None and "of NAT gateway network-nat-us-west-2" in failure.verdict.denied_at
+    assert failure.verdict.denied_at.startswith("reply path")
+
+
+def test_a_default_acl_of_no_single_vpc_is_refused() -> None:
+    mutated = plans()
+    regional = stack(mutated, "prod-us-west-2")
+    add(regional, from_plans.VPC, "second-vpc", {"cidrBlock": "10.9.0.0/16"})
+    add(regional, from_plans.DEFAULT_NACL, "default-acl", {"defaultNetworkAclId": "acl-x", "ingress": []})
+    refused = evaluate(mutated, "dns/").refusals
+    assert [(r.resource.name, r.kind) for r in refused] == [("default-acl", "default-acl")]
+
+
+def test_a_client_vpn_endpoint_without_associations_says_so() -> None:
+    mutated = plans()
+    for az in "abc":
+        without("prod-us-west-2", f"client-vpn-association-us-west-2{az}")(mutated)
+    verdicts = laptop_to_api(mutated)
+    assert verdicts and all("no associated subnet" in v.reason for v in verdicts)
