@@ -6,7 +6,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from dlinfra.checks.reach import evaluation, from_plans, intents
+from dlinfra.checks.reach import evaluation, from_plans, intents, sites
 from dlinfra.checks.reach.evaluation import ReachResult
 from dlinfra.checks.reach.flows import load_flows
 from dlinfra.checks.reach.topology import Topology
@@ -22,7 +22,7 @@ def model(
     """The fleet, its address plan, and the network model of the plan exports."""
     loaded = load_fleet(fleet_path)
     address_plan = planner.plan(loaded, planner.load_lock(lock_path))
-    return loaded, address_plan, from_plans.build(plans, from_plans.site_sides(loaded.fleet, address_plan, plans))
+    return loaded, address_plan, from_plans.build(plans, sites.site_sides(loaded.fleet, address_plan, plans))
 
 
 def analyse(

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from dlinfra.checks.reach import check, evaluation, from_plans, intents
+from dlinfra.checks.reach import check, evaluation, from_plans, intents, sites
 from dlinfra.checks.reach.from_plans import PREFIX_LIST
 from dlinfra.errors import DlinfraError
 from tests.checks.reach.test_reference import Plans, evaluate, plans, stack, without
@@ -574,13 +574,13 @@ def test_a_declared_default_route_table_is_the_main_table() -> None:
 
 
 def test_what_the_gateway_filters_out_is_not_announced(monkeypatch: pytest.MonkeyPatch) -> None:
-    render = from_plans.render_frr
+    render = sites.render_frr
 
     def without_pods(view: Any) -> str | None:
         text = render(view)
         return text.replace("permit 10.3.64.0/18\n", "permit 192.0.2.0/24\n") if text else text
 
-    monkeypatch.setattr(from_plans, "render_frr", without_pods)
+    monkeypatch.setattr(sites, "render_frr", without_pods)
     result = evaluate(plans(), "site/prod-us-west-2->sjc1")
     pods = [f for f in result.failures if "hybrid pods" in f.destination.label]
     assert pods and "no route for 10.3.64." in pods[0].why

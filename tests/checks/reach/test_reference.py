@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from dlinfra.checks.reach import check, evaluation, from_plans, intents
+from dlinfra.checks.reach import check, evaluation, from_plans, intents, sites
 from dlinfra.model import planner
 from dlinfra.model.fleet.load import load_fleet
 from tests import reference
@@ -35,7 +35,7 @@ def plans() -> Plans:
 def evaluate(mutated: Plans, prefix: str) -> evaluation.ReachResult:
     loaded = load_fleet(REFERENCE_FLEET)
     address_plan = planner.plan(loaded, planner.load_lock(REFERENCE_LOCK))
-    topo = from_plans.build(mutated, from_plans.site_sides(loaded.fleet, address_plan, mutated))
+    topo = from_plans.build(mutated, sites.site_sides(loaded.fleet, address_plan, mutated))
     chosen = [i for i in intents.derive(loaded.fleet, topo) if i.id.startswith(prefix)]
     assert chosen, f"no intent starts with {prefix!r}"  # a check of nothing would pass
     return evaluation.run(topo, chosen)
@@ -389,7 +389,7 @@ def test_subnets_placed_by_zone_id_keep_the_fleets_az_names() -> None:
     loaded = load_fleet(REFERENCE_FLEET)
     address_plan = planner.plan(loaded, planner.load_lock(REFERENCE_LOCK))
     all_plans = plans()
-    topo = from_plans.build(all_plans, from_plans.site_sides(loaded.fleet, address_plan, all_plans))
+    topo = from_plans.build(all_plans, sites.site_sides(loaded.fleet, address_plan, all_plans))
     regional = [p for p in all_plans if p["role"]["kind"] == "regional"]
     subnets = [r for p in regional for r in p["resources"] if r["type"] == "aws:ec2/subnet:Subnet"]
     assert subnets and all("availabilityZoneId" in s["inputs"] for s in subnets)
