@@ -488,8 +488,10 @@ def _places(topo: Topology, resources: list[tuple[Mapping[str, Any], Resource, M
             templates[r["id"]] = tuple(template_groups)
             # The device-0 interface's associatePublicIpAddress overrides the subnet's public IP on launch
             # (EC2 API, LaunchTemplateInstanceNetworkInterfaceSpecificationRequest).
-            settings = [_flag(nic.get("associatePublicIpAddress")) for nic in i.get("networkInterfaces") or []]
-            public[r["id"]] = next((v for v in settings if v is not None), None)
+            # AWS assigns one only to a single interface at device index 0.
+            nics = i.get("networkInterfaces") or []
+            first = [n for n in nics if int(float(n.get("deviceIndex") or 0)) == 0]
+            public[r["id"]] = _flag(first[0].get("associatePublicIpAddress")) if len(nics) == 1 and first else None
 
     def vpc_of(subnets: tuple[str, ...]) -> str:
         return next((topo.subnets[s].vpc_id for s in subnets if s in topo.subnets), "")

@@ -218,6 +218,9 @@ def test_without_remote_networks_the_control_plane_reaches_no_hybrid_kubelet_or_
         assert "remoteNetworkConfig" in failed[0].verdict.reason
         # The VPC's own nodes are still reached.
         assert not [f for f in result.failures if "pool" in f.destination.label]
+    # Its replies are the VPC's to route (clients in other VPCs reach a private endpoint without any remote
+    # network): the site's machines still reach the API, though they can no longer join as nodes.
+    assert not evaluate(mutated, "control-plane/prod-us-west-2/api").failures
 
 
 @pytest.mark.parametrize(
