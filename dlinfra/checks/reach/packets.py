@@ -107,6 +107,15 @@ class _Space:
             node = (~bit | node) if (high >> (width - 1 - i)) & 1 else (~bit & node)
         return node
 
+    @functools.cache  # noqa: B019
+    def last_octet_at_least(self, field: Field, low: int) -> Packets:
+        """Addresses whose last octet is `low` or more."""
+        node = self.bdd.true
+        for i in reversed(range(24, 32)):
+            bit = self.bdd.var(self.vars[field][i])
+            node = (bit & node) if (low >> (31 - i)) & 1 else (bit | node)
+        return node
+
 
 _SPACE = _Space()
 # The manager lives as long as the process. CUDD's wrapper complains at exit about nodes still referenced (the
@@ -199,9 +208,15 @@ def field_size(packets: Packets, field: Field) -> int:
 
 
 def pick(packets: Packets) -> Packet | None:
-    """One member of the set (None when it is empty); unconstrained bits are 0, so addresses come out low."""
+    """One member of the set (None when it is empty), one a reader takes for a real packet where the set allows:
+    a destination ending in .10 or more and a source in .20 or more (so the two differ within one subnet), or at
+    least not in .0; the other bits as low as they can be."""
     if packets == NOTHING:
         return None
+    for field, low in (("dst", 10), ("src", 20), ("dst", 1), ("src", 1)):
+        preferred = packets & _SPACE.last_octet_at_least(field, low)  # type: ignore[arg-type]
+        if preferred != NOTHING:
+            packets = preferred
     care = {v for f, _ in FIELDS for v in _SPACE.vars[f]}
     bits = _SPACE.bdd.pick(packets, care_vars=care)
     values = {f: sum(1 << (w - 1 - i) for i, v in enumerate(_SPACE.vars[f]) if bits.get(v)) for f, w in FIELDS}

@@ -104,7 +104,7 @@ MUTATIONS = [
         without("prod-us-west-2", "cluster-api-from-10-3-64-0-18"),
         "control-plane/prod-us-west-2/api",
         "cluster-api-sg",
-        "no ingress rule admits from 10.3.64.0 tcp/443",
+        "no ingress rule admits from 10.3.64.20 tcp/443",
         id="hybrid-pods-to-api",
     ),
     pytest.param(
@@ -167,14 +167,14 @@ MUTATIONS = [
         without("prod-us-west-2", "transit-route-us-west-2a-lan-sjc1"),
         "site/prod-us-west-2->sjc1",
         "internet gateway",
-        "10.200.0.1 is not an internet address",
+        "10.200.0.10 is not an internet address",
         id="vpc-route-to-site",
     ),
     pytest.param(
         without("prod-global", "peering-eu-west-1-us-west-2-route-eu-west-1-lan-sjc1"),
         "site/sjc1->prod-eu-west-1",
         "reply path: transit gateway route table transit-rt (prod-eu-west-1)",
-        "no route for 10.200.0.1",
+        "no route for 10.200.0.20",
         id="peering-route",
     ),
     pytest.param(
@@ -188,7 +188,7 @@ MUTATIONS = [
         without("prod-us-west-2", "cluster-nodes-from-10-200-0-0-20"),
         "site/sjc1->prod-us-west-2",
         "cluster-nodes-sg",
-        "no ingress rule admits from 10.200.0.1",
+        "no ingress rule admits from 10.200.0.20",
         id="site-lan-to-nodes",
     ),
     pytest.param(
@@ -247,7 +247,7 @@ def test_hybrid_pods_are_unreachable_without_the_sites_bgp_peering() -> None:
     result = evaluate(mutated, "site/prod-us-west-2->sjc1")
     assert result.failures
     assert result.failures[0].verdict.denied_at == "site sjc1 gateway"
-    assert "no route to hybrid pod 10.3.64.0 inside the site" in result.failures[0].verdict.reason
+    assert "no route to hybrid pod 10.3.64.10 inside the site" in result.failures[0].verdict.reason
 
 
 def test_a_route_into_another_sites_tunnel_is_refused_as_transit() -> None:
