@@ -300,8 +300,7 @@ class _Walk(Router):
                 if isinstance(dst.location, InVpc) and _same_vpc(start, dst.location)
                 else ()
             )
-            packets = self.groups(start.security_groups, "egress", packets, peers, trail)
-            trail = trail.add(f"egress allowed by {self.group_names(start.security_groups)}")
+            packets, trail = self.groups(start.security_groups, "egress", packets, peers, trail)
             trail = replace(trail, az=self.topo.subnets[start.subnet_id].az, public=start.public_ip)
         return self.finish(start, dst, self.route(start, packets, trail))
 
@@ -317,8 +316,7 @@ class _Walk(Router):
                 assert isinstance(arrival, _ArrivedVpc)
                 got = self.enter(dst.location, arrival, got, trail)
                 peers = start.security_groups if isinstance(start, InVpc) and _same_vpc(start, dst.location) else ()
-                got = self.groups(dst.location.security_groups, "ingress", got, peers, trail)
-                trail = trail.add(f"ingress allowed by {self.group_names(dst.location.security_groups)}")
+                got, trail = self.groups(dst.location.security_groups, "ingress", got, peers, trail)
             if got != NOTHING:
                 outcome.arrivals.append(Path(got, trail))
         _every, outcome.reached = _combine(outcome.arrivals)
@@ -376,17 +374,22 @@ class _Walk(Router):
 
     def groups(
         self, groups: Sequence[str], direction: str, packets: Packets, peers: Sequence[str], trail: Trail
-    ) -> Packets:
-        """The packets a rule of any of `groups` admits; the rest dropped, naming the groups."""
+    ) -> tuple[Packets, Trail]:
+        """The packets a rule of any of `groups` admits, and the trail with the hop naming the rules that do; the
+        rest dropped, naming the groups."""
         if not groups:
             self.drop(packets, "security groups", lambda p: "the interface has no security group", None, trail)
-            return NOTHING
+            return NOTHING, trail
         admitted = NOTHING
+        by: list[str] = []
         for group_id in groups:
             group = self.topo.security_groups.get(group_id)
             for rule in group.rules if group else ():
                 if rule.direction == direction:
-                    admitted |= _sg_rule(rule, peers)
+                    admits = _sg_rule(rule, peers)
+                    if packets & admits != NOTHING and rule.origin.name not in by:
+                        by.append(rule.origin.name)
+                    admitted |= admits
         first = self.topo.security_groups.get(groups[0])
         word, side = ("ingress", "from") if direction == "ingress" else ("egress", "to")
         self.drop(
@@ -396,7 +399,8 @@ class _Walk(Router):
             first.origin if first else None,
             trail,
         )
-        return packets & admitted
+        rules = f" ({', '.join(by[:3])}{', ...' if len(by) > 3 else ''})" if by else ""
+        return packets & admitted, trail.add(f"{direction} allowed by {self.group_names(groups)}{rules}")
 
     def enter(self, dest: InVpc, arrival: _ArrivedVpc, packets: Packets, trail: Trail) -> Packets:
         """The ACLs between where the packets came into the VPC and the destination's subnet."""

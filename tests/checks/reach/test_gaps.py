@@ -312,6 +312,8 @@ def test_the_client_vpn_hop_names_the_rule_that_admits_the_group() -> None:
     assert result.explained and all(e.allowed for e in result.explained)
     hops = result.explained[0].paths[0][1]
     assert "client VPN client-vpn-endpoint: authorized by client-vpn-authorize-vision-vpc" in hops, hops
+    # and the security group rule that admits the endpoint's interface (its address is in the VPC)
+    assert any(h.startswith("ingress allowed by") and "cluster-api-from-10-2-0-0-16" in h for h in hops), hops
 
 
 def write(tmp_path: Path, text: str) -> Path:
