@@ -22,7 +22,9 @@ def register(sub: Any, common: argparse.ArgumentParser) -> dict[str, Handler]:
     """Add `preview`; returns command name -> handler."""
     preview = sub.add_parser("preview", parents=[common], help="offline preview: run stacks under the mock engine")
     which = preview.add_mutually_exclusive_group(required=True)
-    which.add_argument("--stack", action="append", help="stack to preview (repeatable); its dependencies run first")
+    which.add_argument(
+        "--stack", action="append", help="stack to preview (repeatable); the stacks it reads, and theirs, run first"
+    )
     which.add_argument("--all", action="store_true", help="every stack of the fleet, in dependency order")
     preview.add_argument(
         "--out",
@@ -67,7 +69,7 @@ def cmd_preview(args: argparse.Namespace) -> int:
         selected = all_roles
     else:
         wanted = [stackroles.parse(fleet, s, fleet_file=str(loaded.path)) for s in args.stack]
-        needed = {d for w in wanted for d in stackroles.dependencies(fleet, w)} | set(wanted)
+        needed = stackroles.with_dependencies(fleet, wanted)
         selected = [r for r in all_roles if r in needed]
     from dlinfra.offline import engine, parallel, plan_export  # imports pulumi: only when a preview is asked for
 

@@ -96,6 +96,19 @@ def dependencies(fleet: Fleet, role: StackRole) -> list[StackRole]:
     return [StackRole("regional", role.environment, r) for r in fleet.environments[role.environment].regions]
 
 
+def with_dependencies(fleet: Fleet, wanted: list[StackRole]) -> set[StackRole]:
+    """`wanted` and every stack they read, directly or through another: an in-cluster stack that manages
+    MultiKueue reads its workers' in-cluster stacks, which read their own regions' stacks."""
+    needed: set[StackRole] = set()
+    pending = list(wanted)
+    while pending:
+        role = pending.pop()
+        if role not in needed:
+            needed.add(role)
+            pending.extend(dependencies(fleet, role))
+    return needed
+
+
 def runner_project(fleet: Fleet, role: StackRole, purpose: Purpose = "apply") -> str:
     """The CodeBuild project of the in-VPC runner that applies (or previews) an in-cluster stack, declared by its
     region. The preview runner exists only where the environment allows real pull-request previews."""

@@ -114,6 +114,32 @@ def test_preview_global_runs_its_dependencies(capsys: pytest.CaptureFixture[str]
     assert plan["outputs"]["vpc_cidrs"]["us-west-2"] == "10.2.0.0/16"
 
 
+def test_preview_of_an_in_cluster_stack_runs_every_stack_it_reads(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    # prod-us-west-2-k8s manages MultiKueue: it reads the workers' in-cluster stacks, which read their regions'.
+    code, _out, err = run(
+        capsys,
+        "preview",
+        "--stack",
+        "prod-us-west-2-k8s",
+        "--summary",
+        "--out",
+        str(tmp_path),
+        "--fleet",
+        str(REFERENCE_FLEET),
+    )
+    assert code == 0, err
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "prod-eu-west-1-k8s.json",
+        "prod-eu-west-1.json",
+        "prod-us-east-1-k8s.json",
+        "prod-us-east-1.json",
+        "prod-us-west-2-k8s.json",
+        "prod-us-west-2.json",
+    ]
+
+
 def test_preview_takes_an_images_manifest(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     manifest = tmp_path / "manifest.json"
     text = (ROOT / "images" / "manifest.example.json").read_text()

@@ -54,3 +54,17 @@ def test_an_environment_without_a_runner_is_refused_for_anyone() -> None:
         "no `ci`, so no in-VPC runner takes prod-eu-west-1-k8s: apply it over the laptop VPN "
         "(scripts/bootstrap-region.sh)",
     )
+
+
+def test_a_stack_needs_what_its_dependencies_read_too() -> None:
+    from dlinfra.model.stackroles import StackRole, dependencies, with_dependencies
+
+    fleet = load_fleet(REFERENCE_FLEET).fleet
+    manager = StackRole("k8s", "prod", fleet.multikueue_manager("prod"))
+    workers = fleet.multikueue_workers("prod")
+    assert workers, "the reference fleet overflows to another region"
+    direct = set(dependencies(fleet, manager))
+    needed = with_dependencies(fleet, [manager])
+    # The workers' in-cluster stacks read their own regions' stacks, which the manager does not read itself.
+    assert {StackRole("regional", "prod", w) for w in workers} <= needed - direct
+    assert needed == direct | {manager} | {StackRole("regional", "prod", w) for w in workers}
