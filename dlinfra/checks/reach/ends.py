@@ -88,12 +88,6 @@ class Endpoint:
         assert isinstance(self.network, ipaddress.IPv4Network)
         return (self.network, *self.extra)
 
-    @property
-    def address(self) -> Addr:
-        """The first address it may have (for one-line labels)."""
-        first = self.networks[0]
-        return first.network_address if first.num_addresses == 1 else first.network_address + 1
-
     def where(self) -> str:
         """Its addresses, for a label: `10.2.0.0/20`."""
         return ", ".join(str(n) for n in self.networks)

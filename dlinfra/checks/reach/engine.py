@@ -70,7 +70,7 @@ from dlinfra.checks.reach.routes import (
     _lpm,
     _text,
 )
-from dlinfra.checks.reach.topology import Addr, Net, Resource, SgRule, Topology
+from dlinfra.checks.reach.topology import Net, Resource, SgRule, Topology
 
 __all__ = [
     "ANY_CLIENT_PORT",
@@ -91,7 +91,6 @@ __all__ = [
     "Verdict",
     "evaluate",
     "evaluate_space",
-    "host",
 ]
 
 
@@ -124,9 +123,6 @@ class Verdict:
     @property
     def tunnels(self) -> set[str]:
         return {t for p in self.paths for t in p.trail.tunnels}
-
-    def covered(self) -> int:
-        return pk.size(self.space)
 
 
 def evaluate(
@@ -570,8 +566,3 @@ def _sg_rule(rule: SgRule, peers: Sequence[str]) -> Packets:
     if rule.protocol in ("icmp", "1") or rule.from_port is None or rule.from_port < 0:
         return node
     return node & pk.ports("dport", rule.from_port, rule.to_port if rule.to_port is not None else rule.from_port)
-
-
-def host(network: Net, offset: int) -> Addr:
-    """A representative address `offset` into a network (kept inside it for small ones)."""
-    return network.network_address + min(offset, max(network.num_addresses - 2, 1))
