@@ -255,7 +255,7 @@ def cluster_queue_spec(team: str, namespace: str, quotas: kueue.RegionQuotas) ->
             "resourceGroups": [gpu_group({NO_GPU_FLAVOR: (0, None)})],
         }
     group = gpu_group(
-        {f.name: (quotas.nominal[team][f.name], f.gpus - quotas.nominal[team][f.name]) for f in quotas.flavors}
+        {f.name: (quotas.nominal[team][f.name], quotas.borrowing_limit(team, f.name)) for f in quotas.flavors}
     )
     provisioned = provisioned_flavors(quotas)
     checks = {"admissionChecksStrategy": provisioning_checks_strategy(provisioned)} if provisioned else {}

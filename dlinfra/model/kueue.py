@@ -81,6 +81,12 @@ class RegionQuotas:
         capacity = next(f.gpus for f in self.flavors if f.name == flavor)
         return capacity - sum(team[flavor] for team in self.nominal.values())
 
+    def borrowing_limit(self, team: str, flavor: str) -> int:
+        """GPUs of a flavor a team may borrow above its nominal quota: the rest of the flavor, so that an idle
+        cohort lends a team the whole flavor (its ClusterQueue's borrowingLimit)."""
+        capacity = next(f.gpus for f in self.flavors if f.name == flavor)
+        return capacity - self.nominal[team][flavor]
+
     def team_total(self, team: str) -> int:
         """A team's nominal GPUs in this region, over every flavor."""
         return sum(self.nominal[team].values())
