@@ -16,7 +16,7 @@ from typing import Any
 from rich.text import Text
 
 from dlinfra import PROJECT_ROOT as ROOT
-from dlinfra.cli import access, checks, cost, doctor, fleet, gpu, network, pools, preview, what_happened
+from dlinfra.cli import access, checks, cost, doctor, fleet, gpu, network, pools, preview, quota, what_happened
 from dlinfra.cli.common import EXIT_BAD_INPUT, Handler, err
 from dlinfra.errors import DlinfraError
 
@@ -59,6 +59,7 @@ def _parser() -> argparse.ArgumentParser:
         | checks.register(sub, common)
         | access.register(sub, common)
         | cost.register(sub, common)
+        | quota.register(sub, common)
         | pools.register(sub, common)
         | what_happened.register(sub, common)
         | gpu.register(sub, common)
@@ -89,6 +90,7 @@ EXAMPLES: dict[str, str] = {
     "diff": "dlinfra diff --base origin/main --out plan-diff.md",
     "access": "dlinfra access --env prod --team vision",
     "cost": "dlinfra preview --all && dlinfra cost --json",
+    "quota": "dlinfra quota --env staging\n  dlinfra quota --team vision --json",
     "pool": "dlinfra pool roll --stack prod-us-west-2 --pool train-h100",
     "pool roll": "dlinfra pool roll --stack prod-us-west-2 --pool train-h100",
     "what-happened": "dlinfra what-happened i-0123456789abcdef0 --since 6h",
