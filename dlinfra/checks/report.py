@@ -14,6 +14,7 @@ from dlinfra import __version__
 from dlinfra.checks.runner import CheckRun, Finding
 
 SARIF_SCHEMA = "https://json.schemastore.org/sarif-2.1.0.json"
+SCHEMA = "dlinfra.check/v1"  # `dlinfra check --json` (docs/json.md)
 CHECKOV_DOCS = "https://www.checkov.io/5.Policy%20Index/all.html"
 
 
@@ -82,6 +83,7 @@ def _finding_json(f: Finding) -> dict[str, Any]:
 def to_json(run: CheckRun) -> dict[str, Any]:
     """Everything the run found, for tooling."""
     return {
+        "schema": SCHEMA,
         "stacks": run.stacks,
         "exit_code": run.exit_code,
         "rules": [{"name": r.name, "level": r.level, "description": r.description} for r in run.rules],

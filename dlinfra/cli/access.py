@@ -16,7 +16,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from dlinfra.cli.common import Handler
+from dlinfra.cli.common import Handler, err, out
 from dlinfra.errors import DlinfraError
 from dlinfra.model import stackroles
 from dlinfra.model.fleet.load import load_fleet
@@ -76,7 +76,7 @@ def cmd_access(args: argparse.Namespace) -> int:
 
     stale_note = refuse_stale_plans(args, plans)
     if stale_note:
-        Console(stderr=True).print(f"note: {stale_note}", markup=False)
+        err.print(f"note: {stale_note}", markup=False)
     # Networks as the reachability model proves them hop by hop (docs/reachability.md).
     from dlinfra.checks.reach import check as reach_check
     from dlinfra.review.principals import model_reach
@@ -88,7 +88,7 @@ def cmd_access(args: argparse.Namespace) -> int:
     if args.json:
         sys.stdout.write(json.dumps(report.to_json(), indent=2, sort_keys=True) + "\n")
     else:
-        print_report(report, Console(highlight=False, soft_wrap=True))
+        print_report(report, out)
     return 0
 
 

@@ -8,9 +8,11 @@ import contextlib
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-from rich.console import Console
+from rich.console import Console, ConsoleDimensions
+from rich.live import Live
 from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+from rich.spinner import Spinner
 from rich.text import Text
 
 from dlinfra.model import eks, kueue
@@ -20,7 +22,25 @@ EXIT_BAD_INPUT = 2  # bad input: one message naming the file and key
 
 Handler = Callable[[argparse.Namespace], int]
 
-out = Console(highlight=False, soft_wrap=True)
+# Columns a table may take when its console is not a terminal: as many as its rows need, in practice.
+PIPE_WIDTH = 4096
+
+
+class Output(Console):
+    """A console that, when it writes to a pipe or a file, lays tables out as wide as their rows need: rich lays
+    out 80 columns when it finds no terminal, which cuts an ARN in a table to "arn:aws:iam::1111…"."""
+
+    @property
+    def size(self) -> ConsoleDimensions:
+        size: ConsoleDimensions = Console.size.__get__(self)
+        return size if self.is_terminal else ConsoleDimensions(PIPE_WIDTH, size.height)
+
+    @size.setter
+    def size(self, new_size: tuple[int, int]) -> None:
+        self.width, self.height = new_size
+
+
+out = Output(highlight=False, soft_wrap=True)
 err = Console(stderr=True, highlight=False, soft_wrap=True)
 
 
@@ -29,13 +49,16 @@ def lock_file(args: argparse.Namespace) -> Path:
     return lock
 
 
-def load_checked(args: argparse.Namespace) -> LoadedFleet:
+def load_checked(args: argparse.Namespace, *, warn: Callable[[str], None] | None = None) -> LoadedFleet:
     """The fleet, with the checks that span environments (team GPU quotas) and the cluster versions' support
-    dates done before anything else; warnings go to stderr."""
+    dates done before anything else; warnings go to stderr, or to `warn` (one `file: key: problem` line each)."""
     loaded = load_fleet(args.fleet)
     kueue.check_fleet(loaded.fleet, source=str(loaded.path))
     for warning in version_lifecycle(loaded, eks.today()):
-        err.print(f"warning: {warning}", markup=False)
+        if warn is None:
+            err.print(f"warning: {warning}", markup=False)
+        else:
+            warn(warning)
     return loaded
 
 
@@ -68,3 +91,15 @@ def progress(what: str, total: int) -> Iterator[Callable[[str], None]]:
             progress.update(task, advance=1, description=escape(f"{what}: {name} done"))
 
         yield advance
+
+
+@contextlib.contextmanager
+def working(what: str) -> Iterator[None]:
+    """A spinner on stderr saying what a slow step (over a second) is doing, only when stderr is a terminal, and
+    gone when it ends. stdout is left alone: what a command prints in a pipe stays as it was."""
+    if not err.is_terminal:
+        yield
+        return
+    spinner = Spinner("dots", Text(what))
+    with Live(spinner, console=err, transient=True, redirect_stdout=False, redirect_stderr=False):
+        yield

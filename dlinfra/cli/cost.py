@@ -16,7 +16,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from dlinfra.cli.common import Handler
+from dlinfra.cli.common import Handler, err, out
 from dlinfra.model import stackroles
 from dlinfra.model.fleet.load import load_fleet
 from dlinfra.review import access, cost
@@ -54,13 +54,12 @@ def cmd_cost(args: argparse.Namespace) -> int:
 
     stale_note = refuse_stale_plans(args, plans)
     if stale_note:
-        Console(stderr=True).print(f"note: {stale_note}", markup=False)
+        err.print(f"note: {stale_note}", markup=False)
     report = cost.estimate([p.data for p in plans], assumptions=assumptions)
     if args.json:
         sys.stdout.write(json.dumps(report.to_json(), indent=2, sort_keys=True) + "\n")
     else:
-        # Piped output has no terminal width: keep the rows whole rather than wrap them to 80 columns.
-        print_report(report, Console(highlight=False, width=None if sys.stdout.isatty() else 200))
+        print_report(report, out)
     return 0
 
 

@@ -7,18 +7,23 @@ import datetime
 import json
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from rich import box
 from rich.table import Table
 from rich.text import Text
 
-from dlinfra.cli.common import Handler, err, load_checked, lock_file, out
+from dlinfra.cli.common import EXIT_BAD_INPUT, Handler, err, load_checked, lock_file, out
 from dlinfra.errors import DlinfraError
 from dlinfra.model import eks, planner, stackroles
 from dlinfra.model.fleet.checks import BLOCK_WARN_DAYS, block_warnings
 from dlinfra.model.fleet.load import LoadedFleet, key_line, load_fleet
+
+# The version of each JSON output here (docs/json.md): a new one when a key changes meaning or goes.
+VALIDATE_SCHEMA = "dlinfra.validate/v1"
+STACKS_SCHEMA = "dlinfra.stacks/v1"
+CIDR_SCHEMA = "dlinfra.cidr/v1"
 
 
 def register_validate_and_cidr(sub: Any, common: argparse.ArgumentParser) -> dict[str, Handler]:
@@ -31,8 +36,15 @@ def register_validate_and_cidr(sub: Any, common: argparse.ArgumentParser) -> dic
         metavar="DAYS",
         help=f"warn of Capacity Blocks that end within this many days (default {BLOCK_WARN_DAYS})",
     )
+    validate.add_argument(
+        "--json",
+        action="store_true",
+        help=f"print the result as JSON (schema {VALIDATE_SCHEMA}, docs/json.md): ok, counts, errors and warnings",
+    )
     cidr = sub.add_parser("cidr", parents=[common], help="show or update the address plan")
-    cidr.add_argument("--json", action="store_true", help="print a JSON list of {name, kind, cidr, ...}")
+    cidr.add_argument(
+        "--json", action="store_true", help=f"print {{schema: {CIDR_SCHEMA}, allocations: [{{name, kind, cidr, ...}}]}}"
+    )
     cidr.add_argument(
         "--update", action="store_true", help="allocate what the lock lacks, write the lock and print what changed"
     )
@@ -58,7 +70,9 @@ def register_stacks(sub: Any, common: argparse.ArgumentParser) -> dict[str, Hand
         description="Regional stacks, then in-cluster stacks (applied from the region's in-VPC runner), then "
         "global stacks.",
     )
-    stacks.add_argument("--json", action="store_true", help="print {regional, k8s, global} lists of rows")
+    stacks.add_argument(
+        "--json", action="store_true", help=f"print {{schema: {STACKS_SCHEMA}, regional, k8s, global}}: lists of rows"
+    )
     stacks.add_argument("--only", default="", help="one stack name (empty: every stack)")
     stacks.add_argument(
         "--actor-id",
@@ -71,28 +85,56 @@ def register_stacks(sub: Any, common: argparse.ArgumentParser) -> dict[str, Hand
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
-    loaded = load_checked(args)
+    if not args.json:
+        _validate(args, warn=lambda text: err.print(f"warning: {text}", markup=False))
+        return 0
+    # One JSON document whatever happens; the first error stops validation, as it does without --json.
+    warnings: list[str] = []
+    document: dict[str, Any] = {"schema": VALIDATE_SCHEMA, "fleet": str(args.fleet), "lock": str(lock_file(args))}
+    try:
+        counts = _validate(args, warn=warnings.append)
+    except DlinfraError as exc:
+        error = {"file": exc.file, "key": exc.key, "message": exc.detail}
+        document |= {"ok": False, "counts": None, "errors": [error], "warnings": warnings}
+        sys.stdout.write(json.dumps(document, indent=2) + "\n")
+        return EXIT_BAD_INPUT
+    document |= {"ok": True, "counts": counts, "errors": [], "warnings": warnings}
+    sys.stdout.write(json.dumps(document, indent=2) + "\n")
+    return 0
+
+
+def _validate(args: argparse.Namespace, *, warn: Callable[[str], None]) -> dict[str, int]:
+    """Validate the fleet and the lock, print what they hold (not with --json) and return the counts; each warning
+    goes to `warn` as one `file: key: problem` line."""
+    loaded = load_checked(args, warn=warn)
     lock = planner.load_lock(lock_file(args))
     plan = planner.plan(loaded, lock)
     fleet = loaded.fleet
-    stacks = stackroles.roles(fleet)
-    pools = sum(len(e.node_pools) for e in fleet.environments.values())
-    out.print(
-        f"{args.fleet}: ok - {len(fleet.regions)} regions, {len(fleet.environments)} environments, "
-        f"{len(stacks)} stacks, {len(fleet.sites)} sites, {pools} node pools, {len(fleet.teams)} teams"
-    )
-    out.print(f"{lock_file(args)}: ok - {len(plan.allocations)} allocations, {len(plan.orphans)} orphaned")
-    for key, net in plan.orphans.items():
-        err.print(
-            f"warning: {lock_file(args)}: {key}: {net} is no longer in the fleet; it stays reserved until "
-            f"`dlinfra cidr --release {key}`",
-            markup=False,
+    counts = {
+        "regions": len(fleet.regions),
+        "environments": len(fleet.environments),
+        "stacks": len(stackroles.roles(fleet)),
+        "sites": len(fleet.sites),
+        "node_pools": sum(len(e.node_pools) for e in fleet.environments.values()),
+        "teams": len(fleet.teams),
+        "allocations": len(plan.allocations),
+        "orphaned": len(plan.orphans),
+    }
+    if not args.json:
+        out.print(
+            f"{args.fleet}: ok - {counts['regions']} regions, {counts['environments']} environments, "
+            f"{counts['stacks']} stacks, {counts['sites']} sites, {counts['node_pools']} node pools, "
+            f"{counts['teams']} teams"
         )
+        out.print(f"{lock_file(args)}: ok - {counts['allocations']} allocations, {counts['orphaned']} orphaned")
+    for key, net in plan.orphans.items():
+        warn(f"{lock_file(args)}: {key}: {net} is no longer in the fleet; it stays reserved until "
+             f"`dlinfra cidr --release {key}`")  # fmt: skip
     within = datetime.timedelta(days=getattr(args, "warn_within", BLOCK_WARN_DAYS))
     for key, message in block_warnings(fleet, _now(), within):
         line = key_line(loaded.path, key)
-        err.print(f"warning: {loaded.path}{f':{line}' if line else ''}: {key}: {message}", markup=False)
-    return 0
+        warn(f"{loaded.path}{f':{line}' if line else ''}: {key}: {message}")
+    return counts
 
 
 def _days(text: str) -> int:
@@ -126,7 +168,7 @@ def cmd_stacks(args: argparse.Namespace) -> int:
             raise DlinfraError(problem + more, file=f"{loaded.path}:{line}" if line else str(loaded.path), key=key)
     grouped = stackroles.rows(fleet, selected)
     if args.json:
-        sys.stdout.write(json.dumps(grouped, sort_keys=True) + "\n")
+        sys.stdout.write(json.dumps({"schema": STACKS_SCHEMA, **grouped}, sort_keys=True) + "\n")
         return 0
     table = Table(title="Stacks in apply order")
     for column in ("stack", "kind", "applied from"):
@@ -159,7 +201,7 @@ def cmd_cidr(args: argparse.Namespace) -> int:
             raise AssertionError("plan changed the lock without --update")  # plan() never allocates then
         planner.save_lock(new_lock, lock_path)
     if args.json:
-        out.print_json(json.dumps(list(planner.rows(plan))))
+        out.print_json(json.dumps({"schema": CIDR_SCHEMA, "allocations": list(planner.rows(plan))}))
     elif args.update or args.release:
         _print_lock_changes(old, new)
     else:
@@ -213,10 +255,10 @@ def _lock_of(lock: planner.Lock) -> str:
 
 
 def _print_plan_table(plan: planner.Plan) -> None:
-    """The plan as a table that fits 80 columns (the key's prefix says its kind; wider terminals show it too),
-    boxed on a terminal and plain aligned columns in a pipe, for grep and awk."""
+    """The plan as a table that fits 80 columns (the key's prefix says its kind; terminals of 100 columns or more
+    show it too), boxed on a terminal and the same three plain aligned columns in every pipe, for grep and awk."""
     rows = list(planner.rows(plan))
-    columns = ["name", "kind", "cidr", "state"] if out.width >= 100 else ["name", "cidr", "state"]
+    columns = ["name", "kind", "cidr", "state"] if out.is_terminal and out.width >= 100 else ["name", "cidr", "state"]
     if not out.is_terminal:
         widths = {c: max(len(c), *(len(r[c]) for r in rows)) for c in columns}
         for row in [dict(zip(columns, columns, strict=True)), *rows]:

@@ -9,7 +9,6 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from rich.console import Console
 from rich.table import Table
 
 from dlinfra.cli.common import Handler, load_checked, out
@@ -17,6 +16,9 @@ from dlinfra.errors import DlinfraError, FleetError
 from dlinfra.model import gpu_health
 from dlinfra.model.fleet.pools import GpuCheck
 from dlinfra.ops import gpu_status
+
+STATUS_SCHEMA = "dlinfra.gpu-status/v1"  # `gpu status --json` (docs/json.md)
+LABELS_SCHEMA = "dlinfra.gpu-labels/v1"  # `gpu labels --json`
 
 
 def register(subparsers: Any, common: argparse.ArgumentParser) -> dict[str, Handler]:
@@ -28,14 +30,20 @@ def register(subparsers: Any, common: argparse.ArgumentParser) -> dict[str, Hand
         help="every GPU node's health as its burn-in left it (cloud and site), from the cluster (docs/gpu-health.md)",
     )
     status.add_argument("--context", help="kubeconfig context (default: the current one)")
-    status.add_argument("--json", action="store_true", help="one JSON object per node, in a list")
+    status.add_argument(
+        "--json", action="store_true", help=f"print {{schema: {STATUS_SCHEMA}, nodes: [...]}}, one object per node"
+    )
     labels = gpu_sub.add_parser(
         "labels",
         help="unfinished pods and Jobs that select a short model name in nvidia.com/gpu.product, which the move to "
         "NVIDIA's product names would strand (gpu_product_label; docs/gpu-health.md); exit 1 while there are any",
     )
     labels.add_argument("--context", help="kubeconfig context (default: the current one)")
-    labels.add_argument("--json", action="store_true", help="one JSON object per selection, in a list")
+    labels.add_argument(
+        "--json",
+        action="store_true",
+        help=f"print {{schema: {LABELS_SCHEMA}, selections: [...]}}, one object per selection",
+    )
     check = gpu_sub.add_parser(
         "check",
         help="run a GPU node's check again now, through SSM (on a drained node: it loads every GPU)",
@@ -98,7 +106,8 @@ def _status(args: argparse.Namespace) -> int:
         raise DlinfraError(f"cannot read the cluster's nodes: {exc}", key="gpu status") from None
     found = gpu_status.gpu_nodes(nodes)
     if args.json:
-        sys.stdout.write(json.dumps([h.to_json() for h in found], indent=2) + "\n")
+        document = {"schema": STATUS_SCHEMA, "nodes": [h.to_json() for h in found]}
+        sys.stdout.write(json.dumps(document, indent=2) + "\n")
     elif not found:
         out.print("no GPU nodes in this cluster", markup=False)
     else:
@@ -107,7 +116,7 @@ def _status(args: argparse.Namespace) -> int:
             table.add_column(column, overflow="fold")
         for h in found:
             table.add_row(h.node, h.where, f"{h.gpus} {h.gpu_model}", h.state, h.reason, h.since, h.last_check)
-        Console(highlight=False, width=None if sys.stdout.isatty() else 200).print(table)
+        out.print(table)
         for h in found:
             if h.state not in ("healthy", "burning in") and h.message:
                 out.print(f"{h.node}: {h.message}", markup=False)
@@ -126,7 +135,8 @@ def _labels(args: argparse.Namespace) -> int:
         raise DlinfraError(f"cannot read the cluster's nodes, pods and Jobs: {exc}", key="gpu labels") from None
     blocking = any(f.blocking for f in found)
     if args.json:
-        sys.stdout.write(json.dumps([f.to_json() for f in found], indent=2) + "\n")
+        document = {"schema": LABELS_SCHEMA, "selections": [f.to_json() for f in found]}
+        sys.stdout.write(json.dumps(document, indent=2) + "\n")
         return 1 if blocking else 0
     for f in found:
         note = "" if f.blocking else "note: "

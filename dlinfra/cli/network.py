@@ -21,7 +21,7 @@ from rich.text import Text
 
 from dlinfra import PROJECT_ROOT as ROOT
 from dlinfra import files
-from dlinfra.cli.common import Handler, lock_file
+from dlinfra.cli.common import Handler, Output, lock_file
 from dlinfra.errors import DlinfraError
 from dlinfra.model import planner, stackroles
 from dlinfra.model.fleet.load import load_fleet
@@ -30,8 +30,9 @@ from dlinfra.ops import onboarding, site_files, stack_outputs
 from dlinfra.render.failover import FailoverBudget
 from dlinfra.render.openvpn import ClientVpnProfile, render_ovpn
 
-out = Console(highlight=False, soft_wrap=True)
+out = Output(highlight=False, soft_wrap=True)  # in a pipe, tables as wide as their rows
 err = Console(stderr=True, highlight=False, soft_wrap=True)
+SITES_SCHEMA = "dlinfra.sites/v1"  # `site list --json`
 
 
 def register(subparsers: Any, common: argparse.ArgumentParser) -> dict[str, Handler]:
@@ -40,7 +41,11 @@ def register(subparsers: Any, common: argparse.ArgumentParser) -> dict[str, Hand
     site_sub = site.add_subparsers(dest="site_command", required=True, metavar="{list,add,remove,render}")
 
     listing = site_sub.add_parser("list", parents=[common], help="the fleet's sites: region, routing, GPUs, address")
-    listing.add_argument("--json", action="store_true", help="print a JSON list of the sites as the fleet has them")
+    listing.add_argument(
+        "--json",
+        action="store_true",
+        help=f"print {{schema: {SITES_SCHEMA}, sites: [...]}}, the sites as the fleet has them (docs/json.md)",
+    )
 
     add = site_sub.add_parser("add", parents=[common], help="add a site to the fleet and allocate its address ranges")
     add.add_argument("name", help="site name (2-24 lower-case letters, digits and '-')")
@@ -179,7 +184,7 @@ def _site_list(args: argparse.Namespace) -> int:
     fleet = load_fleet(args.fleet).fleet
     if args.json:
         rows = [{"name": name, **site.model_dump(mode="json")} for name, site in fleet.sites.items()]
-        sys.stdout.write(json.dumps(rows, indent=2) + "\n")
+        sys.stdout.write(json.dumps({"schema": SITES_SCHEMA, "sites": rows}, indent=2) + "\n")
         return 0
     if not fleet.sites:
         out.print(f"no sites in {args.fleet}; add one with `dlinfra site add NAME --region R --public-ip IP --asn N`")

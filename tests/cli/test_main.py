@@ -29,7 +29,7 @@ def test_validate_reference(capsys: pytest.CaptureFixture[str]) -> None:
 def test_cidr_json_lists_every_allocation(capsys: pytest.CaptureFixture[str]) -> None:
     code, out, _ = run(capsys, "cidr", "--json", "--fleet", str(REFERENCE_FLEET))
     assert code == 0
-    rows = json.loads(out)
+    rows = json.loads(out)["allocations"]
     lock = planner.load_lock(REFERENCE_LOCK).allocations
     assert {r["name"]: r["cidr"] for r in rows} == {k: str(v) for k, v in lock.items()}
     assert all({"name", "kind", "cidr"} <= set(r) for r in rows)

@@ -222,7 +222,7 @@ def test_site_add_takes_gpus_nfs_and_pod_range(
     code, _, err = run(capsys, *argv, "--fleet", str(path))
     assert code == 0, err
     code, out, _ = run(capsys, "site", "list", "--json", "--fleet", str(path))
-    site = {s["name"]: s for s in json.loads(out)}["lax1"]
+    site = {s["name"]: s for s in json.loads(out)["sites"]}["lax1"]
     assert (site["gpu_nodes"], site["gpus_per_node"], site["gpu_model"]) == (4, 4, "L40S")
     assert site["pod_cidr"] == "10.201.0.0/20"
     assert [m["mount_point"] for m in site["nfs"]] == ["/data", "/scratch"]

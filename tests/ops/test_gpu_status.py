@@ -129,7 +129,9 @@ def test_gpu_status_reads_the_cluster_and_exits_1_on_a_failed_node(
     cluster: RecordedApi, capsys: pytest.CaptureFixture[str]
 ) -> None:
     assert cli.main(["gpu", "status", "--json"]) == 1
-    listed = json.loads(capsys.readouterr().out)
+    document = json.loads(capsys.readouterr().out)
+    listed = document["nodes"]
+    assert document["schema"] == "dlinfra.gpu-status/v1"
     assert [(n["node"], n["state"], n["gpus"]) for n in listed][:2] == [
         ("ip-10-1-0-1", "healthy", "8/8"),
         ("ip-10-1-0-2", "failed", "8/8"),
@@ -242,7 +244,9 @@ def test_gpu_labels_finds_work_that_selects_a_short_name_or_a_value_no_node_carr
     with serving(api) as url:
         monkeypatch.setenv("KUBECONFIG", str(write_kubeconfig(tmp_path / "kubeconfig", url)))
         assert cli.main(["gpu", "labels", "--json"]) == 1
-        found = json.loads(capsys.readouterr().out)
+        document = json.loads(capsys.readouterr().out)
+        found = document["selections"]
+        assert document["schema"] == "dlinfra.gpu-labels/v1"
         assert [(f["kind"], f["name"], f["values"]) for f in found] == [
             ("Job", "retrying", ["H100"]),
             ("Pod", "admitted-before", ["H100"]),
