@@ -2,6 +2,7 @@
 
 `register` adds it to dlinfra.cli's parser. Bad input raises DlinfraError (exit 2); so does having nothing at
 all to read from (no kubeconfig and no AWS credentials). A source that fails alone is reported and skipped.
+A target that no source knows exits 1: nothing found.
 """
 
 from __future__ import annotations
@@ -13,9 +14,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from rich.console import Console
-
-from dlinfra.cli.common import Handler
+from dlinfra.cli.common import Handler, out, working
 from dlinfra.errors import DlinfraError
 from dlinfra.ops import what_happened as wh
 from dlinfra.ops import what_happened_sources as sources
@@ -70,18 +69,18 @@ def cmd_what_happened(args: argparse.Namespace) -> int:
     if args.outputs is not None and not args.stack:
         raise DlinfraError("--outputs needs --stack", key="--outputs")
     queue_url, region, groups, problem = _from_stack(args)
-    timeline = run(
-        sources.Request(target=target, since=since, now=now, region=region, queue_url=queue_url, groups=groups),
-        context=args.context,
-    )
+    with working(f"reading what happened to {target.label}"):
+        timeline = run(
+            sources.Request(target=target, since=since, now=now, region=region, queue_url=queue_url, groups=groups),
+            context=args.context,
+        )
     if problem is not None:
         timeline.unread = [u for u in timeline.unread if u.source != "termination queue"] + [problem]
     if args.json:
         sys.stdout.write(json.dumps(timeline.to_json(), indent=2) + "\n")
     else:
-        # Piped output has no terminal width: keep rows whole rather than wrap them to 80 columns.
-        wh.render_table(timeline, Console(highlight=False, width=None if sys.stdout.isatty() else 200))
-    return 0
+        wh.render_table(timeline, out)
+    return 0 if timeline.anything_found else 1
 
 
 def run(request: sources.Request, *, context: str | None) -> wh.Timeline:

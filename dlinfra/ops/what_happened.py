@@ -106,10 +106,16 @@ class Timeline:
         if value not in bucket:
             bucket.append(value)
 
+    @property
+    def anything_found(self) -> bool:
+        """Whether any source knew the target: a node, instance, pod or group it led to."""
+        return bool(self.nodes or self.instances or self.pods or self.groups)
+
     def to_json(self) -> dict[str, Any]:
         return {
             "schema": SCHEMA,
             "target": {"asked": self.target.label, "kind": self.target.kind},
+            "found": self.anything_found,
             "since": iso(self.since),
             "until": iso(self.until),
             "region": self.region,
@@ -517,6 +523,8 @@ def render_table(timeline: Timeline, console: Console) -> None:
     )
     if found:
         console.print("Found: " + "; ".join(found), markup=False)
+    else:
+        console.print(f"Nothing found: no source that could be read knows {timeline.target.label}.", markup=False)
     for note in timeline.notes:
         console.print(f"Note: {note}", markup=False)
     table = Table(show_lines=False)

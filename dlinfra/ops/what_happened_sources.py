@@ -225,8 +225,6 @@ def investigate(
             timeline.unread.append(wh.Unread("Kubernetes", str(exc)))
             state.kube = None
     region = request.region or timeline.region or default_region
-    if request.target.kind == "instance":
-        timeline.found("instance", request.target.name)
     if region is None:
         timeline.unread.append(wh.Unread("AWS", "no region: pass --region (or a node whose providerID names its zone)"))
     else:
@@ -237,6 +235,9 @@ def investigate(
             timeline.unread.append(wh.Unread("AWS", str(exc)))
         else:
             _from_aws(state, clients, request)
+    asked = f"instance/{request.target.name}"
+    if request.target.kind == "instance" and any(e.subject == asked for e in events):
+        timeline.found("instance", request.target.name)  # a source told of it, though EC2 no longer knows it
     timeline.events = wh.merge(events, request.since, request.now)
     # Who disrupted each pod, and whether it waited for the pod's grace (docs/what-happened.md).
     timeline.notes += [str(d) for d in causes.disruptions(timeline.events, state.graces)]
@@ -347,9 +348,11 @@ def _from_aws(state: _State, aws: Aws, request: Request) -> None:
                     timeline.found("instance", instance.get("InstanceId"))
         except SourceError as exc:
             timeline.unread.append(wh.Unread("EC2", str(exc)))
-    for instance_id in list(timeline.instances):
+    # An instance asked for is found only once a source knows it (EC2, its group, a node, the queue).
+    asked = [target.name] if target.kind == "instance" else []
+    for instance_id in dict.fromkeys(asked + timeline.instances):
         _read_instance(state, aws, instance_id, request.groups)
-    _read_queue(state, aws, request.queue_url)
+    _read_queue(state, aws, request.queue_url, asked)
 
 
 def _read_instance(state: _State, aws: Aws, instance_id: str, candidates: tuple[str, ...]) -> None:
@@ -360,6 +363,7 @@ def _read_instance(state: _State, aws: Aws, instance_id: str, candidates: tuple[
         reply = _aws("DescribeInstances", lambda: aws.ec2.describe_instances(InstanceIds=[instance_id]))
         for reservation in reply.get("Reservations") or []:
             for instance in reservation.get("Instances") or []:
+                timeline.found("instance", instance.get("InstanceId"))
                 state.events.extend(wh.instance_events(instance, state.now))
                 tags = {t.get("Key"): t.get("Value") for t in instance.get("Tags") or []}
                 groups.append(tags.get("aws:autoscaling:groupName") or "")
@@ -384,6 +388,7 @@ def _read_instance(state: _State, aws: Aws, instance_id: str, candidates: tuple[
             lambda: aws.autoscaling.describe_auto_scaling_instances(InstanceIds=[instance_id]),
         )
         for member in members.get("AutoScalingInstances") or []:
+            timeline.found("instance", instance_id)
             groups.append(member.get("AutoScalingGroupName", ""))
             if member.get("LifecycleState") not in (None, "InService"):
                 subject = f"instance/{instance_id}"
@@ -452,7 +457,7 @@ def _read_replacement_node(state: _State, instance_id: str) -> None:
         state.events.extend(e for e in wh.node_events(node) if e.what in ("node registered", "Ready=True"))
 
 
-def _read_queue(state: _State, aws: Aws, queue_url: str | None) -> None:
+def _read_queue(state: _State, aws: Aws, queue_url: str | None, asked: list[str]) -> None:
     """Peek at the termination handler's queue: VisibilityTimeout=0 leaves every message where it was."""
     timeline = state.timeline
     if not queue_url:
@@ -479,9 +484,10 @@ def _read_queue(state: _State, aws: Aws, queue_url: str | None) -> None:
         timeline.unread.append(wh.Unread("termination queue", str(exc)))
         if not seen:
             return
-    about = [e for e in (wh.queue_message_event(body, timeline.instances) for body in seen.values()) if e is not None]
+    wanted = list(dict.fromkeys(asked + timeline.instances))
+    about = [e for e in (wh.queue_message_event(body, wanted) for body in seen.values()) if e is not None]
     state.events.extend(about)
     timeline.notes.append(
         f"termination queue: {len(seen)} message(s) peeked (none deleted), {len(about)} about "
-        f"{', '.join(timeline.instances) or 'no instance found'}; the handler deletes what it has handled"
+        f"{', '.join(wanted) or 'no instance found'}; the handler deletes what it has handled"
     )

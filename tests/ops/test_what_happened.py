@@ -410,6 +410,18 @@ def test_kubernetes_down_is_reported_and_aws_still_read(story: Story, capsys: py
     assert "scheduled instance-stop" in out and "AWS Health scheduled change" in out and "Traceback" not in out + err
 
 
+def test_unknown_instance_is_nothing_found_and_exits_1(story: Story, capsys: pytest.CaptureFixture[str]) -> None:
+    unknown = "i-0123456789abcdef0"  # neither EC2, a group, a node nor the queue has heard of it
+    code, out, err = run(capsys, story.argv(unknown))
+    assert code == 1, err
+    assert "Nothing found: no source that could be read knows instance/i-0123456789abcdef0." in out
+    assert "\nFound:" not in out and "Could not read EC2: DescribeInstances: InvalidInstanceID.NotFound" in out
+    code, out, _ = run(capsys, story.argv(unknown, "--json"))
+    document = json.loads(out)
+    assert code == 1 and document["found"] is False and document["instances"] == []
+    assert timeline_json(story, capsys, story.old)["found"] is True
+
+
 def test_unreadable_queue_is_reported(story: Story, capsys: pytest.CaptureFixture[str]) -> None:
     missing = story.queue_url + "-missing"
     code, out, _ = run(capsys, ["what-happened", story.old, "--since", SINCE, "--queue-url", missing, "--json"])
