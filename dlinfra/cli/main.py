@@ -19,6 +19,7 @@ from dlinfra import PROJECT_ROOT as ROOT
 from dlinfra.cli import access, checks, cost, doctor, fleet, gpu, network, pools, preview, quota, what_happened
 from dlinfra.cli.common import EXIT_BAD_INPUT, Handler, err
 from dlinfra.errors import DlinfraError
+from dlinfra.ops.aws import describe as describe_aws_error
 
 
 def _shared_options(*, subcommand: bool) -> argparse.ArgumentParser:
@@ -124,6 +125,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         return handler(args)
     except DlinfraError as exc:
         err.print(Text.assemble(("error:", "bold red"), " ", str(exc)))  # Text: the message echoes user input
+        return EXIT_BAD_INPUT
+    except Exception as exc:
+        # An AWS error a command did not expect (no credentials, an endpoint out of reach, a refused call) is still
+        # one line, as dlinfra.ops.aws words it; anything else is a bug and keeps its traceback.
+        if not type(exc).__module__.startswith("botocore."):
+            raise
+        err.print(Text.assemble(("error:", "bold red"), " ", f"AWS: {describe_aws_error(exc)}"))
         return EXIT_BAD_INPUT
 
 

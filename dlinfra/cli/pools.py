@@ -7,7 +7,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from dlinfra.cli.common import Handler, out
+from dlinfra.cli.common import Handler, out, working
+from dlinfra.ops import aws
 from dlinfra.ops.pools import (
     DEFAULT_CHECKPOINT_DELAY,
     DEFAULT_CHECKPOINTS,
@@ -86,11 +87,18 @@ def cmd_roll(args: argparse.Namespace) -> int:
         min_healthy=args.min_healthy, checkpoints=args.checkpoints, checkpoint_delay=args.checkpoint_delay
     )
     target = resolve_target(args.fleet, args.stack, pool=args.pool, group=args.group, outputs_file=args.outputs)
+    # Whatever shape a reply takes, the operator gets one line naming it, never a traceback.
+    with aws.reading(f"EC2 Auto Scaling ({target.group} in {target.region})"):
+        return _roll(args, target, options)
+
+
+def _roll(args: argparse.Namespace, target: Target, options: RollOptions) -> int:
     client = client_for(target.region)
     if args.status:
         return show_status(client, target, args.refresh_id, wait=args.wait, interval=args.interval)
-    group = describe_group(client, target)
-    hook_timeout = check_drains(client, target)
+    with working(f"reading {target.group} and its termination hook"):
+        group = describe_group(client, target)
+        hook_timeout = check_drains(client, target)
     outdated = outdated_instances(group)
     _print_plan(target, group, outdated, options)
     for line in drain_terms(target, hook_timeout, options):

@@ -19,6 +19,7 @@ from dlinfra.model.fleet.labels import (
     GPU_SITE_BURN_IN_TAINT_KEY,
     GPU_UNHEALTHY_TAINT_KEY,
 )
+from dlinfra.ops import aws
 from dlinfra.ops.what_happened import region_of_zone
 
 POOL_LABEL = "dlinfra.io/pool"
@@ -241,11 +242,15 @@ def busy_with_gpus(pods: Iterable[Mapping[str, Any]]) -> list[str]:
 
 def send_check(ssm: Any, target: CheckTarget) -> str:
     """Start the node's check again (the burn-in agent reads the new report); the Run Command id."""
-    reply = ssm.send_command(
-        InstanceIds=[target.instance],
-        DocumentName=RUN_SHELL,
-        Comment=f"dlinfra gpu check {target.node}"[:100],
-        Parameters={"commands": [RESTART]},
-        TimeoutSeconds=60,
+    reply = aws.call(
+        "SendCommand",
+        lambda: ssm.send_command(
+            InstanceIds=[target.instance],
+            DocumentName=RUN_SHELL,
+            Comment=f"dlinfra gpu check {target.node}"[:100],
+            Parameters={"commands": [RESTART]},
+            TimeoutSeconds=60,
+        ),
     )
-    return str(reply["Command"]["CommandId"])
+    with aws.reading("SendCommand"):
+        return str(reply["Command"]["CommandId"])

@@ -22,7 +22,7 @@ from dlinfra.model import stackroles
 from dlinfra.model.fleet.load import load_fleet
 from dlinfra.model.fleet.pools import DRAIN_MARGIN_SECONDS, NodePool
 from dlinfra.model.fleet.schema import Fleet
-from dlinfra.ops import stack_outputs
+from dlinfra.ops import aws, stack_outputs
 
 TERMINATING = "autoscaling:EC2_INSTANCE_TERMINATING"
 # Terminal states of an instance refresh (DescribeInstanceRefreshes); anything else is still moving.
@@ -131,17 +131,9 @@ def client_for(region: str) -> Any:
     return boto3.client("autoscaling", region_name=region)
 
 
-def _call(what: str, call: Callable[[], Any]) -> Any:
-    """One AWS call; its errors become one clear message."""
-    from botocore.exceptions import BotoCoreError, ClientError
-
-    try:
-        return call()
-    except ClientError as exc:
-        error = exc.response.get("Error", {})
-        raise DlinfraError(f"{what}: {error.get('Code', 'error')}: {error.get('Message', exc)}") from None
-    except BotoCoreError as exc:
-        raise DlinfraError(f"{what}: {exc}") from None
+def _call(what: str, call: Callable[[], Any]) -> dict[str, Any]:
+    """One AWS call; its errors, and a reply that is no object, become one clear message."""
+    return aws.call(what, call)
 
 
 def describe_group(client: Any, target: Target) -> dict[str, Any]:
@@ -149,10 +141,11 @@ def describe_group(client: Any, target: Target) -> dict[str, Any]:
         "DescribeAutoScalingGroups",
         lambda: client.describe_auto_scaling_groups(AutoScalingGroupNames=[target.group]),
     )
-    groups = reply.get("AutoScalingGroups", [])
-    if not groups:
-        raise DlinfraError(f"no Auto Scaling group {target.group!r} in {target.region}")
-    group: dict[str, Any] = groups[0]
+    with aws.reading("DescribeAutoScalingGroups"):
+        groups = reply.get("AutoScalingGroups", [])
+        if not groups:
+            raise DlinfraError(f"no Auto Scaling group {target.group!r} in {target.region}")
+        group: dict[str, Any] = dict(groups[0])
     return group
 
 
@@ -160,13 +153,15 @@ def check_drains(client: Any, target: Target) -> int:
     """Refuse to roll a group whose terminations would not wait for a drain: no termination lifecycle hook, or one
     that gives up before the pool's checkpoint grace and the drain margin. Returns the hook's timeout (seconds)."""
     reply = _call("DescribeLifecycleHooks", lambda: client.describe_lifecycle_hooks(AutoScalingGroupName=target.group))
-    hooks = [h for h in reply.get("LifecycleHooks", []) if h.get("LifecycleTransition") == TERMINATING]
+    with aws.reading("DescribeLifecycleHooks"):
+        hooks = [h for h in reply.get("LifecycleHooks", []) if h.get("LifecycleTransition") == TERMINATING]
     if not hooks:
         raise DlinfraError(
             f"{target.group} has no {TERMINATING} lifecycle hook: its nodes would be terminated without "
             "draining. Apply the stack (NodePool declares the hook) before rolling"
         )
-    timeout = min(int(h.get("HeartbeatTimeout", 3600)) for h in hooks)  # AWS's default is 3600
+    with aws.reading("DescribeLifecycleHooks"):
+        timeout = min(int(h.get("HeartbeatTimeout", 3600)) for h in hooks)  # AWS's default is 3600
     if target.spec is not None and timeout < target.spec.checkpoint_grace + DRAIN_MARGIN_SECONDS:
         raise DlinfraError(
             f"{target.group}'s termination hook holds a node {timeout}s, less than the pool's checkpoint_grace "
@@ -226,19 +221,22 @@ def outdated_instances(group: Mapping[str, Any]) -> list[dict[str, Any]] | None:
 def start_refresh(client: Any, target: Target, options: RollOptions) -> str:
     from botocore.exceptions import ClientError
 
-    try:
-        reply = client.start_instance_refresh(
-            AutoScalingGroupName=target.group, Strategy="Rolling", Preferences=options.preferences()
-        )
-    except ClientError as exc:
-        error = exc.response.get("Error", {})
-        if error.get("Code") == "InstanceRefreshInProgress":
-            raise DlinfraError(
-                f"{target.group} is already being refreshed: watch it with `--status --wait`, or cancel it with "
-                f"`aws autoscaling cancel-instance-refresh --auto-scaling-group-name {target.group}`"
-            ) from None
-        raise DlinfraError(f"StartInstanceRefresh: {error.get('Code', 'error')}: {error.get('Message', exc)}") from None
-    return str(reply["InstanceRefreshId"])
+    def start() -> Any:
+        try:
+            return client.start_instance_refresh(
+                AutoScalingGroupName=target.group, Strategy="Rolling", Preferences=options.preferences()
+            )
+        except ClientError as exc:
+            if aws.describe(exc).startswith("InstanceRefreshInProgress:"):
+                raise DlinfraError(
+                    f"{target.group} is already being refreshed: watch it with `--status --wait`, or cancel it with "
+                    f"`aws autoscaling cancel-instance-refresh --auto-scaling-group-name {target.group}`"
+                ) from None
+            raise
+
+    reply = _call("StartInstanceRefresh", start)
+    with aws.reading("StartInstanceRefresh"):
+        return str(reply["InstanceRefreshId"])
 
 
 def refreshes(client: Any, group: str, refresh_id: str | None = None) -> list[dict[str, Any]]:
@@ -247,7 +245,8 @@ def refreshes(client: Any, group: str, refresh_id: str | None = None) -> list[di
     if refresh_id:
         kwargs["InstanceRefreshIds"] = [refresh_id]
     reply = _call("DescribeInstanceRefreshes", lambda: client.describe_instance_refreshes(**kwargs))
-    found: list[dict[str, Any]] = reply.get("InstanceRefreshes", [])
+    with aws.reading("DescribeInstanceRefreshes"):
+        found = [dict(r) for r in reply.get("InstanceRefreshes", [])]
     return found
 
 

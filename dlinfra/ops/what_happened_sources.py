@@ -16,6 +16,7 @@ from datetime import datetime
 from functools import partial
 from typing import Any
 
+from dlinfra.ops import aws as aws_replies
 from dlinfra.ops import what_happened as wh
 from dlinfra.ops import what_happened_causes as causes
 
@@ -234,7 +235,11 @@ def investigate(
         except SourceError as exc:
             timeline.unread.append(wh.Unread("AWS", str(exc)))
         else:
-            _from_aws(state, clients, request)
+            try:
+                with aws_replies.reading("AWS"):
+                    _from_aws(state, clients, request)
+            except aws_replies.AwsError as exc:  # a reply of a shape not known: the rest is still told
+                timeline.unread.append(wh.Unread("AWS", exc.detail))
     asked = f"instance/{request.target.name}"
     if request.target.kind == "instance" and any(e.subject == asked for e in events):
         timeline.found("instance", request.target.name)  # a source told of it, though EC2 no longer knows it

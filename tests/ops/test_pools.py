@@ -267,3 +267,58 @@ def test_without_the_pulumi_cli_it_says_what_to_pass(
 def test_global_stack_is_refused(capsys: pytest.CaptureFixture[str]) -> None:
     code = cli.main(["pool", "roll", "--fleet", str(REFERENCE_FLEET), "--stack", "prod-global", "--group", GROUP])
     assert code == 2 and "not a regional stack" in capsys.readouterr().err
+
+
+# --- unexpected AWS replies: one line naming the call, never a traceback ------------------------------------
+
+
+@pytest.fixture
+def stubbed(monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
+    """A real Auto Scaling client whose replies are set by the test (botocore's Stubber: nothing leaves the process)."""
+    from botocore.stub import Stubber
+
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+    client = boto3.client(
+        "autoscaling", region_name=REGION, aws_access_key_id="testing", aws_secret_access_key="testing"
+    )
+    monkeypatch.setattr("dlinfra.cli.pools.client_for", lambda region: client)
+    with Stubber(client) as stubber:
+        yield stubber
+
+
+def test_status_with_a_refresh_missing_its_id_is_one_line(stubbed: Any, capsys: pytest.CaptureFixture[str]) -> None:
+    stubbed.add_response("describe_instance_refreshes", {"InstanceRefreshes": [{"Status": "InProgress"}]})
+    code, _, err = run(capsys, "--group", GROUP, "--status", "--wait", "--interval", "0")
+    assert code == 2 and "Traceback" not in err
+    assert err.strip() == (f"error: EC2 Auto Scaling ({GROUP} in {REGION}): unexpected reply: no 'InstanceRefreshId'")
+
+
+def test_status_refused_by_aws_is_one_line(stubbed: Any, capsys: pytest.CaptureFixture[str]) -> None:
+    stubbed.add_client_error(
+        "describe_instance_refreshes", service_error_code="AccessDenied", service_message="not authorized"
+    )
+    code, _, err = run(capsys, "--group", GROUP, "--status")
+    assert code == 2 and err.strip() == "error: DescribeInstanceRefreshes: AccessDenied: not authorized"
+
+
+def test_a_reply_of_another_shape_is_one_line(
+    stubbed: Any, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # What no service model allows (a proxy's page, a changed API): a list of strings where objects belong.
+    monkeypatch.setattr(pools, "refreshes", lambda client, group, refresh_id=None: ["<html>Service Unavailable</html>"])
+    code, _, err = run(capsys, "--group", GROUP, "--status")
+    assert code == 2 and "Traceback" not in err
+    assert err.startswith(f"error: EC2 Auto Scaling ({GROUP} in {REGION}): unexpected reply: ")
+
+
+def test_an_aws_error_no_command_expected_is_one_line(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from botocore.exceptions import NoCredentialsError
+
+    def no_credentials(region: str) -> Any:
+        raise NoCredentialsError()
+
+    monkeypatch.setattr("dlinfra.cli.pools.client_for", no_credentials)
+    code, _, err = run(capsys, "--group", GROUP, "--status")
+    assert code == 2 and err.strip() == "error: AWS: Unable to locate credentials"
