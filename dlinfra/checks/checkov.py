@@ -10,11 +10,13 @@ import json
 import os
 import subprocess
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 from dlinfra.errors import DlinfraError
+from dlinfra.files import write_atomic
+from dlinfra.model.slices import digest
 
 TIMEOUT_SECONDS = 900
 
@@ -100,6 +102,52 @@ def run(
     except json.JSONDecodeError:
         raise CheckovError(f"checkov ({framework}) printed no JSON report: {proc.stdout[:300]!r}") from None
     return parse_report(framework, output)
+
+
+def run_cached(
+    framework: str, files: Sequence[Path], *, checkov: Path, cache: Path, cwd: Path | None = None
+) -> CheckovReport:
+    """run() over files, reusing the results of a file whose content checkov (this version) has checked before.
+
+    Only the files not seen run through checkov, so a pull request that changes one stack's plan scans one export.
+    A file's entry holds its results; the report's resource count is that of the resources with results
+    (checkov's own count includes resources no check applies to, and cannot be split by file).
+    """
+    version = installed_version(checkov)
+    keys = {
+        path: digest(
+            {"framework": framework, "checkov": version, "name": path.name, "content": path.read_bytes().hex()}
+        )
+        for path in files
+    }
+    found: dict[Path, list[CheckovResult]] = {}
+    for path, key in keys.items():
+        try:
+            entry = json.loads((cache / "checkov" / f"{key}.json").read_text(encoding="utf-8"))
+            found[path] = [
+                CheckovResult(**{**r, "file": str(path.resolve()), "lines": tuple(r["lines"])}) for r in entry
+            ]
+        except (OSError, ValueError, TypeError, KeyError):
+            continue
+    missing = [path for path in files if path not in found]
+    if missing:
+        fresh = run(framework, files=missing, checkov=checkov, cwd=cwd)
+        for path in missing:
+            mine = [r for r in fresh.results if Path(r.file).resolve() == path.resolve()]
+            found[path] = mine
+            if mine:  # a file checkov checked nothing on is not kept: the caller says so, every time
+                text = json.dumps([asdict(r) for r in mine], sort_keys=True)
+                write_atomic(cache / "checkov" / f"{keys[path]}.json", text + "\n", mode=0o644)
+    results = tuple(r for path in files for r in found[path])
+    resources = sum(len({r.resource for r in found[path]}) for path in files)
+    return CheckovReport(framework, version, resources, results)
+
+
+def installed_version(checkov: Path) -> str:
+    """The version of the checkov a virtualenv's executable runs (its package metadata's folder name)."""
+    venv = checkov.parent.parent
+    found = sorted(venv.glob("lib/python*/site-packages/checkov-*.dist-info"))
+    return found[-1].name.removesuffix(".dist-info").removeprefix("checkov-") if found else "unknown"
 
 
 def parse_report(framework: str, output: Any) -> CheckovReport:

@@ -229,7 +229,12 @@ def print_reach(summary: dict[str, Any], console: Console, *, verbose: bool = Fa
     console.print(
         f"{summary['intents']} intents ({summary['intents'] - failed} proved), {summary['flows']} flows, "
         f"{summary['packets']:.3g} packets: {_share(summary['proved_packets'], summary['packets'])} as expected, "
-        f"{summary['failed_flows']} failing flows, {len(summary['refused'])} refused ({summary['seconds']} s)",
+        f"{summary['failed_flows']} failing flows, {len(summary['refused'])} refused "
+        + (
+            "(unchanged network and flows: the last proof reused)"
+            if summary.get("cached")
+            else f"({summary['seconds']} s)"
+        ),
         markup=False,
     )
 

@@ -50,7 +50,7 @@ class FrameworkSummary:
 
     framework: str
     version: str
-    resources: int
+    resources: int  # resources at least one check ran on
     checks: int
     passed: int
     failed: int
@@ -113,6 +113,7 @@ class CheckOptions:
     manifests: Path  # rendered Kubernetes manifests (may be absent)
     export_dir: Path  # where the Terraform-plan exports are written for checkov
     checkov: Path | None  # checkov executable; None runs the CrossGuard rules only
+    cache: Path | None = None  # checkov's results by file content (build/cache); None: every file scanned again
 
 
 def _label(resource: Resource) -> str:
@@ -190,7 +191,7 @@ def run_checks(options: CheckOptions) -> CheckRun:
     exported = {stack: bool(e.addresses) for stack, e in exports.items()}
     targets = [Path(f) for f, stack in files.items() if exported[stack]]
     if targets:
-        report = checkov.run("terraform_plan", files=targets, checkov=options.checkov, cwd=options.export_dir)
+        report = _checkov("terraform_plan", targets, options, cwd=options.export_dir)
         checked = Counter(r.file for r in report.results)
         # checkov drops a file it cannot read without a word; every export must have been checked.
         blind = [files[str(t)] for t in targets if not checked[str(t)]]
@@ -203,7 +204,11 @@ def run_checks(options: CheckOptions) -> CheckRun:
     kubernetes = sorted({stack for stack, e in exports.items() if e.kubernetes})
     manifests = _manifest_files(options.manifests)
     if manifests:
-        report = checkov.run("kubernetes", directory=options.manifests.resolve(), checkov=options.checkov)
+        report = (
+            checkov.run("kubernetes", directory=options.manifests.resolve(), checkov=options.checkov)
+            if options.cache is None
+            else _checkov("kubernetes", [m.resolve() for m in manifests], options)
+        )
         run.checkov.append(_consume(run, report, options.skips, used, {}, {}, sources, options.root))
     elif kubernetes:
         message = (
@@ -221,6 +226,15 @@ def run_checks(options: CheckOptions) -> CheckRun:
         if skip not in used:
             run.notes.append(f"skip {skip.check_id} matched nothing; remove it from the skips file if it is stale")
     return run
+
+
+def _checkov(
+    framework: str, files: list[Path], options: CheckOptions, cwd: Path | None = None
+) -> checkov.CheckovReport:
+    assert options.checkov is not None
+    if options.cache is None:
+        return checkov.run(framework, files=files, checkov=options.checkov, cwd=cwd)
+    return checkov.run_cached(framework, files, checkov=options.checkov, cache=options.cache, cwd=cwd)
 
 
 def _consume(
@@ -268,7 +282,7 @@ def _consume(
     return FrameworkSummary(
         framework=report.framework,
         version=report.version,
-        resources=report.resource_count,
+        resources=len({(r.file, r.resource) for r in report.results}),  # the same whether results were cached or not
         checks=report.checks,
         passed=report.passed,
         failed=report.failed - skipped,

@@ -50,6 +50,12 @@ def register(
     )
     check.add_argument("--no-checkov", action="store_true", help="run the CrossGuard rules only (says so)")
     check.add_argument(
+        "--no-cache",
+        action="store_true",
+        help="run checkov and the reachability proof on every plan again, instead of reusing the findings of plans "
+        "that are unchanged (build/cache/ beside --plans, or DLINFRA_CACHE)",
+    )
+    check.add_argument(
         "--allow-stale",
         action="store_true",
         help="check plans even if the fleet, lock, images manifest or code changed since they were made (says so)",
@@ -77,6 +83,9 @@ def register(
         help="also show the path of every allowed flow: a packet of each path and the hops it takes",
     )
     reach.add_argument("--allow-stale", action="store_true", help="use plans even if their inputs changed since")
+    reach.add_argument(
+        "--no-cache", action="store_true", help="prove every flow again, even when the network and flows are unchanged"
+    )
 
     diff = subparsers.add_parser(
         "diff", parents=[common], help="offline plans of two git revisions compared, as markdown for a PR"
@@ -127,6 +136,7 @@ def cmd_check(args: argparse.Namespace) -> int:
         manifests=args.manifests if args.manifests is not None else args.plans.parent / "manifests",
         export_dir=args.plans.parent / "checkov",
         checkov=None if args.no_checkov else checkov.executable(ROOT),
+        cache=_cache_folder(args),
     )
     status = Console(stderr=True)
     spinner = (
@@ -156,8 +166,8 @@ def cmd_check(args: argparse.Namespace) -> int:
     else:
         from dlinfra.checks.reach import check as reach
 
-        run.reach = reach.summary_json(
-            reach.analyse(args.fleet, lock_file(args), [p.data for p in selected], args.flows)
+        run.reach = reach.summary(
+            args.fleet, lock_file(args), [p.data for p in selected], args.flows, cache=_cache_folder(args)
         )
         run.findings.extend(runner.reach_findings(run.reach))
     if ignored:
@@ -195,6 +205,13 @@ def cmd_diff(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cache_folder(args: argparse.Namespace) -> Path | None:
+    """Where answers of unchanged inputs are kept (build/cache beside the plans, or DLINFRA_CACHE); None: off."""
+    from dlinfra.offline import cache
+
+    return None if getattr(args, "no_cache", False) else cache.folder(args.plans.parent / "cache")
+
+
 def cmd_reach(args: argparse.Namespace) -> int:
     """`dlinfra reach`: exit 0 when every intent holds, 1 when one does not (bad input raises DlinfraError)."""
     from dlinfra.checks import plans, report
@@ -206,8 +223,10 @@ def cmd_reach(args: argparse.Namespace) -> int:
     stale_note = refuse_stale_plans(args, selected)
     if stale_note:
         Console(stderr=True).print(f"note: {stale_note}", markup=False)
-    result = reach.analyse(args.fleet, lock_file(args), [p.data for p in selected], args.flows, explain=args.explain)
-    summary = reach.summary_json(result)
+    plan_data = [p.data for p in selected]
+    summary = reach.summary(
+        args.fleet, lock_file(args), plan_data, args.flows, explain=args.explain, cache=_cache_folder(args)
+    )
     if args.json:
         sys.stdout.write(json.dumps(summary, indent=2) + "\n")
     else:

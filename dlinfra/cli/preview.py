@@ -49,6 +49,12 @@ def register(sub: Any, common: argparse.ArgumentParser) -> dict[str, Handler]:
         help="stacks previewed at once, in separate processes, each when the stacks it reads are done "
         "(default: the number of CPUs; 1 runs them one after another in this process). Example: --jobs 4",
     )
+    preview.add_argument(
+        "--no-cache",
+        action="store_true",
+        help="run every stack again instead of reusing the plans of stacks whose inputs are unchanged "
+        "(the cache is build/cache/ beside --out, or DLINFRA_CACHE; DLINFRA_CACHE=off is the same as this flag)",
+    )
     return {"preview": cmd_preview}
 
 
@@ -62,7 +68,8 @@ def _jobs(text: str) -> int:
 def cmd_preview(args: argparse.Namespace) -> int:
     loaded = load_checked(args)
     lock_path = lock_file(args)
-    planner.plan(loaded, planner.load_lock(lock_path))  # fail here, once, before any stack runs
+    lock = planner.load_lock(lock_path)
+    planner.plan(loaded, lock)  # fail here, once, before any stack runs
     fleet = loaded.fleet
     all_roles = stackroles.roles(fleet)
     if args.all:
@@ -83,6 +90,8 @@ def cmd_preview(args: argparse.Namespace) -> int:
     made_from = provenance.current(ROOT, args.fleet, lock_path, manifest).to_json()
     started = time.perf_counter()
     total = 0
+    depends_on = {role: stackroles.dependencies(fleet, role) for role in selected}
+    plan_cache = _cache(args, loaded.fleet, lock, made_from, selected, depends_on)
 
     summaries: list[dict[str, Any]] = []
 
@@ -101,6 +110,7 @@ def cmd_preview(args: argparse.Namespace) -> int:
                     "resources": plan["summary"],
                     "outputs": plan["outputs"],
                     "seconds": round(result.seconds, 2),
+                    "cached": result.cached,
                 }
             )
         else:
@@ -113,15 +123,23 @@ def cmd_preview(args: argparse.Namespace) -> int:
             advance(result.role.name)
 
         if args.jobs > 1 and len(selected) > 1:
-            depends_on = {role: stackroles.dependencies(fleet, role) for role in selected}
             parallel.run_parallel(
-                ROOT, selected, depends_on, project=fleet.project, config=config, jobs=args.jobs, on_done=done
+                ROOT,
+                selected,
+                depends_on,
+                project=fleet.project,
+                config=config,
+                jobs=args.jobs,
+                on_done=done,
+                cache=plan_cache,
             )
         else:
-            engine.run_all(ROOT, selected, project=fleet.project, config=config, on_done=done)
+            engine.run_all(ROOT, selected, project=fleet.project, config=config, on_done=done, cache=plan_cache)
     if args.json:
         # Outputs come masked from the plan export: secrets read "[secret]".
         document = {"schema": "dlinfra.preview/v1", "provenance": made_from, "stacks": summaries}
+        if plan_cache is not None:
+            document["cache"] = {"reused": plan_cache.reused, "ran": plan_cache.ran}
         sys.stdout.write(json.dumps(document, indent=2, sort_keys=True) + "\n")
         return 0
     out.print(
@@ -131,16 +149,55 @@ def cmd_preview(args: argparse.Namespace) -> int:
             marker("create"),
             (f" {total + len(selected)} to create", "bold"),
             f"; offline preview in {time.perf_counter() - started:.1f}s; plans in {args.out}/",
+            _cache_line(plan_cache),
         )
     )
     return 0
+
+
+def _cache(
+    args: argparse.Namespace,
+    fleet: Any,
+    lock: Any,
+    made_from: dict[str, str],
+    selected: list[stackroles.StackRole],
+    depends_on: dict[stackroles.StackRole, list[stackroles.StackRole]],
+) -> Any:
+    """The plan cache of this run (dlinfra.offline.cache), or None with --no-cache or DLINFRA_CACHE=off."""
+    from dlinfra.offline import cache
+
+    where = None if args.no_cache else cache.folder(args.out.parent / "cache")
+    if where is None:
+        return None
+    allocations = {key: str(cidr) for key, cidr in lock.allocations.items()}
+    return cache.open_cache(
+        where,
+        fleet=fleet,
+        allocations=allocations,
+        catalogs={},
+        provenance=made_from,
+        project=fleet.project,
+        roles=selected,
+        dependencies=depends_on,
+    )
+
+
+def _cache_line(plan_cache: Any) -> str:
+    if plan_cache is None:
+        return " (plan cache off)"
+    if not plan_cache.reused:
+        return ""
+    reused = ", ".join(plan_cache.reused)
+    return f"\n{len(plan_cache.reused)} stack(s) unchanged, reused from {plan_cache.folder}/: {reused}"
 
 
 def _print_stack(result: Any, project: str, path: Path, *, summary: bool) -> None:
     """One stack the way `pulumi preview` shows it: a tree with + markers, outputs (secrets masked) and one
     resource count line; with summary, that count line alone."""
     count = len(result.resources) + 1  # and the pulumi:pulumi:Stack itself, as pulumi counts it
-    line = Text.assemble((f"{result.role.name:<28}", "bold"), " ", marker("create"), f" {count} to create")
+    line = Text.assemble(
+        (f"{result.role.name:<28}", "bold"), " ", marker("create"), f" {count} to create", _when(result)
+    )
     if summary:
         out.print(line)
         return
@@ -171,9 +228,11 @@ def _print_stack(result: Any, project: str, path: Path, *, summary: bool) -> Non
                 shown = shown[: OUTPUT_WIDTH - 1] + "…"
             style = "dim" if value == SECRET_PLACEHOLDER else ""
             out.print(Text.assemble(f"    {name}: ", (shown, style)))
-    out.print(
-        Text.assemble("Resources:\n    ", marker("create"), f" {count} to create ({result.seconds:.2f}s) -> {path}")
-    )
+    out.print(Text.assemble("Resources:\n    ", marker("create"), f" {count} to create{_when(result)} -> {path}"))
+
+
+def _when(result: Any) -> str:
+    return " (unchanged: reused from the plan cache)" if result.cached else f" ({result.seconds:.2f}s)"
 
 
 OUTPUT_WIDTH = 100  # characters of one output value shown; the plan export holds all of it

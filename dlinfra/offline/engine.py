@@ -23,6 +23,7 @@ from pulumi.runtime import mocks, settings, stack
 from dlinfra.errors import DlinfraError
 from dlinfra.model.stackroles import StackRole
 from dlinfra.offline import quiescence
+from dlinfra.offline.cache import StackCache
 from dlinfra.offline.cloud import FakeCloud
 from dlinfra.offline.monitor import RecordingMonitor
 from dlinfra.offline.plan_export import StackResult
@@ -171,12 +172,19 @@ def run_all(
     config: Mapping[str, str],
     on_done: Callable[[StackResult], None] | None = None,
     program: Path | None = None,
+    cache: StackCache | None = None,
 ) -> list[StackResult]:
-    """Run stacks in the given (dependency) order, feeding each one's exports to later StackReferences."""
+    """Run stacks in the given (dependency) order, feeding each one's exports to later StackReferences; with a
+    cache, a stack whose key is stored is reused instead of run (dlinfra.offline.cache)."""
     exports: dict[str, dict[str, Any]] = {}
     results = []
     for role in roles:
-        res = run_stack(root, role, project=project, config=config, stack_exports=exports, program=program)
+        key = cache.key(role, exports) if cache is not None else ""
+        res = cache.load(role, key) if cache is not None else None
+        if res is None:
+            res = run_stack(root, role, project=project, config=config, stack_exports=exports, program=program)
+            if cache is not None:
+                cache.store(role, key, res)
         exports[role.name] = {"outputs": res.outputs, "secret": sorted(res.secret_outputs)}
         results.append(res)
         if on_done:

@@ -6,6 +6,7 @@ import importlib
 import multiprocessing
 from collections.abc import Callable, Mapping, Sequence
 from concurrent import futures
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +14,7 @@ from pulumi.runtime import rpc
 
 from dlinfra.model.stackroles import StackRole
 from dlinfra.offline import quiescence
+from dlinfra.offline.cache import StackCache
 from dlinfra.offline.engine import EngineError, describe_failure, run_stack
 from dlinfra.offline.plan_export import StackResult
 
@@ -58,8 +60,11 @@ def run_parallel(
     jobs: int,
     on_done: Callable[[StackResult], None] | None = None,
     program: Path | None = None,
+    cache: StackCache | None = None,
 ) -> list[StackResult]:
     """Run stacks in up to `jobs` processes, each as soon as the stacks it reads are done; same results as run_all.
+    With a cache, a stack whose key is stored is reused instead of run (dlinfra.offline.cache), and no worker
+    process starts when every stack is reused.
 
     Pulumi's mock runtime is per-process state, so a process runs one stack at a time. A stack gets the exports
     of the stacks it depends on only, so a reference the dependencies do not declare fails the same in every
@@ -68,30 +73,108 @@ def run_parallel(
     """
     order = list(roles)
     selected = set(order)
-    needs = {role: [d for d in depends_on.get(role, ()) if d in selected] for role in order}
-    exports: dict[str, dict[str, Any]] = {}
-    done: dict[StackRole, StackResult] = {}
-    failed: dict[StackRole, str] = {}
-    blocked: dict[StackRole, StackRole] = {}  # stack not run -> the failed stack it (transitively) depends on
-    reported = 0
-    # fork: the workers start with dlinfra, pulumi and the provider SDK modules the programs use already imported
-    # (imported once here, not once per worker), and everything alive frozen out of garbage collection, so the
-    # workers neither rescan nor copy it. The parent runs no Pulumi program here, so no mock runtime state or
-    # engine thread is copied into them.
-    preload_sdk_modules()
-    with quiescence.frozen(), futures.ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("fork")) as pool:
-        running: dict[futures.Future[StackResult], StackRole] = {}
-        waiting = list(order)
+    run = _Schedule(
+        order=order,
+        needs={role: [d for d in depends_on.get(role, ()) if d in selected] for role in order},
+        cache=cache,
+        on_done=on_done,
+    )
+    first = run.ready()
+    run.report()
+    if first:
+        run.in_workers(first, root=root, project=project, config=config, jobs=jobs, program=program)
+    if run.failed:
+        messages = []
+        for role, message in run.failed.items():
+            dependents = [r.name for r in order if run.blocked.get(r) == role]
+            if dependents:
+                message += f" (not previewed, as they depend on {role.name}: {', '.join(dependents)})"
+            messages.append(message)
+        raise EngineError("; ".join(messages))
+    return [run.done[role] for role in order]
 
-        def submit_ready() -> None:
-            for role in list(waiting):
-                cause = next((blocked.get(d, d) for d in needs[role] if d in failed or d in blocked), None)
+
+@dataclass
+class _Schedule:
+    """One parallel run's state: what is done, failed, blocked and waiting, and what was reported."""
+
+    order: list[StackRole]
+    needs: Mapping[StackRole, list[StackRole]]
+    cache: StackCache | None
+    on_done: Callable[[StackResult], None] | None
+    exports: dict[str, dict[str, Any]] = field(default_factory=dict)
+    done: dict[StackRole, StackResult] = field(default_factory=dict)
+    failed: dict[StackRole, str] = field(default_factory=dict)
+    blocked: dict[StackRole, StackRole] = field(default_factory=dict)  # not run -> the failed stack it depends on
+    keys: dict[StackRole, str] = field(default_factory=dict)
+    waiting: list[StackRole] = field(default_factory=list)
+    reported: int = 0
+
+    def __post_init__(self) -> None:
+        self.waiting = list(self.order)
+
+    def finish(self, role: StackRole, res: StackResult) -> None:
+        self.exports[role.name] = {"outputs": res.outputs, "secret": sorted(res.secret_outputs)}
+        self.done[role] = res
+
+    def ready(self) -> list[tuple[StackRole, dict[str, Any]]]:
+        """Take the waiting stacks whose dependencies are done, reusing cached ones (and what they unblock);
+        returns those left to run, with the exports they read."""
+        to_run = []
+        progress = True
+        while progress:
+            progress = False
+            for role in list(self.waiting):
+                cause = next(
+                    (self.blocked.get(d, d) for d in self.needs[role] if d in self.failed or d in self.blocked), None
+                )
                 if cause is not None:
-                    blocked[role] = cause
-                    waiting.remove(role)
-                elif all(d in done for d in needs[role]):
-                    refs = {d.name: exports[d.name] for d in needs[role]}
-                    waiting.remove(role)
+                    self.blocked[role] = cause
+                    self.waiting.remove(role)
+                elif all(d in self.done for d in self.needs[role]):
+                    refs = {d.name: self.exports[d.name] for d in self.needs[role]}
+                    self.waiting.remove(role)
+                    hit = None
+                    if self.cache is not None:
+                        self.keys[role] = self.cache.key(role, refs)
+                        hit = self.cache.load(role, self.keys[role])
+                    if hit is None:
+                        to_run.append((role, refs))
+                    else:
+                        self.finish(role, hit)
+                        progress = True  # what waited on this stack may be ready now
+        return to_run
+
+    def report(self) -> None:
+        """Report the results that are in, in the order of the roles."""
+        over = self.done.keys() | self.failed.keys() | self.blocked.keys()
+        while self.reported < len(self.order) and self.order[self.reported] in over:
+            if self.on_done and self.order[self.reported] in self.done:
+                self.on_done(self.done[self.order[self.reported]])
+            self.reported += 1
+
+    def in_workers(
+        self,
+        first: list[tuple[StackRole, dict[str, Any]]],
+        *,
+        root: Path,
+        project: str,
+        config: Mapping[str, str],
+        jobs: int,
+        program: Path | None,
+    ) -> None:
+        """Run stacks in worker processes until none is left: `first`, then what becomes ready as they finish."""
+        # fork: the workers start with dlinfra, pulumi and the provider SDK modules the programs use already imported
+        # (imported once here, not once per worker), and everything alive frozen out of garbage collection, so the
+        # workers neither rescan nor copy it. The parent runs no Pulumi program here, so no mock runtime state or
+        # engine thread is copied into them.
+        preload_sdk_modules()
+        context = multiprocessing.get_context("fork")
+        with quiescence.frozen(), futures.ProcessPoolExecutor(jobs, mp_context=context) as pool:
+            running: dict[futures.Future[StackResult], StackRole] = {}
+
+            def submit(batch: list[tuple[StackRole, dict[str, Any]]]) -> None:
+                for role, refs in batch:
                     try:
                         job = pool.submit(
                             run_stack,
@@ -103,36 +186,24 @@ def run_parallel(
                             program=program,
                         )
                     except futures.process.BrokenProcessPool as exc:  # a worker died (killed, out of memory)
-                        failed[role] = f"stack {role.name}: not run, the worker processes stopped ({exc})"
+                        self.failed[role] = f"stack {role.name}: not run, the worker processes stopped ({exc})"
                         continue
                     running[job] = role
 
-        submit_ready()
-        while running:
-            finished, _ = futures.wait(running, return_when=futures.FIRST_COMPLETED)
-            for future in sorted(finished, key=lambda f: order.index(running[f])):
-                role = running.pop(future)
-                try:
-                    res = future.result()
-                except Exception as exc:  # noqa: BLE001 - a worker's failure (or its death) is that stack's failure
-                    message = str(exc) if isinstance(exc, EngineError) else describe_failure(exc)
-                    failed[role] = (
-                        message if message.startswith(f"stack {role.name}:") else f"stack {role.name}: {message}"
-                    )
-                    continue
-                exports[role.name] = {"outputs": res.outputs, "secret": sorted(res.secret_outputs)}
-                done[role] = res
-            submit_ready()
-            while reported < len(order) and order[reported] in done.keys() | failed.keys() | blocked.keys():
-                if on_done and order[reported] in done:
-                    on_done(done[order[reported]])
-                reported += 1
-    if failed:
-        messages = []
-        for role, message in failed.items():
-            dependents = [r.name for r in order if blocked.get(r) == role]
-            if dependents:
-                message += f" (not previewed, as they depend on {role.name}: {', '.join(dependents)})"
-            messages.append(message)
-        raise EngineError("; ".join(messages))
-    return [done[role] for role in order]
+            submit(first)
+            while running:
+                finished, _ = futures.wait(running, return_when=futures.FIRST_COMPLETED)
+                for future in sorted(finished, key=lambda f: self.order.index(running[f])):
+                    role = running.pop(future)
+                    try:
+                        res = future.result()
+                    except Exception as exc:  # noqa: BLE001 - a worker's failure (or death) is that stack's failure
+                        message = str(exc) if isinstance(exc, EngineError) else describe_failure(exc)
+                        prefix = f"stack {role.name}:"
+                        self.failed[role] = message if message.startswith(prefix) else f"{prefix} {message}"
+                        continue
+                    if self.cache is not None:
+                        self.cache.store(role, self.keys[role], res)
+                    self.finish(role, res)
+                submit(self.ready())
+                self.report()

@@ -54,7 +54,8 @@ class StackResult:
     resources: list[ResourceRecord] = field(default_factory=list)
     outputs: dict[str, Any] = field(default_factory=dict)  # unmasked, kept in memory only
     secret_outputs: set[str] = field(default_factory=set)
-    seconds: float = 0.0
+    seconds: float = 0.0  # how long the offline run took (for a cached result: the run that made it)
+    cached: bool = False  # reused from the plan cache (dlinfra.offline.cache), not run again
 
     def masked_outputs(self) -> dict[str, Any]:
         """The stack outputs as the plan export shows them: secrets read "[secret]"."""

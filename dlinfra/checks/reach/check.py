@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -9,8 +10,10 @@ from typing import Any
 from dlinfra.checks.reach import evaluation, from_plans, intents, sites
 from dlinfra.checks.reach.evaluation import ReachResult
 from dlinfra.checks.reach.flows import load_flows
+from dlinfra.checks.reach.intents import Intent
 from dlinfra.checks.reach.topology import Topology
-from dlinfra.model import planner
+from dlinfra.files import write_atomic
+from dlinfra.model import planner, slices
 from dlinfra.model.fleet.load import LoadedFleet, load_fleet
 
 FLOWS_FILE = "flows.yaml"  # beside the fleet file; optional
@@ -34,12 +37,60 @@ def analyse(
     explain: bool = False,
 ) -> ReachResult:
     """Every derived intent (and the flows file's, when there is one) over the given plan exports."""
+    topo, derived = _questions(fleet_path, lock_path, plans, flows)
+    return evaluation.run(topo, derived, explain=explain)
+
+
+def _questions(
+    fleet_path: Path, lock_path: Path, plans: Sequence[Mapping[str, Any]], flows: Path | None
+) -> tuple[Topology, list[Intent]]:
     loaded, _address_plan, topo = model(fleet_path, lock_path, plans)
     derived = intents.derive(loaded.fleet, topo)
     path = flows if flows is not None else fleet_path.parent / FLOWS_FILE
     if flows is not None or path.exists():
         derived += load_flows(path, loaded.fleet, topo)
-    return evaluation.run(topo, derived, explain=explain)
+    return topo, derived
+
+
+def summary(
+    fleet_path: Path,
+    lock_path: Path,
+    plans: Sequence[Mapping[str, Any]],
+    flows: Path | None = None,
+    *,
+    explain: bool = False,
+    cache: Path | None = None,
+) -> dict[str, Any]:
+    """summary_json of analyse(), reused from `cache` when the same questions were asked of the same network.
+
+    The key is the network model built from the plans and every intent asked of it (not the plans: a pool's new
+    maximum changes a plan but not one route, rule or address), with the code that answers: the evaluation is a
+    pure function of those. The answer is marked `"cached": true`.
+    """
+    from dlinfra import PROJECT_ROOT
+    from dlinfra.offline import provenance
+
+    topo, derived = _questions(fleet_path, lock_path, plans, flows)
+    if cache is None:
+        return summary_json(evaluation.run(topo, derived, explain=explain))
+    key = slices.digest(
+        {
+            "schema": SCHEMA,
+            "code": provenance.code_hash(PROJECT_ROOT),
+            "explain": explain,
+            "network": topo,
+            "ask": derived,
+        }
+    )
+    path = cache / "reach" / f"{key}.json"
+    try:
+        stored: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
+        return {**stored, "cached": True}
+    except (OSError, ValueError):
+        pass
+    answer = summary_json(evaluation.run(topo, derived, explain=explain))
+    write_atomic(path, json.dumps(answer, sort_keys=True) + "\n", mode=0o644)
+    return {**answer, "cached": False}
 
 
 SCHEMA = "dlinfra.reach/v2"

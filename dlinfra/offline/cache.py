@@ -1,0 +1,126 @@
+"""The plan cache: a stack whose inputs are unchanged is not run again; its last offline result is reused.
+
+A stack's key hashes everything that can change what it declares:
+- the program (every file of stacks/, components/ and dlinfra/, Pulumi.yaml and requirements.txt: the code hash
+  the plans' provenance records), which includes the stack's config file and the packaged data tables;
+- the images manifest;
+- its environment's slice of the fleet and of the address plan (dlinfra.model.slices);
+- the lab's own catalog entries the fleet's pools use, when the fleet has a catalog beside it;
+- the exports of the stacks it reads, as the offline run gave them to its StackReferences.
+
+The last makes the key early-cutting, as build systems do: a stack that a dependency's change leaves with the
+same exports is reused, so a pool's new maximum re-runs its regional stack but not the in-cluster stack that
+reads only the cluster's outputs.
+
+An entry is the whole offline result (resources, outputs, manifests' source), pickled under build/cache/stacks/.
+An offline run has no secret to keep: its secret outputs are the fake cloud's deterministic stand-ins (fake
+keys derived from the resource's name, "offline-placeholder-secret" for encrypted config). The folder is
+build output, ignored by git, and `DLINFRA_CACHE=off` turns the cache off.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from dlinfra.model import slices
+from dlinfra.model.fleet.schema import Fleet
+from dlinfra.model.stackroles import StackRole
+from dlinfra.offline.plan_export import StackResult
+
+VARIABLE = "DLINFRA_CACHE"  # the cache folder; "off" turns the cache off
+FORMAT = 1  # bumped when an entry's shape changes: older entries are then misses
+KEEP = 8  # entries kept per stack, newest first: a base and a few heads of a pull request
+
+
+@dataclass
+class StackCache:
+    """Keys and entries of one preview run: what every stack shares (`common`) and each environment's slice."""
+
+    folder: Path
+    common: Mapping[str, str]  # the code, images manifest, project and entry format, by hash
+    environments: Mapping[str, str]  # environment -> hash of its fleet, address-plan and catalog slices
+    dependencies: Mapping[StackRole, Sequence[StackRole]]
+    reused: list[str] = field(default_factory=list)
+    ran: list[str] = field(default_factory=list)
+
+    def key(self, role: StackRole, exports: Mapping[str, Mapping[str, Any]]) -> str:
+        """The key of a stack given the exports of the stacks it reads (only those count)."""
+        read = {d.name: exports[d.name] for d in self.dependencies.get(role, ())}
+        return slices.digest(
+            {"common": self.common, "stack": role.name, "slice": self.environments[role.environment], "reads": read}
+        )
+
+    def _path(self, role: StackRole, key: str) -> Path:
+        return self.folder / "stacks" / role.name / f"{key}.pickle"
+
+    def load(self, role: StackRole, key: str) -> StackResult | None:
+        """The stored result under this key; None when there is none or it cannot be read (then it runs again)."""
+        path = self._path(role, key)
+        try:
+            with path.open("rb") as fh:
+                result = pickle.load(fh)  # our own build output, written by store() below
+        except (OSError, pickle.PickleError, EOFError, AttributeError, ImportError, TypeError, ValueError):
+            return None
+        if not isinstance(result, StackResult) or result.role != role:
+            return None
+        os.utime(path)  # recently used: kept by the pruning below
+        self.reused.append(role.name)
+        return replace(result, cached=True)
+
+    def store(self, role: StackRole, key: str, result: StackResult) -> None:
+        """Keep a fresh result under its key, and only the newest KEEP entries of the stack."""
+        self.ran.append(role.name)
+        path = self._path(role, key)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(f".{os.getpid()}.tmp")
+        with tmp.open("wb") as fh:
+            pickle.dump(replace(result, cached=False), fh, protocol=pickle.HIGHEST_PROTOCOL)
+        os.replace(tmp, path)
+        entries = sorted(path.parent.glob("*.pickle"), key=lambda p: p.stat().st_mtime, reverse=True)
+        for old in entries[KEEP:]:
+            old.unlink(missing_ok=True)
+
+
+def folder(default: Path) -> Path | None:
+    """The cache folder: DLINFRA_CACHE when set ("off": no cache), else `default`."""
+    chosen = os.environ.get(VARIABLE, "")
+    if chosen.lower() == "off":
+        return None
+    return Path(chosen) if chosen else default
+
+
+def open_cache(
+    where: Path,
+    *,
+    fleet: Fleet,
+    allocations: Mapping[str, str],
+    catalogs: Mapping[str, Any],
+    provenance: Mapping[str, str],
+    project: str,
+    roles: Sequence[StackRole],
+    dependencies: Mapping[StackRole, Sequence[StackRole]],
+) -> StackCache:
+    """The cache of one preview run over these inputs (`provenance`: the hashes the plans record; `catalogs`: the
+    lab's own catalog entries each environment's pools use)."""
+    common = {
+        "format": str(FORMAT),
+        "project": project,
+        "code": provenance["code"],
+        "images": provenance["images"],
+    }
+    environments = {
+        env: slices.digest(
+            {
+                "fleet": slices.fleet_slice(fleet, env),
+                "lock": slices.lock_slice(fleet, allocations, env),
+                "catalog": catalogs.get(env),
+            }
+        )
+        for env in {r.environment for r in roles}
+    }
+    return StackCache(folder=where, common=common, environments=environments, dependencies=dependencies)
