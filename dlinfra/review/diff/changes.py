@@ -6,6 +6,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from dlinfra.model.gpu_quotas import QuotaView
 from dlinfra.review.diff.plans import Topology
 from policy.dlinfra_policy.rules.state import STATEFUL_TYPES
 
@@ -60,6 +61,8 @@ class Diff:
     reach_errors: tuple[str, ...] = ()
     base_cost: Mapping[str, Any] | None = None
     head_cost: Mapping[str, Any] | None = None
+    base_quotas: QuotaView = field(default_factory=lambda: QuotaView(()))  # from the base's Kueue objects
+    head_quotas: QuotaView = field(default_factory=lambda: QuotaView(()))
 
     @property
     def dangerous(self) -> list[Change]:

@@ -6,9 +6,10 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
-from dlinfra.model import replacement, stackroles
+from dlinfra.model import gpu_quotas, replacement, stackroles
 from dlinfra.model.fleet.schema import Fleet
 from dlinfra.review.diff.aliases import alias_urns, kept_identities, substituted
 from dlinfra.review.diff.cascade import cascade
@@ -189,7 +190,48 @@ def compare(base: PlanSet, head: PlanSet) -> Diff:
         reach_errors=tuple(f"{ps.label}: {ps.reach_error}" for ps in (base, head) if ps.reach_error),
         base_cost=base.cost,
         head_cost=head.cost,
+        # From the rendered Kueue objects, not the fleet: an older revision's fleet may not load today, and its
+        # objects are what its apply would set (dlinfra.model.gpu_quotas.from_plans).
+        base_quotas=gpu_quotas.from_plans(base.plans.values(), base.topology.scaled_quotas),
+        head_quotas=gpu_quotas.from_plans(head.plans.values(), head.topology.scaled_quotas),
     )
+
+
+@dataclass(frozen=True)
+class QuotaChange:
+    """A team's guaranteed and borrowable GPUs in one flavor, before and after (None: no quota there)."""
+
+    environment: str
+    team: str
+    region: str
+    flavor: str
+    before: gpu_quotas.TeamQuota | None
+    after: gpu_quotas.TeamQuota | None
+
+    def to_json(self) -> dict[str, Any]:
+        def gpus(row: gpu_quotas.TeamQuota | None) -> dict[str, int] | None:
+            return None if row is None else {"guaranteed": row.guaranteed, "borrowable": row.borrowable}
+
+        return {
+            "environment": self.environment,
+            "team": self.team,
+            "region": self.region,
+            "flavor": self.flavor,
+            "before": gpus(self.before),
+            "after": gpus(self.after),
+        }
+
+
+def quota_changes(diff: Diff) -> list[QuotaChange]:
+    """Every flavor where a team's guaranteed or borrowable GPUs change, by environment, team and region."""
+    before, after = diff.base_quotas.by_key(), diff.head_quotas.by_key()
+    out = []
+    # The head's order first (flavors in admission order), then what only the base had.
+    for key in [*after, *(k for k in before if k not in after)]:
+        old, new = before.get(key), after.get(key)
+        if old is None or new is None or (old.guaranteed, old.borrowable) != (new.guaranteed, new.borrowable):
+            out.append(QuotaChange(*key, old, new))
+    return sorted(out, key=lambda c: (c.environment, c.team, c.region))
 
 
 def touched(diff: Diff, fleet: Fleet | None = None) -> list[dict[str, str]]:

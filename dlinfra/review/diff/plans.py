@@ -29,6 +29,7 @@ class Topology:
     peerings: tuple[tuple[str, str, str], ...] = ()  # (environment, region, region)
     pools: tuple[tuple[str, str], ...] = ()  # (environment, pool)
     teams: tuple[str, ...] = ()
+    scaled_quotas: tuple[str, ...] = ()  # environments with `gpu_quotas: scaled`: their team quotas shrink to fit
 
 
 @dataclass(frozen=True)
@@ -73,4 +74,7 @@ def topology(fleet: Mapping[str, Any]) -> Topology:
         peerings=tuple(sorted(peerings)),
         pools=tuple(sorted(pools)),
         teams=tuple(sorted(str(t) for t in (fleet.get("teams") or {}))),
+        scaled_quotas=tuple(
+            sorted(str(env) for env, spec in environments.items() if (spec or {}).get("gpu_quotas") == "scaled")
+        ),
     )

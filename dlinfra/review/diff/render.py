@@ -9,8 +9,9 @@ from collections import Counter
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+from dlinfra.model.gpu_quotas import QuotaView
 from dlinfra.review.diff.changes import Change, Diff
-from dlinfra.review.diff.compare import entity_summary
+from dlinfra.review.diff.compare import QuotaChange, entity_summary, quota_changes
 from dlinfra.review.diff.plans import Topology
 from policy.dlinfra_policy.rules.state import STATEFUL_TYPES
 
@@ -72,6 +73,12 @@ def to_json(diff: Diff) -> dict[str, Any]:
         "lock": [{"key": c.key, "before": c.before, "after": c.after} for c in diff.lock],
         "reach": {"base": diff.base_reach, "head": diff.head_reach, "errors": list(diff.reach_errors)},
         "cost": {"base": diff.base_cost, "head": diff.head_cost},
+        "quotas": {
+            "changes": [c.to_json() for c in quota_changes(diff)],
+            "warnings": [str(w) for w in diff.head_quotas.warnings],
+            "base": [r.to_json() for r in diff.base_quotas.rows],
+            "head": [r.to_json() for r in diff.head_quotas.rows],
+        },
     }
 
 
@@ -82,6 +89,7 @@ def render_markdown(diff: Diff) -> str:
     out += _entities(diff)
     out += _summary(diff)
     out += _replacement_table(diff)
+    out += _quota_section(diff)
     for stack in sorted({c.stack for c in diff.changes}):
         out += _stack_section(stack, [c for c in diff.changes if c.stack == stack], diff)
     out += _lock_section(diff)
@@ -191,6 +199,57 @@ def _replacement_table(diff: Diff) -> list[str]:
         keys = sorted({k for c in members for k in c.inputs})
         lines.append(f"| {_code(type_)} | {len(members)} | {', '.join(_code(k) for k in keys)} |")
     return [*lines, ""]
+
+
+def _quota_section(diff: Diff) -> list[str]:
+    """Each team whose guaranteed or borrowable GPUs change, flavor by flavor and in total per environment, and the
+    head's teams left without a guarantee. Every changed flavor is listed: this is what the quota change means."""
+    if not diff.base_quotas.teams and not diff.head_quotas.teams:
+        return []  # plans without in-cluster stacks: no queues to compare
+    lines = ["### Team GPU quotas", ""]
+    # What this change brings is a warning; what was already so is listed once, so that it is not taken for news.
+    warned = {str(w) for w in diff.base_quotas.warnings}
+    new = [str(w) for w in diff.head_quotas.warnings if str(w) not in warned]
+    old = [str(w) for w in diff.head_quotas.warnings if str(w) in warned]
+    if new:
+        lines += ["> [!WARNING]", *(f"> - {_cell(w)}" for w in new), ""]
+    if old:
+        lines += ["Already so before this change:", "", *(f"- {_cell(w)}" for w in old), ""]
+    changes = quota_changes(diff)
+    if not changes:
+        return [*lines, "No team's guaranteed or borrowable GPUs change.", ""]
+    lines += [
+        "Guaranteed: the team's Kueue nominal quota. Borrowable: the most it can hold on top while other teams leave "
+        'theirs idle (docs/jobs.md, "Who gets which GPUs"). `–`: no quota there.',
+        "",
+        "| team | environment | region | flavor | guaranteed (base → head) | borrowable (base → head) |",
+        "| --- | --- | --- | --- | ---: | ---: |",
+    ]
+    for (env, team), group in itertools.groupby(changes, key=lambda c: (c.environment, c.team)):
+        for c in group:
+            lines.append(
+                f"| {_code(team)} | {env} | {c.region} | {_code(c.flavor)} | {_gpus(c, 'guaranteed')} "
+                f"| {_gpus(c, 'borrowable')} |"
+            )
+        before, after = (_total(view, env, team) for view in (diff.base_quotas, diff.head_quotas))
+        lines.append(
+            f"| {_code(team)} | {env} | **all regions** | | **{before[0]} → {after[0]}** | {before[1]} → {after[1]} |"
+        )
+    return [*lines, ""]
+
+
+def _total(view: QuotaView, env: str, team: str) -> tuple[str, str]:
+    """A team's guaranteed and borrowable GPUs over an environment's regions; `–` where it has no queues."""
+    if team not in view.teams.get(env, ()):
+        return "–", "–"
+    rows = [r for r in view.rows if (r.environment, r.team) == (env, team)]
+    return str(sum(r.guaranteed for r in rows)), str(sum(r.borrowable for r in rows))
+
+
+def _gpus(change: QuotaChange, what: str) -> str:
+    before = "–" if change.before is None else str(getattr(change.before, what))
+    after = "–" if change.after is None else str(getattr(change.after, what))
+    return f"{before} → {after}"
 
 
 def _stack_section(stack: str, changes: Sequence[Change], diff: Diff) -> list[str]:

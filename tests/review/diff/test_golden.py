@@ -193,3 +193,15 @@ def test_the_reports_say_what_a_reviewer_must_see_first() -> None:
     assert "| `prod-us-west-2` | 2,732.54 → 2,732.54 | 0 | 65,412.10 → 105,722.11 | +40,310.01 |" in raised
     entities = (GOLDEN / "add-pool-and-team-remove-site.md").read_text()
     assert "`- site ams1 (prod, 3 regions)`, `+ pool infer-l4 (prod, 2 regions)`" in entities
+
+
+def test_a_new_team_pool_and_removed_site_read_as_quotas() -> None:
+    """The reviewer sees what each team gets, flavor by flavor, not a Kueue spec cut at 80 characters."""
+    report = (GOLDEN / "add-pool-and-team-remove-site.md").read_text()
+    section = report[report.index("### Team GPU quotas") :].split("\n### ", 1)[0]
+    assert "> - team audio is guaranteed no GPUs in environment staging" in section  # new: a warning
+    assert "- team robotics is guaranteed no GPUs in environment staging" in section  # already so: listed once
+    assert "| `audio` | prod | **all regions** | | **– → 8** | – → 616 |" in section
+    assert "| `vision` | prod | eu-west-1 | `site-ams1` | 19 → – | 45 → – |" in section  # the site is gone
+    assert "| `vision` | prod | us-west-2 | `pool-infer-l4` | – → 5 | – → 11 |" in section  # the new pool
+    assert "| `vision` | prod | **all regions** | | **192 → 192** | 464 → 432 |" in section
