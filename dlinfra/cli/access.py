@@ -16,7 +16,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from dlinfra.cli.common import Handler, err, out
+from dlinfra.cli.common import Handler, err, out, working
 from dlinfra.errors import DlinfraError
 from dlinfra.model import stackroles
 from dlinfra.model.fleet.load import load_fleet
@@ -82,9 +82,10 @@ def cmd_access(args: argparse.Namespace) -> int:
     from dlinfra.review.principals import model_reach
 
     lock = args.lock if args.lock is not None else Path(args.fleet).parent / "cidr-lock.yaml"
-    _loaded, address_plan, topo = reach_check.model(Path(args.fleet), lock, [p.data for p in plans])
-    reach = model_reach(topo, fleet, address_plan)
-    report = access.build_report(plans, fleet, reach=reach, team=args.team)
+    with working(f"proving who reaches what over {len(plans)} plan(s)"):
+        _loaded, address_plan, topo = reach_check.model(Path(args.fleet), lock, [p.data for p in plans])
+        reach = model_reach(topo, fleet, address_plan)
+        report = access.build_report(plans, fleet, reach=reach, team=args.team)
     if args.json:
         sys.stdout.write(json.dumps(report.to_json(), indent=2, sort_keys=True) + "\n")
     else:

@@ -84,8 +84,9 @@ EXAMPLES: dict[str, str] = {
     "      --gpu-nodes 4 --gpus-per-node 8 --gpu-model H100 --nfs 10.60.0.5:/export/data:/data",
     "site remove": "dlinfra site remove lax1            # keeps its address ranges reserved",
     "site render": "dlinfra site render ams1 --offline",
-    "vpn": "dlinfra vpn profile --region us-west-2 --user alice --outputs outputs.json",
-    "vpn profile": "dlinfra vpn profile --region us-west-2 --user alice --outputs outputs.json",
+    "vpn": "dlinfra vpn profile --environment staging --region us-west-2 --user alice --offline",
+    "vpn profile": "dlinfra vpn profile --environment staging --region us-west-2 --user alice --offline"
+    "   # certificates\n  dlinfra vpn profile --region us-west-2 --offline   # prod: federated sign-in, no --user",
     "check": "dlinfra preview --all && dlinfra check --all",
     "reach": "dlinfra reach --verbose",
     "diff": "dlinfra diff --base origin/main --out plan-diff.md",
