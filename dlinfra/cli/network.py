@@ -21,7 +21,7 @@ from rich.text import Text
 
 from dlinfra import PROJECT_ROOT as ROOT
 from dlinfra import files
-from dlinfra.cli.common import Handler, Output, lock_file, working
+from dlinfra.cli.common import Handler, Output, lock_file
 from dlinfra.errors import DlinfraError
 from dlinfra.model import planner, stackroles
 from dlinfra.model.fleet.load import load_fleet
@@ -175,7 +175,7 @@ def _site_add(args: argparse.Namespace) -> int:
         out.print(f"  {key:<24} {net}", markup=False)
     out.print(f"wrote {lock_file(args)}", markup=False)
     out.print("\nNext steps:")
-    for i, step in enumerate(onboarding.next_steps_after_add(change.fleet, new.name, fleet_path), start=1):
+    for i, step in enumerate(onboarding.next_steps_after_add(change, fleet_path), start=1):
         out.print(f"  {i}. {step}", markup=False)
     return 0
 
@@ -244,10 +244,9 @@ def _site_remove(args: argparse.Namespace) -> int:
         )
     for key, net in change.allocations.items():
         out.print(f"  {key:<24} {net}", markup=False)
-    out.print(
-        f"\nNext: pulumi up --stack {change.home_stack} (deletes the site's VPN and routes), then the "
-        "environment's global stack, if it has one (drops the routes in the other regions)."
-    )
+    out.print("\nNext, once its nodes are drained (docs/site-onboarding.md, section 10), apply in this order:")
+    for step in onboarding.apply_steps(change):
+        out.print(f"  {step}", markup=False)
     return 0
 
 
@@ -321,8 +320,7 @@ def _outputs(args: argparse.Namespace, fleet: Fleet, env: str, region: str) -> t
         "dlinfra:fleet": str(Path(args.fleet).resolve()),
         "dlinfra:lock": str(lock_file(args).resolve()),
     }
-    with working(f"running {role.name} offline for its outputs"):
-        result = engine.run_stack(ROOT, role, project=fleet.project, config=config, stack_exports={})
+    result = engine.run_stack(ROOT, role, project=fleet.project, config=config, stack_exports={})
     err.print(f"offline outputs of {role.name} (fake cloud: addresses and keys are not real)")
     return result.outputs, f"offline {role.name}"
 
@@ -352,14 +350,8 @@ def _vpn_profile(args: argparse.Namespace) -> int:
             key=f"environments.{env}.client_vpn.users",
         )
     if vpn.saml and args.user:
-        with_users = [name for name, e in fleet.environments.items() if e.client_vpn and e.client_vpn.users]
-        elsewhere = (
-            f"; certificate sign-in is in {', '.join(with_users)} (--environment {with_users[0]})" if with_users else ""
-        )
         raise DlinfraError(
-            f"--user is for certificate sign-in, and {env} uses federated sign-in (everyone uses the same profile "
-            f"and signs in as themselves): drop --user, as in `dlinfra vpn profile --environment {env} --region "
-            f"{region} --outputs FILE`{elsewhere}",
+            "federated sign-in: everyone uses the same profile and signs in as themselves; drop --user",
             file=str(args.fleet),
             key=f"environments.{env}.client_vpn.saml",
         )

@@ -17,9 +17,10 @@ from ruamel.yaml.comments import CommentedMap
 
 from dlinfra.errors import DlinfraError
 from dlinfra.files import mode_of, write_atomic
-from dlinfra.model import planner
+from dlinfra.model import planner, site_stacks
 from dlinfra.model.fleet.load import LoadedFleet, load_fleet, validate_data
 from dlinfra.model.fleet.schema import Fleet
+from dlinfra.model.site_stacks import Touched
 from dlinfra.model.sites import Net, stack_of
 
 Routing = Literal["static", "bgp"]
@@ -82,6 +83,7 @@ class SiteChange:
     site: str
     allocations: dict[str, Net]  # the site's allocation keys and CIDRs
     home_stack: str  # the regional stack that declares (or declared) the site's VPN
+    stacks: tuple[Touched, ...]  # the stacks to apply, in apply order, and what the change moves in each
     released: bool = False
 
 
@@ -106,13 +108,14 @@ def add_site(fleet_path: Path, lock_path: Path, new: NewSite) -> SiteChange:
         )
     lock = planner.load_lock(lock_path)
     # The lock must already cover the fleet, so that the only new allocations are the site's.
-    planner.plan(loaded, lock)
+    before = planner.plan(loaded, lock)
     text = fleet_path.read_text()
     edited = _insert_site(text, new.name, new.entry())
     data = _parse_edit(edited, fleet_path)
     _check_edit(text, data, fleet_path, added={new.name: new.entry()})
     fleet = validate_data(data, fleet_path)
     plan = planner.plan(LoadedFleet(fleet, fleet_path), lock, update=True)
+    touched = site_stacks.touched((loaded.fleet, before), (fleet, plan))
     planner.save_lock(plan.to_lock(lock_path), lock_path)
     write_atomic(fleet_path, edited, mode=mode_of(fleet_path))
     return SiteChange(
@@ -121,6 +124,7 @@ def add_site(fleet_path: Path, lock_path: Path, new: NewSite) -> SiteChange:
         site=new.name,
         allocations=_site_allocations(plan, new.name),
         home_stack=stack_of(fleet, new.name),
+        stacks=tuple(touched),
     )
 
 
@@ -131,7 +135,8 @@ def remove_site(fleet_path: Path, lock_path: Path, name: str, *, release: bool) 
         known = ", ".join(loaded.fleet.sites) or "none"
         raise DlinfraError(f"no site {name!r} in the fleet (sites: {known})", file=str(fleet_path), key=f"sites.{name}")
     lock = planner.load_lock(lock_path)
-    owned = _site_allocations(planner.plan(loaded, lock), name)
+    before = planner.plan(loaded, lock)
+    owned = _site_allocations(before, name)
     home_stack = stack_of(loaded.fleet, name)
     text = fleet_path.read_text()
     edited = _delete_site(text, name)
@@ -141,10 +146,19 @@ def remove_site(fleet_path: Path, lock_path: Path, name: str, *, release: bool) 
     if release:
         lock = planner.release(lock, owned)
     plan = planner.plan(LoadedFleet(fleet, fleet_path), lock)
+    touched = site_stacks.touched((loaded.fleet, before), (fleet, plan))
     if release:
         planner.save_lock(plan.to_lock(lock_path), lock_path)
     write_atomic(fleet_path, edited, mode=mode_of(fleet_path))
-    return SiteChange(fleet=fleet, plan=plan, site=name, allocations=owned, home_stack=home_stack, released=release)
+    return SiteChange(
+        fleet=fleet,
+        plan=plan,
+        site=name,
+        allocations=owned,
+        home_stack=home_stack,
+        stacks=tuple(touched),
+        released=release,
+    )
 
 
 def _site_allocations(plan: planner.Plan, site: str) -> dict[str, Net]:
@@ -284,19 +298,25 @@ def _check_edit(
         )
 
 
-def next_steps_after_add(fleet: Fleet, site: str, fleet_path: Path) -> list[str]:
-    """The commands that bring a newly added site up, in order."""
-    spec = fleet.sites[site]
-    home = stack_of(fleet, site)
-    steps = [
-        f"review and commit {fleet_path.name} and the lock",
-        f"pulumi up --stack {home}    # customer gateway, VPN connection, routes in {spec.region}",
-    ]
-    if len(fleet.environments[spec.environment].regions) > 1:
-        steps.append(f"pulumi up --stack {spec.environment}-global    # the other regions route to {site}")
+def next_steps_after_add(change: SiteChange, fleet_path: Path) -> list[str]:
+    """The commands that bring a newly added site up, in order: every stack the change touches, then the render."""
+    home, site = change.home_stack, change.site
+    steps = [f"review and commit {fleet_path.name} and the lock", *apply_steps(change)]
     steps += [
         f"pulumi stack output --json --show-secrets --stack {home} > {home}.outputs.json",
         f"dlinfra site render {site} --outputs {home}.outputs.json    # swanctl.conf, frr.conf, node JSON",
         f"shred -u {home}.outputs.json    # it holds the tunnels' pre-shared keys",
     ]
+    return steps
+
+
+def apply_steps(change: SiteChange) -> list[str]:
+    """`pulumi up` of each stack the change touches, in apply order, saying what it changes there."""
+    width = max((len(stack.role.name) for stack in change.stacks), default=0)
+    steps = []
+    for stack in change.stacks:
+        what = "; ".join(stack.why) or "a new stack"
+        if stack.role.runs_in_vpc:
+            what += "; from inside the VPC"
+        steps.append(f"pulumi up --stack {stack.role.name:<{width}}    # {what}")
     return steps

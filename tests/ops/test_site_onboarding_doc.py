@@ -1,17 +1,21 @@
-"""docs/site-onboarding.md and `dlinfra site render` say the same thing: every command render prints is in the
-guide, word for word, and the guide names every file render writes."""
+"""docs/site-onboarding.md and `dlinfra site add|render` say the same thing: every command render prints is in the
+guide, word for word, the guide names every file render writes, and it applies the stacks `site add` lists."""
 
 from __future__ import annotations
 
 import json
 import os
+import re
+import shlex
+import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from dlinfra.ops import site_files
+from dlinfra.cli import main as cli
+from dlinfra.ops import onboarding, site_files
 from tests import reference
 from tests.conftest import REFERENCE_FLEET, REFERENCE_LOCK, ROOT
 
@@ -103,3 +107,22 @@ def test_the_guide_names_the_versions_the_cookbooks_and_images_use() -> None:
     assert f"chef_version: {version}" in (ROOT / "chef" / "kitchen.yml").read_text()
     assert "- name: ubuntu-24.04" in (ROOT / "chef" / "kitchen.yml").read_text() and "Ubuntu 24.04 LTS" in text
     assert f"`{site_files.CHEF_REPO_DIR}`" in text
+
+
+def test_the_guide_applies_the_stacks_site_add_lists(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Section 2's `pulumi up` lines are what `site add` prints for the guide's own command, run on the reference
+    fleet without that site."""
+    block = _guide().split("Steps 1, 2 and 4")[1].split("```sh\n")[1].split("```")[0].splitlines()
+    command = shlex.split(block[0])
+    assert command[:5] == [".venv/bin/python", "-m", "dlinfra", "site", "add"]
+    site = command[5]
+    fleet, lock = tmp_path / "fleet.yaml", tmp_path / "cidr-lock.yaml"
+    shutil.copy(REFERENCE_FLEET, fleet)
+    shutil.copy(REFERENCE_LOCK, lock)
+    onboarding.remove_site(fleet, lock, site, release=True)
+    capsys.readouterr()
+    assert cli.main([*command[3:], "--fleet", str(fleet), "--lock", str(lock)]) == 0
+    printed = re.findall(r"^\s+\d+\. (pulumi up --stack .*)$", capsys.readouterr().out, re.MULTILINE)
+    guide = [line for line in block if line.startswith("pulumi up --stack")]
+    assert len(guide) >= 5  # the other regions and the in-cluster stacks, not only the home and global stacks
+    assert [" ".join(line.split()) for line in guide] == [" ".join(line.split()) for line in printed]

@@ -223,7 +223,7 @@ def test_site_add_then_preview_then_render(repo: Repo, tmp_path: Path) -> None:
         "dlinfra site render nyc1",
     ):
         assert step in result.out
-    assert result.out.index("prod-us-east-1    #") < result.out.index("prod-global")
+    assert result.out.index("--stack prod-us-east-1 ") < result.out.index("--stack prod-global")
 
     # Preview every stack of the new fleet: the site is on us-east-1's TGW and routed from the others.
     fleet = load_fleet(repo.fleet).fleet
