@@ -21,7 +21,7 @@ from rich.text import Text
 
 from dlinfra import PROJECT_ROOT as ROOT
 from dlinfra import files
-from dlinfra.cli.common import Handler, Output, lock_file
+from dlinfra.cli.common import Handler, Output, lock_file, working
 from dlinfra.errors import DlinfraError
 from dlinfra.model import planner, stackroles
 from dlinfra.model.fleet.load import load_fleet
@@ -320,7 +320,8 @@ def _outputs(args: argparse.Namespace, fleet: Fleet, env: str, region: str) -> t
         "dlinfra:fleet": str(Path(args.fleet).resolve()),
         "dlinfra:lock": str(lock_file(args).resolve()),
     }
-    result = engine.run_stack(ROOT, role, project=fleet.project, config=config, stack_exports={})
+    with working(f"running {role.name} offline for its outputs"):
+        result = engine.run_stack(ROOT, role, project=fleet.project, config=config, stack_exports={})
     err.print(f"offline outputs of {role.name} (fake cloud: addresses and keys are not real)")
     return result.outputs, f"offline {role.name}"
 
@@ -350,8 +351,14 @@ def _vpn_profile(args: argparse.Namespace) -> int:
             key=f"environments.{env}.client_vpn.users",
         )
     if vpn.saml and args.user:
+        with_users = [name for name, e in fleet.environments.items() if e.client_vpn and e.client_vpn.users]
+        elsewhere = (
+            f"; certificate sign-in is in {', '.join(with_users)} (--environment {with_users[0]})" if with_users else ""
+        )
         raise DlinfraError(
-            "federated sign-in: everyone uses the same profile and signs in as themselves; drop --user",
+            f"--user is for certificate sign-in, and {env} uses federated sign-in (everyone uses the same profile "
+            f"and signs in as themselves): drop --user, as in `dlinfra vpn profile --environment {env} --region "
+            f"{region} --outputs FILE`{elsewhere}",
             file=str(args.fleet),
             key=f"environments.{env}.client_vpn.saml",
         )
