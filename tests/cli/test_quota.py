@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import json
 import re
+import shlex
+import shutil
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 from dlinfra.cli import main as cli
-from tests.conftest import REFERENCE_FLEET
+from tests.conftest import REFERENCE_FLEET, REFERENCE_LOCK
 
 
 def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
@@ -70,3 +72,16 @@ def test_an_unknown_environment_is_refused(capsys: pytest.CaptureFixture[str]) -
     code, out, err = run(capsys, "quota", "--fleet", str(REFERENCE_FLEET), "--env", "dev")
     assert code == 2 and out == ""
     assert "no environment 'dev'; the fleet has prod, staging" in err
+
+
+def test_help_examples_run_on_the_reference_fleet(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    shutil.copy(REFERENCE_FLEET, tmp_path / "fleet.yaml")
+    shutil.copy(REFERENCE_LOCK, tmp_path / "cidr-lock.yaml")
+    monkeypatch.chdir(tmp_path)
+    for line in cli.EXAMPLES["quota"].splitlines():
+        argv = shlex.split(line, comments=True)
+        assert argv[0] == "dlinfra", line
+        code, out, err = run(capsys, *argv[1:])
+        assert code == 0 and out, (line, err)
