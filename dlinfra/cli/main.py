@@ -1,6 +1,7 @@
 """Command line: `python -m dlinfra validate | cidr | preview | check | pool roll ...`.
 
-Every command takes --fleet and --lock. Bad input exits 2 with one message naming the file and key;
+Every command takes --fleet and --lock; without --fleet, fleet.yaml is looked for here and then upward, and the
+command runs from its folder (dlinfra.cli.root). Bad input exits 2 with one message naming the file and key;
 nothing is written when a command fails.
 """
 
@@ -16,7 +17,7 @@ from typing import Any
 from rich.text import Text
 
 from dlinfra import PROJECT_ROOT as ROOT
-from dlinfra.cli import access, checks, cost, doctor, fleet, gpu, network, pools, preview, quota, what_happened
+from dlinfra.cli import access, checks, cost, doctor, fleet, gpu, network, pools, preview, quota, root, what_happened
 from dlinfra.cli.common import EXIT_BAD_INPUT, Handler, err
 from dlinfra.errors import DlinfraError
 from dlinfra.ops.aws import describe as describe_aws_error
@@ -26,9 +27,14 @@ def _shared_options(*, subcommand: bool) -> argparse.ArgumentParser:
     """--fleet and --lock. On subcommands they default to SUPPRESS: argparse copies a subparser's defaults over
     the parent's values, so `dlinfra --fleet F validate` would silently read fleet.yaml otherwise."""
     shared = argparse.ArgumentParser(add_help=False)
-    fleet_default: Any = argparse.SUPPRESS if subcommand else Path("fleet.yaml")
+    fleet_default: Any = argparse.SUPPRESS if subcommand else root.FLEET
     lock_default: Any = argparse.SUPPRESS if subcommand else None
-    shared.add_argument("--fleet", default=fleet_default, type=Path, help="fleet file (default: fleet.yaml)")
+    shared.add_argument(
+        "--fleet",
+        default=fleet_default,
+        type=Path,
+        help="fleet file (default: fleet.yaml here or in the nearest parent, as git finds its repository)",
+    )
     shared.add_argument(
         "--lock", default=lock_default, type=Path, help="address-plan lock (default: cidr-lock.yaml beside the fleet)"
     )
@@ -120,10 +126,12 @@ def _add_examples(parser: argparse.ArgumentParser, path: str) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the CLI; returns the exit code."""
-    args = _parser().parse_args(argv)
+    parser = _parser()
+    args = parser.parse_args(argv)
     try:
         handler: Handler = args.handlers[args.command]
-        return handler(args)
+        with root.from_root(parser, args):
+            return handler(args)
     except DlinfraError as exc:
         err.print(Text.assemble(("error:", "bold red"), " ", str(exc)))  # Text: the message echoes user input
         return EXIT_BAD_INPUT
