@@ -7,8 +7,10 @@ import copy
 from typing import Any
 
 import pytest
+import yaml
 
 from dlinfra.model import gpu_quotas, kueue
+from dlinfra.model.fleet.load import validate_data
 from dlinfra.model.fleet.schema import Fleet
 from dlinfra.model.gpu_quotas import Limits, Queue
 from tests import reference
@@ -16,10 +18,6 @@ from tests.conftest import REFERENCE_FLEET
 
 
 def _fleet(change: Any = None) -> Fleet:
-    import yaml
-
-    from dlinfra.model.fleet.load import validate_data
-
     data = yaml.safe_load(REFERENCE_FLEET.read_text())
     if change is not None:
         change(data)
@@ -33,7 +31,7 @@ def test_reference_quotas_per_team_region_and_flavor() -> None:
     # (16 x 8 = 128 GPUs) holds 37 of them; the other 91 of the pool the cohort lends it while idle.
     vision = rows[("prod", "vision", "us-west-2", "pool-train-h100")]
     assert (vision.guaranteed, vision.borrowable) == (37, 91)
-    assert (rows[("prod", "robotics", "eu-west-1", "site-ams1")].guaranteed,) == (6,)
+    assert rows[("prod", "robotics", "eu-west-1", "site-ams1")].guaranteed == 6
     fleet = reference.fleet()
     for env, spec in fleet.environments.items():
         capacity = {(f.region, f.name): f.gpus for f in kueue.flavors(fleet, env)}
