@@ -86,8 +86,8 @@ EXAMPLES: dict[str, str] = {
     "stacks": "dlinfra stacks --json --only prod-us-west-2-k8s",
     "site": "dlinfra site list",
     "site list": "dlinfra site list --json",
-    "site add": "dlinfra site add lax1 --region us-west-2 --public-ip 198.51.100.7 --asn 65110 --bgp \\\n"
-    "      --gpu-nodes 4 --gpus-per-node 8 --gpu-model H100 --nfs 10.60.0.5:/export/data:/data",
+    "site add": "dlinfra site add lax1 --region us-west-2 --public-ip 64.62.140.99 --asn 65110 --bgp \\\n"
+    "      --gpu-nodes 4 --lan 10.60.0.0/20 --nfs 10.60.0.5:/export/data:/data --activation-expiry 14d",
     "site remove": "dlinfra site remove lax1            # keeps its address ranges reserved",
     "site render": "dlinfra site render ams1 --offline",
     "vpn": "dlinfra vpn profile --environment staging --region us-west-2 --user alice --offline",

@@ -7,8 +7,10 @@ Nothing is written unless the whole change validated; secrets only go to files c
 from __future__ import annotations
 
 import argparse
+import datetime
 import ipaddress
 import json
+import re
 import sys
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -26,6 +28,7 @@ from dlinfra.errors import DlinfraError
 from dlinfra.model import planner, stackroles
 from dlinfra.model.fleet.load import load_fleet
 from dlinfra.model.fleet.schema import Fleet
+from dlinfra.model.sites import ACTIVATION_MAX_DAYS
 from dlinfra.ops import onboarding, site_files, stack_outputs
 from dlinfra.render.failover import FailoverBudget
 from dlinfra.render.openvpn import ClientVpnProfile, render_ovpn
@@ -78,6 +81,13 @@ def register(subparsers: Any, common: argparse.ArgumentParser) -> dict[str, Hand
         help="an NFS export the GPU nodes mount (repeatable), e.g. 10.60.0.5:/export/data:/data",
     )
     add.add_argument("--pod-cidr", help="the hybrid nodes' pod CIDR (default: allocated from the address space)")
+    add.add_argument(
+        "--activation-expiry",
+        type=_expiry,
+        metavar="WHEN",
+        help="until when the GPU machines may register: a UTC instant (2026-12-20T00:00:00Z) or days from now (14d), "
+        f"at most {ACTIVATION_MAX_DAYS} days ahead (default: AWS's 24 hours after the apply)",
+    )
 
     remove = site_sub.add_parser("remove", parents=[common], help="remove a site from the fleet")
     remove.add_argument("name", help="the site to remove (see `dlinfra site list`)")
@@ -132,6 +142,20 @@ def _integer(flag: str) -> Callable[[str], int]:
     return parse
 
 
+def _expiry(text: str) -> datetime.datetime:
+    """An instant as given, or `<days>d` from now to the minute."""
+    days = re.fullmatch(r"(\d+)d", text)
+    if days:
+        now = datetime.datetime.now(datetime.UTC).replace(second=0, microsecond=0)
+        return now + datetime.timedelta(days=int(days.group(1)))
+    try:
+        return datetime.datetime.fromisoformat(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"--activation-expiry: {text!r} is neither a UTC instant (2026-12-20T00:00:00Z) nor days from now (14d)"
+        ) from None
+
+
 def _nfs_mount(text: str) -> tuple[str, str, str]:
     parts = text.split(":")
     if len(parts) != 3 or not all(parts) or not parts[1].startswith("/") or not parts[2].startswith("/"):
@@ -168,6 +192,7 @@ def _site_add(args: argparse.Namespace) -> int:
         gpu_product=args.gpu_product,
         nfs=tuple(args.nfs),
         pod_cidr=args.pod_cidr,
+        activation_expiry=args.activation_expiry,
     )
     change = onboarding.add_site(fleet_path, lock_file(args), new)
     out.print(f"added site {new.name} to {fleet_path} (home stack {change.home_stack})", markup=False)

@@ -1,8 +1,9 @@
 """A physical site's networks in the address plan: its LAN, its hybrid pods, its tunnels' inside /30s, and what
-an environment's networks route to. Pure (no pulumi import)."""
+an environment's networks route to; how far ahead its SSM activation may expire. Pure (no pulumi import)."""
 
 from __future__ import annotations
 
+import datetime
 import ipaddress
 from dataclasses import dataclass
 
@@ -10,6 +11,9 @@ from dlinfra.model import planner
 from dlinfra.model.fleet.schema import Fleet
 
 Net = ipaddress.IPv4Network
+# AWS Systems Manager API reference, CreateActivation ExpirationDate (read 2026-11): "You can specify a date up to
+# 30 days in advance. If you don't provide an expiration date, the activation code expires in 24 hours."
+ACTIVATION_MAX_DAYS = 30
 
 
 @dataclass(frozen=True)
@@ -56,3 +60,19 @@ def stack_of(fleet: Fleet, site: str) -> str:
     """The regional stack that declares a site's VPN: `<environment>-<home region>`."""
     spec = fleet.sites[site]
     return f"{spec.environment}-{spec.region}"
+
+
+def activation_expiry_problem(expiry: datetime.datetime, now: datetime.datetime) -> str | None:
+    """What is wrong with an activation expiry for an activation created from `now` on; None when AWS takes it."""
+    stamp = expiry.isoformat().replace("+00:00", "Z")
+    if expiry <= now:
+        return f"{stamp} has passed, so no machine could register; give one in the next {ACTIVATION_MAX_DAYS} days"
+    latest = now + datetime.timedelta(days=ACTIVATION_MAX_DAYS)
+    if expiry > latest:
+        return (
+            f"{stamp} is more than {ACTIVATION_MAX_DAYS} days ahead: AWS refuses an SSM activation that expires later "
+            f"than {ACTIVATION_MAX_DAYS} days after it is created (CreateActivation ExpirationDate); give "
+            f"{latest.replace(microsecond=0).isoformat().replace('+00:00', 'Z')} or earlier, and renew it later "
+            "(docs/site-onboarding.md, section 9)"
+        )
+    return None

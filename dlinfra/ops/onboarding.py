@@ -6,7 +6,9 @@ Every change validates the whole result before it writes anything; the fleet fil
 
 from __future__ import annotations
 
+import datetime
 import io
+import ipaddress
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,7 +23,7 @@ from dlinfra.model import planner, site_stacks
 from dlinfra.model.fleet.load import LoadedFleet, load_fleet, validate_data
 from dlinfra.model.fleet.schema import Fleet
 from dlinfra.model.site_stacks import Touched
-from dlinfra.model.sites import Net, stack_of
+from dlinfra.model.sites import Net, activation_expiry_problem, site_lan, stack_of
 
 Routing = Literal["static", "bgp"]
 
@@ -43,6 +45,8 @@ class NewSite:
     gpu_product: str | None = None  # the NVML name, where the model comes as more than one (A100: 40GB or 80GB)
     nfs: tuple[tuple[str, str, str], ...] = ()  # (server, export, mount point)
     pod_cidr: str | None = None  # explicit pod CIDR of its hybrid nodes; else allocated
+    # Until when its SSM activation registers machines (UTC, at most 30 days ahead); default: AWS's 24 hours
+    activation_expiry: datetime.datetime | None = None
 
     def entry(self) -> CommentedMap:
         """The fleet entry, in the order the reference fleet writes sites."""
@@ -71,6 +75,8 @@ class NewSite:
                 mount["server"], mount["export"], mount["mount_point"] = server, export, mount_point
                 mounts.append(mount)
             entry["nfs"] = mounts
+        if self.activation_expiry is not None:
+            entry["activation_expiry"] = _utc_stamp(self.activation_expiry)
         return entry
 
 
@@ -87,8 +93,10 @@ class SiteChange:
     released: bool = False
 
 
-def add_site(fleet_path: Path, lock_path: Path, new: NewSite) -> SiteChange:
-    """Add a site to the fleet and allocate its ranges; validates everything first, writes lock then fleet."""
+def add_site(fleet_path: Path, lock_path: Path, new: NewSite, *, now: datetime.datetime | None = None) -> SiteChange:
+    """Add a site to the fleet and allocate its ranges; validates everything first, writes lock then fleet.
+
+    `now` is when the site's activation expiry is judged from (default: the clock)."""
     loaded = load_fleet(fleet_path)
     where = f"sites.{new.name}"
     if new.name in loaded.fleet.sites:
@@ -106,6 +114,7 @@ def add_site(fleet_path: Path, lock_path: Path, new: NewSite) -> SiteChange:
             file=str(fleet_path),
             key=f"{where}.public_ip",
         )
+    _check_activation(new, fleet_path, now or datetime.datetime.now(datetime.UTC))
     lock = planner.load_lock(lock_path)
     # The lock must already cover the fleet, so that the only new allocations are the site's.
     before = planner.plan(loaded, lock)
@@ -115,6 +124,7 @@ def add_site(fleet_path: Path, lock_path: Path, new: NewSite) -> SiteChange:
     _check_edit(text, data, fleet_path, added={new.name: new.entry()})
     fleet = validate_data(data, fleet_path)
     plan = planner.plan(LoadedFleet(fleet, fleet_path), lock, update=True)
+    _check_nfs(new, site_lan(plan, new.name), fleet_path)
     touched = site_stacks.touched((loaded.fleet, before), (fleet, plan))
     planner.save_lock(plan.to_lock(lock_path), lock_path)
     write_atomic(fleet_path, edited, mode=mode_of(fleet_path))
@@ -159,6 +169,49 @@ def remove_site(fleet_path: Path, lock_path: Path, name: str, *, release: bool) 
         stacks=tuple(touched),
         released=release,
     )
+
+
+def _utc_stamp(instant: datetime.datetime) -> str:
+    return instant.astimezone(datetime.UTC).isoformat().replace("+00:00", "Z")
+
+
+def _check_activation(new: NewSite, fleet_path: Path, now: datetime.datetime) -> None:
+    """The activation expiry AWS will take: GPU machines to register, an aware instant, at most 30 days ahead."""
+    if new.activation_expiry is None:
+        return
+    key = f"sites.{new.name}.activation_expiry"
+    if not new.gpu_nodes:
+        raise DlinfraError(
+            "the site has no GPU machines (gpu_nodes 0), so it gets no SSM activation to expire; give --gpu-nodes, "
+            "or leave the expiry out",
+            file=str(fleet_path),
+            key=key,
+        )
+    if new.activation_expiry.utcoffset() is None:
+        raise DlinfraError(
+            f"{new.activation_expiry.isoformat()} has no time zone: write it in UTC, e.g. 2026-12-20T00:00:00Z",
+            file=str(fleet_path),
+            key=key,
+        )
+    problem = activation_expiry_problem(new.activation_expiry, now)
+    if problem:
+        raise DlinfraError(problem, file=str(fleet_path), key=key)
+
+
+def _check_nfs(new: NewSite, lan: Net, fleet_path: Path) -> None:
+    """Each NFS server is a host of the site's LAN: the GPU machines mount it there, not through the tunnels."""
+    for i, (server, export, mount_point) in enumerate(new.nfs):
+        address = ipaddress.IPv4Address(server)
+        if address in lan and address not in (lan.network_address, lan.broadcast_address):
+            continue
+        where = "is the network or broadcast address of" if address in lan else "is outside"
+        hint = "a server on it" if new.lan else f"a server on it, or --lan with the LAN {server} is on"
+        raise DlinfraError(
+            f"{server} (--nfs {server}:{export}:{mount_point}) {where} the site's LAN {lan}: the GPU machines "
+            f"mount their NFS exports on that LAN; give {hint}",
+            file=str(fleet_path),
+            key=f"sites.{new.name}.nfs[{i}].server",
+        )
 
 
 def _site_allocations(plan: planner.Plan, site: str) -> dict[str, Net]:

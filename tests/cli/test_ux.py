@@ -218,7 +218,7 @@ def test_site_add_takes_gpus_nfs_and_pod_range(
     path = write_fleet(lambda d: None)
     argv = ["site", "add", "lax1", "--region", "us-west-2", "--public-ip", "64.62.140.99", "--asn", "65110"]
     argv += ["--gpu-nodes", "4", "--gpus-per-node", "4", "--gpu-model", "L40S", "--pod-cidr", "10.201.0.0/20"]
-    argv += ["--nfs", "10.60.0.5:/export/data:/data", "--nfs", "10.60.0.6:/scratch:/scratch"]
+    argv += ["--lan", "10.60.0.0/20", "--nfs", "10.60.0.5:/export/data:/data", "--nfs", "10.60.0.6:/scratch:/scratch"]
     code, _, err = run(capsys, *argv, "--fleet", str(path))
     assert code == 0, err
     code, out, _ = run(capsys, "site", "list", "--json", "--fleet", str(path))

@@ -7,6 +7,7 @@ no others, in apply order.
 
 from __future__ import annotations
 
+import datetime
 import re
 import shutil
 from pathlib import Path
@@ -63,6 +64,8 @@ def _changed(before: dict[str, Any], after: dict[str, Any]) -> list[str]:
     return [name for name, plan in after.items() if before.get(name) != plan]
 
 
+EXPIRY = (datetime.datetime.now(datetime.UTC) + datetime.timedelta(days=20)).replace(microsecond=0)
+GPU_SITE = ["--nfs", "10.60.0.5:/tank:/data", "--activation-expiry", EXPIRY.isoformat()]
 STAGING = ["nyc1", "--region", "us-west-2", "--environment", "staging", "--public-ip", "8.8.4.4", "--asn", "65103"]
 
 
@@ -71,7 +74,7 @@ STAGING = ["nyc1", "--region", "us-west-2", "--environment", "staging", "--publi
     ("argv", "expected"),
     [
         pytest.param(
-            ["site", "add", *NYC1, "--gpu-nodes", "4", "--lan", "10.60.0.0/20"],
+            ["site", "add", *NYC1, "--gpu-nodes", "4", "--lan", "10.60.0.0/20", *GPU_SITE],
             # Its GPUs move every team's share in every prod region: all three in-cluster stacks.
             [
                 "prod-us-west-2",
@@ -127,3 +130,8 @@ def test_the_stacks_to_apply_are_the_stacks_whose_plans_change(
     assert changed == expected
     order = [role.name for role in stackroles.roles(load_fleet(fleet_path).fleet)]
     assert changed == sorted(changed, key=order.index)  # apply order: regional, in-cluster, global
+    if "--activation-expiry" in argv:
+        (activation,) = [
+            r for r in after["prod-us-east-1"]["resources"] if r["type"] == "aws:ssm/activation:Activation"
+        ]
+        assert activation["inputs"]["expirationDate"] == EXPIRY.isoformat().replace("+00:00", "Z")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import datetime
 import json
 import os
 import re
@@ -161,6 +162,50 @@ def _with(**changes: str | None) -> list[str]:
         pytest.param(_with(lan="10.50.0.1/20"), "sites.nyc1.lan", "host bits", id="lan-host-bits"),
         pytest.param(_with(gpu_nodes="-1"), "sites.nyc1.gpu_nodes", "greater than or equal to 0", id="gpu-nodes"),
         pytest.param(["Bad_Name", *BASE[1:]], "sites.Bad_Name", "not a valid name", id="bad-name"),
+        # NFS: the GPU machines mount it on the site's LAN, allocated (10.4.32.0/20 with this lock) or given.
+        pytest.param(
+            [*BASE, "--nfs", "10.60.0.5:/tank:/data"],
+            "sites.nyc1.nfs[0].server",
+            "10.60.0.5 (--nfs 10.60.0.5:/tank:/data) is outside the site's LAN 10.4.32.0/20",
+            id="nfs-outside-allocated-lan",
+        ),
+        pytest.param(
+            [*_with(lan="10.60.0.0/20"), "--nfs", "10.60.0.5:/a:/a", "--nfs", "10.61.0.5:/b:/b"],
+            "sites.nyc1.nfs[1].server",
+            "10.61.0.5 (--nfs 10.61.0.5:/b:/b) is outside the site's LAN 10.60.0.0/20",
+            id="nfs-outside-given-lan",
+        ),
+        pytest.param(
+            [*_with(lan="10.60.0.0/20"), "--nfs", "10.60.15.255:/a:/a"],
+            "sites.nyc1.nfs[0].server",
+            "is the network or broadcast address of the site's LAN 10.60.0.0/20",
+            id="nfs-on-broadcast-address",
+        ),
+        # The SSM activation: AWS takes an expiry at most 30 days ahead, and only a site with GPU machines has one.
+        pytest.param(
+            [*BASE, "--gpu-nodes", "2", "--activation-expiry", "31d"],
+            "sites.nyc1.activation_expiry",
+            "more than 30 days ahead",
+            id="activation-expiry-too-far",
+        ),
+        pytest.param(
+            [*BASE, "--gpu-nodes", "2", "--activation-expiry", "2026-01-01T00:00:00Z"],
+            "sites.nyc1.activation_expiry",
+            "2026-01-01T00:00:00Z has passed",
+            id="activation-expiry-passed",
+        ),
+        pytest.param(
+            [*BASE, "--gpu-nodes", "2", "--activation-expiry", "2030-01-01T00:00:00"],
+            "sites.nyc1.activation_expiry",
+            "has no time zone",
+            id="activation-expiry-without-zone",
+        ),
+        pytest.param(
+            [*BASE, "--activation-expiry", "14d"],
+            "sites.nyc1.activation_expiry",
+            "no GPU machines",
+            id="activation-expiry-without-gpus",
+        ),
     ],
 )
 def test_site_add_rejects_bad_input_and_writes_nothing(repo: Repo, argv: list[str], key: str, message: str) -> None:
@@ -175,6 +220,23 @@ def test_site_add_rejects_bad_input_and_writes_nothing(repo: Repo, argv: list[st
         "cidr-lock.yaml",
         "fleet.yaml",
     ]  # no temp files left
+
+
+@pytest.mark.parametrize("days", [1, 14, 30])
+def test_site_add_writes_the_activation_expiry_days_ahead(repo: Repo, days: int) -> None:
+    start = datetime.datetime.now(datetime.UTC)
+    result = repo.run("site", "add", *BASE, "--gpu-nodes", "2", "--activation-expiry", f"{days}d")
+    assert result.code == 0, result.err
+    expiry = load_fleet(repo.fleet).fleet.sites["nyc1"].activation_expiry
+    assert expiry is not None
+    ahead = expiry - start
+    assert datetime.timedelta(days=days, minutes=-1) < ahead <= datetime.timedelta(days=days)
+
+
+def test_site_add_refuses_an_expiry_that_is_no_instant(capsys: pytest.CaptureFixture[str], repo: Repo) -> None:
+    with pytest.raises(SystemExit):
+        repo.run("site", "add", *BASE, "--gpu-nodes", "2", "--activation-expiry", "next week")
+    assert "--activation-expiry: 'next week' is neither a UTC instant" in capsys.readouterr().err
 
 
 def test_site_add_needs_a_complete_lock(repo: Repo) -> None:
