@@ -167,7 +167,8 @@ def _warnings(
     notes: Mapping[str, str],
 ) -> tuple[QuotaWarning, ...]:
     """A team guaranteed nothing in an environment runs only on borrowed GPUs, which their owners take back; one
-    guaranteed nothing in a region it overflows to has an overflow queue that can admit nothing there."""
+    guaranteed nothing in a region it overflows to runs its overflowing jobs there only on borrowed GPUs, and none at
+    all when that holds in every such region (its overflow queue's quota is the sum of its guarantees there)."""
     rows = list(rows)
     out = []
     for env, names in teams.items():
@@ -194,7 +195,7 @@ def _warnings(
         if not total or not bare:
             continue  # nothing anywhere is the warning above
         if len(bare) == len(regions):
-            what = "its overflow queue holds the GPUs guaranteed there, none, so it admits no job"
+            what = "its overflow queue's quota, the sum of its guarantees there, is 0: it admits no job"
         else:
             what = "its jobs that overflow run there only on borrowed GPUs"
         where = ", ".join(bare)
