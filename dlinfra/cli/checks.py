@@ -16,7 +16,7 @@ from typing import Any
 from rich.console import Console
 
 from dlinfra import PROJECT_ROOT as ROOT
-from dlinfra.cli.common import Handler, lock_file
+from dlinfra.cli.common import Handler, lock_file, status
 from dlinfra.errors import DlinfraError
 from dlinfra.model import stackroles
 from dlinfra.model.fleet.load import load_fleet
@@ -88,10 +88,18 @@ def register(
     )
 
     diff = subparsers.add_parser(
-        "diff", parents=[common], help="offline plans of two git revisions compared, as markdown for a PR"
+        "diff",
+        parents=[common],
+        help="offline plans of two revisions (or saved plan folders) compared, as markdown for a PR",
+        description="BASE and HEAD are each a git revision or a plan folder (a copy of build/plans made by "
+        "`dlinfra preview`, which keeps the fleet, lock and stack configs beside the plans): a fleet outside git "
+        "compares with a saved plan folder. Unchanged stacks are reused from the plan cache, and a revision's "
+        "plans are kept by commit, so a base is previewed once.",
     )
-    diff.add_argument("--base", required=True, help="base revision (e.g. origin/main)")
-    diff.add_argument("--head", default=None, help="head revision (default: the working tree as it is)")
+    diff.add_argument("base", nargs="?", help="base: a revision or a plan folder (default: the default branch)")
+    diff.add_argument("head", nargs="?", help="head: a revision or a plan folder (default: the working tree)")
+    diff.add_argument("--base", dest="base_option", metavar="BASE", help="the same as the first positional")
+    diff.add_argument("--head", dest="head_option", metavar="HEAD", help="the same as the second positional")
     diff.add_argument("--out", type=Path, help="write the markdown (or JSON) to FILE instead of printing it")
     diff.add_argument("--json", action="store_true", help="the diff as JSON for tools (schema: docs/diff-json.md)")
     diff.add_argument(
@@ -99,6 +107,14 @@ def register(
         action="store_true",
         help="print the JSON list of head stacks a real preview should cover (changed plan or stack config), "
         "with where each runs (runs_on) and whether pull requests may preview it for real (preview: real|offline)",
+    )
+    diff.add_argument(
+        "--detailed-exitcode",
+        action="store_true",
+        help="exit 0 when nothing changes, 2 when something does, 1 on an error (as terraform plan does)",
+    )
+    diff.add_argument(
+        "--no-cache", action="store_true", help="preview every stack of both sides again, keeping nothing"
     )
     return {"check": cmd_check, "diff": cmd_diff, "reach": cmd_reach}
 
@@ -183,18 +199,36 @@ def cmd_check(args: argparse.Namespace) -> int:
 
 
 def cmd_diff(args: argparse.Namespace) -> int:
-    """`dlinfra diff`: markdown of what the head revision changes against the base."""
+    """`dlinfra diff`: markdown of what the head changes against the base; with --detailed-exitcode, 0 when nothing
+    changes and 2 when something does."""
     from dlinfra.review.diff import compare, render, revisions
 
-    if args.fleet.is_absolute() or (args.lock is not None and args.lock.is_absolute()):
-        raise DlinfraError("--fleet and --lock must be relative to the repository for diff (each revision has its own)")
-    result = revisions.diff_revisions(
-        repo=Path.cwd(), base=args.base, head=args.head, fleet=args.fleet, lock=lock_file(args), python=sys.executable
-    )
+    base = _one(args.base, args.base_option, "base")
+    head = _one(args.head, args.head_option, "head")
+    if base is None:
+        repo = revisions.repository(args.fleet.resolve().parent)
+        base = revisions.default_branch(repo) if repo is not None else None
+        if base is None:
+            raise DlinfraError(
+                "no base named and no default branch to compare with; name one: a revision, or a plan folder "
+                "(a copy of build/plans made by `dlinfra preview`)",
+                file=str(args.fleet),
+            )
+    with status("diff") as say:
+        result = revisions.diff_sides(
+            base,
+            head,
+            fleet=args.fleet,
+            lock=lock_file(args),
+            python=sys.executable,
+            cache=None if args.no_cache else _cache_folder(args),
+            say=say,
+        )
+    changed = 2 if args.detailed_exitcode and not result.empty else 0
     if args.touched:
         fleet = load_fleet(args.fleet).fleet  # the head revision's (the working tree is the head in CI)
         sys.stdout.write(json.dumps(compare.touched(result, fleet)) + "\n")
-        return 0
+        return changed
     markdown = json.dumps(render.to_json(result), indent=2) + "\n" if args.json else render.render_markdown(result)
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
@@ -202,14 +236,21 @@ def cmd_diff(args: argparse.Namespace) -> int:
         Console(stderr=True).print(f"wrote {args.out}")
     else:
         sys.stdout.write(markdown)
-    return 0
+    return changed
+
+
+def _one(positional: str | None, option: str | None, name: str) -> str | None:
+    if positional is not None and option is not None and positional != option:
+        raise DlinfraError(f"the {name} is given twice, as {positional!r} and as --{name} {option!r}: give it once")
+    return positional if positional is not None else option
 
 
 def _cache_folder(args: argparse.Namespace) -> Path | None:
     """Where answers of unchanged inputs are kept (build/cache beside the plans, or DLINFRA_CACHE); None: off."""
     from dlinfra.offline import cache
 
-    return None if getattr(args, "no_cache", False) else cache.folder(args.plans.parent / "cache")
+    plans = getattr(args, "plans", None) or Path(args.fleet).parent / "build" / "plans"
+    return None if getattr(args, "no_cache", False) else cache.folder(plans.parent / "cache")
 
 
 def cmd_reach(args: argparse.Namespace) -> int:

@@ -103,3 +103,19 @@ def working(what: str) -> Iterator[None]:
     spinner = Spinner("dots", Text(what))
     with Live(spinner, console=err, transient=True, redirect_stdout=False, redirect_stderr=False):
         yield
+
+
+@contextlib.contextmanager
+def status(what: str) -> Iterator[Callable[[str], None]]:
+    """As working(), for a command of several slow steps: yields say(step), which shows `what: step` on the
+    spinner. On a terminal only; elsewhere say() does nothing."""
+    if not err.is_terminal:
+        yield lambda _step: None
+        return
+    spinner = Spinner("dots", Text(what))
+    with Live(spinner, console=err, transient=True, redirect_stdout=False, redirect_stderr=False):
+
+        def say(step: str) -> None:
+            spinner.update(text=Text(f"{what}: {step}"))
+
+        yield say

@@ -124,24 +124,35 @@ def _add_examples(parser: argparse.ArgumentParser, path: str) -> None:
                 _add_examples(child, f"{path} {name}".strip())
 
 
+EXIT_ERROR_DETAILED = 1  # an error, under --detailed-exitcode (0: no changes, 2: changes)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the CLI; returns the exit code."""
     parser = _parser()
-    args = parser.parse_args(argv)
+    words = list(sys.argv[1:] if argv is None else argv)
+    try:
+        args = parser.parse_args(words)
+    except SystemExit as exc:
+        # With --detailed-exitcode, 2 means "changes": a usage error must read as an error (1).
+        if exc.code == 2 and "--detailed-exitcode" in words:
+            return EXIT_ERROR_DETAILED
+        raise
+    failed = EXIT_ERROR_DETAILED if getattr(args, "detailed_exitcode", False) else EXIT_BAD_INPUT
     try:
         handler: Handler = args.handlers[args.command]
         with root.from_root(parser, args):
             return handler(args)
     except DlinfraError as exc:
         err.print(Text.assemble(("error:", "bold red"), " ", str(exc)))  # Text: the message echoes user input
-        return EXIT_BAD_INPUT
+        return failed
     except Exception as exc:
         # An AWS error a command did not expect (no credentials, an endpoint out of reach, a refused call) is still
         # one line, as dlinfra.ops.aws words it; anything else is a bug and keeps its traceback.
         if not type(exc).__module__.startswith("botocore."):
             raise
         err.print(Text.assemble(("error:", "bold red"), " ", f"AWS: {describe_aws_error(exc)}"))
-        return EXIT_BAD_INPUT
+        return failed
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -68,8 +68,7 @@ def _jobs(text: str) -> int:
 def cmd_preview(args: argparse.Namespace) -> int:
     loaded = load_checked(args)
     lock_path = lock_file(args)
-    lock = planner.load_lock(lock_path)
-    planner.plan(loaded, lock)  # fail here, once, before any stack runs
+    planner.plan(loaded, planner.load_lock(lock_path))  # fail here, once, before any stack runs
     fleet = loaded.fleet
     all_roles = stackroles.roles(fleet)
     if args.all:
@@ -78,27 +77,15 @@ def cmd_preview(args: argparse.Namespace) -> int:
         wanted = [stackroles.parse(fleet, s, fleet_file=str(loaded.path)) for s in args.stack]
         needed = stackroles.with_dependencies(fleet, wanted)
         selected = [r for r in all_roles if r in needed]
-    from dlinfra.offline import engine, parallel, plan_export  # imports pulumi: only when a preview is asked for
+    from dlinfra.offline import cache, plan_export
+    from dlinfra.offline import preview as offline  # imports pulumi: only when a preview is asked for
 
-    config = {"dlinfra:fleet": str(args.fleet.resolve()), "dlinfra:lock": str(lock_path.resolve())}
-    if args.images_manifest is not None:
-        config["dlinfra:images_manifest"] = str(args.images_manifest.resolve())
-    from dlinfra.model import images
-    from dlinfra.offline import provenance
-
-    manifest = args.images_manifest if args.images_manifest is not None else ROOT / images.EXAMPLE_MANIFEST
-    made_from = provenance.current(ROOT, args.fleet, lock_path, manifest).to_json()
     started = time.perf_counter()
     total = 0
-    depends_on = {role: stackroles.dependencies(fleet, role) for role in selected}
-    plan_cache = _cache(args, loaded.fleet, lock, made_from, selected, depends_on)
-
     summaries: list[dict[str, Any]] = []
 
-    def report(result: plan_export.StackResult) -> None:
+    def report(result: plan_export.StackResult, path: Path) -> None:
         nonlocal total
-        path = plan_export.write_plan(result, fleet.project, args.out, made_from)
-        plan_export.write_manifests(result, args.out.parent / "manifests")
         total += len(result.resources)
         if args.json:
             plan = result.plan(fleet.project)
@@ -118,23 +105,22 @@ def cmd_preview(args: argparse.Namespace) -> int:
 
     with progress("previewing", len(selected)) as advance:
 
-        def done(result: plan_export.StackResult) -> None:
-            report(result)
+        def done(result: plan_export.StackResult, path: Path) -> None:
+            report(result, path)
             advance(result.role.name)
 
-        if args.jobs > 1 and len(selected) > 1:
-            parallel.run_parallel(
-                ROOT,
-                selected,
-                depends_on,
-                project=fleet.project,
-                config=config,
-                jobs=args.jobs,
-                on_done=done,
-                cache=plan_cache,
-            )
-        else:
-            engine.run_all(ROOT, selected, project=fleet.project, config=config, on_done=done, cache=plan_cache)
+        previewed = offline.run(
+            ROOT,
+            loaded,
+            lock_path,
+            selected,
+            out=args.out,
+            images_manifest=args.images_manifest,
+            jobs=args.jobs,
+            cache_folder=None if args.no_cache else cache.folder(args.out.parent / "cache"),
+            on_done=done,
+        )
+    made_from, plan_cache = previewed.provenance, previewed.cache
     if args.json:
         # Outputs come masked from the plan export: secrets read "[secret]".
         document = {"schema": "dlinfra.preview/v1", "provenance": made_from, "stacks": summaries}
@@ -153,33 +139,6 @@ def cmd_preview(args: argparse.Namespace) -> int:
         )
     )
     return 0
-
-
-def _cache(
-    args: argparse.Namespace,
-    fleet: Any,
-    lock: Any,
-    made_from: dict[str, str],
-    selected: list[stackroles.StackRole],
-    depends_on: dict[stackroles.StackRole, list[stackroles.StackRole]],
-) -> Any:
-    """The plan cache of this run (dlinfra.offline.cache), or None with --no-cache or DLINFRA_CACHE=off."""
-    from dlinfra.offline import cache
-
-    where = None if args.no_cache else cache.folder(args.out.parent / "cache")
-    if where is None:
-        return None
-    allocations = {key: str(cidr) for key, cidr in lock.allocations.items()}
-    return cache.open_cache(
-        where,
-        fleet=fleet,
-        allocations=allocations,
-        catalogs={},
-        provenance=made_from,
-        project=fleet.project,
-        roles=selected,
-        dependencies=depends_on,
-    )
 
 
 def _cache_line(plan_cache: Any) -> str:

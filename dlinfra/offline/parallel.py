@@ -81,7 +81,11 @@ def run_parallel(
     )
     first = run.ready()
     run.report()
-    if first:
+    if len(first) == 1:
+        # One stack to run and what waits on it (a change to one environment, the rest reused): worker processes
+        # would cost more to start than they save, so they run here, one after another.
+        run.here(first, root=root, project=project, config=config, program=program)
+    elif first:
         run.in_workers(first, root=root, project=project, config=config, jobs=jobs, program=program)
     if run.failed:
         messages = []
@@ -152,6 +156,33 @@ class _Schedule:
             if self.on_done and self.order[self.reported] in self.done:
                 self.on_done(self.done[self.order[self.reported]])
             self.reported += 1
+
+    def here(
+        self,
+        batch: list[tuple[StackRole, dict[str, Any]]],
+        *,
+        root: Path,
+        project: str,
+        config: Mapping[str, str],
+        program: Path | None,
+    ) -> None:
+        """Run stacks in this process until none is left: `batch`, then what becomes ready as they finish."""
+        while batch:
+            for role, refs in batch:
+                try:
+                    res = run_stack(
+                        root, role, project=project, config=dict(config), stack_exports=refs, program=program
+                    )
+                except EngineError as exc:
+                    self.failed[role] = (
+                        str(exc) if str(exc).startswith(f"stack {role.name}:") else f"stack {role.name}: {exc}"
+                    )
+                    continue
+                if self.cache is not None:
+                    self.cache.store(role, self.keys[role], res)
+                self.finish(role, res)
+            batch = self.ready()
+            self.report()
 
     def in_workers(
         self,

@@ -103,7 +103,7 @@ def test_preview_global_runs_its_dependencies(capsys: pytest.CaptureFixture[str]
         capsys, "preview", "--stack", "prod-global", "--out", str(tmp_path), "--fleet", str(REFERENCE_FLEET)
     )
     assert code == 0
-    assert sorted(p.name for p in tmp_path.iterdir()) == [
+    assert sorted(p.name for p in tmp_path.glob("*.json")) == [
         "prod-eu-west-1.json",
         "prod-global.json",
         "prod-us-east-1.json",
@@ -130,7 +130,7 @@ def test_preview_of_an_in_cluster_stack_runs_every_stack_it_reads(
         str(REFERENCE_FLEET),
     )
     assert code == 0, err
-    assert sorted(p.name for p in tmp_path.iterdir()) == [
+    assert sorted(p.name for p in tmp_path.glob("*.json")) == [
         "prod-eu-west-1-k8s.json",
         "prod-eu-west-1.json",
         "prod-us-east-1-k8s.json",

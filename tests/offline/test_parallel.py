@@ -90,7 +90,9 @@ def _preview(capsys: pytest.CaptureFixture[str], out: Path, *extra: str) -> int:
     return code
 
 
-def test_jobs_1_keeps_the_sequential_path(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+def test_jobs_1_keeps_the_sequential_path(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
     calls: list[str] = []
 
     def fake(name: str) -> Any:
@@ -98,8 +100,8 @@ def test_jobs_1_keeps_the_sequential_path(monkeypatch: pytest.MonkeyPatch, capsy
 
     monkeypatch.setattr(engine, "run_all", fake("run_all"))
     monkeypatch.setattr(parallel, "run_parallel", fake("run_parallel"))
-    assert _preview(capsys, Path("unused"), "--jobs", "1") == 0
-    assert _preview(capsys, Path("unused"), "--jobs", "2") == 0
+    assert _preview(capsys, tmp_path / "plans", "--jobs", "1") == 0
+    assert _preview(capsys, tmp_path / "plans", "--jobs", "2") == 0
     assert calls == ["run_all", "run_parallel"]
 
 

@@ -65,6 +65,11 @@ class Diff:
     head_quotas: QuotaView = field(default_factory=lambda: QuotaView(()))
 
     @property
+    def empty(self) -> bool:
+        """Nothing to apply: no resource, stack, address-plan or stack-config change."""
+        return not (self.changes or self.stacks_added or self.stacks_removed or self.lock or self.config_changed)
+
+    @property
     def dangerous(self) -> list[Change]:
         """Stateful resources replaced or deleted: data would be lost."""
         return [c for c in self.changes if c.stateful and c.action in ("replace", "delete")]

@@ -1,15 +1,18 @@
-"""`dlinfra diff` over real revisions: a scratch copy of the project, each revision previewed by its own code."""
+"""`dlinfra diff` over real revisions and saved plan folders: a scratch copy of the project, each revision previewed by
+its own code, a base kept by commit so that it is previewed once, and exit codes that say whether anything changed."""
 
 from __future__ import annotations
 
 import shutil
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from dlinfra.cli import main as cli
 from dlinfra.errors import DlinfraError
 from dlinfra.model.fleet.load import load_fleet
 from dlinfra.review.diff import render, revisions
@@ -22,7 +25,9 @@ def _git(repo: Path, *args: str) -> None:
 
 
 @pytest.mark.slow
-def test_diff_of_two_revisions(tmp_path: Path) -> None:
+def test_diff_of_two_revisions(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     """Two commits of a scratch copy of the project: each revision's own preview runs; only the change shows."""
     if shutil.which("git") is None:
         pytest.fail("git is needed for dlinfra diff")
@@ -46,8 +51,22 @@ def test_diff_of_two_revisions(tmp_path: Path) -> None:
     _git(repo, "-c", "user.name=t", "-c", "user.email=t@example.org", "commit", "-q", "-m", "base")
     fleet = repo / "fleet.yaml"
     fleet.write_text(fleet.read_text().replace("owner: infra@lab.example.org", "owner: platform@lab.example.org"))
-    kwargs: dict[str, Any] = {"fleet": Path("fleet.yaml"), "lock": Path("cidr-lock.yaml"), "python": sys.executable}
-    result = revisions.diff_revisions(repo=repo, base="main", head=None, **kwargs)
+    kwargs: dict[str, Any] = {
+        "fleet": fleet,
+        "lock": repo / "cidr-lock.yaml",
+        "python": sys.executable,
+        "cache": repo / "build" / "cache",
+    }
+    previews: list[Path] = []
+    real_preview = revisions._preview_tree
+
+    def counted(tree: Path, *args: Any) -> None:
+        previews.append(tree)
+        real_preview(tree, *args)
+
+    monkeypatch.setattr(revisions, "_preview_tree", counted)
+    result = revisions.diff_sides("main", None, **kwargs)
+    assert previews[0] != repo and previews[1] == repo  # the base's exported tree, then the checkout, by their code
     working = render.render_markdown(result)
     assert [t["stack"] for t in touched(result)] == [
         "prod-eu-west-1",
@@ -73,4 +92,41 @@ def test_diff_of_two_revisions(tmp_path: Path) -> None:
     assert "`tags.owner`" in working and "[!CAUTION]" not in working
     assert "| `prod-us-west-2` | 0 |" in working and "No allocation added" in working
     with pytest.raises(DlinfraError, match="unknown revision 'nope'"):
-        revisions.diff_revisions(repo=repo, base="nope", head="HEAD", **kwargs)
+        revisions.diff_sides("nope", "HEAD", **kwargs)
+    # Once previewed, the base is kept by commit: a second diff previews the working tree only.
+    previews.clear()
+    again = revisions.diff_sides("main", None, **kwargs)
+    assert previews == [repo] and render.render_markdown(again) == working
+    # The command: a positional base, and --detailed-exitcode's 0 (no change), 2 (changes) and 1 (an error).
+    common = ["--fleet", str(fleet), "--detailed-exitcode", "--json"]
+    assert cli.main(["diff", "main", *common]) == 2
+    assert cli.main(["diff", "main", "main", *common]) == 0
+    assert cli.main(["diff", "nope", *common]) == 1
+    assert cli.main(["diff", "main", "--base", "HEAD", *common]) == 1  # the base given twice, differently
+    assert cli.main(["diff", "--base", "main", "--fleet", str(fleet), "--json"]) == 0  # without the flag: 0 either way
+
+
+@pytest.mark.slow
+def test_a_fleet_outside_git_compares_with_a_saved_plan_folder(
+    write_fleet: Callable[..., Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """No git: `preview` keeps the fleet, lock and stack configs beside its plans, and that folder is a base."""
+    fleet = write_fleet()
+    saved = tmp_path / "deployed" / "plans"
+    assert cli.main(["preview", "--all", "--summary", "--fleet", str(fleet), "--out", str(saved)]) == 0
+    assert {p.name for p in (saved / "inputs").iterdir()} == {"fleet.yaml", "cidr-lock.yaml", "stacks"}
+    capsys.readouterr()
+    common = ["--fleet", str(fleet), "--detailed-exitcode"]
+    assert cli.main(["diff", str(saved), *common]) == 0
+    assert "No allocation added" in capsys.readouterr().out
+
+    def grow(data: dict[str, Any]) -> None:
+        data["environments"]["staging"]["node_pools"]["cpu"]["max_size"] += 1
+
+    write_fleet(grow)
+    assert cli.main(["diff", str(saved), *common]) == 2
+    markdown = capsys.readouterr().out
+    assert "| `staging-us-west-2` | 0 | 1 | 0 | 0 |" in markdown and "`maxSize`: 6 → 7" in markdown
+    assert "prod-us-west-2" not in markdown.split("### Address plan")[0]
+    assert cli.main(["diff", "main", *common]) == 1  # no git here: a name that is not a folder cannot be a revision
+    assert "not a plan folder, and the fleet is not in a git repository" in capsys.readouterr().err

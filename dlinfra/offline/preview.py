@@ -1,0 +1,93 @@
+"""One offline preview: the selected stacks run (or are reused from the plan cache), their plans and manifests
+written, and the inputs beside them so that a saved plan folder can serve as the base of a later comparison."""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from dlinfra.model import images, planner, stackroles
+from dlinfra.model.fleet.load import LoadedFleet
+from dlinfra.model.stackroles import StackRole
+from dlinfra.offline import cache, engine, parallel, plan_export, provenance
+from dlinfra.offline.cache import StackCache
+from dlinfra.offline.plan_export import StackResult
+
+INPUTS = "inputs"  # <plans>/inputs/: the fleet, the lock and the stack configs the plans were made from
+
+
+@dataclass(frozen=True)
+class Previewed:
+    """What one preview run made."""
+
+    results: list[StackResult]
+    provenance: dict[str, str]
+    cache: StackCache | None
+
+
+def run(
+    root: Path,
+    loaded: LoadedFleet,
+    lock_path: Path,
+    selected: Sequence[StackRole],
+    *,
+    out: Path,
+    images_manifest: Path | None = None,
+    jobs: int = 1,
+    cache_folder: Path | None = None,
+    on_done: Callable[[StackResult, Path], None] | None = None,
+    manifests: bool = True,
+) -> Previewed:
+    """Run the stacks (in dependency order, `jobs` at once), write each plan to `out` and its manifests to the
+    sibling manifests/ as it is done (unless not `manifests`: a comparison reads plans only), and the inputs to
+    out/inputs/; on_done(result, plan path) after each."""
+    fleet = loaded.fleet
+    lock = planner.load_lock(lock_path)
+    config = {"dlinfra:fleet": str(loaded.path.resolve()), "dlinfra:lock": str(lock_path.resolve())}
+    if images_manifest is not None:
+        config["dlinfra:images_manifest"] = str(images_manifest.resolve())
+    manifest = images_manifest if images_manifest is not None else root / images.EXAMPLE_MANIFEST
+    made_from = provenance.current(root, loaded.path, lock_path, manifest).to_json()
+    depends_on = {role: stackroles.dependencies(fleet, role) for role in selected}
+    plan_cache = None
+    if cache_folder is not None:
+        plan_cache = cache.open_cache(
+            cache_folder,
+            fleet=fleet,
+            allocations={key: str(cidr) for key, cidr in lock.allocations.items()},
+            catalogs={},
+            provenance=made_from,
+            project=fleet.project,
+            roles=selected,
+            dependencies=depends_on,
+        )
+
+    def done(result: StackResult) -> None:
+        path = plan_export.write_plan(result, fleet.project, out, made_from)
+        if manifests:
+            plan_export.write_manifests(result, out.parent / "manifests")
+        if on_done is not None:
+            on_done(result, path)
+
+    if jobs > 1 and len(selected) > 1:
+        results = parallel.run_parallel(
+            root, selected, depends_on, project=fleet.project, config=config, jobs=jobs, on_done=done, cache=plan_cache
+        )
+    else:
+        results = engine.run_all(root, selected, project=fleet.project, config=config, on_done=done, cache=plan_cache)
+    save_inputs(root, loaded.path, lock_path, out)
+    return Previewed(results=results, provenance=made_from, cache=plan_cache)
+
+
+def save_inputs(root: Path, fleet: Path, lock: Path, out: Path) -> None:
+    """Copy the fleet, the lock and the stack configs beside the plans (out/inputs/)."""
+    inputs = out / INPUTS
+    shutil.rmtree(inputs / "stacks", ignore_errors=True)  # a stack removed since leaves no config behind
+    (inputs / "stacks").mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(fleet, inputs / "fleet.yaml")
+    if lock.is_file():
+        shutil.copyfile(lock, inputs / "cidr-lock.yaml")
+    for config in sorted((root / "stacks").glob("Pulumi.*.yaml")):
+        shutil.copyfile(config, inputs / "stacks" / config.name)
