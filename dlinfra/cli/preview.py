@@ -13,7 +13,7 @@ from typing import Any
 from rich.text import Text
 
 from dlinfra import PROJECT_ROOT as ROOT
-from dlinfra.cli.common import Handler, load_checked, lock_file, marker, out, progress
+from dlinfra.cli.common import Handler, err, load_checked, lock_file, marker, out, progress, working
 from dlinfra.model import planner, stackroles
 from dlinfra.ops.stack_outputs import SECRET_PLACEHOLDER
 
@@ -55,6 +55,21 @@ def register(sub: Any, common: argparse.ArgumentParser) -> dict[str, Handler]:
         help="run every stack again instead of reusing the plans of stacks whose inputs are unchanged "
         "(the cache is build/cache/ beside --out, or DLINFRA_CACHE; DLINFRA_CACHE=off is the same as this flag)",
     )
+    against = preview.add_mutually_exclusive_group()
+    against.add_argument(
+        "--base",
+        metavar="BASE",
+        help="what to compare with, as `pulumi preview` compares with its state: a git revision, or a plan folder "
+        "(a copy of build/plans) for a fleet outside git (default: the default branch, when the fleet is in git)",
+    )
+    against.add_argument(
+        "--empty", action="store_true", help="compare with an empty cloud: every resource shows as to create"
+    )
+    preview.add_argument(
+        "--detailed-exitcode",
+        action="store_true",
+        help="exit 0 when nothing changes, 2 when something does, 1 on an error (as terraform plan does)",
+    )
     return {"preview": cmd_preview}
 
 
@@ -78,17 +93,23 @@ def cmd_preview(args: argparse.Namespace) -> int:
         needed = stackroles.with_dependencies(fleet, wanted)
         selected = [r for r in all_roles if r in needed]
     from dlinfra.offline import cache, plan_export
+    from dlinfra.review.diff import revisions
+
+    base = None if args.empty else _base(args, revisions)
     from dlinfra.offline import preview as offline  # imports pulumi: only when a preview is asked for
 
     started = time.perf_counter()
     total = 0
     summaries: list[dict[str, Any]] = []
+    plans: dict[str, dict[str, Any]] = {}
 
     def report(result: plan_export.StackResult, path: Path) -> None:
         nonlocal total
         total += len(result.resources)
-        if args.json:
+        if args.json or base is not None:
             plan = result.plan(fleet.project)
+            plans[plan["stack"]] = plan
+        if args.json:
             summaries.append(
                 {
                     "stack": plan["stack"],
@@ -100,7 +121,7 @@ def cmd_preview(args: argparse.Namespace) -> int:
                     "cached": result.cached,
                 }
             )
-        else:
+        elif base is None:
             _print_stack(result, fleet.project, path, summary=args.summary)
 
     with progress("previewing", len(selected)) as advance:
@@ -121,13 +142,35 @@ def cmd_preview(args: argparse.Namespace) -> int:
             on_done=done,
         )
     made_from, plan_cache = previewed.provenance, previewed.cache
+    changes = None
+    if base is not None:
+        with working(f"comparing with {base}"):
+            changes = _compare(args, base, plans, revisions)
     if args.json:
         # Outputs come masked from the plan export: secrets read "[secret]".
-        document = {"schema": "dlinfra.preview/v1", "provenance": made_from, "stacks": summaries}
+        document: dict[str, Any] = {"schema": "dlinfra.preview/v1", "provenance": made_from, "stacks": summaries}
         if plan_cache is not None:
             document["cache"] = {"reused": plan_cache.reused, "ran": plan_cache.ran}
+        if changes is not None:
+            document["base"] = changes.base
+            for row in summaries:
+                row["changes"] = _counts(changes, row["stack"])
         sys.stdout.write(json.dumps(document, indent=2, sort_keys=True) + "\n")
-        return 0
+        return _exit(args, changes, total)
+    if changes is not None:
+        _print_changes(changes, plans, summary=args.summary)
+        counts = _counts(changes, None)
+        said = ", ".join(f"{n} to {op}" for op, n in counts.items() if n) or "no changes"
+        out.print(
+            Text.assemble(
+                "\n",
+                (f"{len(selected)} stack(s) against {changes.base}: ", "bold"),
+                (said, "bold"),
+                f"; offline preview in {time.perf_counter() - started:.1f}s; plans in {args.out}/",
+                _cache_line(plan_cache),
+            )
+        )
+        return _exit(args, changes, total)
     out.print(
         Text.assemble(
             "\n",
@@ -138,7 +181,125 @@ def cmd_preview(args: argparse.Namespace) -> int:
             _cache_line(plan_cache),
         )
     )
-    return 0
+    return _exit(args, None, total)
+
+
+def _base(args: argparse.Namespace, revisions: Any) -> str | None:
+    """What to compare with: --base, else the default branch of the fleet's repository; None (an empty cloud),
+    saying so, when there is neither."""
+    if args.base is not None:
+        revisions.check_side(args.base, revisions.repository(args.fleet.resolve().parent))
+        return str(args.base)
+    repo = revisions.repository(args.fleet.resolve().parent)
+    branch = revisions.default_branch(repo) if repo is not None else None
+    if branch is None:
+        err.print(
+            "note: no base to compare with (the fleet is not in git, or git has no default branch): every resource "
+            "shows as to create; --base DIR compares with a saved plan folder",
+            markup=False,
+        )
+    return branch
+
+
+def _compare(args: argparse.Namespace, base: str, plans: dict[str, dict[str, Any]], revisions: Any) -> Any:
+    """The diff of these plans against the base's plans of the same stacks."""
+    import sys as system
+    import tempfile
+
+    from dlinfra.offline import cache
+    from dlinfra.review.diff.compare import compare
+    from dlinfra.review.diff.plans import PlanSet, topology
+
+    repo = revisions.repository(args.fleet.resolve().parent)
+    where = None if args.no_cache else cache.folder(args.out.parent / "cache")
+    with tempfile.TemporaryDirectory(prefix="dlinfra-preview-") as tmp:
+        before = revisions.plan_set(
+            base,
+            repo=repo,
+            fleet=args.fleet,
+            lock=lock_file(args),
+            python=system.executable,
+            cache=where,
+            work=Path(tmp),
+            analyses=False,
+        )
+    head = revisions.plan_set(
+        str(args.out),
+        repo=repo,
+        fleet=args.fleet,
+        lock=lock_file(args),
+        python="",
+        cache=where,
+        work=args.out,
+        analyses=False,
+    )
+    mine = set(plans)
+    before_only = PlanSet(
+        label=before.label,
+        plans={k: v for k, v in before.plans.items() if k in mine},
+        lock=before.lock,
+        topology=before.topology,
+        configs={k: v for k, v in before.configs.items() if k in mine},
+    )
+    after = PlanSet(
+        label="this preview",
+        plans=plans,
+        lock=head.lock,
+        topology=topology({}),
+        configs={k: v for k, v in head.configs.items() if k in mine},
+    )
+    return compare(before_only, after)
+
+
+SYMBOLS = {"create": "create", "update": "update", "replace": "replace", "delete": "delete"}
+
+
+def _counts(changes: Any, stack: str | None) -> dict[str, int]:
+    counts = dict.fromkeys(SYMBOLS, 0)
+    for change in changes.changes:
+        if stack is None or change.stack == stack:
+            counts[change.action] += 1
+    return counts
+
+
+def _print_changes(changes: Any, plans: dict[str, dict[str, Any]], *, summary: bool) -> None:
+    """Each stack as `pulumi preview` shows it against its state: what changes, or that nothing does."""
+    for stack, plan in plans.items():
+        mine = [c for c in changes.changes if c.stack == stack]
+        resources = plan["summary"]["resources"]
+        if not mine:
+            note = "new stack: " if stack in changes.stacks_added else ""
+            out.print(Text.assemble((f"{stack:<28}", "bold"), f" {note}no changes ({resources} resources)"))
+            continue
+        counts = _counts(changes, stack)
+        parts: list[Any] = [(f"{stack:<28}", "bold")]
+        for op, n in counts.items():
+            if n:
+                parts += [" ", marker(op), f" {n} to {op}"]
+        unchanged = resources - counts["create"] - counts["update"] - counts["replace"]
+        out.print(Text.assemble(*parts, f"; {unchanged} unchanged"))
+        if summary:
+            continue
+        for change in mine:
+            shown = [f"{key}: {value}" for key, value in change.values[:3]]
+            detail = "; ".join(shown) if shown else ", ".join(change.inputs[:3])
+            out.print(
+                Text.assemble(
+                    "    ",
+                    marker(change.action),
+                    f" {change.type}  {change.name}  {change.action}",
+                    (f"  [{detail}]" if detail else "", "dim"),
+                )
+            )
+
+
+def _exit(args: argparse.Namespace, changes: Any, total: int) -> int:
+    """0, or with --detailed-exitcode: 2 when something changes (against an empty cloud, anything declared)."""
+    if not args.detailed_exitcode:
+        return 0
+    if changes is None:
+        return 2 if total else 0
+    return 0 if changes.empty else 2
 
 
 def _cache_line(plan_cache: Any) -> str:
@@ -191,7 +352,7 @@ def _print_stack(result: Any, project: str, path: Path, *, summary: bool) -> Non
 
 
 def _when(result: Any) -> str:
-    return " (unchanged: reused from the plan cache)" if result.cached else f" ({result.seconds:.2f}s)"
+    return " (inputs unchanged: reused from the plan cache)" if result.cached else f" ({result.seconds:.2f}s)"
 
 
 OUTPUT_WIDTH = 100  # characters of one output value shown; the plan export holds all of it

@@ -27,6 +27,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from pulumi import asset as pulumi_asset
+
 from dlinfra.model import slices
 from dlinfra.model.fleet.schema import Fleet
 from dlinfra.model.stackroles import StackRole
@@ -42,6 +44,7 @@ class StackCache:
     """Keys and entries of one preview run: what every stack shares (`common`) and each environment's slice."""
 
     folder: Path
+    root: Path  # the project whose program ran: file assets (Lambda code) are kept relative to it
     common: Mapping[str, str]  # the code, images manifest, project and entry format, by hash
     environments: Mapping[str, str]  # environment -> hash of its fleet, address-plan and catalog slices
     dependencies: Mapping[StackRole, Sequence[StackRole]]
@@ -70,7 +73,7 @@ class StackCache:
             return None
         os.utime(path)  # recently used: kept by the pruning below
         self.reused.append(role.name)
-        return replace(result, cached=True)
+        return replace(_rebased(result, STORED_ROOT, self.root), cached=True)
 
     def store(self, role: StackRole, key: str, result: StackResult) -> None:
         """Keep a fresh result under its key, and only the newest KEEP entries of the stack."""
@@ -79,11 +82,39 @@ class StackCache:
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_suffix(f".{os.getpid()}.tmp")
         with tmp.open("wb") as fh:
-            pickle.dump(replace(result, cached=False), fh, protocol=pickle.HIGHEST_PROTOCOL)
+            pickle.dump(
+                replace(_rebased(result, self.root, STORED_ROOT), cached=False), fh, protocol=pickle.HIGHEST_PROTOCOL
+            )
         os.replace(tmp, path)
         entries = sorted(path.parent.glob("*.pickle"), key=lambda p: p.stat().st_mtime, reverse=True)
         for old in entries[KEEP:]:
             old.unlink(missing_ok=True)
+
+
+STORED_ROOT = Path("/dlinfra-project")  # stands for the project in a stored entry's file assets
+
+
+def _rebased(result: StackResult, old: Path, new: Path) -> StackResult:
+    """The result with every file asset and archive under `old` moved under `new`: an entry made in one copy of the
+    project (a revision's exported tree, since deleted) is reused in another, whose files have the same content
+    (the code hash is in the key)."""
+
+    def move(value: Any) -> Any:
+        if isinstance(value, (pulumi_asset.FileAsset, pulumi_asset.FileArchive)):
+            path = Path(value.path)
+            if path.is_relative_to(old):
+                return type(value)(str(new / path.relative_to(old)))
+            return value
+        if isinstance(value, pulumi_asset.AssetArchive):
+            return pulumi_asset.AssetArchive({name: move(item) for name, item in value.assets.items()})
+        if isinstance(value, dict):
+            return {k: move(v) for k, v in value.items()}
+        if isinstance(value, list):
+            return [move(v) for v in value]
+        return value
+
+    resources = [replace(r, inputs=move(r.inputs), outputs=move(r.outputs)) for r in result.resources]
+    return replace(result, resources=resources, outputs=move(result.outputs))
 
 
 def folder(default: Path) -> Path | None:
@@ -97,6 +128,7 @@ def folder(default: Path) -> Path | None:
 def open_cache(
     where: Path,
     *,
+    root: Path,
     fleet: Fleet,
     allocations: Mapping[str, str],
     catalogs: Mapping[str, Any],
@@ -123,4 +155,4 @@ def open_cache(
         )
         for env in {r.environment for r in roles}
     }
-    return StackCache(folder=where, common=common, environments=environments, dependencies=dependencies)
+    return StackCache(folder=where, root=root, common=common, environments=environments, dependencies=dependencies)

@@ -55,6 +55,7 @@ def run(
     if cache_folder is not None:
         plan_cache = cache.open_cache(
             cache_folder,
+            root=root,
             fleet=fleet,
             allocations={key: str(cidr) for key, cidr in lock.allocations.items()},
             catalogs={},

@@ -100,7 +100,7 @@ def test_preview_unknown_stack(capsys: pytest.CaptureFixture[str]) -> None:
 
 def test_preview_global_runs_its_dependencies(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     code, out, _ = run(
-        capsys, "preview", "--stack", "prod-global", "--out", str(tmp_path), "--fleet", str(REFERENCE_FLEET)
+        capsys, "preview", "--stack", "prod-global", "--empty", "--out", str(tmp_path), "--fleet", str(REFERENCE_FLEET)
     )
     assert code == 0
     assert sorted(p.name for p in tmp_path.glob("*.json")) == [
@@ -124,6 +124,7 @@ def test_preview_of_an_in_cluster_stack_runs_every_stack_it_reads(
         "--stack",
         "prod-us-west-2-k8s",
         "--summary",
+        "--empty",
         "--out",
         str(tmp_path),
         "--fleet",
@@ -164,7 +165,7 @@ def test_team_quotas_over_capacity_fail_before_any_stack(
 
 
 def test_preview_json_is_one_document_with_masked_outputs(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
-    argv = ["preview", "--stack", "staging-us-west-2", "--json", "--out", str(tmp_path / "plans")]
+    argv = ["preview", "--stack", "staging-us-west-2", "--json", "--empty", "--out", str(tmp_path / "plans")]
     code, out, _ = run(capsys, *argv, "--fleet", str(REFERENCE_FLEET))
     assert code == 0
     document = json.loads(out)  # nothing else on stdout

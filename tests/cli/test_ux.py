@@ -144,7 +144,7 @@ def test_progress_only_on_a_terminal(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_preview_summary_is_one_line_a_stack_and_full_preview_masks_secrets(
     capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
-    argv = ["preview", "--stack", "staging-us-west-2", "--out", str(tmp_path / "plans")]
+    argv = ["preview", "--stack", "staging-us-west-2", "--empty", "--out", str(tmp_path / "plans")]
     code, out, _ = run(capsys, *argv, "--summary", "--fleet", str(REFERENCE_FLEET))
     lines = [line for line in out.splitlines() if line.strip()]
     assert code == 0 and len(lines) == 2, out

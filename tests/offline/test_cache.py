@@ -123,6 +123,7 @@ def test_a_key_counts_only_the_exports_a_stack_reads(write_fleet: Callable[..., 
     depends = {r: stackroles.dependencies(fleet, r) for r in roles}
     store = cache.open_cache(
         tmp_path,
+        root=tmp_path,
         fleet=fleet,
         allocations={},
         catalogs={},
@@ -158,3 +159,32 @@ def test_dlinfra_cache_names_the_folder_or_turns_it_off(monkeypatch: pytest.Monk
     assert cache.folder(tmp_path / "d") == tmp_path / "shared"
     monkeypatch.setenv(cache.VARIABLE, "off")
     assert cache.folder(tmp_path / "d") is None
+
+
+def test_a_file_asset_of_one_copy_of_the_project_is_read_in_the_copy_that_reuses_it(tmp_path: Path) -> None:
+    """A revision's exported tree is deleted after its preview; the working tree reuses its entries, and the plan
+    export hashes the Lambda code from the working tree's own file (same content: the code hash is in the key)."""
+    from pulumi import asset
+
+    from dlinfra.offline.plan_export import ResourceRecord, StackResult
+
+    role = StackRole("regional", "staging", "us-west-2")
+    first, second = tmp_path / "tree", tmp_path / "checkout"
+    for root in (first, second):
+        (root / "components").mkdir(parents=True)
+        (root / "components" / "handler.py").write_text("def handler(event, context): ...\n")
+    code = asset.AssetArchive({"handler.py": asset.FileAsset(str(first / "components" / "handler.py"))})
+    record = ResourceRecord(
+        "urn:a", "aws:lambda/function:Function", "fn", True, None, None, [], False, False, False, [], [], [], "id",
+        {"code": code}, {}, [],
+    )  # fmt: skip
+    stores = [
+        cache.StackCache(folder=tmp_path / "cache", root=root, common={}, environments={}, dependencies={})
+        for root in (first, second)
+    ]
+    stores[0].store(role, "k", StackResult(role=role, resources=[record]))
+    reused = stores[1].load(role, "k")
+    assert reused is not None and reused.cached
+    moved = reused.resources[0].inputs["code"].assets["handler.py"]
+    assert moved.path == str(second / "components" / "handler.py")
+    assert reused.plan("p")["resources"][0]["inputs"]["code"]["archive"]["handler.py"]["asset"]["sha256"]

@@ -85,7 +85,8 @@ def test_a_failed_stack_stops_its_dependents_and_is_named(tmp_path: Path) -> Non
 
 
 def _preview(capsys: pytest.CaptureFixture[str], out: Path, *extra: str) -> int:
-    code = cli.main(["preview", "--all", "--summary", "--fleet", str(REFERENCE_FLEET), "--out", str(out), *extra])
+    argv = ["preview", "--all", "--summary", "--empty", "--fleet", str(REFERENCE_FLEET), "--out", str(out), *extra]
+    code = cli.main(argv)
     capsys.readouterr()
     return code
 

@@ -104,6 +104,15 @@ def test_diff_of_two_revisions(
     assert cli.main(["diff", "nope", *common]) == 1
     assert cli.main(["diff", "main", "--base", "HEAD", *common]) == 1  # the base given twice, differently
     assert cli.main(["diff", "--base", "main", "--fleet", str(fleet), "--json"]) == 0  # without the flag: 0 either way
+    # preview compares with the default branch, as pulumi preview compares with its state.
+    capsys.readouterr()
+    plans = ["--out", str(repo / "build" / "plans"), "--fleet", str(fleet), "--detailed-exitcode", "--summary"]
+    assert cli.main(["preview", "--all", *plans]) == 2
+    shown = capsys.readouterr().out
+    assert "9 stack(s) against main (" in shown and "prod-us-west-2               ~ " in shown
+    assert "staging-us-west-2-k8s        no changes (" in shown
+    assert cli.main(["preview", "--all", "--base", "HEAD", *plans]) == 2  # HEAD is main: the same change
+    assert cli.main(["preview", "--all", "--empty", *plans]) == 2  # everything is to create in an empty cloud
 
 
 @pytest.mark.slow
@@ -130,3 +139,11 @@ def test_a_fleet_outside_git_compares_with_a_saved_plan_folder(
     assert "prod-us-west-2" not in markdown.split("### Address plan")[0]
     assert cli.main(["diff", "main", *common]) == 1  # no git here: a name that is not a folder cannot be a revision
     assert "not a plan folder, and the fleet is not in a git repository" in capsys.readouterr().err
+    # preview against the saved folder shows the one change; with no base named, outside git, everything is new.
+    fresh = ["--fleet", str(fleet), "--out", str(tmp_path / "build" / "plans"), "--summary"]
+    assert cli.main(["preview", "--all", "--base", str(saved), "--detailed-exitcode", *fresh]) == 2
+    shown = capsys.readouterr().out
+    assert "staging-us-west-2            ~ 1 to update; " in shown and "prod-us-west-2               no changes" in shown
+    assert cli.main(["preview", "--all", *fresh]) == 0
+    captured = capsys.readouterr()
+    assert "note: no base to compare with" in captured.err and "9 stack(s): + " in captured.out
