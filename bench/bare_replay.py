@@ -15,6 +15,10 @@ Usage: python bench/bare_replay.py [--typed] PLAN.json ...   (prints seconds and
 
 from __future__ import annotations
 
+import project_python
+
+project_python.use_project_python()  # first: `python bench/<this>.py` works with any Python on the PATH
+
 import contextvars
 import functools
 import inspect
@@ -30,7 +34,7 @@ from pulumi.runtime import mocks
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from dlinfra.offline import engine, parallel  # noqa: E402
+from dlinfra.offline import engine, parallel
 
 
 class _Echo(mocks.Mocks):

@@ -12,6 +12,10 @@ bare baseline replays the plans of the last. Usage: python bench/bench_preview.p
 
 from __future__ import annotations
 
+import project_python
+
+project_python.use_project_python()  # first: `python bench/<this>.py` works with any Python on the PATH
+
 import argparse
 import json
 import os
@@ -28,7 +32,7 @@ import yaml
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from dlinfra.model import instances  # noqa: E402
+from dlinfra.model import instances
 
 REGIONS = [
     "us-west-2", "us-east-1", "eu-west-1", "us-east-2", "eu-central-1", "ap-northeast-1", "ap-southeast-2",

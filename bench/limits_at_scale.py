@@ -7,6 +7,10 @@ temporary. Exits with `dlinfra check`'s status (1: a blocking finding, such as a
 
 from __future__ import annotations
 
+import project_python
+
+project_python.use_project_python()  # first: `python bench/<this>.py` works with any Python on the PATH
+
 import argparse
 import sys
 import tempfile
@@ -16,9 +20,9 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
-from bench_preview import write_scaled  # noqa: E402
+from bench_preview import write_scaled
 
-from dlinfra.cli import main as cli  # noqa: E402
+from dlinfra.cli import main as cli
 
 
 def report(scale: int, folder: Path, *, checkov: bool) -> int:

@@ -9,6 +9,10 @@ Usage: python bench/order_dependence.py [--fleet F] [--lock L] [--seed N ...]   
 
 from __future__ import annotations
 
+import project_python
+
+project_python.use_project_python()  # first: `python bench/<this>.py` works with any Python on the PATH
+
 import argparse
 import json
 import os
@@ -24,11 +28,11 @@ import yaml
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from dlinfra.model import stackroles  # noqa: E402
-from dlinfra.model.fleet.load import load_fleet  # noqa: E402
-from dlinfra.offline import engine  # noqa: E402
-from tests.conftest import REFERENCE_FLEET, REFERENCE_LOCK, TEST_TODAY  # noqa: E402
-from tests.stacks.test_order_independence import permuted  # noqa: E402
+from dlinfra.model import stackroles
+from dlinfra.model.fleet.load import load_fleet
+from dlinfra.offline import engine
+from tests.conftest import REFERENCE_FLEET, REFERENCE_LOCK, TEST_TODAY
+from tests.stacks.test_order_independence import permuted
 
 
 def inputs(fleet_path: Path, lock: Path) -> dict[str, dict[str, Any]]:

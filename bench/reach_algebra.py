@@ -14,6 +14,10 @@ work ran), z3 4.37 and 4.25 ms (z3-solver 5.4.1): 25 to 65 times slower.
 
 from __future__ import annotations
 
+import project_python
+
+project_python.use_project_python()  # first: `python bench/<this>.py` works with any Python on the PATH
+
 import ipaddress
 import sys
 import time

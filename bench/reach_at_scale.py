@@ -8,6 +8,10 @@ temporary. Goals: the reference fleet within 5 seconds, the larger one within 60
 
 from __future__ import annotations
 
+import project_python
+
+project_python.use_project_python()  # first: `python bench/<this>.py` works with any Python on the PATH
+
 import argparse
 import sys
 import tempfile
@@ -19,11 +23,11 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
-from bench_preview import write_scaled  # noqa: E402
+from bench_preview import write_scaled
 
-from dlinfra.checks import plans as plan_files  # noqa: E402
-from dlinfra.checks.reach import check as reach  # noqa: E402
-from dlinfra.cli import main as cli  # noqa: E402
+from dlinfra.checks import plans as plan_files
+from dlinfra.checks.reach import check as reach
+from dlinfra.cli import main as cli
 
 FIXTURES = ROOT / "tests" / "fixtures"
 GOALS = {"reference": 5.0, "scaled": 60.0}  # seconds of analysis

@@ -1,0 +1,118 @@
+"""Benchmark: what a pull request that changes one line of the fleet costs, with and without the plan cache.
+
+In a scratch git repository holding the project and its reference fleet, side by side in one run:
+- `preview --all` of every stack from scratch (--empty --no-cache): the yardstick;
+- `diff main` of a one-line change (a pool's maximum in staging) with nothing kept: both revisions previewed from
+  scratch, as every diff was before the cache;
+- the same diff once main has been previewed, checked and diffed (as main's own CI run leaves it);
+- the whole pull-request path on that change: `preview --all` (against main), `diff main`, `check --all`, `cost`.
+
+Every command runs as `python -m dlinfra ...` in its own process, timed wall-clock; --repeat N keeps each one's best.
+Usage: python bench/pr_path.py [--repeat 2] [--keep DIR]
+"""
+
+from __future__ import annotations
+
+import project_python
+
+project_python.use_project_python()  # first: `python bench/<this>.py` works with any Python on the PATH
+
+import argparse
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+CHANGE = (
+    "        min_size: 1\n        max_size: 6\n",
+    "        min_size: 1\n        max_size: 7\n",
+)  # staging's cpu pool
+
+
+def _scratch(repo: Path) -> None:
+    """The project's files (as git lists them, tests left out) committed on main in a new repository."""
+    listed = subprocess.run(
+        ["git", "ls-files", "--cached", "--others", "--exclude-standard", "-z"],
+        cwd=ROOT,
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout
+    for name in filter(None, listed.split("\0")):
+        if (ROOT / name).is_file() and not name.startswith("tests/"):
+            (repo / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(ROOT / name, repo / name)
+    for args in (["init", "-q", "-b", "main"], ["add", "."], ["commit", "-q", "-m", "base"]):
+        subprocess.run(["git", "-c", "user.name=b", "-c", "user.email=b@example.org", *args], cwd=repo, check=True)
+    os.symlink(ROOT / ".venv-checkov", repo / ".venv-checkov")  # after the commit: checkov, not part of a revision
+
+
+def _timed(
+    repo: Path, *args: str, repeat: int = 1, env: dict[str, str] | None = None, ok: tuple[int, ...] = (0,)
+) -> float:
+    best = float("inf")
+    for _ in range(repeat):
+        started = time.perf_counter()
+        proc = subprocess.run(
+            [sys.executable, "-m", "dlinfra", *args],
+            cwd=repo,
+            capture_output=True,
+            text=True,
+            check=False,
+            env={**os.environ, "AWS_EC2_METADATA_DISABLED": "true", **(env or {})},
+        )
+        best = min(best, time.perf_counter() - started)
+        if proc.returncode not in ok:
+            sys.exit(f"dlinfra {' '.join(args)} exited {proc.returncode}:\n{proc.stderr[-2000:]}")
+    return best
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeat", type=int, default=1, help="runs of each timed command; the best counts")
+    parser.add_argument("--keep", type=Path, help="build the scratch repository here and keep it")
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory(prefix="dlinfra-bench-pr-") as tmp:
+        repo = (args.keep or Path(tmp)) / "repo"
+        repo.mkdir(parents=True)
+        _scratch(repo)
+        fleet = repo / "fleet.yaml"
+        text = fleet.read_text()
+        if text.count(CHANGE[0]) != 1:
+            sys.exit("fleet.yaml: staging's cpu pool (min_size 1, max_size 6) is not where this benchmark expects it")
+        full = _timed(repo, "preview", "--all", "--empty", "--no-cache", "--summary", "--out", "build/full/plans")
+        fleet.write_text(text.replace(*CHANGE))
+        no_cache = {"DLINFRA_CACHE": "off"}
+        before = _timed(repo, "diff", "main", "--no-cache", "--out", "build/diff.md", env=no_cache, repeat=args.repeat)
+        # main's own CI run: its plans previewed, checked and diffed once (the cache then holds them).
+        fleet.write_text(text)
+        _timed(repo, "preview", "--all", "--summary")
+        _timed(repo, "check", "--all")
+        _timed(repo, "diff", "main", "--out", "build/diff.md")
+        fleet.write_text(text.replace(*CHANGE))
+        after = _timed(repo, "diff", "main", "--out", "build/diff.md", repeat=args.repeat)
+        path = {
+            "preview --all (against main)": _timed(repo, "preview", "--all", "--summary", repeat=args.repeat),
+            "diff main": after,
+            "check --all": _timed(repo, "check", "--all", repeat=args.repeat),
+            "cost": _timed(repo, "cost", repeat=args.repeat),
+        }
+        print(f"preview --all from scratch (9 stacks, no cache):  {full:6.2f} s")
+        print(
+            f"diff of a one-line change, nothing kept:          {before:6.2f} s  ({before / full:.2f} of preview --all)"
+        )
+        print(
+            f"diff of the same change, main previewed before:   {after:6.2f} s  ({after / full:.2f} of preview --all)"
+        )
+        print("the pull-request path on that change:")
+        for name, seconds in path.items():
+            print(f"  {name:<30} {seconds:6.2f} s")
+        print(f"  {'total':<30} {sum(path.values()):6.2f} s")
+
+
+if __name__ == "__main__":
+    main()
