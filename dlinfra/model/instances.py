@@ -108,6 +108,11 @@ def parse_table(text: str, source: str = TABLE_PATH) -> Mapping[str, InstanceTyp
         raw: Any = YAML(typ="safe").load(text)
     except YAMLError as exc:
         raise InstanceTableError(f"not valid YAML: {exc}", file=source) from None
+    return parse_entries(raw, source)
+
+
+def parse_entries(raw: Any, source: str = TABLE_PATH) -> Mapping[str, InstanceType]:
+    """Instance types from parsed data (name -> figures); errors name `source` and the type's key."""
     if not isinstance(raw, Mapping) or not raw:
         raise InstanceTableError("expected a mapping of instance type name -> figures", file=source)
     table: dict[str, InstanceType] = {}
@@ -125,10 +130,30 @@ def parse_table(text: str, source: str = TABLE_PATH) -> Mapping[str, InstanceTyp
 
 
 @functools.cache
-def all_types() -> Mapping[str, InstanceType]:
-    """Every known instance type, in table order (loaded once)."""
+def packaged_types() -> Mapping[str, InstanceType]:
+    """The instance types dlinfra ships, in table order (loaded once)."""
     text = resources.files("dlinfra").joinpath("data/instance_types.yaml").read_text(encoding="utf-8")
     return parse_table(text)
+
+
+_lab: list[Mapping[str, InstanceType]] = [MappingProxyType({})]
+
+
+def use_lab_types(types: Mapping[str, InstanceType]) -> None:
+    """Merge the lab's own types (dlinfra.model.catalog) over the packaged ones from now on; {} for none."""
+    if dict(types) != dict(_lab[0]):
+        _lab[0] = MappingProxyType(dict(types))
+        _merged.cache_clear()
+
+
+@functools.cache
+def _merged() -> Mapping[str, InstanceType]:
+    return MappingProxyType({**packaged_types(), **_lab[0]}) if _lab[0] else packaged_types()
+
+
+def all_types() -> Mapping[str, InstanceType]:
+    """Every known instance type: the packaged table with the lab's catalog over it, in table order."""
+    return _merged()
 
 
 def lookup(name: str) -> InstanceType:
@@ -140,7 +165,9 @@ def lookup(name: str) -> InstanceType:
         pass
     close = difflib.get_close_matches(name, table.keys(), n=3, cutoff=0.6)
     hint = f"did you mean {', '.join(close)}?" if close else f"known families: {_families(table)}"
-    raise UnknownInstanceType(f"unknown instance type {name!r}; {hint} (add new types to {TABLE_PATH})") from None
+    raise UnknownInstanceType(
+        f"unknown instance type {name!r}; {hint} (add it to catalog.yaml beside the fleet, docs/catalog.md)"
+    ) from None
 
 
 def offered(name: str, region: str) -> bool:

@@ -15,20 +15,21 @@ from typing import Any, TypeVar
 T = TypeVar("T")
 
 
-def last_by_text(load: Callable[[Path], T]) -> Callable[[Path], T]:
-    """Wrap `load(path)` so that a path whose text is the same as at the last call gives the same result."""
-    last: list[tuple[tuple[Path, str], Any]] = []
+def last_by_text(load: Callable[..., T]) -> Callable[..., T]:
+    """Wrap `load(path, *extra)` so that a path whose text is the same as at the last call, with the same extra
+    (hashable) arguments, gives the same result."""
+    last: list[tuple[tuple[Any, ...], Any]] = []
 
     @functools.wraps(load)
-    def cached(path: Path) -> T:
+    def cached(path: Path, *extra: Any) -> T:
         try:
-            key = (path.resolve(), path.read_text())
+            key = (path.resolve(), path.read_text(), *extra)
         except OSError:
-            return load(path)  # the loader reports an unreadable file in its own words
+            return load(path, *extra)  # the loader reports an unreadable file in its own words
         if last and last[0][0] == key:
             result: T = last[0][1]
             return result
-        result = load(path)
+        result = load(path, *extra)
         last[:] = [(key, result)]
         return result
 

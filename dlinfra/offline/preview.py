@@ -8,7 +8,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from dlinfra.model import images, planner, stackroles
+from dlinfra.model import catalog, images, planner, stackroles
 from dlinfra.model.fleet.load import LoadedFleet
 from dlinfra.model.stackroles import StackRole
 from dlinfra.offline import cache, engine, parallel, plan_export, provenance
@@ -58,7 +58,7 @@ def run(
             root=root,
             fleet=fleet,
             allocations={key: str(cidr) for key, cidr in lock.allocations.items()},
-            catalogs={},
+            catalogs={env: catalog.used(catalog.installed(), fleet, env) for env in fleet.environments},
             provenance=made_from,
             project=fleet.project,
             roles=selected,
@@ -83,11 +83,15 @@ def run(
 
 
 def save_inputs(root: Path, fleet: Path, lock: Path, out: Path) -> None:
-    """Copy the fleet, the lock and the stack configs beside the plans (out/inputs/)."""
+    """Copy the fleet (and its catalog), the lock and the stack configs beside the plans (out/inputs/)."""
     inputs = out / INPUTS
     shutil.rmtree(inputs / "stacks", ignore_errors=True)  # a stack removed since leaves no config behind
     (inputs / "stacks").mkdir(parents=True, exist_ok=True)
     shutil.copyfile(fleet, inputs / "fleet.yaml")
+    lab = catalog.beside(fleet)
+    (inputs / catalog.CATALOG_FILE).unlink(missing_ok=True)
+    if lab.is_file():
+        shutil.copyfile(lab, inputs / catalog.CATALOG_FILE)
     if lock.is_file():
         shutil.copyfile(lock, inputs / "cidr-lock.yaml")
     for config in sorted((root / "stacks").glob("Pulumi.*.yaml")):

@@ -28,6 +28,7 @@ class Provenance:
     lock: str
     images: str
     code: str
+    catalog: str = ""  # the lab's catalog beside the fleet (dlinfra.model.catalog); "missing" without one
     images_path: str = ""  # the manifest, relative to the project when inside it
     revision: str = ""  # `git describe --always --dirty`, when the project is a git checkout
 
@@ -45,8 +46,15 @@ class Provenance:
             "lock": "the address-plan lock",
             "images": f"the images manifest ({self.images_path or 'default'})",
             "code": "dlinfra's code (stacks/, components/, dlinfra/)",
+            "catalog": "the catalog beside the fleet (catalog.yaml)",
         }
-        return [words[k] for k in ("fleet", "lock", "images", "code") if getattr(self, k) != getattr(now, k)]
+        keys = ("fleet", "lock", "images", "code", "catalog")
+        # A plan made before catalogs were recorded has none: it is stale only if the fleet now has a catalog.
+        return [
+            words[k]
+            for k in keys
+            if getattr(self, k) != getattr(now, k) and (k != "catalog" or self.catalog or now.catalog != "missing")
+        ]
 
 
 def _sha256(path: Path) -> str:
@@ -92,6 +100,7 @@ def current(root: Path, fleet: Path, lock: Path, images: Path, *, revision: bool
         lock=_sha256(lock),
         images=_sha256(images),
         code=code_hash(root),
+        catalog=_sha256(fleet.parent / "catalog.yaml"),
         images_path=_relative(images, root),
         revision=_revision(root) if revision else "",
     )

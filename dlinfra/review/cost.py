@@ -17,7 +17,7 @@ from typing import Any
 from ruamel.yaml import YAML
 
 from dlinfra.errors import DlinfraError
-from dlinfra.model import eks
+from dlinfra.model import catalog, eks
 from policy.dlinfra_policy.rules.capacity_blocks import block_window
 
 PRICES_FILE = "data/prices.yaml"
@@ -143,10 +143,13 @@ class PriceTable:
 
 
 def load_prices(path: Path | None = None) -> PriceTable:
-    """The price table (default: the one shipped in dlinfra/data); CostError naming a bad key."""
+    """The price table (default: the one shipped in dlinfra/data, with the lab's catalog prices over it, from the
+    catalog.yaml beside the fleet last loaded); CostError naming a bad key."""
     where = str(path) if path else f"dlinfra/{PRICES_FILE}"
     text = path.read_text() if path else resources.files("dlinfra").joinpath(PRICES_FILE).read_text()
     data = YAML(typ="safe").load(text)
+    if path is None and catalog.installed().prices:
+        data["prices"] = _merged(data["prices"], catalog.installed().prices)
     prices: dict[tuple[str, str], Price] = {}
     try:
         for key, entry in data["prices"].items():
@@ -156,7 +159,7 @@ def load_prices(path: Path | None = None) -> PriceTable:
                     region=region,
                     usd=float(row["usd"]),
                     unit=str(entry["unit"]),
-                    source=str(entry["source"]),
+                    source=str(row.get("source", entry["source"])),
                     unverified=bool(row.get("unverified", entry.get("unverified", False))),
                     note=str(row.get("note", entry.get("note", ""))),
                     copied_from=row.get("copied_from"),
@@ -167,6 +170,23 @@ def load_prices(path: Path | None = None) -> PriceTable:
         return PriceTable(read_on, str(data["currency"]), float(data["hours_per_month"]), prices)
     except (KeyError, TypeError, ValueError) as exc:
         raise CostError(f"malformed price table: {exc!r}", file=where) from None
+
+
+def _merged(packaged: Mapping[str, Any], lab: Mapping[str, Any]) -> dict[str, Any]:
+    """The lab's price entries over the packaged ones: a lab entry's regions replace those regions only (a
+    negotiated rate in one region keeps the list price elsewhere), its unit and source describe its regions."""
+    out = dict(packaged)
+    for key, entry in lab.items():
+        ours = {
+            region: {"unverified": False, "note": "", **row, "source": entry["source"]}
+            for region, row in entry["regions"].items()
+        }
+        known = packaged.get(key)
+        if known is None:
+            out[key] = {**entry, "regions": ours}
+        else:  # the packaged entry's regions keep their source; the lab's rows say theirs
+            out[key] = {**known, "regions": {**known["regions"], **ours}}
+    return out
 
 
 def parse_assumptions(pairs: Sequence[str]) -> dict[str, float]:

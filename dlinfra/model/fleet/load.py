@@ -86,13 +86,19 @@ def version_lifecycle(loaded: LoadedFleet, on: datetime.date) -> list[str]:
 
 
 def load_fleet(path: str | Path) -> LoadedFleet:
-    """Parse and validate a fleet file; raises FleetError naming the file and key."""
+    """Parse and validate a fleet file, with the lab's catalog beside it (dlinfra.model.catalog) loaded first and
+    merged over the packaged tables; raises FleetError naming the file and key."""
+    from dlinfra.model import catalog
+
     path = Path(path)
-    return LoadedFleet(fleet=_fleet_of(path), path=path)
+    lab = catalog.load(catalog.beside(path))
+    catalog.install(lab)
+    return LoadedFleet(fleet=_fleet_of(path, lab.digest), path=path)
 
 
 @last_by_text
-def _fleet_of(path: Path) -> Fleet:
+def _fleet_of(path: Path, _catalog: str = "") -> Fleet:
+    """The validated fleet; `_catalog` (the catalog's digest) is part of the cache key, as validation reads it."""
     return validate_data(parse_yaml(path), path)  # parse_yaml reports an unreadable file
 
 

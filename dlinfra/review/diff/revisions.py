@@ -136,8 +136,10 @@ def _plan_set(
         except DlinfraError as exc:
             reach_error = str(exc)
         try:
+            from dlinfra.model import catalog
             from dlinfra.review import cost
 
+            catalog.install(catalog.load(catalog.beside(fleet)))  # this side's own prices
             estimate = cost.estimate(plans.values()).to_json()
         except DlinfraError:
             estimate = None  # a type the price table lacks: the cost section says it could not be estimated
