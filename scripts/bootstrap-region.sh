@@ -2,7 +2,7 @@
 # First apply of a new region, before its in-VPC runner exists: run by an infra admin from a laptop connected to
 # the region's Client VPN (the EKS endpoint is private; its security group admits the laptop pool).
 #
-#   scripts/bootstrap-region.sh [--dry-run] <env>-<region>      (DLINFRA_FLEET: another fleet file)
+#   scripts/bootstrap-region.sh [--dry-run] <env>-<region>      (DLINFRA_FLEET: another fleet file; --help: this)
 #
 # 1. applies the regional stack (AWS resources, including the CodeBuild-hosted runner) if it is not up yet;
 # 2. checks that this laptop reaches the private EKS endpoint, and says to connect the VPN if not;
@@ -10,6 +10,17 @@
 # 4. checks that the runner's CodeBuild project exists, so apply.yml takes over from here.
 # docs/bootstrap-region.md explains each step and how to verify it.
 set -o errexit -o nounset -o pipefail
+
+usage() {
+  # The header above, without its leading "# ": what the script does and how to call it.
+  sed -n '2,/^set -o/p' "$0" | sed '$d; s/^# \{0,1\}//'
+}
+case "${1:-}" in
+  -h | --help)
+    usage
+    exit 0
+    ;;
+esac
 
 dry_run=0
 if [ "${1:-}" = "--dry-run" ]; then

@@ -76,3 +76,11 @@ def test_bad_stack_names_are_refused_before_anything_runs(tmp_path: Path, stack:
     proc, calls = _run(tmp_path, stack)
     assert proc.returncode == 2 and message in proc.stderr
     assert calls == []
+
+
+@pytest.mark.parametrize("flag", ["--help", "-h"])
+def test_help_prints_the_usage_instead_of_taking_it_for_a_stack(tmp_path: Path, flag: str) -> None:
+    proc, calls = _run(tmp_path, flag)
+    assert proc.returncode == 0, proc.stderr
+    assert "scripts/bootstrap-region.sh [--dry-run] <env>-<region>" in proc.stdout
+    assert "not a regional stack name" not in proc.stderr and not calls
