@@ -16,7 +16,7 @@ from typing import Any
 from rich.console import Console
 
 from dlinfra import PROJECT_ROOT as ROOT
-from dlinfra.cli.common import Handler, lock_file, status
+from dlinfra.cli.common import Handler, lock_file, status, working
 from dlinfra.errors import DlinfraError
 from dlinfra.model import stackroles
 from dlinfra.model.fleet.load import load_fleet
@@ -182,9 +182,10 @@ def cmd_check(args: argparse.Namespace) -> int:
     else:
         from dlinfra.checks.reach import check as reach
 
-        run.reach = reach.summary(
-            args.fleet, lock_file(args), [p.data for p in selected], args.flows, cache=_cache_folder(args)
-        )
+        with working("proving reachability over every plan"):
+            run.reach = reach.summary(
+                args.fleet, lock_file(args), [p.data for p in selected], args.flows, cache=_cache_folder(args)
+            )
         run.findings.extend(runner.reach_findings(run.reach))
     if ignored:
         run.notes.append(f"ignored plans of stacks the fleet no longer has: {', '.join(ignored)}")
@@ -265,9 +266,10 @@ def cmd_reach(args: argparse.Namespace) -> int:
     if stale_note:
         Console(stderr=True).print(f"note: {stale_note}", markup=False)
     plan_data = [p.data for p in selected]
-    summary = reach.summary(
-        args.fleet, lock_file(args), plan_data, args.flows, explain=args.explain, cache=_cache_folder(args)
-    )
+    with working("proving reachability over every plan"):
+        summary = reach.summary(
+            args.fleet, lock_file(args), plan_data, args.flows, explain=args.explain, cache=_cache_folder(args)
+        )
     if args.json:
         sys.stdout.write(json.dumps(summary, indent=2) + "\n")
     else:
