@@ -105,8 +105,9 @@ def register(
     diff.add_argument(
         "--touched",
         action="store_true",
-        help="print the JSON list of head stacks a real preview should cover (changed plan or stack config), "
-        "with where each runs (runs_on) and whether pull requests may preview it for real (preview: real|offline)",
+        help="print the head stacks a real preview should cover (changed plan or stack config) as JSON "
+        "(dlinfra.touched/v1: stacks, each with where it runs, runs_on, and whether pull requests may preview it "
+        "for real, preview: real|offline)",
     )
     diff.add_argument(
         "--detailed-exitcode",
@@ -228,7 +229,8 @@ def cmd_diff(args: argparse.Namespace) -> int:
     changed = 2 if args.detailed_exitcode and not result.empty else 0
     if args.touched:
         fleet = load_fleet(args.fleet).fleet  # the head revision's (the working tree is the head in CI)
-        sys.stdout.write(json.dumps(compare.touched(result, fleet)) + "\n")
+        touched = {"schema": "dlinfra.touched/v1", "stacks": compare.touched(result, fleet)}
+        sys.stdout.write(json.dumps(touched) + "\n")
         return changed
     markdown = json.dumps(render.to_json(result), indent=2) + "\n" if args.json else render.render_markdown(result)
     if args.out:
