@@ -16,7 +16,7 @@ from rich.text import Text
 
 from dlinfra.cli.common import EXIT_BAD_INPUT, Handler, err, load_checked, lock_file, out
 from dlinfra.errors import DlinfraError
-from dlinfra.model import eks, planner, stackroles
+from dlinfra.model import eks, planner, sites, stackroles
 from dlinfra.model.fleet.checks import BLOCK_WARN_DAYS, block_warnings
 from dlinfra.model.fleet.load import LoadedFleet, key_line, load_fleet
 
@@ -134,6 +134,14 @@ def _validate(args: argparse.Namespace, *, warn: Callable[[str], None]) -> dict[
     for key, message in block_warnings(fleet, _now(), within):
         line = key_line(loaded.path, key)
         warn(f"{loaded.path}{f':{line}' if line else ''}: {key}: {message}")
+    for name, site in sorted(fleet.sites.items()):
+        # Judged by the clock, as AWS judges it when the activation is created or replaced (`check` has the rules
+        # ssm-activation-expiry-in-range and ssm-activation-not-expired on the plans).
+        problem = site.activation_expiry and sites.activation_expiry_problem(site.activation_expiry, _now())
+        if problem:
+            key = f"sites.{name}.activation_expiry"
+            line = key_line(loaded.path, key)
+            warn(f"{loaded.path}{f':{line}' if line else ''}: {key}: {problem}")
     return counts
 
 

@@ -192,3 +192,16 @@ def test_stacks_refuses_an_account_the_in_vpc_runners_would_not_take(capsys: pyt
     code, out, _ = run(capsys, "stacks", "--fleet", str(REFERENCE_FLEET), "--only", "prod-eu-west-1-k8s", "--json",
                        "--actor-id", "9919")  # fmt: skip
     assert code == 0 and [r["stack"] for r in json.loads(out)["k8s"]] == ["prod-eu-west-1-k8s"]
+
+
+def test_validate_warns_of_an_activation_expiry_aws_would_refuse(
+    capsys: pytest.CaptureFixture[str], write_fleet: Callable[..., Path]
+) -> None:
+    """Judged by the (pinned) clock, as CreateActivation judges it when the activation is created or replaced."""
+    for expiry, problem in (("2026-11-01T00:00:00Z", "has passed"), ("2027-01-30T00:00:00Z", "more than 30 days")):
+        path = write_fleet(lambda d, e=expiry: d["sites"]["sjc1"].__setitem__("activation_expiry", e))
+        code, _, err = run(capsys, "validate", "--fleet", str(path))
+        assert code == 0
+        assert "sites.sjc1.activation_expiry" in err and problem in err, err
+    path = write_fleet(lambda d: d["sites"]["sjc1"].__setitem__("activation_expiry", "2026-12-01T00:00:00Z"))
+    assert "activation_expiry" not in run(capsys, "validate", "--fleet", str(path))[2]

@@ -115,6 +115,18 @@ RULES: tuple[ResourceRule | StackRule, ...] = (
         "advisory",
         cluster.eks_version_support_ending,
     ),
+    ResourceRule(
+        "ssm-activation-expiry-in-range",
+        "SSM activations for hybrid nodes expire at most 30 days ahead, as CreateActivation requires",
+        "mandatory",
+        cluster.ssm_activation_expiry_in_range,
+    ),
+    ResourceRule(
+        "ssm-activation-not-expired",
+        "SSM activations for hybrid nodes have not expired (a replacement with a past date is refused)",
+        "advisory",
+        cluster.ssm_activation_not_expired,
+    ),
     StackRule(
         "server-cert-domain-san",
         "Server certificates name a domain in their subject alternative names",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime
 from typing import Any
 
 from .core import Context, Resource, as_list, as_object, has_key
@@ -61,3 +62,53 @@ def eks_version_support_ending(resource: Resource, ctx: Context) -> list[str]:
     found = _eks_lifecycle(resource, ctx)
     state = found[1] if found is not None else None
     return [state.message] if state is not None and state.level == "warning" else []
+
+
+SSM_ACTIVATION = "aws:ssm/activation:Activation"
+ACTIVATION_MAX_DAYS = 30  # the same limit dlinfra.model.sites applies when `site add` writes an expiry
+
+
+def _activation_expiry(resource: Resource) -> datetime.date | None:
+    """The day an SSM activation's expirationDate falls on (UTC); None when unset (AWS: 24 hours from creation)."""
+    if resource.type != SSM_ACTIVATION:
+        return None
+    value = resource.inputs.get("expirationDate")
+    if not isinstance(value, str) or not value:
+        return None
+    try:
+        return datetime.datetime.fromisoformat(value.replace("Z", "+00:00")).astimezone(datetime.UTC).date()
+    except ValueError:
+        return None
+
+
+def ssm_activation_expiry_in_range(resource: Resource, ctx: Context) -> list[str]:
+    """An SSM activation (hybrid nodes' registration) expires at most 30 days from now, as AWS requires when it is
+    created or replaced. Source: AWS Systems Manager API reference, CreateActivation, ExpirationDate ("You can
+    specify a date up to 30 days in advance")."""
+    from dlinfra.model import eks
+
+    expiry = _activation_expiry(resource)
+    today = ctx.today or eks.today()
+    if expiry is None or expiry <= today + datetime.timedelta(days=ACTIVATION_MAX_DAYS):
+        return []
+    return [
+        f"expirationDate {expiry} is more than {ACTIVATION_MAX_DAYS} days after {today}: CreateActivation refuses it; "
+        "set sites.<site>.activation_expiry within 30 days (dlinfra site add --activation-expiry 14d)"
+    ]
+
+
+def ssm_activation_not_expired(resource: Resource, ctx: Context) -> list[str]:
+    """Advisory: an SSM activation's expirationDate has passed. Machines already registered keep working, but no new
+    one can register, and any change that replaces the activation (its expirationDate, registration limit, role,
+    name and tags force a new one: terraform-provider-aws ssm/activation.go, ForceNew) is refused by CreateActivation
+    for a date in the past. Same source."""
+    from dlinfra.model import eks
+
+    expiry = _activation_expiry(resource)
+    today = ctx.today or eks.today()
+    if expiry is None or expiry >= today:
+        return []
+    return [
+        f"expirationDate {expiry} has passed: remove sites.<site>.activation_expiry (a new activation then gets AWS's "
+        "24 hours) or give a date within 30 days, before a change replaces the activation"
+    ]

@@ -11,6 +11,8 @@ from policy.dlinfra_policy.rules.cluster import EKS_CLUSTER
 from policy.dlinfra_policy.rules.core import Resource
 from tests.policy.rules._resources import CTX, messages, pass_and_fail, res
 
+ACTIVATION = "aws:ssm/activation:Activation"
+
 # rule -> (resources that pass, resources that fail).
 CASES: dict[str, tuple[list[Resource], list[Resource]]] = {
     "eks-secrets-encrypted": (
@@ -30,6 +32,18 @@ CASES: dict[str, tuple[list[Resource], list[Resource]]] = {
             res(EKS_CLUSTER)(version="1.33", upgradePolicy={"supportType": "STANDARD"}),  # past: mandatory's
         ],
         [res(EKS_CLUSTER)(version="1.34", upgradePolicy={"supportType": "STANDARD"})],  # ends 2026-12-02
+    ),
+    # CTX.today is 2026-11-22: 30 days ahead is 2026-12-22.
+    "ssm-activation-expiry-in-range": (
+        [
+            res(ACTIVATION)(iamRole="r", registrationLimit=4),  # unset: AWS's 24 hours
+            res(ACTIVATION)(iamRole="r", registrationLimit=4, expirationDate="2026-12-22T00:00:00Z"),
+        ],
+        [res(ACTIVATION)(iamRole="r", registrationLimit=4, expirationDate="2026-12-23T00:00:00Z")],
+    ),
+    "ssm-activation-not-expired": (
+        [res(ACTIVATION)(iamRole="r", registrationLimit=4, expirationDate="2026-11-22T12:00:00Z")],
+        [res(ACTIVATION)(iamRole="r", registrationLimit=4, expirationDate="2026-11-21T23:59:00Z")],
     ),
 }
 
