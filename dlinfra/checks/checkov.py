@@ -147,7 +147,12 @@ def installed_version(checkov: Path) -> str:
     """The version of the checkov a virtualenv's executable runs (its package metadata's folder name)."""
     venv = checkov.parent.parent
     found = sorted(venv.glob("lib/python*/site-packages/checkov-*.dist-info"))
-    return found[-1].name.removesuffix(".dist-info").removeprefix("checkov-") if found else "unknown"
+    if found:
+        return found[-1].name.removesuffix(".dist-info").removeprefix("checkov-")
+    try:  # not laid out as a virtualenv: the executable itself stands for the version, so an upgrade is a miss
+        return f"unknown {checkov.resolve()} {checkov.stat().st_mtime_ns}"
+    except OSError:
+        return "unknown"
 
 
 def parse_report(framework: str, output: Any) -> CheckovReport:

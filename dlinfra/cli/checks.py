@@ -96,10 +96,16 @@ def register(
         "compares with a saved plan folder. Unchanged stacks are reused from the plan cache, and a revision's "
         "plans are kept by commit, so a base is previewed once.",
     )
-    diff.add_argument("base", nargs="?", help="base: a revision or a plan folder (default: the default branch)")
-    diff.add_argument("head", nargs="?", help="head: a revision or a plan folder (default: the working tree)")
-    diff.add_argument("--base", dest="base_option", metavar="BASE", help="the same as the first positional")
-    diff.add_argument("--head", dest="head_option", metavar="HEAD", help="the same as the second positional")
+    diff.add_argument(
+        "base", nargs="?", type=_side, help="base: a revision or a plan folder (default: the default branch)"
+    )
+    diff.add_argument(
+        "head", nargs="?", type=_side, help="head: a revision or a plan folder (default: the working tree)"
+    )
+    diff.add_argument("--base", dest="base_option", type=_side, metavar="BASE", help="the same as the first positional")
+    diff.add_argument(
+        "--head", dest="head_option", type=_side, metavar="HEAD", help="the same as the second positional"
+    )
     diff.add_argument("--out", type=Path, help="write the markdown (or JSON) to FILE instead of printing it")
     diff.add_argument("--json", action="store_true", help="the diff as JSON for tools (schema: docs/diff-json.md)")
     diff.add_argument(
@@ -240,6 +246,12 @@ def cmd_diff(args: argparse.Namespace) -> int:
     else:
         sys.stdout.write(markdown)
     return changed
+
+
+def _side(text: str) -> str:
+    from dlinfra.review.diff import revisions
+
+    return revisions.side(text)
 
 
 def _one(positional: str | None, option: str | None, name: str) -> str | None:

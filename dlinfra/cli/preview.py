@@ -59,6 +59,7 @@ def register(sub: Any, common: argparse.ArgumentParser) -> dict[str, Handler]:
     against.add_argument(
         "--base",
         metavar="BASE",
+        type=_side,
         help="what to compare with, as `pulumi preview` compares with its state: a git revision, or a plan folder "
         "(a copy of build/plans) for a fleet outside git (default: the default branch, when the fleet is in git)",
     )
@@ -71,6 +72,13 @@ def register(sub: Any, common: argparse.ArgumentParser) -> dict[str, Handler]:
         help="exit 0 when nothing changes, 2 when something does, 1 on an error (as terraform plan does)",
     )
     return {"preview": cmd_preview}
+
+
+def _side(text: str) -> str:
+    """--base as typed: a folder made absolute where it was typed (see dlinfra.review.diff.revisions.side)."""
+    from dlinfra.review.diff import revisions
+
+    return revisions.side(text)
 
 
 def _jobs(text: str) -> int:
@@ -160,7 +168,12 @@ def cmd_preview(args: argparse.Namespace) -> int:
     if changes is not None:
         _print_changes(changes, plans, summary=args.summary)
         counts = _counts(changes, None)
-        said = ", ".join(f"{n} to {op}" for op, n in counts.items() if n) or "no changes"
+        said = ", ".join(
+            [f"{n} to {op}" for op, n in counts.items() if n]
+            + [f"{len(changes.lock)} address allocation(s) change"] * bool(changes.lock)
+            + [f"the stack config of {', '.join(changes.config_changed)} changes"] * bool(changes.config_changed)
+        )
+        said = said or "no changes"
         out.print(
             Text.assemble(
                 "\n",
@@ -233,7 +246,8 @@ def _compare(args: argparse.Namespace, base: str, plans: dict[str, dict[str, Any
         work=args.out,
         analyses=False,
     )
-    mine = set(plans)
+    # With --all, a stack the base has and this fleet does not is a stack to remove: every resource deleted.
+    mine = set(plans) | (set(before.plans) if args.all else set())
     before_only = PlanSet(
         label=before.label,
         plans={k: v for k, v in before.plans.items() if k in mine},
@@ -263,8 +277,10 @@ def _counts(changes: Any, stack: str | None) -> dict[str, int]:
 
 
 def _print_changes(changes: Any, plans: dict[str, dict[str, Any]], *, summary: bool) -> None:
-    """Each stack as `pulumi preview` shows it against its state: what changes, or that nothing does."""
-    for stack, plan in plans.items():
+    """Each stack as `pulumi preview` shows it against its state: what changes, or that nothing does; then the
+    stacks the base has and this fleet does not, and the address-plan and stack-config changes."""
+    removed = {stack: {"summary": {"resources": 0}} for stack in changes.stacks_removed}
+    for stack, plan in {**plans, **removed}.items():
         mine = [c for c in changes.changes if c.stack == stack]
         resources = plan["summary"]["resources"]
         if not mine:
@@ -272,7 +288,7 @@ def _print_changes(changes: Any, plans: dict[str, dict[str, Any]], *, summary: b
             out.print(Text.assemble((f"{stack:<28}", "bold"), f" {note}no changes ({resources} resources)"))
             continue
         counts = _counts(changes, stack)
-        parts: list[Any] = [(f"{stack:<28}", "bold")]
+        parts: list[Any] = [(f"{stack:<28}", "bold"), " removed from the fleet:" if stack in removed else ""]
         for op, n in counts.items():
             if n:
                 parts += [" ", marker(op), f" {n} to {op}"]

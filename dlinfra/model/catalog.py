@@ -18,6 +18,7 @@ where a change to the packaged tables (code) makes every stack run again.
 from __future__ import annotations
 
 import hashlib
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,7 +29,7 @@ from ruamel.yaml import YAML
 from ruamel.yaml.error import YAMLError
 
 from dlinfra.errors import FleetError
-from dlinfra.model import instances
+from dlinfra.model import gpu_health, instances
 from dlinfra.model.fleet.schema import Fleet
 
 CATALOG_FILE = "catalog.yaml"  # beside the fleet file
@@ -76,9 +77,50 @@ def load(path: Path) -> Catalog:
             types = instances.parse_entries(raw_types)
         except instances.InstanceTableError as exc:
             raise FleetError(exc.detail, file=where, key=f"instance_types.{exc.key}" if exc.key else None) from None
+        for name, spec in types.items():
+            _check_type(name, spec, where)
     prices = _prices(data.get("prices") or {}, where)
     digest = hashlib.sha256(text.encode()).hexdigest()
     return Catalog(path=path, instance_types=types, prices=MappingProxyType(prices), digest=digest)
+
+
+NAME = re.compile(r"^[a-z][a-z0-9-]*\.[a-z0-9]+$")  # <family>.<size>, as EC2 names its types
+
+
+def _check_type(name: str, spec: instances.InstanceType, where: str) -> None:
+    """What the packaged table's tests hold it to, and what a launch needs, for one of the lab's types."""
+    at = f"instance_types.{name}"
+    if not NAME.match(name):
+        raise FleetError("not an EC2 instance type name (<family>.<size>, e.g. g6e.xlarge)", file=where, key=at)
+    if spec.offered_in is None:
+        # The packaged table may leave it unknown; a lab's type must say, or a pool could be planned where AWS
+        # does not sell it (aws ec2 describe-instance-type-offerings --location-type region).
+        raise FleetError("say where AWS sells it: offered_in, a list of regions", file=where, key=f"{at}.offered_in")
+    if spec.architecture != "x86_64":
+        # The images manifest has one AMI per variant (cpu, gpu), built for x86_64: an arm64 type would be launched
+        # from an x86_64 AMI, which EC2 refuses.
+        raise FleetError(
+            "only x86_64 types: the node images (images/, the manifest) are built for x86_64",
+            file=where,
+            key=f"{at}.architecture",
+        )
+    if spec.gpus:
+        models = gpu_health.table().models
+        if spec.gpu_model is None or spec.gpu_model not in models:
+            known = ", ".join(sorted(models))
+            raise FleetError(
+                f"GPU model {spec.gpu_model!r} is not one the GPU health check knows ({known}): it expects each "
+                "model's products and figures (dlinfra/data/gpu_models.yaml)",
+                file=where,
+                key=f"{at}.gpu_model",
+            )
+        products = models[spec.gpu_model].products
+        if spec.gpu_product is None or spec.gpu_product not in products:
+            raise FleetError(
+                f"gpu_product must be one of {spec.gpu_model}'s products: {', '.join(products)}",
+                file=where,
+                key=f"{at}.gpu_product",
+            )
 
 
 def _prices(raw: Any, where: str) -> dict[str, Mapping[str, Any]]:

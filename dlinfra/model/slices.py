@@ -4,8 +4,9 @@ A stack of environment `prod` declares prod's regions, pools, cluster and VPN, t
 reads the fleet-wide settings (project, tags, address space, service quotas, regions, teams). It never reads
 another environment's section, nor a site that joins another environment, nor their address blocks.
 So a change to staging leaves prod's plans as they were, and the plan cache (dlinfra.offline.cache) reuses them.
-tests/offline/test_cache.py holds this to account: it previews a fixture, changes the other environment (a
-pool's maximum, a new pool, a new site) and compares the untouched environment's plans, made again from scratch.
+tests/offline/test_cache.py holds this to account: it previews a fixture, changes one environment's pools (a
+pool's maximum, a new pool) and compares the other environment's plans, made again from scratch; a site of another
+environment and its address blocks are outside the slice by construction (a site joins one environment).
 """
 
 from __future__ import annotations

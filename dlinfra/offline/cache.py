@@ -48,6 +48,7 @@ class StackCache:
     common: Mapping[str, str]  # the code, images manifest, project and entry format, by hash
     environments: Mapping[str, str]  # environment -> hash of its fleet, address-plan and catalog slices
     dependencies: Mapping[StackRole, Sequence[StackRole]]
+    images: Mapping[str, str] = field(default_factory=dict)  # stack -> hash of the images manifest it reads
     reused: list[str] = field(default_factory=list)
     ran: list[str] = field(default_factory=list)
 
@@ -55,7 +56,13 @@ class StackCache:
         """The key of a stack given the exports of the stacks it reads (only those count)."""
         read = {d.name: exports[d.name] for d in self.dependencies.get(role, ())}
         return slices.digest(
-            {"common": self.common, "stack": role.name, "slice": self.environments[role.environment], "reads": read}
+            {
+                "common": self.common,
+                "stack": role.name,
+                "images": self.images.get(role.name, ""),
+                "slice": self.environments[role.environment],
+                "reads": read,
+            }
         )
 
     def _path(self, role: StackRole, key: str) -> Path:
@@ -133,6 +140,7 @@ def open_cache(
     allocations: Mapping[str, str],
     catalogs: Mapping[str, Any],
     provenance: Mapping[str, str],
+    images: Mapping[str, str] | None = None,
     project: str,
     roles: Sequence[StackRole],
     dependencies: Mapping[StackRole, Sequence[StackRole]],
@@ -155,4 +163,11 @@ def open_cache(
         )
         for env in {r.environment for r in roles}
     }
-    return StackCache(folder=where, root=root, common=common, environments=environments, dependencies=dependencies)
+    return StackCache(
+        folder=where,
+        root=root,
+        common=common,
+        environments=environments,
+        images=dict(images or {}),
+        dependencies=dependencies,
+    )

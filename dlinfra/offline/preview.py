@@ -50,6 +50,13 @@ def run(
         config["dlinfra:images_manifest"] = str(images_manifest.resolve())
     manifest = images_manifest if images_manifest is not None else root / images.EXAMPLE_MANIFEST
     made_from = provenance.current(root, loaded.path, lock_path, manifest).to_json()
+    # A stack's config may name its own images manifest (stacks/compute.py reads dlinfra:images_manifest, the
+    # command line's winning): each plan records, and each cache key hashes, the manifest its stack reads.
+    own = {role.name: _manifest_of(root, role, config, manifest) for role in selected}
+    made_by = {
+        name: {**made_from, "images": provenance.sha256(path), "images_path": provenance.relative(path, root)}
+        for name, path in own.items()
+    }
     depends_on = {role: stackroles.dependencies(fleet, role) for role in selected}
     plan_cache = None
     if cache_folder is not None:
@@ -60,13 +67,14 @@ def run(
             allocations={key: str(cidr) for key, cidr in lock.allocations.items()},
             catalogs={env: catalog.used(catalog.installed(), fleet, env) for env in fleet.environments},
             provenance=made_from,
+            images={name: made["images"] for name, made in made_by.items()},
             project=fleet.project,
             roles=selected,
             dependencies=depends_on,
         )
 
     def done(result: StackResult) -> None:
-        path = plan_export.write_plan(result, fleet.project, out, made_from)
+        path = plan_export.write_plan(result, fleet.project, out, made_by[result.role.name])
         if manifests:
             plan_export.write_manifests(result, out.parent / "manifests")
         if on_done is not None:
@@ -80,6 +88,12 @@ def run(
         results = engine.run_all(root, selected, project=fleet.project, config=config, on_done=done, cache=plan_cache)
     save_inputs(root, loaded.path, lock_path, out)
     return Previewed(results=results, provenance=made_from, cache=plan_cache)
+
+
+def _manifest_of(root: Path, role: StackRole, config: dict[str, str], default: Path) -> Path:
+    """The images manifest a stack's program reads: the command line's, else its stack config's, else `default`."""
+    named = config.get("dlinfra:images_manifest") or engine.stack_config(root, role.name).get("dlinfra:images_manifest")
+    return root / str(named) if named else default
 
 
 def save_inputs(root: Path, fleet: Path, lock: Path, out: Path) -> None:

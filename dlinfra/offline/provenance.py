@@ -57,6 +57,11 @@ class Provenance:
         ]
 
 
+def sha256(path: Path) -> str:
+    """The file's sha256, or "missing"."""
+    return _sha256(path)
+
+
 def _sha256(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest() if path.is_file() else "missing"
 
@@ -83,6 +88,11 @@ def _revision(root: Path) -> str:
     except OSError:
         return ""
     return proc.stdout.strip() if proc.returncode == 0 else ""
+
+
+def relative(path: Path, root: Path) -> str:
+    """The path relative to the project when inside it, else absolute."""
+    return _relative(path, root)
 
 
 def _relative(path: Path, root: Path) -> str:

@@ -85,10 +85,11 @@ def test_cost_reads_the_labs_prices_over_the_packaged_ones(write_fleet: Callable
     assert table.get("ec2/g6.xlarge", "us-east-1").usd == 0.8048  # type: ignore[union-attr]
 
 
-def _preview(fleet: Path, out: Path) -> dict[str, Any]:
+def _preview(fleet: Path, out: Path, *extra: str) -> dict[str, Any]:
     buffer = io.StringIO()
+    argv = ["preview", "--all", "--json", "--jobs", "2", "--fleet", str(fleet), "--out", str(out), *extra]
     with contextlib.redirect_stdout(buffer):
-        code = cli.main(["preview", "--all", "--json", "--jobs", "2", "--fleet", str(fleet), "--out", str(out)])
+        code = cli.main(argv)
     assert code == 0
     return dict(json.loads(buffer.getvalue()))
 
@@ -105,9 +106,49 @@ def test_only_the_stacks_whose_pools_use_a_changed_entry_run_again(
     prices = {"ec2/g6e.xlarge": {**PRICE, "regions": {"us-west-2": {"usd": 1.861}}}}
     _catalog(fleet, instance_types={"g6e.xlarge": G6E, "g6e.2xlarge": unused}, prices=prices)
     assert _preview(fleet, out)["cache"]["ran"] == []
-    # The figures of the type staging's pool uses: staging's stacks only (its node template reads them).
-    _catalog(fleet, instance_types={"g6e.xlarge": {**G6E, "memory_gib": 31}}, prices=prices)
+    # Figures of the type staging's pool uses (max_pods, in its nodes' user data): staging's stacks only, with
+    # the plans a run without the cache makes.
+    before = _plans(out)
+    _catalog(fleet, instance_types={"g6e.xlarge": {**G6E, "max_enis": 3, "max_pods": 44}}, prices=prices)
     again = _preview(fleet, out)
     assert set(again["cache"]["ran"]) == {"staging-us-west-2", "staging-us-west-2-k8s"}
+    after = _plans(out)
+    assert after["staging-us-west-2"] != before["staging-us-west-2"]
+    assert {s for s in after if after[s] != before[s]} <= {"staging-us-west-2", "staging-us-west-2-k8s"}
+    _preview(fleet, tmp_path / "fresh" / "plans", "--no-cache")
+    assert _plans(tmp_path / "fresh" / "plans") == after
     plan = json.loads((out / "staging-us-west-2.json").read_text())
     assert plan["provenance"]["catalog"] != "missing"
+
+
+def _plans(out: Path) -> dict[str, Any]:
+    plans = {}
+    for path in sorted(out.glob("*.json")):
+        data = json.loads(path.read_text())
+        data.pop("provenance")
+        plans[path.stem] = data
+    return plans
+
+
+@pytest.mark.parametrize(
+    ("change", "key", "words"),
+    [
+        ({"gpu_model": "B200", "gpu_product": "NVIDIA B200"}, "gpu_model", "not one the GPU health check knows"),
+        ({"gpu_product": "NVIDIA L4"}, "gpu_product", "must be one of L40S's products"),
+        ({"architecture": "arm64"}, "architecture", "only x86_64 types"),
+        ({"offered_in": None}, "offered_in", "say where AWS sells it"),
+    ],
+)
+def test_a_type_the_nodes_could_not_run_is_refused(
+    write_fleet: Callable[..., Path], change: dict[str, Any], key: str, words: str
+) -> None:
+    fleet = write_fleet()
+    entry = {k: v for k, v in {**G6E, **change}.items() if v is not None}
+    path = _catalog(fleet, instance_types={"g6e.xlarge": entry})
+    with pytest.raises(FleetError) as caught:
+        load_fleet(fleet)
+    assert caught.value.file == str(path) and caught.value.key == f"instance_types.g6e.xlarge.{key}"
+    assert words in caught.value.detail
+    _catalog(fleet, instance_types={"G6E_XLARGE": G6E})
+    with pytest.raises(FleetError, match="not an EC2 instance type name"):
+        load_fleet(fleet)

@@ -188,3 +188,28 @@ def test_a_file_asset_of_one_copy_of_the_project_is_read_in_the_copy_that_reuses
     moved = reused.resources[0].inputs["code"].assets["handler.py"]
     assert moved.path == str(second / "components" / "handler.py")
     assert reused.plan("p")["resources"][0]["inputs"]["code"]["archive"]["handler.py"]["asset"]["sha256"]
+
+
+def test_a_stacks_own_images_manifest_is_what_its_key_and_provenance_hash(tmp_path: Path) -> None:
+    """stacks/compute.py reads dlinfra:images_manifest from the stack's config when the command line names none:
+    that file, not the default, is the one whose change must make the stack run again."""
+    from dlinfra.offline import preview
+
+    role = StackRole("regional", "staging", "us-west-2")
+    (tmp_path / "stacks").mkdir()
+    (tmp_path / "stacks" / "Pulumi.staging-us-west-2.yaml").write_text(
+        "config:\n  dlinfra:images_manifest: images/lab.json\n"
+    )
+    default = tmp_path / "images" / "manifest.example.json"
+    assert preview._manifest_of(tmp_path, role, {}, default) == tmp_path / "images" / "lab.json"
+    other = StackRole("regional", "prod", "us-west-2")
+    assert preview._manifest_of(tmp_path, other, {}, default) == default
+    given = {"dlinfra:images_manifest": str(tmp_path / "cli.json")}
+    assert preview._manifest_of(tmp_path, role, given, default) == tmp_path / "cli.json"  # the command line wins
+    keys = [
+        cache.StackCache(
+            folder=tmp_path, root=tmp_path, common={}, environments={"staging": "s"}, dependencies={}, images=images
+        ).key(role, {})
+        for images in ({"staging-us-west-2": "a"}, {"staging-us-west-2": "b"})
+    ]
+    assert keys[0] != keys[1]

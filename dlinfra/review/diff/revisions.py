@@ -32,6 +32,7 @@ from dlinfra.review.diff.plans import PlanSet, topology
 
 PREVIEW_TIMEOUT = 600
 FORMAT = 1  # of a kept revision plan set; bumped when PlanSet's shape changes
+KEEP_REVISIONS = 16  # kept revision plan sets, newest first
 WORKING_TREE = "working tree"
 
 Say = Callable[[str], None]  # progress: what is being done now
@@ -158,8 +159,11 @@ def _plan_set(
 def _export(repo: Path, commit: str, dest: Path) -> None:
     """The tree of a commit, written to `dest` without touching the repository (git archive)."""
     data = _git(repo, "archive", "--format=tar", commit, binary=True)
-    with tarfile.open(fileobj=io.BytesIO(data)) as tar:
-        tar.extractall(dest, filter="data")
+    try:
+        with tarfile.open(fileobj=io.BytesIO(data)) as tar:
+            tar.extractall(dest, filter="data")
+    except tarfile.TarError as exc:  # e.g. a committed link to an absolute path, which the data filter refuses
+        raise DlinfraError(f"cannot export revision {commit[:9]} to preview it: {exc}", file=str(repo)) from None
 
 
 def _preview_tree(tree: Path, out: Path, fleet: Path, lock: Path, python: str, label: str, cache: Path | None) -> None:
@@ -204,6 +208,7 @@ def _revision(
             with kept.open("rb") as fh:
                 found = pickle.load(fh)  # our own build output, written below
             if isinstance(found, PlanSet):
+                os.utime(kept)  # recently used: kept by the pruning below
                 say(f"{label}: plans kept from an earlier run")
                 return found
         except (OSError, pickle.PickleError, EOFError, AttributeError, ImportError, TypeError, ValueError):
@@ -223,12 +228,22 @@ def _revision(
         with tmp_path.open("wb") as fh:
             pickle.dump(found, fh, protocol=pickle.HIGHEST_PROTOCOL)
         os.replace(tmp_path, kept)
+        entries = sorted(kept.parent.glob("*.pickle"), key=lambda p: p.stat().st_mtime, reverse=True)
+        for old in entries[KEEP_REVISIONS:]:
+            old.unlink(missing_ok=True)
     return found
 
 
 def _folder(spec: str, *, cache: Path | None, analyses: bool) -> PlanSet:
     folder = Path(spec)
     inputs = folder / "inputs"
+    if not (inputs / "fleet.yaml").is_file():
+        # Without its lock and stack configs, every allocation and config would read as changed.
+        raise DlinfraError(
+            "holds plans but not the inputs they were made from (inputs/: fleet, lock, stack configs), so it cannot "
+            "be compared; make it again with `dlinfra preview --all --out DIR` (this dlinfra keeps them)",
+            file=spec,
+        )
     return _plan_set(
         folder,
         inputs / "fleet.yaml",
@@ -328,3 +343,10 @@ def diff_sides(
             )
         say("comparing")
         return compare(sides[0], sides[1])
+
+
+def side(text: str) -> str:
+    """A BASE or HEAD as typed: a folder that exists is made absolute here, where it was typed (commands run from
+    the repository's top when started in a subdirectory); anything else is a revision, left as it is."""
+    path = Path(text)
+    return str(path.resolve()) if path.is_dir() else text

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from dlinfra.cli import main as cli
 from dlinfra.errors import DlinfraError
@@ -52,6 +53,7 @@ def test_diff_of_two_revisions(
     _git(repo, "-c", "user.name=t", "-c", "user.email=t@example.org", "commit", "-q", "-m", "base")
     fleet = repo / "fleet.yaml"
     fleet.write_text(fleet.read_text().replace("owner: infra@lab.example.org", "owner: platform@lab.example.org"))
+    data = yaml.safe_load(fleet.read_text())
     kwargs: dict[str, Any] = {
         "fleet": fleet,
         "lock": repo / "cidr-lock.yaml",
@@ -118,11 +120,20 @@ def test_diff_of_two_revisions(
     assert "staging-us-west-2-k8s        no changes (" in shown
     assert cli.main(["preview", "--all", "--base", "HEAD", *plans]) == 2  # HEAD is main: the same change
     assert cli.main(["preview", "--all", "--empty", *plans]) == 2  # everything is to create in an empty cloud
+    # A whole environment gone: its stacks show as removed, every resource to delete, and the exit code says so.
+    fleet.write_text(yaml.safe_dump({**data, "environments": {"prod": data["environments"]["prod"]}}, sort_keys=False))
+    capsys.readouterr()
+    assert cli.main(["preview", "--all", *plans]) == 2
+    shown = capsys.readouterr().out
+    assert "staging-us-west-2            removed from the fleet: - " in shown and " to delete" in shown
 
 
 @pytest.mark.slow
 def test_a_fleet_outside_git_compares_with_a_saved_plan_folder(
-    write_fleet: Callable[..., Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    write_fleet: Callable[..., Path],
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """No git: `preview` keeps the fleet, lock and stack configs beside its plans, and that folder is a base."""
     fleet = write_fleet()
@@ -133,6 +144,16 @@ def test_a_fleet_outside_git_compares_with_a_saved_plan_folder(
     common = ["--fleet", str(fleet), "--detailed-exitcode"]
     assert cli.main(["diff", str(saved), *common]) == 0
     assert "No allocation added" in capsys.readouterr().out
+    fresh = ["--fleet", str(fleet), "--out", str(tmp_path / "build" / "plans"), "--summary"]
+    assert cli.main(["preview", "--all", "--base", str(saved), "--detailed-exitcode", *fresh]) == 0
+    shown = capsys.readouterr().out
+    assert "9 stack(s) against plan folder" in shown and ": no changes;" in shown
+    # A folder typed relative to a subdirectory is the folder there (commands run from the fleet's folder).
+    (tmp_path / "docs").mkdir()
+    monkeypatch.chdir(tmp_path / "docs")
+    assert cli.main(["diff", "../deployed/plans", "--detailed-exitcode"]) == 0
+    monkeypatch.chdir(tmp_path)
+    capsys.readouterr()
 
     def grow(data: dict[str, Any]) -> None:
         data["environments"]["staging"]["node_pools"]["cpu"]["max_size"] += 1
@@ -145,7 +166,6 @@ def test_a_fleet_outside_git_compares_with_a_saved_plan_folder(
     assert cli.main(["diff", "main", *common]) == 1  # no git here: a name that is not a folder cannot be a revision
     assert "not a plan folder, and the fleet is not in a git repository" in capsys.readouterr().err
     # preview against the saved folder shows the one change; with no base named, outside git, everything is new.
-    fresh = ["--fleet", str(fleet), "--out", str(tmp_path / "build" / "plans"), "--summary"]
     assert cli.main(["preview", "--all", "--base", str(saved), "--detailed-exitcode", *fresh]) == 2
     shown = capsys.readouterr().out
     assert "staging-us-west-2            ~ 1 to update; " in shown
@@ -153,3 +173,25 @@ def test_a_fleet_outside_git_compares_with_a_saved_plan_folder(
     assert cli.main(["preview", "--all", *fresh]) == 0
     captured = capsys.readouterr()
     assert "note: no base to compare with" in captured.err and "9 stack(s): + " in captured.out
+
+
+def test_a_plan_folder_without_its_inputs_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    old = tmp_path / "old"
+    old.mkdir()
+    (old / "prod-us-west-2.json").write_text("{}")
+    with pytest.raises(DlinfraError, match="not the inputs they were made from"):
+        revisions.plan_set(
+            str(old), repo=None, fleet=REFERENCE_FLEET, lock=REFERENCE_LOCK, python="", cache=None, work=tmp_path
+        )
+
+
+def test_a_revision_git_archive_cannot_export_is_one_clear_error(tmp_path: Path) -> None:
+    """A committed link to an absolute path: tar's data filter refuses it; no traceback."""
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    (repo / ".venv-checkov").symlink_to("/usr")
+    _git(repo, "init", "-q", "-b", "main")
+    _git(repo, "add", ".")
+    _git(repo, "-c", "user.name=t", "-c", "user.email=t@example.org", "commit", "-q", "-m", "link")
+    with pytest.raises(DlinfraError, match=r"cannot export revision \w+ to preview it"):
+        revisions._export(repo, "main", tmp_path / "out")
