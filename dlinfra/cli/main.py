@@ -81,7 +81,8 @@ def _parser() -> argparse.ArgumentParser:
 EXAMPLES: dict[str, str] = {
     "": "dlinfra --fleet fleet.yaml validate\n  dlinfra preview --all --summary\n  dlinfra check --all",
     "validate": "dlinfra validate --fleet fleet.yaml",
-    "cidr": "dlinfra cidr --update            # after adding a region or site\n  dlinfra cidr --release site-lan/ams1   # once site ams1 is out of the fleet",
+    "cidr": "dlinfra cidr --update            # after adding a region or site\n"
+    "  dlinfra cidr --release site-lan/ams1   # once site ams1 is out of the fleet",
     "preview": "dlinfra preview --all --summary\n  dlinfra preview --stack prod-us-west-2",
     "stacks": "dlinfra stacks --json --only prod-us-west-2-k8s",
     "site": "dlinfra site list",
