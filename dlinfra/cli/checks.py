@@ -40,7 +40,10 @@ def register(
     check.add_argument("--json", action="store_true", help="print the findings as JSON instead of tables")
     check.add_argument("--sarif", type=Path, metavar="FILE", help="also write SARIF 2.1.0 (for code scanning)")
     check.add_argument(
-        "--skips", type=Path, default=None, help="checkov skips with reasons (default: checkov-skips.yaml)"
+        "--skips",
+        type=Path,
+        default=None,
+        help="checkov skips with reasons (default: checkov-skips.yaml beside the fleet, else dlinfra's own)",
     )
     check.add_argument(
         "--manifests",
@@ -155,7 +158,7 @@ def cmd_check(args: argparse.Namespace) -> int:
         root=ROOT,
         plans=selected,
         context=context.build_context(args.fleet, lock_file(args)),
-        skips=skips.load_skips(args.skips or DEFAULT_SKIPS, missing_ok=args.skips is None),
+        skips=skips.load_skips(args.skips or _default_skips(args), missing_ok=args.skips is None),
         manifests=args.manifests if args.manifests is not None else args.plans.parent / "manifests",
         export_dir=args.plans.parent / "checkov",
         checkov=None if args.no_checkov else checkov.executable(ROOT),
@@ -246,6 +249,13 @@ def cmd_diff(args: argparse.Namespace) -> int:
     else:
         sys.stdout.write(markdown)
     return changed
+
+
+def _default_skips(args: argparse.Namespace) -> Path:
+    """The skips beside the fleet when it has its own, else dlinfra's: its deliberate checkov decisions are about
+    what its components declare, which a fleet kept in another folder previews all the same."""
+    beside = Path(args.fleet).parent / DEFAULT_SKIPS
+    return beside if beside.is_file() else ROOT / DEFAULT_SKIPS
 
 
 def _side(text: str) -> str:

@@ -161,3 +161,16 @@ def test_plans_of_changed_code_are_refused(tmp_path: Path) -> None:
 def test_allow_stale_checks_anyway_and_says_so(plan_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
     _check(plan_dir, "--no-checkov")
     assert "note: --allow-stale:" in capsys.readouterr().out
+
+
+def test_check_reads_the_skips_beside_the_fleet_else_dlinfras_own(tmp_path: Path) -> None:
+    """A fleet kept in another folder still gets dlinfra's deliberate checkov skips (they are about what its
+    components declare); a lab's own file beside the fleet replaces them."""
+    import argparse
+
+    from dlinfra.cli import checks
+
+    args = argparse.Namespace(fleet=tmp_path / "fleet.yaml")
+    assert checks._default_skips(args) == ROOT / "checkov-skips.yaml"
+    (tmp_path / "checkov-skips.yaml").write_text("skips: []\n")
+    assert checks._default_skips(args) == tmp_path / "checkov-skips.yaml"
