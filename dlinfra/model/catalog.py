@@ -161,3 +161,20 @@ def used(catalog: Catalog, fleet: Fleet, environment: str) -> dict[str, Any]:
     (Prices are read by `cost` from the plans; no plan holds one.)"""
     wanted = {t for pool in fleet.environments[environment].node_pools.values() for t in pool.instance_types}
     return {n: t.model_dump(mode="json") for n, t in sorted(catalog.instance_types.items()) if n in wanted}
+
+
+def merged_prices(packaged: Mapping[str, Any], lab: Mapping[str, Any]) -> dict[str, Any]:
+    """The lab's price entries over the packaged ones: a lab entry's regions replace those regions only (a
+    negotiated rate in one region keeps the list price elsewhere), its unit and source describe its regions."""
+    out = dict(packaged)
+    for key, entry in lab.items():
+        ours = {
+            region: {"unverified": False, "note": "", **row, "source": entry["source"]}
+            for region, row in entry["regions"].items()
+        }
+        known = packaged.get(key)
+        if known is None:
+            out[key] = {**entry, "regions": ours}
+        else:  # the packaged entry's regions keep their source; the lab's rows say theirs
+            out[key] = {**known, "regions": {**known["regions"], **ours}}
+    return out

@@ -149,7 +149,7 @@ def load_prices(path: Path | None = None) -> PriceTable:
     text = path.read_text() if path else resources.files("dlinfra").joinpath(PRICES_FILE).read_text()
     data = YAML(typ="safe").load(text)
     if path is None and catalog.installed().prices:
-        data["prices"] = _merged(data["prices"], catalog.installed().prices)
+        data["prices"] = catalog.merged_prices(data["prices"], catalog.installed().prices)
     prices: dict[tuple[str, str], Price] = {}
     try:
         for key, entry in data["prices"].items():
@@ -170,23 +170,6 @@ def load_prices(path: Path | None = None) -> PriceTable:
         return PriceTable(read_on, str(data["currency"]), float(data["hours_per_month"]), prices)
     except (KeyError, TypeError, ValueError) as exc:
         raise CostError(f"malformed price table: {exc!r}", file=where) from None
-
-
-def _merged(packaged: Mapping[str, Any], lab: Mapping[str, Any]) -> dict[str, Any]:
-    """The lab's price entries over the packaged ones: a lab entry's regions replace those regions only (a
-    negotiated rate in one region keeps the list price elsewhere), its unit and source describe its regions."""
-    out = dict(packaged)
-    for key, entry in lab.items():
-        ours = {
-            region: {"unverified": False, "note": "", **row, "source": entry["source"]}
-            for region, row in entry["regions"].items()
-        }
-        known = packaged.get(key)
-        if known is None:
-            out[key] = {**entry, "regions": ours}
-        else:  # the packaged entry's regions keep their source; the lab's rows say theirs
-            out[key] = {**known, "regions": {**known["regions"], **ours}}
-    return out
 
 
 def parse_assumptions(pairs: Sequence[str]) -> dict[str, float]:

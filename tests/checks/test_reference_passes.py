@@ -32,5 +32,6 @@ def test_reference_fleet_passes_check_all(tmp_path: Path, capsys: pytest.Capture
     blocking = [f for f in report["findings"] if f.get("blocking")]
     assert code == 0, blocking[:5]
     frameworks = {s["framework"]: s for s in report["checkov"]}
-    assert frameworks["terraform_plan"]["resources"] > 900 and frameworks["terraform_plan"]["failed"] == 0
+    # resources: those at least one check ran on (the same count whether checkov's results were cached or not)
+    assert frameworks["terraform_plan"]["resources"] > 700 and frameworks["terraform_plan"]["failed"] == 0
     assert frameworks["kubernetes"]["resources"] > 50
