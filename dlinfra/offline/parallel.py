@@ -117,6 +117,18 @@ class _Schedule:
     def __post_init__(self) -> None:
         self.waiting = list(self.order)
 
+    def fail(self, role: StackRole, exc: BaseException) -> None:
+        """A stack's failure, as one message that starts with its name."""
+        message = str(exc) if isinstance(exc, EngineError) else describe_failure(exc)
+        prefix = f"stack {role.name}:"
+        self.failed[role] = message if message.startswith(prefix) else f"{prefix} {message}"
+
+    def ran(self, role: StackRole, res: StackResult) -> None:
+        """A stack that ran: kept in the cache under its key, and done."""
+        if self.cache is not None:
+            self.cache.store(role, self.keys[role], res)
+        self.finish(role, res)
+
     def finish(self, role: StackRole, res: StackResult) -> None:
         self.exports[role.name] = {"outputs": res.outputs, "secret": sorted(res.secret_outputs)}
         self.done[role] = res
@@ -174,13 +186,9 @@ class _Schedule:
                         root, role, project=project, config=dict(config), stack_exports=refs, program=program
                     )
                 except EngineError as exc:
-                    self.failed[role] = (
-                        str(exc) if str(exc).startswith(f"stack {role.name}:") else f"stack {role.name}: {exc}"
-                    )
+                    self.fail(role, exc)
                     continue
-                if self.cache is not None:
-                    self.cache.store(role, self.keys[role], res)
-                self.finish(role, res)
+                self.ran(role, res)
             batch = self.ready()
             self.report()
 
@@ -229,12 +237,8 @@ class _Schedule:
                     try:
                         res = future.result()
                     except Exception as exc:  # noqa: BLE001 - a worker's failure (or death) is that stack's failure
-                        message = str(exc) if isinstance(exc, EngineError) else describe_failure(exc)
-                        prefix = f"stack {role.name}:"
-                        self.failed[role] = message if message.startswith(prefix) else f"{prefix} {message}"
+                        self.fail(role, exc)
                         continue
-                    if self.cache is not None:
-                        self.cache.store(role, self.keys[role], res)
-                    self.finish(role, res)
+                    self.ran(role, res)
                 submit(self.ready())
                 self.report()
