@@ -6,6 +6,7 @@ show scanned resources and evaluated checks, or it is an error.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import subprocess
@@ -116,7 +117,12 @@ def run_cached(
     version = installed_version(checkov)
     keys = {
         path: digest(
-            {"framework": framework, "checkov": version, "name": path.name, "content": path.read_bytes().hex()}
+            {
+                "framework": framework,
+                "checkov": version,
+                "name": path.name,
+                "content": hashlib.sha256(path.read_bytes()).hexdigest(),
+            }
         )
         for path in files
     }

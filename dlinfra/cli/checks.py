@@ -16,7 +16,7 @@ from typing import Any
 from rich.console import Console
 
 from dlinfra import PROJECT_ROOT as ROOT
-from dlinfra.cli.common import Handler, lock_file, status, working
+from dlinfra.cli.common import Handler, lock_file, side, status, working
 from dlinfra.errors import DlinfraError
 from dlinfra.model import stackroles
 from dlinfra.model.fleet.load import load_fleet
@@ -100,15 +100,13 @@ def register(
         "plans are kept by commit, so a base is previewed once.",
     )
     diff.add_argument(
-        "base", nargs="?", type=_side, help="base: a revision or a plan folder (default: the default branch)"
+        "base", nargs="?", type=side, help="base: a revision or a plan folder (default: the default branch)"
     )
     diff.add_argument(
-        "head", nargs="?", type=_side, help="head: a revision or a plan folder (default: the working tree)"
+        "head", nargs="?", type=side, help="head: a revision or a plan folder (default: the working tree)"
     )
-    diff.add_argument("--base", dest="base_option", type=_side, metavar="BASE", help="the same as the first positional")
-    diff.add_argument(
-        "--head", dest="head_option", type=_side, metavar="HEAD", help="the same as the second positional"
-    )
+    diff.add_argument("--base", dest="base_option", type=side, metavar="BASE", help="the same as the first positional")
+    diff.add_argument("--head", dest="head_option", type=side, metavar="HEAD", help="the same as the second positional")
     diff.add_argument("--out", type=Path, help="write the markdown (or JSON) to FILE instead of printing it")
     diff.add_argument("--json", action="store_true", help="the diff as JSON for tools (schema: docs/diff-json.md)")
     diff.add_argument(
@@ -232,7 +230,7 @@ def cmd_diff(args: argparse.Namespace) -> int:
             fleet=args.fleet,
             lock=lock_file(args),
             python=sys.executable,
-            cache=None if args.no_cache else _cache_folder(args),
+            cache=_cache_folder(args),
             say=say,
         )
     changed = 2 if args.detailed_exitcode and not result.empty else 0
@@ -256,12 +254,6 @@ def _default_skips(args: argparse.Namespace) -> Path:
     what its components declare, which a fleet kept in another folder previews all the same."""
     beside = Path(args.fleet).parent / DEFAULT_SKIPS
     return beside if beside.is_file() else ROOT / DEFAULT_SKIPS
-
-
-def _side(text: str) -> str:
-    from dlinfra.review.diff import revisions
-
-    return revisions.side(text)
 
 
 def _one(positional: str | None, option: str | None, name: str) -> str | None:

@@ -119,3 +119,11 @@ def status(what: str) -> Iterator[Callable[[str], None]]:
             spinner.update(text=Text(f"{what}: {step}"))
 
         yield say
+
+
+def side(text: str) -> str:
+    """A BASE or HEAD argument as typed (`preview --base`, `diff`): a plan folder made absolute where it was typed,
+    before a command started in a subdirectory moves to the fleet's folder; a revision left as it is."""
+    from dlinfra.review.diff import revisions
+
+    return revisions.side(text)

@@ -13,7 +13,7 @@ from typing import Any
 from rich.text import Text
 
 from dlinfra import PROJECT_ROOT as ROOT
-from dlinfra.cli.common import Handler, err, load_checked, lock_file, marker, out, progress, working
+from dlinfra.cli.common import Handler, err, load_checked, lock_file, marker, out, progress, side, working
 from dlinfra.model import planner, stackroles
 from dlinfra.ops.stack_outputs import SECRET_PLACEHOLDER
 
@@ -59,7 +59,7 @@ def register(sub: Any, common: argparse.ArgumentParser) -> dict[str, Handler]:
     against.add_argument(
         "--base",
         metavar="BASE",
-        type=_side,
+        type=side,
         help="what to compare with, as `pulumi preview` compares with its state: a git revision, or a plan folder "
         "(a copy of build/plans) for a fleet outside git (default: the default branch, when the fleet is in git)",
     )
@@ -72,13 +72,6 @@ def register(sub: Any, common: argparse.ArgumentParser) -> dict[str, Handler]:
         help="exit 0 when nothing changes, 2 when something does, 1 on an error (as terraform plan does)",
     )
     return {"preview": cmd_preview}
-
-
-def _side(text: str) -> str:
-    """--base as typed: a folder made absolute where it was typed (see dlinfra.review.diff.revisions.side)."""
-    from dlinfra.review.diff import revisions
-
-    return revisions.side(text)
 
 
 def _jobs(text: str) -> int:
@@ -103,7 +96,9 @@ def cmd_preview(args: argparse.Namespace) -> int:
     from dlinfra.offline import cache, plan_export
     from dlinfra.review.diff import revisions
 
-    base = None if args.empty else _base(args, revisions)
+    repo = revisions.repository(args.fleet.resolve().parent)
+    cache_folder = None if args.no_cache else cache.folder(args.out.parent / "cache")
+    base = None if args.empty else _base(args, revisions, repo)
     from dlinfra.offline import preview as offline  # imports pulumi: only when a preview is asked for
 
     started = time.perf_counter()
@@ -146,14 +141,14 @@ def cmd_preview(args: argparse.Namespace) -> int:
             out=args.out,
             images_manifest=args.images_manifest,
             jobs=args.jobs,
-            cache_folder=None if args.no_cache else cache.folder(args.out.parent / "cache"),
+            cache_folder=cache_folder,
             on_done=done,
         )
     made_from, plan_cache = previewed.provenance, previewed.cache
     changes = None
     if base is not None:
         with working(f"comparing with {base}"):
-            changes = _compare(args, base, plans, revisions)
+            changes = _compare(args, base, plans, revisions, repo=repo, cache_folder=cache_folder)
     if args.json:
         # Outputs come masked from the plan export: secrets read "[secret]".
         document: dict[str, Any] = {"schema": "dlinfra.preview/v1", "provenance": made_from, "stacks": summaries}
@@ -197,13 +192,12 @@ def cmd_preview(args: argparse.Namespace) -> int:
     return _exit(args, None, total)
 
 
-def _base(args: argparse.Namespace, revisions: Any) -> str | None:
+def _base(args: argparse.Namespace, revisions: Any, repo: Path | None) -> str | None:
     """What to compare with: --base, else the default branch of the fleet's repository; None (an empty cloud),
     saying so, when there is neither."""
     if args.base is not None:
-        revisions.check_side(args.base, revisions.repository(args.fleet.resolve().parent))
+        revisions.check_side(args.base, repo)
         return str(args.base)
-    repo = revisions.repository(args.fleet.resolve().parent)
     branch = revisions.default_branch(repo) if repo is not None else None
     if branch is None:
         err.print(
@@ -214,39 +208,35 @@ def _base(args: argparse.Namespace, revisions: Any) -> str | None:
     return branch
 
 
-def _compare(args: argparse.Namespace, base: str, plans: dict[str, dict[str, Any]], revisions: Any) -> Any:
-    """The diff of these plans against the base's plans of the same stacks."""
-    import sys as system
+def _compare(
+    args: argparse.Namespace,
+    base: str,
+    plans: dict[str, dict[str, Any]],
+    revisions: Any,
+    *,
+    repo: Path | None,
+    cache_folder: Path | None,
+) -> Any:
+    """The diff of these plans against the base's plans of the same stacks (with --all, of every stack the base
+    has: one this fleet no longer has is a stack to remove, every resource deleted)."""
     import tempfile
 
-    from dlinfra.offline import cache
+    from dlinfra.offline.preview import INPUTS
     from dlinfra.review.diff.compare import compare
     from dlinfra.review.diff.plans import PlanSet, topology
 
-    repo = revisions.repository(args.fleet.resolve().parent)
-    where = None if args.no_cache else cache.folder(args.out.parent / "cache")
     with tempfile.TemporaryDirectory(prefix="dlinfra-preview-") as tmp:
         before = revisions.plan_set(
             base,
             repo=repo,
             fleet=args.fleet,
             lock=lock_file(args),
-            python=system.executable,
-            cache=where,
+            python=sys.executable,
+            cache=cache_folder,
             work=Path(tmp),
             analyses=False,
         )
-    head = revisions.plan_set(
-        str(args.out),
-        repo=repo,
-        fleet=args.fleet,
-        lock=lock_file(args),
-        python="",
-        cache=where,
-        work=args.out,
-        analyses=False,
-    )
-    # With --all, a stack the base has and this fleet does not is a stack to remove: every resource deleted.
+    lock, configs = revisions.recorded(lock_file(args), args.out / INPUTS / "stacks")
     mine = set(plans) | (set(before.plans) if args.all else set())
     before_only = PlanSet(
         label=before.label,
@@ -258,18 +248,18 @@ def _compare(args: argparse.Namespace, base: str, plans: dict[str, dict[str, Any
     after = PlanSet(
         label="this preview",
         plans=plans,
-        lock=head.lock,
+        lock=lock,
         topology=topology({}),
-        configs={k: v for k, v in head.configs.items() if k in mine},
+        configs={k: v for k, v in configs.items() if k in mine},
     )
     return compare(before_only, after)
 
 
-SYMBOLS = {"create": "create", "update": "update", "replace": "replace", "delete": "delete"}
+ACTIONS = ("create", "update", "replace", "delete")  # in the order pulumi preview counts them
 
 
 def _counts(changes: Any, stack: str | None) -> dict[str, int]:
-    counts = dict.fromkeys(SYMBOLS, 0)
+    counts = dict.fromkeys(ACTIONS, 0)
     for change in changes.changes:
         if stack is None or change.stack == stack:
             counts[change.action] += 1

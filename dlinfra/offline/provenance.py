@@ -9,7 +9,7 @@ from __future__ import annotations
 import hashlib
 import subprocess
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -48,21 +48,13 @@ class Provenance:
             "code": "dlinfra's code (stacks/, components/, dlinfra/)",
             "catalog": "the catalog beside the fleet (catalog.yaml)",
         }
-        keys = ("fleet", "lock", "images", "code", "catalog")
         # A plan made before catalogs were recorded has none: it is stale only if the fleet now has a catalog.
-        return [
-            words[k]
-            for k in keys
-            if getattr(self, k) != getattr(now, k) and (k != "catalog" or self.catalog or now.catalog != "missing")
-        ]
+        recorded = self if self.catalog else replace(self, catalog="missing")
+        return [text for k, text in words.items() if getattr(recorded, k) != getattr(now, k)]
 
 
 def sha256(path: Path) -> str:
     """The file's sha256, or "missing"."""
-    return _sha256(path)
-
-
-def _sha256(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest() if path.is_file() else "missing"
 
 
@@ -92,10 +84,6 @@ def _revision(root: Path) -> str:
 
 def relative(path: Path, root: Path) -> str:
     """The path relative to the project when inside it, else absolute."""
-    return _relative(path, root)
-
-
-def _relative(path: Path, root: Path) -> str:
     resolved = path.resolve()
     try:
         return resolved.relative_to(root.resolve()).as_posix()
@@ -106,12 +94,12 @@ def _relative(path: Path, root: Path) -> str:
 def current(root: Path, fleet: Path, lock: Path, images: Path, *, revision: bool = True) -> Provenance:
     """The provenance a preview run now would record."""
     return Provenance(
-        fleet=_sha256(fleet),
-        lock=_sha256(lock),
-        images=_sha256(images),
+        fleet=sha256(fleet),
+        lock=sha256(lock),
+        images=sha256(images),
         code=code_hash(root),
-        catalog=_sha256(fleet.parent / "catalog.yaml"),
-        images_path=_relative(images, root),
+        catalog=sha256(fleet.parent / "catalog.yaml"),
+        images_path=relative(images, root),
         revision=_revision(root) if revision else "",
     )
 

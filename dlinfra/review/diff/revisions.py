@@ -121,11 +121,7 @@ def _plan_set(
     """A plan set from plans on disk and the fleet, lock and stack configs they were made from; with analyses, the
     reachability summary and the cost estimate too (both by this code)."""
     plans = {p.stem: json.loads(p.read_text(encoding="utf-8")) for p in sorted(plans_dir.glob("*.json"))}
-    lock_data = _read_yaml(lock) or {}
-    allocations = {str(k): str(v) for k, v in (lock_data.get("allocations") or {}).items()}
-    configs = {
-        p.name[len("Pulumi.") : -len(".yaml")]: p.read_text(encoding="utf-8") for p in configs_dir.glob("Pulumi.*.yaml")
-    }
+    allocations, configs = recorded(lock, configs_dir)
     reach, reach_error, estimate = None, "", None
     if analyses:
         try:
@@ -154,6 +150,16 @@ def _plan_set(
         reach_error=reach_error,
         cost=estimate,
     )
+
+
+def recorded(lock: Path, configs_dir: Path) -> tuple[dict[str, str], dict[str, str]]:
+    """The address-plan allocations of a lock file and the stack configs in a folder, by stack."""
+    lock_data = _read_yaml(lock) or {}
+    allocations = {str(k): str(v) for k, v in (lock_data.get("allocations") or {}).items()}
+    configs = {
+        p.name[len("Pulumi.") : -len(".yaml")]: p.read_text(encoding="utf-8") for p in configs_dir.glob("Pulumi.*.yaml")
+    }
+    return allocations, configs
 
 
 def _export(repo: Path, commit: str, dest: Path) -> None:
