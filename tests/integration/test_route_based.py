@@ -18,6 +18,8 @@ import json
 import os
 import re
 import shlex
+import subprocess
+import warnings
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, NoReturn
@@ -33,6 +35,7 @@ from dlinfra.render.strongswan import render_charon, render_swanctl
 from tests.integration import aws_side
 from tests.integration.strongswan_lab import (
     COMMAND_SECONDS,
+    STOP_GRACE_SECONDS,
     WAIT_SECONDS,
     charon_conf,
     esp_states,
@@ -98,6 +101,7 @@ PRELUDE = f"""\
 set -eu
 export LC_ALL=C
 run={RUN}
+stop_grace={STOP_GRACE_SECONDS}
 sw() {{
     side=$1; shift
     STRONGSWAN_CONF=$run/$side/strongswan.conf command swanctl "$@" --uri unix://$run/$side/charon.vici
@@ -118,13 +122,34 @@ daemon() {{
     ip netns exec $ns unshare --mount --propagation private -- sh -c "$prelude" sh "$@" >$out 2>&1 </dev/null &
     echo $! > $pidfile
 }}
-stop_pids() {{
-    for f in "$@"; do [ -e $f ] || continue; kill $(cat $f) 2>/dev/null || :; done
-    for f in "$@"; do
-        [ -e $f ] || continue; i=0
-        while kill -0 $(cat $f) 2>/dev/null && [ $i -lt {WAIT_SECONDS * 10} ]; do i=$((i + 1)); sleep 0.1; done
-        rm -f $f
+# Whether PID $1 still runs: a zombie (state Z, waiting for PID 1 to reap it) has stopped.
+alive() {{ [ -r /proc/$1/stat ] && [ "$(sed 's/.*) //' /proc/$1/stat 2>/dev/null | cut -c1)" != Z ]; }}
+# Wait up to $1 seconds for every PID after it to stop; false if one still runs.
+all_gone() {{
+    limit=$1; shift; i=0
+    while :; do
+        left=; for p in "$@"; do ! alive $p || left="$left $p"; done
+        [ -n "$left" ] || return 0
+        i=$((i + 1)); [ $i -lt $((limit * 10)) ] || return 1
+        sleep 0.1
     done
+}}
+# Stop the daemons whose pid files are named: SIGTERM to all, one wait for all, then SIGKILL (saying on stderr
+# what each was doing) for any still running after $stop_grace seconds, so a stop is bounded however many
+# files there are and whatever a daemon does with SIGTERM.
+stop_pids() {{
+    pids=
+    for f in "$@"; do [ -e $f ] || continue; pids="$pids $(cat $f 2>/dev/null || :)"; rm -f $f; done
+    [ -n "${{pids# }}" ] || return 0
+    kill $pids 2>/dev/null || :
+    ! all_gone $stop_grace $pids || return 0
+    for p in $pids; do
+        alive $p || continue
+        echo "stop_pids: $p ($(cat /proc/$p/comm 2>/dev/null)) still runs ${{stop_grace}}s after SIGTERM:" \
+            "$(grep '^State' /proc/$p/status 2>/dev/null), wchan $(cat /proc/$p/wchan 2>/dev/null); SIGKILL" >&2
+        kill -KILL $p 2>/dev/null || :
+    done
+    all_gone {WAIT_SECONDS} $pids || {{ echo "stop_pids: still running after SIGKILL:$left" >&2; return 1; }}
 }}
 link_up() {{ ip -n $1 -o link show $2 | grep -q ',UP'; }}
 # A counter of the test's own (see setup_script): $1 namespace, $2 counter name.
@@ -414,10 +439,32 @@ def lab(xfrm_guest: GuestVm) -> Iterator[RouteLab]:
         lab.sh(setup_script(config), "bringing up the lab", timeout=4 * WAIT_SECONDS)
         yield lab
     finally:
-        xfrm_guest.run(
+        stopped = xfrm_guest.run(
             PRELUDE + "stop_pids $run/*.pid\nfor ns in site aws lan; do ip netns delete $ns 2>/dev/null || :; done\n",
             timeout=COMMAND_SECONDS,
         )
+        if stopped.stderr:  # a daemon that needed SIGKILL: worth seeing, not the test's failure
+            warnings.warn(f"stopping the route-based lab: {stopped.stderr.strip()}", stacklevel=1)
+        stopped.check("stopping the route-based lab")
+
+
+def test_stop_pids_kills_what_ignores_sigterm_and_names_it(tmp_path: Path) -> None:
+    """The lab's teardown is bounded: a daemon that ignores SIGTERM gets SIGKILL after the grace, and stderr says
+    which; one that stops on SIGTERM goes quietly. Runs on the host: stop_pids is plain sh."""
+    script = (
+        PRELUDE.replace(f"run={RUN}", f"run={tmp_path}").replace(f"stop_grace={STOP_GRACE_SECONDS}", "stop_grace=1")
+        + """sh -c 'trap "" TERM; exec sleep 600' & echo $! > $run/stubborn.pid
+sleep 600 & echo $! > $run/polite.pid
+stubborn=$(cat $run/stubborn.pid) polite=$(cat $run/polite.pid)
+stop_pids $run/*.pid
+! kill -0 $stubborn 2>/dev/null && ! kill -0 $polite 2>/dev/null && ls $run
+"""
+    )
+    done = subprocess.run(["sh", "-c", script], capture_output=True, text=True, timeout=COMMAND_SECONDS, check=False)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == ""  # both pid files removed
+    [line] = done.stderr.splitlines()
+    assert "(sleep) still runs 1s after SIGTERM" in line and line.endswith("SIGKILL")
 
 
 def site_inside(n: int) -> str:

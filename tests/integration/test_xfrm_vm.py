@@ -14,7 +14,15 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.strongswan_lab import PRIVATE_RUN, WAIT_SECONDS, charon_conf, esp_states, is_up, parse_sas
+from tests.integration.strongswan_lab import (
+    PRIVATE_RUN,
+    STOP_GRACE_SECONDS,
+    WAIT_SECONDS,
+    charon_conf,
+    esp_states,
+    is_up,
+    parse_sas,
+)
 from tests.integration.xfrm_vm import GuestVm
 
 pytestmark = pytest.mark.vpn_peer
@@ -86,8 +94,14 @@ def guest_script(config: Path, out: Path) -> str:
         "mark start",
         # Stop what we started, by PID, and keep every log, whatever happens.
         "cleanup() {",
-        "    for pid in $(cat $run/*.pid 2>/dev/null); do kill $pid 2>/dev/null || :; done",
-        "    wait",
+        # SIGTERM, then SIGKILL after a grace: a charon that ignores SIGTERM must not hold the guest's job.
+        "    pids=$(cat $run/*.pid 2>/dev/null || :)",
+        '    [ -z "$pids" ] || {',
+        "        kill $pids 2>/dev/null || :",
+        f"        ( sleep {STOP_GRACE_SECONDS}; kill -KILL $pids 2>/dev/null ) & watchdog=$!",
+        "        wait $pids 2>/dev/null || :",
+        "        kill $watchdog 2>/dev/null || :",
+        "    }",
         "    for side in left right; do cp $run/$side/charon.log $out/charon-$side.log 2>/dev/null || :; done",
         "    cp $run/*.out $out/ 2>/dev/null || :",
         "    for side in left right; do ip netns delete $side 2>/dev/null || :; done",

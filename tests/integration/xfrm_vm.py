@@ -300,6 +300,11 @@ class GuestVm:
             ) from None
         return VmResult(int((job / "status").read_text()), _read(job / "stdout"), _read(job / "stderr"))
 
+    @property
+    def alive(self) -> bool:
+        """Whether the guest still runs: run() stops it when a job outlives its timeout."""
+        return self._process is not None and self._process.poll() is None
+
     def stop(self) -> None:
         process, self._process = self._process, None
         if process is None or process.poll() is not None:
