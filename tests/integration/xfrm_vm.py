@@ -294,9 +294,12 @@ class GuestVm:
         try:
             self._wait(f"job {self._jobs}", job / "status", timeout)
         except TimeoutError as err:
+            # Whether the agent took the job at all: it creates stdout when it starts the script.
+            started = "started" if (job / "stdout").exists() else "never started"
             self.stop()  # the agent is stuck in the script; this guest serves no further job
             raise TimeoutError(
-                f"{err}\n--- stdout ---\n{_read(job / 'stdout')}\n--- stderr ---\n{_read(job / 'stderr')}"
+                f"{err} (the agent {started} it)\n"
+                f"--- stdout ---\n{_read(job / 'stdout')}\n--- stderr ---\n{_read(job / 'stderr')}"
             ) from None
         return VmResult(int((job / "status").read_text()), _read(job / "stdout"), _read(job / "stderr"))
 
