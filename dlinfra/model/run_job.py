@@ -38,7 +38,8 @@ GPU_RESOURCE = kueue.GPU_RESOURCE
 # allows exactly this one and refuses the health and burn-in taints (components/charts/gpu_admission.py).
 GPU_TOLERATION = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
 CODE_BUCKET = "results"  # components/storage.py BUCKETS: the code of a run is kept with what it produced
-CODE_KEY = "teams/{team}/runs/{run}/code.tar.gz"  # inside the team's prefix (team_storage.S3_TEAM_PREFIX)
+RUNS_PREFIX = "runs/"  # under the team's prefix: what the team's people may upload to (components/platform_aws.py)
+CODE_KEY = team_storage.S3_TEAM_PREFIX + RUNS_PREFIX + "{run}/code.tar.gz"
 WORKSPACE = "/workspace"  # where the code is unpacked, and the command's working directory
 TEAM_MOUNT = "/team"  # the team's EFS directory (claim team_storage.TEAM_CLAIM)
 RUN_DIR = TEAM_MOUNT + "/runs/{run}"  # the run's own directory there: checkpoints/ and tensorboard/
