@@ -42,18 +42,22 @@ def _policies(stack: Stack, role: str) -> list[dict[str, Any]]:
     return [json.loads(r.inputs["policy"]) for r in stack.of_type(ROLE_POLICY) if r.inputs["role"] == role]
 
 
+def _may(role_arn: str, policies: list[dict[str, Any]]) -> Any:
+    def may(action: str, resource: str, context: dict[str, str] | None = None) -> bool:
+        request = _iam_eval.Request(role_arn, action, resource, context or {})
+        return _iam_eval.allowed(request, {"Statement": []}, policies)
+
+    return may
+
+
 def test_each_team_role_may_upload_run_code_only_under_its_runs(fleet: Fleet, stack: Stack) -> None:
     results, checkpoints = _bucket_arn(stack, "results"), _bucket_arn(stack, "checkpoints")
     for team, spec in fleet.teams.items():
         assert spec.role_arn is not None
-        role = spec.role_arn.rpartition("/")[2]
-        policies = _policies(stack, role)
+        policies = _policies(stack, spec.role_arn.rpartition("/")[2])
         assert len(policies) == 1, (team, policies)
         key = run_job.CODE_KEY.format(team=team, run="my-idea-20261129-101500")
-
-        def may(action: str, resource: str, context: dict[str, str] | None = None) -> bool:
-            request = _iam_eval.Request(spec.role_arn or "", action, resource, context or {})
-            return _iam_eval.allowed(request, {"Statement": []}, policies)
+        may = _may(spec.role_arn, policies)
 
         assert may("s3:PutObject", f"{results}/{key}")
         other = next(t for t in fleet.teams if t != team)
