@@ -33,7 +33,6 @@ def register(subparsers: Any, common: argparse.ArgumentParser) -> dict[str, Hand
     cmd.add_argument("--gpus", type=int, default=1, help="GPUs for the command (default: 1; 0 for a CPU run)")
     cmd.add_argument("--pool", help="pin a node pool (dlinfra.io/pool); its checkpoint_grace then caps --grace")
     cmd.add_argument("--grace", type=int, help="seconds to checkpoint after SIGTERM (default: the cap that applies)")
-    cmd.add_argument("--queue", default=run_job.DEFAULT_QUEUE, choices=run_job.QUEUES, help="Kueue queue")
     cmd.add_argument("--cpu", help="CPU request, a Kubernetes quantity (e.g. 8)")
     cmd.add_argument("--memory", help="memory request and limit, a Kubernetes quantity (e.g. 64Gi)")
     cmd.add_argument("--name", help="the Job's name (default: <directory>-<UTC time>)")
@@ -84,7 +83,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     name = args.name or run_job.default_name(directory.name, datetime.now(UTC))
     request = {
         "env": env, "region": args.region, "team": args.team, "name": name, "command": command,
-        "image": args.image, "gpus": args.gpus, "pool": args.pool, "grace": args.grace, "queue": args.queue,
+        "image": args.image, "gpus": args.gpus, "pool": args.pool, "grace": args.grace,
         "cpu": args.cpu, "memory": args.memory, "tensorboard": not args.no_tensorboard,
     }  # fmt: skip
     run_job.plan(fleet, account="000000000000", **request)  # every option checked before anything is read or sent

@@ -26,8 +26,10 @@ from dlinfra.model.fleet.schema import Fleet
 from dlinfra.model.naming import Names
 
 QUEUE_LABEL = "kueue.x-k8s.io/queue-name"  # Kueue's label naming a job's LocalQueue
-DEFAULT_QUEUE = "default"  # components/charts/kueue.py LOCAL_QUEUE
-QUEUES = (DEFAULT_QUEUE, kueue.OVERFLOW_QUEUE)
+# components/charts/kueue.py LOCAL_QUEUE. Not the team's `overflow` queue: a job that MultiKueue sends to another region
+# would fetch its code from this region's bucket and write to this region's EFS, which the worker region's team role
+# and claims do not reach.
+DEFAULT_QUEUE = "default"
 POOL_LABEL = "dlinfra.io/pool"  # the node label a pool's nodes carry and Kueue's flavor selects
 RUN_LABEL = "dlinfra.io/run"  # every object of a run, so `kubectl -l dlinfra.io/run=NAME` finds its pods
 TEAM_LABEL = "dlinfra.io/team"
@@ -45,8 +47,11 @@ TEAM_MOUNT = "/team"  # the team's EFS directory (claim team_storage.TEAM_CLAIM)
 RUN_DIR = TEAM_MOUNT + "/runs/{run}"  # the run's own directory there: checkpoints/ and tensorboard/
 TENSORBOARD_PORT = 6006  # TensorBoard's own default port
 BACKOFF_LIMIT = 3  # real failures only: disruptions are ignored by the podFailurePolicy (docs/jobs.md)
+KUBELET_DEFAULT_GRACE = 30  # terminationGracePeriodSeconds when a pod gives none: where no pool caps it
 _NAME_MAX = 52  # a Job's name goes into its pods' names and the batch.kubernetes.io/job-name label (63)
 _NAME = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
+# A resource quantity as Kubernetes writes one (apimachinery resource.Quantity): a number and an SI or binary suffix.
+_QUANTITY = re.compile(r"(\d+(\.\d*)?|\.\d+)(m|k|M|G|T|P|E|Ki|Mi|Gi|Ti|Pi|Ei)?")
 
 
 class RunError(DlinfraError):
@@ -133,7 +138,7 @@ def _grace(fleet: Fleet, env: str, region: str, pool: str | None, gpus: int, ask
         kinds = ("gpu",) if gpus else ("gpu", "cpu")
         graces = [p.checkpoint_grace for p in pools.values() if p.kind in kinds]
         if not graces:
-            return asked if asked is not None else 30
+            return asked if asked is not None else KUBELET_DEFAULT_GRACE
         cap = min(graces)
         why = f"the smallest {'GPU ' if gpus else ''}pool checkpoint_grace in {env}/{region} (pin a pool with --pool)"
     if asked is None:
@@ -156,7 +161,6 @@ def plan(
     gpus: int = 1,
     pool: str | None = None,
     grace: int | None = None,
-    queue: str = DEFAULT_QUEUE,
     cpu: str | None = None,
     memory: str | None = None,
     tensorboard: bool = True,
@@ -175,13 +179,14 @@ def plan(
         raise RunError("no command: give it after --, e.g. dlinfra run --team vision -- python train.py")
     if gpus < 0:
         raise RunError(f"--gpus: {gpus} is negative")
-    if queue not in QUEUES:
-        raise RunError(f"--queue: {queue!r} is not one of {', '.join(QUEUES)}")
     if len(name) > _NAME_MAX or not _NAME.fullmatch(name):
         raise RunError(
             f"--name: {name!r} is not a job name: up to {_NAME_MAX} lower-case letters, digits and '-', starting and "
             "ending with a letter or digit"
         )
+    for option, value in (("--cpu", cpu), ("--memory", memory)):
+        if value is not None and not _QUANTITY.fullmatch(value):
+            raise RunError(f"--{option.lstrip('-')}: {value!r} is not a Kubernetes quantity (e.g. 8, 500m, 64Gi)")
     pools = fleet.pools_in(env, where)
     if pool is not None:
         if pool not in pools:
@@ -198,7 +203,7 @@ def plan(
         region=where,
         team=team,
         namespace=fleet.team_namespace(team),
-        queue=queue,
+        queue=DEFAULT_QUEUE,
         image=images.images[chosen].image,
         image_name=chosen,
         fetch_image=images.fetch_image,

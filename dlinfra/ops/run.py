@@ -35,21 +35,35 @@ def account_id(sts: Any) -> str:
 
 
 def upload(s3: Any, run: RunPlan, packed: Packed) -> None:
-    """Put the archive at the run's key, with its sha256 for S3 to check (ChecksumSHA256: base64 of the digest)."""
+    """Put the archive at the run's key, never over another's: a run's Job checks its code's sha256 at every start
+    (a requeue too), so code replaced under a run would stop it. If-None-Match: * makes S3 refuse an existing key (S3
+    user guide, "How to prevent object overwrites with conditional writes": s3:PutObject is all it needs), and
+    ChecksumSHA256 has S3 check the bytes it received."""
     import base64
 
-    checksum = base64.b64encode(bytes.fromhex(packed.sha256)).decode()
-    aws_replies.call(
-        f"PutObject s3://{run.bucket}/{run.key}",
-        lambda: s3.put_object(
-            Bucket=run.bucket,
-            Key=run.key,
-            Body=packed.data,
-            ContentType="application/gzip",
-            ChecksumSHA256=checksum,
-            Metadata={"dlinfra-run": run.name, "sha256": packed.sha256},
-        ),
-    )
+    from botocore.exceptions import ClientError
+
+    what = f"PutObject {run.code_uri}"
+    try:
+        aws_replies.call(
+            what,
+            lambda: s3.put_object(
+                Bucket=run.bucket,
+                Key=run.key,
+                Body=packed.data,
+                ContentType="application/gzip",
+                ChecksumSHA256=base64.b64encode(bytes.fromhex(packed.sha256)).decode(),
+                IfNoneMatch="*",
+                Metadata={"dlinfra-run": run.name, "sha256": packed.sha256},
+            ),
+        )
+    except aws_replies.AwsError as exc:
+        cause = exc.__context__
+        if isinstance(cause, ClientError) and cause.response.get("Error", {}).get("Code") == "PreconditionFailed":
+            raise RunSubmitError(
+                f"{what}: a run named {run.name} already has its code there; give this one another --name"
+            ) from None
+        raise
 
 
 @dataclass(frozen=True)

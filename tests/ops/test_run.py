@@ -199,6 +199,8 @@ def _one_line_error(capsys: pytest.CaptureFixture[str]) -> str:
         (("--pool", "cpu"), "--pool: cpu is a CPU pool; a run with --gpus 1 needs a GPU pool"),
         (("--grace", "1800"), "--grace: 1800 s is outside 1..900 s, the smallest GPU pool checkpoint_grace"),
         (("--max-code-mib", "0"), "--max-code-mib: 0 is below 1"),
+        (("--memory", "64GB"), "--memory: '64GB' is not a Kubernetes quantity (e.g. 8, 500m, 64Gi)"),
+        (("--name", "My_Idea"), "--name: 'My_Idea' is not a job name"),
     ],
 )
 def test_bad_options_are_one_line_before_anything_is_sent(
@@ -260,3 +262,17 @@ def test_a_fleet_without_standard_images_says_so(
     argv[argv.index(str(REFERENCE_FLEET))] = str(path)
     assert cli.main(argv) == 2
     assert "the fleet declares no standard_images" in _one_line_error(capsys)
+
+
+def test_a_name_taken_is_refused_without_replacing_the_first_runs_code(
+    lab: Lab, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert cli.main(_argv(lab)) == 0
+    first = _archive(lab, "teams/vision/runs/my-idea-1/code.tar.gz")[0]
+    (lab.code / "train.py").write_text("print('changed')\n")
+    capsys.readouterr()
+    assert cli.main(_argv(lab)) == 2
+    error = _one_line_error(capsys)
+    assert "a run named my-idea-1 already has its code there; give this one another --name" in error
+    assert _archive(lab, "teams/vision/runs/my-idea-1/code.tar.gz")[0] == first
+    assert len(lab.api.objects["jobs"]) == 1
