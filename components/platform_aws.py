@@ -19,6 +19,7 @@ import pulumi_aws as aws
 
 from components.charts import autoscaler, pinned, termination_handler
 from components.iam import pod_identity_trust
+from dlinfra.model import run_job
 from dlinfra.model.naming import Names
 
 # Every pod in a team's namespace acts as the team toward S3: the namespace is the team's boundary already (its
@@ -67,6 +68,27 @@ def team_data_policy(
     return pulumi.Output.all(bucket_arns, key_arn).apply(lambda parts: document(parts[0], parts[1]))
 
 
+def run_upload_policy(
+    bucket_arns: pulumi.Input[Mapping[str, str]], key_arn: pulumi.Input[str], prefix: str, region: str | None
+) -> pulumi.Output[dict[str, object]]:
+    """What the role a team's people use may do for `dlinfra run`: put code under the team's runs/ prefix of the
+    results bucket (dlinfra.model.run_job.CODE_KEY), encrypted with the storage key through S3 in this region (S3
+    user guide, "Using server-side encryption with AWS KMS keys": an upload needs kms:GenerateDataKey)."""
+
+    def document(arns: Mapping[str, str], key: str) -> dict[str, object]:
+        return {
+            "Version": "2012-10-17",
+            "Statement": [
+                {"Sid": "UploadRunCode", "Effect": "Allow", "Action": "s3:PutObject",
+                 "Resource": f"{arns[run_job.CODE_BUCKET]}/{prefix}{run_job.RUNS_PREFIX}*"},
+                {"Sid": "BucketKey", "Effect": "Allow", "Action": "kms:GenerateDataKey", "Resource": key,
+                 "Condition": {"StringEquals": {"kms:ViaService": f"s3.{region}.amazonaws.com"}}},
+            ],
+        }  # fmt: skip
+
+    return pulumi.Output.all(bucket_arns, key_arn).apply(lambda parts: document(parts[0], parts[1]))
+
+
 @dataclass(frozen=True, kw_only=True)
 class PoolGroup:
     """One node pool's Auto Scaling group, as the termination handler's rules and policy name it."""
@@ -85,6 +107,9 @@ class PlatformAwsArgs:
     team_prefixes: Mapping[str, str] = field(default_factory=dict)  # team -> its key prefix in each data bucket
     bucket_arns: pulumi.Input[Mapping[str, str]] | None = None  # purpose -> ARN (Storage.bucket_arns)
     storage_key_arn: pulumi.Input[str] | None = None  # the buckets' SSE-KMS key (Storage.kms_key_arn)
+    # Team -> the IAM role its people use (teams.<team>.role_arn, made outside dlinfra): it gets an inline policy to
+    # upload `dlinfra run` code under the team's prefix (run_upload_policy). Empty: no such policy.
+    team_role_arns: Mapping[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.names.region is None:
@@ -93,6 +118,8 @@ class PlatformAwsArgs:
             raise ValueError("team_prefixes: give exactly one prefix for each team of team_namespaces")
         if self.team_namespaces and (self.bucket_arns is None or self.storage_key_arn is None):
             raise ValueError("bucket_arns and storage_key_arn: team data roles need the buckets and their key")
+        if set(self.team_role_arns) - set(self.team_namespaces):
+            raise ValueError("team_role_arns: only teams of team_namespaces")
         for team, prefix in self.team_prefixes.items():
             if not prefix.endswith("/") or prefix.startswith("/") or "*" in prefix:
                 raise ValueError(f"team_prefixes.{team}: {prefix!r} is not a key prefix ending in '/'")
@@ -134,6 +161,20 @@ class PlatformAws(pulumi.ComponentResource):
                 team_data_policy(args.bucket_arns, args.storage_key_arn, args.team_prefixes[team], args.names.region),
             )
             self.team_data_role_arns[team] = role.arn
+        for team, people_role in sorted(args.team_role_arns.items()):
+            assert args.bucket_arns is not None and args.storage_key_arn is not None  # __post_init__
+            # An inline policy on a role made elsewhere: named for this stack, since every region's stack adds its own.
+            aws.iam.RolePolicy(
+                f"{name}-team-{team}-runs",
+                role=people_role.rpartition("/")[2],  # the role's name: an ARN's last part, after any path
+                name=args.names.physical("runs", max_len=128),
+                policy=pulumi.Output.json_dumps(
+                    run_upload_policy(
+                        args.bucket_arns, args.storage_key_arn, args.team_prefixes[team], args.names.region
+                    )
+                ),
+                opts=pulumi.ResourceOptions(parent=self),
+            )
         self.autoscaler_role_arn = autoscaler_role.arn
         self.termination_handler_role_arn = handler_role.arn
         self.termination_queue_url = queue.url

@@ -175,6 +175,7 @@ def declare(ctx: StackContext) -> None:
             team_prefixes=team_storage.plan(fleet, env).s3_prefixes,
             bucket_arns=storage.bucket_arns,
             storage_key_arn=storage.kms_key_arn,
+            team_role_arns={team: spec.role_arn for team, spec in fleet.teams.items() if spec.role_arn},
         ),
         opts=pulumi.ResourceOptions(providers=[provider], depends_on=[cluster]),
     )

@@ -17,7 +17,21 @@ from typing import Any
 from rich.text import Text
 
 from dlinfra import PROJECT_ROOT as ROOT
-from dlinfra.cli import access, checks, cost, doctor, fleet, gpu, network, pools, preview, quota, root, what_happened
+from dlinfra.cli import (
+    access,
+    checks,
+    cost,
+    doctor,
+    fleet,
+    gpu,
+    network,
+    pools,
+    preview,
+    quota,
+    root,
+    run,
+    what_happened,
+)
 from dlinfra.cli.common import EXIT_BAD_INPUT, Handler, err
 from dlinfra.errors import DlinfraError
 from dlinfra.ops.aws import describe as describe_aws_error
@@ -69,6 +83,7 @@ def _parser() -> argparse.ArgumentParser:
         | quota.register(sub, common)
         | pools.register(sub, common)
         | what_happened.register(sub, common)
+        | run.register(sub, common)
         | gpu.register(sub, common)
         | doctor.register(sub)
     )
@@ -108,6 +123,7 @@ EXAMPLES: dict[str, str] = {
     "gpu status": "dlinfra gpu status --context prod-us-west-2",
     "gpu check": "dlinfra gpu check ip-10-1-0-2.us-west-2.compute.internal --context prod-us-west-2",
     "gpu labels": "dlinfra gpu labels --context prod-us-west-2",
+    "run": "dlinfra run --env prod --team vision --gpus 1 -- python train.py --epochs 3",
     "doctor": "dlinfra doctor",
 }
 

@@ -38,6 +38,7 @@ from tests.conftest import REFERENCE_FLEET, REFERENCE_LOCK, ROOT
 from tests.loopback import serving
 from tests.ops import test_pools
 from tests.ops.test_gpu_status import GPU_TAINT, NEW_H100, _node, _pod
+from tests.ops.test_run import BUCKET, SubmittingApi
 from tests.ops.test_what_happened import RecordedApi
 
 STACK = "prod-us-west-2"  # the stack the AWS and Kubernetes examples name
@@ -184,6 +185,10 @@ RUNS: dict[str, Run] = {
         world="cloud",
     ),
     "gpu labels --context prod-us-west-2": Run("no unfinished pod or Job selects a short model name", world="cloud"),
+    # laptop code in a standard image: the lab's folder packed, uploaded to moto's bucket, the Job to the recorded API
+    "run --env prod --team vision --gpus 1 -- python train.py --epochs 3": Run(
+        "submitted job team-vision/", world="cloud"
+    ),
     "doctor": Run("dlinfra doctor"),
 }
 
@@ -245,7 +250,9 @@ def _cluster() -> RecordedApi:
     nodes[1]["spec"]["providerID"] = "aws:///us-west-2b/i-0f1e2d3c4b5a69788"
     worker = _pod("llm-worker-0", BUSY, gpus=True)
     worker["metadata"] |= {"namespace": "training", "creationTimestamp": "2027-01-05T10:10:00Z"}
-    return RecordedApi({"nodes": nodes, "pods": [worker], "events": [], "jobs": []})
+    api = SubmittingApi()  # the recorded API, which also takes the Job `run` creates
+    api.objects = {"nodes": nodes, "pods": [worker], "events": [], "jobs": []}
+    return api
 
 
 def _kubeconfig(path: Path, server: str) -> Path:
@@ -269,6 +276,8 @@ def _aws_account(lab: Path, instance_id: str | None) -> None:
     sqs = boto3.client("sqs", region_name="us-west-2")
     url = sqs.create_queue(QueueName=outputs["termination_queue_url"].rsplit("/", 1)[1])["QueueUrl"]
     assert url == outputs["termination_queue_url"]
+    s3 = boto3.client("s3", region_name="us-west-2")  # the results bucket `run` uploads to, as Storage names it
+    s3.create_bucket(Bucket=BUCKET, CreateBucketConfiguration={"LocationConstraint": "us-west-2"})
     if instance_id is not None:
         ec2 = boto3.client("ec2", region_name="us-west-2")
         image = ec2.describe_images(Owners=["amazon"])["Images"][0]["ImageId"]

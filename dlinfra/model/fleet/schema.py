@@ -13,6 +13,7 @@ from pydantic import AfterValidator, Field, field_validator, model_validator
 
 from dlinfra.model import job_operators
 from dlinfra.model.fleet.base import Name, Strict
+from dlinfra.model.fleet.images import StandardImages
 from dlinfra.model.fleet.labels import (
     label_value_problem,
 )
@@ -485,6 +486,7 @@ class Fleet(Strict):
     # Whether the default VPC AWS creates in every region of a new account has been deleted in the accounts the
     # fleet uses; while it remains it counts against VPCs per Region (`dlinfra check`, docs/limits.md).
     default_vpc_deleted: bool = False
+    standard_images: StandardImages | None = None  # images `dlinfra run` runs code in (fleet.images)
 
     @field_validator("quotas")
     @classmethod

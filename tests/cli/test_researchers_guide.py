@@ -1,0 +1,99 @@
+"""docs/researchers.md stays true: its dlinfra commands parse, its `dlinfra run` runs (dry) on the test fleet and
+prints what the guide shows, its Python compiles, its fleet excerpt validates, and it holds one placeholder only."""
+
+from __future__ import annotations
+
+import re
+import shlex
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+import yaml
+
+from dlinfra.cli import main as cli
+from dlinfra.cli.run import _follow
+from dlinfra.model import run_job
+from dlinfra.model.fleet.images import StandardImages
+from dlinfra.model.fleet.load import load_fleet
+from tests.cli import examples_lab as lab
+from tests.conftest import REFERENCE_FLEET, ROOT
+
+GUIDE = (ROOT / "docs" / "researchers.md").read_text()
+NAME = "my-idea-20261129-101500"
+UID = "5d1c0a8e-77f2-4f0b-9a51-0e6f3c2b9d10"
+
+
+def _blocks(language: str) -> list[str]:
+    return re.findall(rf"```{language}\n(.*?)```", GUIDE, flags=re.S)
+
+
+def _dlinfra_commands() -> list[list[str]]:
+    found = []
+    for block in _blocks("sh"):
+        for line in lab.command_lines(block):
+            for words in lab.commands(line):
+                argv = lab.dlinfra_argv(words)
+                if argv is not None:
+                    found.append(argv)
+    return found
+
+
+def test_every_dlinfra_command_parses() -> None:
+    commands = _dlinfra_commands()
+    assert {argv[0] for argv in commands} >= {"vpn", "run", "quota", "what-happened"}
+    parser = cli._parser()
+    for argv in commands:
+        parser.parse_args(argv)  # exits (SystemExit) on an unknown option or a bad value
+
+
+def test_the_run_command_runs_and_prints_what_the_guide_shows(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (argv,) = [a for a in _dlinfra_commands() if a[0] == "run"]
+    argv = [str(REFERENCE_FLEET) if word == "~/lab/fleet.yaml" else word for word in argv]
+    (tmp_path / "train.py").write_text("print('hi')\n")
+    extra = ["--dir", str(tmp_path), "--name", NAME, "--account", "111122223333", "--dry-run"]
+    assert cli.main([*argv[:-5], *extra, *argv[-5:]]) == 0, capsys.readouterr()
+    job = yaml.safe_load(capsys.readouterr().out.split("\ndry run:")[0])
+    pod = job["spec"]["template"]["spec"]
+    assert pod["terminationGracePeriodSeconds"] == 900  # the guide's "900 s in us-west-2"
+    env = {e["name"] for e in pod["containers"][0]["env"]}
+    assert set(re.findall(r"\$(DLINFRA_[A-Z_]+)", GUIDE)) <= env
+    assert pod["containers"][0]["workingDir"] == "/workspace" and "`/workspace`" in GUIDE
+
+    fleet = load_fleet(REFERENCE_FLEET).fleet
+    run = run_job.plan(
+        fleet, env="prod", region=None, team="vision", name=NAME, account="111122223333", command=["python"]
+    )
+    _follow(replace(run, code_sha256="0" * 64), UID)
+    printed = capsys.readouterr().out
+    for line in printed.splitlines():
+        assert line in GUIDE, f"docs/researchers.md shows another output than `dlinfra run` prints: {line!r}"
+
+
+def test_the_python_compiles_and_uses_the_run_environment() -> None:
+    (code,) = _blocks("python")
+    compile(code, "docs/researchers.md", "exec")
+    assert 'os.environ.get("DLINFRA_CHECKPOINT_DIR"' in code and "signal.SIGTERM" in code
+
+
+def test_the_fleet_excerpt_validates() -> None:
+    (block,) = [b for b in _blocks("yaml") if "standard_images" in b]
+    StandardImages.model_validate(yaml.safe_load(block)["standard_images"])
+
+
+def test_one_placeholder_only() -> None:
+    assert GUIDE.count("Placeholder") == 1
+    assert "dev_boxes" in GUIDE.split("**Placeholder")[1].split("\n\n")[0]
+
+
+def test_the_readme_links_the_guide() -> None:
+    assert "(docs/researchers.md)" in (ROOT / "README.md").read_text()
+
+
+def test_commands_quote_like_a_shell() -> None:
+    """Every sh line splits as a shell would (no unbalanced quote), so it can be pasted."""
+    for block in _blocks("sh"):
+        for line in lab.command_lines(block):
+            shlex.split(line, comments=True)
