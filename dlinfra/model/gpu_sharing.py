@@ -38,6 +38,9 @@ WHOLE_GPU_CONFIG = "whole-gpus"
 # On a shared pool's Auto Scaling group: what each GPU offers (resource=count, comma-separated, sorted), so the rule
 # `shared-gpu-pools-advertise-shares` can hold the autoscaler's node template to the fleet's layout.
 SHARES_TAG = "dlinfra:gpu-shares-per-gpu"
+# The same, on a shared pool's Kueue ResourceFlavor: `dlinfra quota --revision` turns its queues' shares back into
+# GPUs by it (dlinfra.model.gpu_quotas.from_plans).
+SHARES_ANNOTATION = "dlinfra.io/gpu-shares-per-gpu"
 # On the node: the MIG instances to create on every GPU, as `nvidia-smi mig -cgi` takes them (ID:START,...), written
 # by the user data and applied by MIG_UNIT before the GPU check and the kubelet (Chef, dlinfra_gpu::mig).
 MIG_LAYOUT_PATH = "/etc/dlinfra/mig-layout"
@@ -219,11 +222,17 @@ def device_plugin_config(sharing: GpuSharing | None) -> dict[str, Any]:
     }
 
 
-def price_per_share(node_price: float, sharing: GpuSharing, gpus: int) -> dict[str, float]:
-    """An hour of one share, resource -> USD, splitting the node's price by the compute slices each share takes
-    (MIG) or evenly (time-slicing). The node's CPUs and memory come with its shares, as its GPUs do."""
-    if sharing.time_slicing is not None:
-        return {TIME_SLICED_RESOURCE: node_price / (gpus * sharing.time_slicing.replicas)}
-    assert sharing.mig is not None
-    slices = sum(int(p.split("g.", 1)[0]) * n for p, n in sharing.mig.items()) * gpus
-    return {mig_resource(p): node_price * int(p.split("g.", 1)[0]) / slices for p in sorted(sharing.mig)}
+def share_prices(node_usd: float, shares_per_gpu: Mapping[str, int], gpus: int) -> dict[str, float]:
+    """What an hour (or month) of one share costs, resource -> USD, from the node's price: split by the compute
+    slices each MIG share takes (a 3g instance costs three 1g ones), or evenly between time-sliced replicas. The
+    node's CPUs and memory come with its shares, as with whole GPUs; shares no job uses still cost."""
+    weights = {r: _compute_slices(r) for r in shares_per_gpu}
+    total = sum(weights[r] * n for r, n in shares_per_gpu.items()) * gpus
+    return {r: node_usd * weights[r] / total for r in sorted(shares_per_gpu)} if total else {}
+
+
+def _compute_slices(resource: str) -> int:
+    """Compute slices of one share: a MIG profile's "<n>g"; a time-sliced replica counts as one."""
+    profile = resource.removeprefix(MIG_RESOURCE_PREFIX)
+    head = profile.split("g.", 1)[0]
+    return int(head) if resource.startswith(MIG_RESOURCE_PREFIX) and head.isdigit() else 1
