@@ -1,19 +1,14 @@
 """A node pool's user data: what each new node writes and starts before it joins (the GPU burn-in's expectation,
-a MIG pool's layout), rendered from templates/node-user-data.sh.j2. Helpers of components/nodepool.py."""
+a MIG pool's layout), rendered from templates/node-user-data.sh.j2. A helper of components/nodepool.py."""
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import jinja2
 
 from dlinfra.model import gpu_health, gpu_sharing
-
-if TYPE_CHECKING:
-    from components.nodepool import NodePoolArgs
 
 TEMPLATES = Path(__file__).parent / "templates"
 USER_DATA_LIMIT = 16384  # bytes before base64 (EC2 API reference, RunInstances UserData: "limited to 16 KB")
@@ -21,24 +16,6 @@ USER_DATA_LIMIT = 16384  # bytes before base64 (EC2 API reference, RunInstances 
 _ENV = jinja2.Environment(
     loader=jinja2.FileSystemLoader(TEMPLATES), undefined=jinja2.StrictUndefined, keep_trailing_newline=True
 )
-
-
-def gpu_expectation(args: NodePoolArgs) -> str | None:
-    """What a GPU node's burn-in expects, per instance type the pool may launch (compact JSON), or None."""
-    if args.kind != "gpu":
-        return None
-    expect = gpu_health.pool_expectations(
-        args.instance_types, efa=args.efa, check=args.gpu_check, sharing=args.gpu_sharing
-    )
-    return json.dumps(expect, sort_keys=True, separators=(",", ":"))
-
-
-def mig_layout(args: NodePoolArgs) -> str | None:
-    """The MIG instances every GPU of a MIG pool's nodes gets, as `nvidia-smi mig -cgi` takes them, or None."""
-    if args.gpu_sharing is None or args.gpu_sharing.mig is None:
-        return None
-    spec = args.primary  # one GPU product for every type (NodePoolArgs checks the layout fits each)
-    return gpu_sharing.create_argument(args.gpu_sharing.mig, str(spec.gpu_model), str(spec.gpu_product))
 
 
 def render_user_data(

@@ -14,7 +14,7 @@ import pulumi_aws as aws
 
 from components import security_groups as sg
 from components.iam import service_trust
-from components.node_user_data import gpu_expectation, mig_layout, render_user_data
+from components.node_user_data import render_user_data
 from dlinfra.model import gpu_health, gpu_sharing, instances
 from dlinfra.model.fleet.labels import DEVICE_PLUGIN_CONFIG_LABEL
 from dlinfra.model.fleet.pools import (
@@ -256,6 +256,24 @@ def capacity_class(args: NodePoolArgs) -> str:
     if args.capacity_reservation_id:
         return "reserved"
     return "spot" if args.spot else "on-demand"
+
+
+def gpu_expectation(args: NodePoolArgs) -> str | None:
+    """What a GPU node's burn-in expects, per instance type the pool may launch (compact JSON), or None."""
+    if args.kind != "gpu":
+        return None
+    expect = gpu_health.pool_expectations(
+        args.instance_types, efa=args.efa, check=args.gpu_check, sharing=args.gpu_sharing
+    )
+    return json.dumps(expect, sort_keys=True, separators=(",", ":"))
+
+
+def mig_layout(args: NodePoolArgs) -> str | None:
+    """The MIG instances every GPU of a MIG pool's nodes gets, as `nvidia-smi mig -cgi` takes them, or None."""
+    if args.gpu_sharing is None or args.gpu_sharing.mig is None:
+        return None
+    spec = args.primary  # one GPU product for every type (NodePoolArgs checks the layout fits each)
+    return gpu_sharing.create_argument(args.gpu_sharing.mig, str(spec.gpu_model), str(spec.gpu_product))
 
 
 class NodePool(pulumi.ComponentResource):

@@ -63,8 +63,9 @@ class TeamQuota:
     shares: tuple[tuple[str, int], ...] = ()
 
     def share_text(self, gpus: int) -> str:
-        """`gpus` of this flavor in its shares ("8 x nvidia.com/mig-1g.10gb, 2 x ..."); "" for whole GPUs."""
-        return ", ".join(f"{gpus * n} x {resource}" for resource, n in self.shares)
+        """`gpus` of this flavor in its shares ("8 x mig-1g.10gb, 2 x mig-3g.40gb", NVIDIA's resources named without
+        nvidia.com/); "" for whole GPUs."""
+        return ", ".join(f"{gpus * n} x {resource.removeprefix('nvidia.com/')}" for resource, n in self.shares)
 
     def to_json(self) -> dict[str, Any]:
         shared = {"shares_per_gpu": dict(self.shares)} if self.shares else {}
