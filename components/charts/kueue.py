@@ -238,7 +238,7 @@ def shares_annotation(flavor: kueue.Flavor) -> dict[str, str]:
     """A shared pool's flavor says what one of its GPUs counts as, so its queues' shares read back as GPUs."""
     if not flavor.shares:
         return {}
-    return {gpu_sharing.SHARES_ANNOTATION: ",".join(f"{r}={n}" for r, n in flavor.shares)}
+    return {gpu_sharing.SHARES_ANNOTATION: gpu_sharing.shares_text(flavor.shares)}
 
 
 def gpu_group(quotas: Mapping[str, tuple[int, int | None]]) -> dict[str, Any]:

@@ -13,7 +13,7 @@ Pure planning code: no pulumi, no NVML.
 from __future__ import annotations
 
 import functools
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from importlib import resources
 from typing import Any
 
@@ -35,7 +35,7 @@ MIG_RESOURCE_PREFIX = "nvidia.com/mig-"  # the `mixed` strategy's resource per p
 # The device plugin's configuration for whole-GPU nodes, the chart's `config.default` (a node without the
 # nvidia.com/device-plugin.config label gets it); a shared pool's configuration is named after the pool.
 WHOLE_GPU_CONFIG = "whole-gpus"
-# On a shared pool's Auto Scaling group: what each GPU offers (resource=count, comma-separated, sorted), so the rule
+# On a shared pool's Auto Scaling group: what each GPU offers (resource=count, space-separated, sorted), so the rule
 # `shared-gpu-pools-advertise-shares` can hold the autoscaler's node template to the fleet's layout.
 SHARES_TAG = "dlinfra:gpu-shares-per-gpu"
 # The same, on a shared pool's Kueue ResourceFlavor: `dlinfra quota --revision` turns its queues' shares back into
@@ -167,18 +167,26 @@ def per_node(sharing: GpuSharing, gpus: int) -> dict[str, int]:
 
 
 def shares_tag(sharing: GpuSharing) -> str:
-    """SHARES_TAG's value: resource=count per GPU, sorted."""
-    return ",".join(f"{r}={n}" for r, n in sorted(per_gpu(sharing).items()))
+    """SHARES_TAG's value: resource=count per GPU, sorted, separated by spaces (AWS tag values allow letters, digits,
+    spaces and + - = . _ : / @, not commas: Tagging AWS resources, "Tag naming limits and requirements")."""
+    return shares_text(per_gpu(sharing).items())
+
+
+def shares_text(shares: Iterable[tuple[str, int]]) -> str:
+    """Shares per GPU as SHARES_TAG and SHARES_ANNOTATION write them."""
+    return " ".join(f"{r}={n}" for r, n in sorted(shares))
 
 
 def parse_shares_tag(value: str) -> dict[str, int]:
     """SHARES_TAG's value back as resource -> count per GPU; ValueError when malformed."""
     out: dict[str, int] = {}
-    for part in value.split(","):
+    for part in value.split():
         resource, eq, count = part.partition("=")
         if not eq or not resource or not count.isdigit():
             raise ValueError(f"{part!r} is not resource=count")
         out[resource] = int(count)
+    if not out:
+        raise ValueError("no resource=count")
     return out
 
 

@@ -82,6 +82,7 @@ def test_a_shared_node_offers_its_shares_and_never_a_whole_gpu() -> None:
     assert gpu_sharing.per_node(mig, 8) == {"nvidia.com/mig-1g.10gb": 32, "nvidia.com/mig-3g.40gb": 8}
     sliced = GpuSharing(time_slicing=TimeSlicing(replicas=4))
     assert gpu_sharing.per_node(sliced, 1) == {"nvidia.com/gpu.shared": 4}
+    assert gpu_sharing.shares_tag(mig) == "nvidia.com/mig-1g.10gb=4 nvidia.com/mig-3g.40gb=1"  # no commas: AWS refuses
     assert gpu_sharing.parse_shares_tag(gpu_sharing.shares_tag(mig)) == gpu_sharing.per_gpu(mig)
     # The device plugin: MIG by profile (mixed), time-slicing renamed so a whole-GPU request never gets a turn.
     assert gpu_sharing.device_plugin_config(mig)["flags"] == {"migStrategy": "mixed"}

@@ -52,7 +52,7 @@ def test_kueue_flavors_cohort_and_queues(stacks: dict[str, Stack], fleet: Fleet,
             # (components/block_flavors.py); every pool's flavor may take them back (patchForce).
             closed = [{"key": "dlinfra.io/capacity-block-closed", "value": "true", "effect": "NoSchedule"}]
             assert flavors[flavor.name]["spec"].get("nodeTaints", []) == own + (closed if block else [])
-            shares = {"dlinfra.io/gpu-shares-per-gpu": ",".join(f"{r}={n}" for r, n in flavor.shares)}
+            shares = {"dlinfra.io/gpu-shares-per-gpu": " ".join(f"{r}={n}" for r, n in flavor.shares)}
             assert flavors[flavor.name]["metadata"]["annotations"] == {
                 "pulumi.com/patchForce": "true",
                 **(shares if flavor.shares else {}),
