@@ -7,36 +7,31 @@ import ipaddress
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Literal, NamedTuple
 
-import jinja2
 import pulumi
 import pulumi_aws as aws
 
 from components import security_groups as sg
 from components.iam import service_trust
-from dlinfra.model import gpu_health, instances
+from components.node_user_data import render_user_data
+from dlinfra.model import gpu_health, gpu_sharing, instances
+from dlinfra.model.fleet.labels import DEVICE_PLUGIN_CONFIG_LABEL
 from dlinfra.model.fleet.pools import (
     CHECKPOINT_GRACE_TAG,
     DEFAULT_CHECKPOINT_GRACE,
     DRAIN_MARGIN_SECONDS,
     RESERVATION_GROUP_TAG,
     GpuCheck,
+    GpuSharing,
 )
 from dlinfra.model.naming import Names
-
-TEMPLATES = Path(__file__).parent / "templates"
 
 
 def cluster_owned_tag(cluster_name: str) -> str:
     """The tag key that marks an instance as a node of the cluster (value `owned`)."""
     return f"kubernetes.io/cluster/{cluster_name}"
 
-
-_ENV = jinja2.Environment(
-    loader=jinja2.FileSystemLoader(TEMPLATES), undefined=jinja2.StrictUndefined, keep_trailing_newline=True
-)
 
 # Node role policies every node needs; the CNI policy only when the VPC CNI does not use Pod Identity.
 WORKER_POLICIES = {
@@ -45,7 +40,6 @@ WORKER_POLICIES = {
     "ssm": "arn:aws:iam::aws:policy/AmazonSSMManagedInstanceCore",
 }
 CNI_POLICY = "arn:aws:iam::aws:policy/AmazonEKS_CNI_Policy"
-USER_DATA_LIMIT = 16384  # bytes before base64 (EC2 API reference, RunInstances UserData: "limited to 16 KB")
 ROOT_DEVICE = "/dev/sda1"  # Ubuntu AMIs boot from /dev/sda1
 # The termination hook's longest hold: EC2 Auto Scaling's HeartbeatTimeout is 30..7200 seconds (API reference,
 # PutLifecycleHook; user guide "Amazon EC2 Auto Scaling lifecycle hooks").
@@ -89,6 +83,8 @@ class NodePoolArgs:
     # What the nodes carry as nvidia.com/gpu.product (the environment's gpu_product_label): NVIDIA's product name, or
     # the short model name an environment keeps while admitted jobs select it (dlinfra.model.gpu_health.gpu_labels).
     gpu_product_label: gpu_health.ProductLabelStyle = "nvidia"
+    # GPU pools: MIG instances or time-slicing instead of whole GPUs (fleet: gpu_sharing; dlinfra.model.gpu_sharing)
+    gpu_sharing: GpuSharing | None = None
     attach_cni_policy: bool = False  # only when the VPC CNI has no Pod Identity association
     internal_cidrs: Sequence[str] = ()  # VPCs and site networks nodes may reach on any port
     # The cluster's group on every node (Cluster): pods of all pools, the control plane, sites, laptops.
@@ -118,6 +114,14 @@ class NodePoolArgs:
             raise ValueError(f"{self.pool}: instance_types: an EFA pool uses one type (one EFA layout)")
         if self.spot and self.kind == "gpu":
             raise ValueError(f"{self.pool}: spot: GPU pools run on demand or on reserved capacity")
+        if self.gpu_sharing is not None and self.kind != "gpu":
+            raise ValueError(f"{self.pool}: gpu_sharing: only a GPU pool has GPUs to share")
+        if self.gpu_sharing is not None and self.gpu_sharing.mig is not None:
+            for name in self.instance_types:
+                spec = instances.lookup(name)
+                problem = gpu_sharing.layout_problem(self.gpu_sharing.mig, str(spec.gpu_model), str(spec.gpu_product))
+                if problem:
+                    raise ValueError(f"{self.pool}: gpu_sharing.mig: {name}: {problem}")
         if not self.cluster_dns:
             raise ValueError(f"{self.pool}: cluster_dns: at least one address is needed")
         for address in self.cluster_dns:
@@ -188,8 +192,11 @@ def autoscaler_tags(args: NodePoolArgs) -> dict[str, str]:
         tags[f"{AUTOSCALER_PREFIX}/node-template/label/{key}"] = value
     for key, value, effect in args.taints:
         tags[f"{AUTOSCALER_PREFIX}/node-template/taint/{key}"] = f"{value}:{effect}"
-    if spec.gpus:
-        tags[f"{AUTOSCALER_PREFIX}/node-template/resources/nvidia.com/gpu"] = str(spec.gpus)
+    # A shared node offers its shares, never nvidia.com/gpu: the template must say so, or a pool of shares never
+    # scales out from zero (the failure Karpenter users report: aws/karpenter-provider-aws issue 3376, 2023).
+    offered = gpu_sharing.per_node(args.gpu_sharing, spec.gpus) if args.gpu_sharing else {"nvidia.com/gpu": spec.gpus}
+    for resource, count in offered.items() if spec.gpus else ():
+        tags[f"{AUTOSCALER_PREFIX}/node-template/resources/{resource}"] = str(count)
     if args.efa:
         tags[f"{AUTOSCALER_PREFIX}/node-template/resources/vpc.amazonaws.com/efa"] = str(spec.efa_interfaces)
     return tags
@@ -206,6 +213,12 @@ def node_labels(args: NodePoolArgs) -> dict[str, str]:
     labels = {"dlinfra.io/pool": args.pool, "dlinfra.io/capacity": capacity_class(args)}
     if spec.gpu_model and spec.gpu_product:
         labels |= gpu_health.gpu_labels(spec.gpu_model, spec.gpu_product, args.gpu_product_label)
+    if spec.gpu_model and args.gpu_sharing is not None:
+        # The device plugin's config manager gives the node its pool's sharing (components/charts/nvidia.py). No
+        # accelerator label: the autoscaler holds a node with it unready until it offers nvidia.com/gpu (its
+        # processors/customresources/gpu_processor.go FilterOutNodesWithUnreadyResources); a shared one never does.
+        labels[DEVICE_PLUGIN_CONFIG_LABEL] = gpu_sharing.config_name(args.pool)
+    elif spec.gpu_model:
         # cluster-autoscaler treats only nodes with this label as GPU nodes (GPU-aware scale-down).
         labels["k8s.amazonaws.com/accelerator"] = spec.gpu_model
     # The fleet cannot set any of these keys (dlinfra.model.fleet.labels.OWN_LABELS); the EFA label still comes last.
@@ -249,38 +262,18 @@ def gpu_expectation(args: NodePoolArgs) -> str | None:
     """What a GPU node's burn-in expects, per instance type the pool may launch (compact JSON), or None."""
     if args.kind != "gpu":
         return None
-    expect = gpu_health.pool_expectations(args.instance_types, efa=args.efa, check=args.gpu_check)
+    expect = gpu_health.pool_expectations(
+        args.instance_types, efa=args.efa, check=args.gpu_check, sharing=args.gpu_sharing
+    )
     return json.dumps(expect, sort_keys=True, separators=(",", ":"))
 
 
-def render_user_data(
-    *, pool: str, cluster_name: str, region: str, labels: Mapping[str, str], taints: Sequence[tuple[str, str, str]],
-    max_pods: int | None, cluster_dns: Sequence[str], gpu_expectation: str | None = None,
-) -> str:  # fmt: skip
-    """The node's user data: on GPU pools (`gpu_expectation` given) the burn-in's expectation, its start and the
-    burn-in taint, where the image has the check; then the join. Everything else is baked into the image.
-
-    The burn-in taint is not among the autoscaler's node-template tags (autoscaler_tags): the autoscaler knows it as
-    a startup taint, one a node sheds by itself, so a job that does not tolerate it still scales the pool up
-    (components/charts/autoscaler.py)."""
-    text = _ENV.get_template("node-user-data.sh.j2").render(
-        pool=pool,
-        cluster_name=cluster_name,
-        region=region,
-        labels=",".join(f"{k}={v}" for k, v in sorted(labels.items())),
-        taints=",".join(f"{k}={v}:{e}" for k, v, e in taints),
-        max_pods=max_pods or "",
-        cluster_dns=",".join(cluster_dns),
-        gpu_expectation=gpu_expectation,
-        expect_path=gpu_health.EXPECT_PATH,
-        check_unit=gpu_health.CHECK_UNIT,
-        burn_in_taint="{}={}:{}".format(*gpu_health.BURN_IN_TAINT),
-    )
-    if len(text.encode()) > USER_DATA_LIMIT:
-        raise ValueError(
-            f"{pool}: user data is {len(text.encode())} bytes, over EC2's {USER_DATA_LIMIT} (fewer instance types)"
-        )
-    return text
+def mig_layout(args: NodePoolArgs) -> str | None:
+    """The MIG instances every GPU of a MIG pool's nodes gets, as `nvidia-smi mig -cgi` takes them, or None."""
+    if args.gpu_sharing is None or args.gpu_sharing.mig is None:
+        return None
+    spec = args.primary  # one GPU product for every type (NodePoolArgs checks the layout fits each)
+    return gpu_sharing.create_argument(args.gpu_sharing.mig, str(spec.gpu_model), str(spec.gpu_product))
 
 
 class NodePool(pulumi.ComponentResource):
@@ -415,6 +408,7 @@ class NodePool(pulumi.ComponentResource):
             max_pods=spec.max_pods,
             cluster_dns=args.cluster_dns,
             gpu_expectation=gpu_expectation(args),
+            mig_layout=mig_layout(args),
         )
         lt_name = names.physical("lt", args.pool)
         network_interfaces = None
@@ -499,6 +493,8 @@ class NodePool(pulumi.ComponentResource):
             | autoscaler_tags(args)
             # What the termination hook must outlast, for rule `drain-outlasts-checkpoint-grace`.
             | {CHECKPOINT_GRACE_TAG: str(args.checkpoint_grace)}
+            # What each GPU offers, for rule `shared-gpu-pools-advertise-shares`.
+            | ({gpu_sharing.SHARES_TAG: gpu_sharing.shares_tag(args.gpu_sharing)} if args.gpu_sharing else {})
         )
         lt_spec = aws.autoscaling.GroupLaunchTemplateArgs(id=template.id, version=template.latest_version.apply(str))
         mixed = None

@@ -36,6 +36,7 @@ from components.charts import kueue as kueue_chart
 from components.charts.nodes import SITE_LABEL, Taint
 from components.crd_wait import CrdWait
 from dlinfra.model import hybrid_routing, job_operators, kueue, team_storage
+from dlinfra.model.fleet.pools import GpuSharing
 from dlinfra.model.fleet.schema import RESERVED_NAMESPACES
 from dlinfra.model.naming import Names
 from dlinfra.render.nodeadm import site_pool
@@ -56,6 +57,7 @@ class PoolView:
     # empty for CPU pools.
     gpu_labels: Mapping[str, str] = field(default_factory=dict)
     repair_share: float = 0.25  # the GPU repair's circuit breaker (fleet gpu_check.repair_share)
+    gpu_sharing: GpuSharing | None = None  # MIG instances or time-slicing (fleet gpu_sharing); None: whole GPUs
     efa: bool  # EFA interfaces: the EFA device plugin runs on this pool's nodes
     capacity_class: kueue.PoolCapacityClass  # orders the autoscaler's expander: reserved > on-demand > spot
     max_size: int  # instances in this region
@@ -236,7 +238,10 @@ class Platform(pulumi.ComponentResource):
         self.releases = {}
 
         for addon, values in (
-            ("nvidia-device-plugin", nvidia.device_plugin_values()),
+            (
+                "nvidia-device-plugin",
+                nvidia.device_plugin_values({n: p.gpu_sharing for n, p in args.pools.items() if p.gpu_sharing}),
+            ),
             ("dcgm-exporter", nvidia.dcgm_exporter_values()),
         ):
             self._release(addon, values)
@@ -570,7 +575,11 @@ class Platform(pulumi.ComponentResource):
                 [release],
                 # A block's keeper owns the taints once it has run (block_flavors.py says how the two never contend);
                 # a pool's flavor takes them back when its block leaves the fleet.
-                annotations=block_flavors.FLAVOR_ANNOTATIONS if flavor.source == "pool" else None,
+                annotations=(
+                    {**block_flavors.FLAVOR_ANNOTATIONS, **kueue_chart.shares_annotation(flavor)}
+                    if flavor.source == "pool"
+                    else None
+                ),
                 ignore_changes=block_flavors.KEEPER_FIELDS if block else (),
             )
             flavors.append(resource_flavor)
@@ -616,7 +625,7 @@ class Platform(pulumi.ComponentResource):
             "provisioning-config",
             "ProvisioningRequestConfig",
             kueue_chart.PROVISIONING_CHECK,
-            kueue_chart.provisioning_request_config_spec(),
+            kueue_chart.provisioning_request_config_spec(kueue.shared_resources(self._args.quotas)),
             [release],
         )
         return self._custom(

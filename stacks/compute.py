@@ -72,6 +72,7 @@ def declare_pools(
                 root_volume_gib=pool.root_volume_gib,
                 checkpoint_grace=pool.checkpoint_grace,
                 gpu_check=pool.burn_in,
+                gpu_sharing=pool.gpu_sharing,
                 gpu_product_label=ctx.fleet.environments[env].gpu_product_label,
                 internal_cidrs=internal,
                 node_security_group_id=cluster.node_security_group_id if cluster else None,

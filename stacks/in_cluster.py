@@ -147,6 +147,7 @@ def platform_args_from_fleet(
                 else {}
             ),
             repair_share=pool.burn_in.repair_share,
+            gpu_sharing=pool.gpu_sharing,
             efa=pool.efa,
             capacity_class=kueue.capacity_class(fleet, env, region, pool_name),
             max_size=pool.max_size,

@@ -16,7 +16,7 @@ from components.charts.nodes import (
     SITE_LABEL,
     Taint,
 )
-from dlinfra.model import gpu_health, kueue
+from dlinfra.model import gpu_health, gpu_sharing, kueue
 from dlinfra.model.fleet.schema import RESERVED_NAMESPACES
 from dlinfra.render.nodeadm import site_pool
 
@@ -167,13 +167,14 @@ def provisioning_admission_check_spec() -> dict[str, Any]:
     }
 
 
-def provisioning_request_config_spec() -> dict[str, Any]:
-    """The ProvisioningRequests Kueue creates (apis/kueue/v1beta2 ProvisioningRequestConfigSpec, v0.19.2)."""
+def provisioning_request_config_spec(shared: Sequence[str] = ()) -> dict[str, Any]:
+    """The ProvisioningRequests Kueue creates (apis/kueue/v1beta2 ProvisioningRequestConfigSpec, v0.19.2). `shared`:
+    the shared resources this cluster's queues count (kueue.shared_resources), whose pod sets need nodes too."""
     return {
         "provisioningClassName": autoscaler.PROVISIONING_CLASS,
         # Only the pod sets that ask for GPUs are provisioned; a CPU launcher pod set rides on existing nodes (and
         # a workload with no GPU pod set passes the check at once).
-        "managedResources": [kueue.GPU_RESOURCE],
+        "managedResources": [kueue.GPU_RESOURCE, *sorted(shared)],
         # Pod sets that schedule alike (requests, node selector, tolerations...) become one PodTemplate: a request
         # holds at most 32 pod sets (the ProvisioningRequest CRD's maxItems).
         "podSetMergePolicy": "IdenticalWorkloadSchedulingRequirements",
@@ -233,6 +234,13 @@ def resource_flavor_spec(
     return spec
 
 
+def shares_annotation(flavor: kueue.Flavor) -> dict[str, str]:
+    """A shared pool's flavor says what one of its GPUs counts as, so its queues' shares read back as GPUs."""
+    if not flavor.shares:
+        return {}
+    return {gpu_sharing.SHARES_ANNOTATION: gpu_sharing.shares_text(flavor.shares)}
+
+
 def gpu_group(quotas: Mapping[str, tuple[int, int | None]]) -> dict[str, Any]:
     """One resource group over nvidia.com/gpu: flavor -> (nominal, borrowing limit or None)."""
     flavors = []
@@ -242,6 +250,27 @@ def gpu_group(quotas: Mapping[str, tuple[int, int | None]]) -> dict[str, Any]:
             resource["borrowingLimit"] = str(borrowing)
         flavors.append({"name": name, "resources": [resource]})
     return {"coveredResources": [kueue.GPU_RESOURCE], "flavors": flavors}
+
+
+def resource_groups(
+    flavors: Sequence[kueue.Flavor], quotas: Mapping[str, tuple[int, int | None]]
+) -> list[dict[str, Any]]:
+    """The resource groups of a queue: whole GPUs (nvidia.com/gpu) first, then each kind of share a shared pool
+    offers; each flavor's quota, planned in GPUs (flavor -> nominal, borrowing limit or None), times what one of its
+    GPUs counts as (kueue.Flavor.resources). Kueue counts a resource in one group only, whose flavors all cover the
+    same resources (API reference, ClusterQueueSpec resourceGroups): validation keeps shared pools to that."""
+    groups: dict[tuple[str, ...], list[dict[str, Any]]] = {}
+    for flavor in flavors:
+        nominal, borrowing = quotas[flavor.name]
+        resources = []
+        for resource, per_gpu in sorted(flavor.resources.items()):
+            entry = {"name": resource, "nominalQuota": str(nominal * per_gpu)}
+            if borrowing is not None:
+                entry["borrowingLimit"] = str(borrowing * per_gpu)
+            resources.append(entry)
+        groups.setdefault(tuple(sorted(flavor.resources)), []).append({"name": flavor.name, "resources": resources})
+    order = sorted(groups, key=lambda covered: (covered != (kueue.GPU_RESOURCE,), covered))
+    return [{"coveredResources": list(covered), "flavors": groups[covered]} for covered in order]
 
 
 def cluster_queue_spec(team: str, namespace: str, quotas: kueue.RegionQuotas) -> dict[str, Any]:
@@ -254,8 +283,9 @@ def cluster_queue_spec(team: str, namespace: str, quotas: kueue.RegionQuotas) ->
             "queueingStrategy": "BestEffortFIFO",
             "resourceGroups": [gpu_group({NO_GPU_FLAVOR: (0, None)})],
         }
-    group = gpu_group(
-        {f.name: (quotas.nominal[team][f.name], quotas.borrowing_limit(team, f.name)) for f in quotas.flavors}
+    groups = resource_groups(
+        quotas.flavors,
+        {f.name: (quotas.nominal[team][f.name], quotas.borrowing_limit(team, f.name)) for f in quotas.flavors},
     )
     provisioned = provisioned_flavors(quotas)
     checks = {"admissionChecksStrategy": provisioning_checks_strategy(provisioned)} if provisioned else {}
@@ -264,7 +294,7 @@ def cluster_queue_spec(team: str, namespace: str, quotas: kueue.RegionQuotas) ->
         # Only the team's own namespace may point a LocalQueue at this queue.
         "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": namespace}},
         "queueingStrategy": "BestEffortFIFO",
-        "resourceGroups": [group],
+        "resourceGroups": groups,
         # Try every flavor before borrowing or preempting in the first one that would fit.
         "flavorFungibility": {"whenCanBorrow": "TryNextFlavor", "whenCanPreempt": "TryNextFlavor"},
         # Guarantees hold: a team within its quota takes lent GPUs back; borrowers never preempt owners.
@@ -283,7 +313,11 @@ def cluster_queue_spec(team: str, namespace: str, quotas: kueue.RegionQuotas) ->
 
 def cohort_spec(quotas: kueue.RegionQuotas) -> dict[str, Any]:
     """The cohort's own quota: the GPUs no team is guaranteed, which any team may borrow."""
-    return {"resourceGroups": [gpu_group({f.name: (quotas.spare(f.name), None) for f in quotas.flavors})]}
+    return {
+        "resourceGroups": resource_groups(
+            quotas.flavors, {f.name: (quotas.spare(f.name), None) for f in quotas.flavors}
+        )
+    }
 
 
 def local_queue_spec(team: str) -> dict[str, Any]:

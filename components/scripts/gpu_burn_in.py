@@ -106,6 +106,9 @@ class Report:
     boot_id: str
     expected_gpus: int | None
     problems: tuple[str, ...] = ()
+    # A shared node's shares (nvidia.com/mig-<profile>, nvidia.com/gpu.shared -> count), which it offers instead of
+    # whole GPUs (dlinfra.model.gpu_sharing); None: expected_gpus of nvidia.com/gpu.
+    expected_resources: Mapping[str, int] | None = None
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> Report:
@@ -116,13 +119,21 @@ class Report:
         if data.get("error"):
             problems.insert(0, str(data["error"]))
         expected = data.get("expected_gpus")
+        shares = data.get("expected_resources")
         return cls(
             verdict=str(data.get("verdict", "unchecked")),
             finished_at=str(data.get("finished_at", "")),
             boot_id=str(data.get("boot_id", "")),
             expected_gpus=int(expected) if expected is not None else None,
             problems=tuple(problems),
+            expected_resources={str(k): int(v) for k, v in shares.items()} if shares else None,
         )
+
+    def expected(self) -> dict[str, int]:
+        """What the device plugin must advertise on the node: resource -> count ({} when the check did not say)."""
+        if self.expected_resources:
+            return dict(self.expected_resources)
+        return {} if self.expected_gpus is None else {GPU_RESOURCE: self.expected_gpus}
 
     def summary(self) -> str:
         """The annotation: the verdict, when, and the first problems, as compact JSON."""
@@ -209,13 +220,18 @@ def _with(taints: Sequence[Mapping[str, Any]], taint: Mapping[str, str]) -> list
     return [*(dict(t) for t in taints), dict(taint)]
 
 
-def advertised_gpus(node: Mapping[str, Any]) -> int:
-    """GPUs the device plugin advertises on the node (status.allocatable)."""
-    value = node.get("status", {}).get("allocatable", {}).get(GPU_RESOURCE, "0")
+def advertised_gpus(node: Mapping[str, Any], resource: str = GPU_RESOURCE) -> int:
+    """GPUs (or shares of a shared node's `resource`) the device plugin advertises on the node (status.allocatable)."""
+    value = node.get("status", {}).get("allocatable", {}).get(resource, "0")
     try:
         return int(value)
     except ValueError:
         return 0
+
+
+def _unit(resource: str) -> str:
+    """How a count of `resource` reads: GPUs, or a shared node's shares by name."""
+    return "GPUs" if resource == GPU_RESOURCE else resource
 
 
 def burn_in_taint(node: Mapping[str, Any]) -> dict[str, str]:
@@ -314,23 +330,25 @@ def decide(
         found = "; ".join(what for _, what in later[:MAX_PROBLEMS])
         fault = f"the GPU watch found a fault at {later[0][0]}, after the check passed: {found}"
         return _off_work(taints, GPU_FAULT, Condition("False", "GPUFault", fault), report)
-    advertised = advertised_gpus(node)
+    expected = report.expected()
+    advertised = {resource: advertised_gpus(node, resource) for resource in expected}
     held = current_condition(node) or {}
     accepted = held.get("reason") == "CheckPassed" and report.finished_at in str(held.get("message", ""))
-    short = report.expected_gpus is not None and advertised < report.expected_gpus
-    if short and accepted and advertised > 0:
+    short = any(advertised[r] < n for r, n in expected.items())
+    counts = ", ".join(f"{advertised[r]} of {n} {_unit(r)}" for r, n in sorted(expected.items()))
+    if short and accepted and any(advertised.values()):
         # Let on, and now short of a GPU (the device plugin marks one unhealthy, or it fell off the bus): off work.
         lost = (
-            f"the node advertises {advertised} of {report.expected_gpus} GPUs since its check passed at "
-            f"{report.finished_at}: a GPU has left (see its Xids: dmesg, nvidia-smi)"
+            f"the node advertises {counts} since its check passed at {report.finished_at}: a GPU has left (see its "
+            "Xids: dmesg, nvidia-smi)"
         )
         return _off_work(taints, NOT_ADVERTISED, Condition("Unknown", "GPUsNotAdvertised", lost), report)
     # Once this report has let the node on, all its GPUs leaving allocatable for a while (the device plugin or the
     # kubelet restarting) is not a new verdict.
     if short and not accepted:
         message = (
-            f"the GPU check passed at {report.finished_at}, but the node advertises {advertised} of "
-            f"{report.expected_gpus} GPUs: is the NVIDIA device plugin running on it?"
+            f"the GPU check passed at {report.finished_at}, but the node advertises {counts}: is the NVIDIA device "
+            "plugin running on it?"
         )
         waiting = Condition("Unknown", "GPUsNotAdvertised", message)
         return _off_work(taints, NOT_ADVERTISED, waiting, report) if late else _burning_in(node, waiting, report)

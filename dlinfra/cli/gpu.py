@@ -207,7 +207,8 @@ def _expectation(args: argparse.Namespace) -> dict[str, Any]:
     if args.pool not in fleet.pools_in(args.env, args.region):
         raise FleetError(f"{args.fleet}: {key}.regions: the pool does not run in {args.region}")
     check = _check(pool.burn_in, args)
-    return gpu_health.pool_expectations(fleet.pool_types(args.env, args.region, args.pool), efa=pool.efa, check=check)
+    types = fleet.pool_types(args.env, args.region, args.pool)
+    return gpu_health.pool_expectations(types, efa=pool.efa, check=check, sharing=pool.gpu_sharing)
 
 
 def _check(declared: GpuCheck, args: argparse.Namespace) -> GpuCheck:

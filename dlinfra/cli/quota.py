@@ -68,6 +68,9 @@ def table(view: gpu_quotas.QuotaView) -> Table:
             rows = [r for r in view.rows if (r.environment, r.team) == (env, team)]
             for r in rows:
                 out.add_row(Text(env), Text(team), Text(r.region), Text(r.flavor), str(r.guaranteed), str(r.borrowable))
+                if r.shares:  # a shared pool: the same GPUs as the shares the team's jobs ask for
+                    in_shares = (r.share_text(r.guaranteed) or "0", r.share_text(r.borrowable) or "0")
+                    out.add_row("", "", "", Text("  as shares"), *in_shares)
             total = sum(r.guaranteed for r in rows)
             style = "bold" if total else "bold red"
             out.add_row(

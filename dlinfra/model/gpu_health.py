@@ -25,7 +25,7 @@ from dlinfra.model.fleet.labels import (
     GPU_SITE_BURN_IN_TAINT_KEY,
     GPU_UNHEALTHY_TAINT_KEY,
 )
-from dlinfra.model.fleet.pools import GpuCheck
+from dlinfra.model.fleet.pools import GpuCheck, GpuSharing
 from dlinfra.model.fleet.schema import Site
 
 TABLE_PATH = "dlinfra/data/gpu_models.yaml"
@@ -186,11 +186,15 @@ def site_expectation(gpu_model: str, product: str, gpus_per_node: int, check: Gp
     return result | {"products": list(same_product(gpu_model, product))}
 
 
-def pool_expectations(instance_types: Sequence[str], *, efa: bool, check: GpuCheck) -> dict[str, Any]:
+def pool_expectations(
+    instance_types: Sequence[str], *, efa: bool, check: GpuCheck, sharing: GpuSharing | None = None
+) -> dict[str, Any]:
     """What a cloud pool's nodes write to EXPECT_PATH: one expectation per instance type the pool may launch, as the
-    check picks its own by the machine's instance type (gpu_check.Expectation.select)."""
+    check picks its own by the machine's instance type (gpu_check.Expectation.select). `sharing`: a shared pool's
+    nodes also show their MIG layout, and offer their shares rather than whole GPUs (dlinfra.model.gpu_sharing)."""
     by_type = {
         name: instance_expectation(name, efa=efa, dcgm_level=check.dcgm_level, throughput=check.throughput)
+        | _shared(name, sharing)
         for name in sorted(set(instance_types))
     }
     # What every type shares (the Xid catalog) once, beside the types: user data holds at most 16 KB.
@@ -218,6 +222,17 @@ def instance_expectation(
     )
     # The type's own product: a model sold in two sizes (A100-SXM4-40GB on p4d, -80GB on p4de) passes only as its own.
     return result | {"products": list(same_product(spec.gpu_model, str(spec.gpu_product)))}
+
+
+def _shared(instance_type: str, sharing: GpuSharing | None) -> dict[str, Any]:
+    """A shared node's MIG layout per GPU (the check counts each GPU's MIG devices) and the shares it offers (the
+    burn-in agent waits for them, not for nvidia.com/gpu, which a shared node never offers)."""
+    from dlinfra.model import gpu_sharing  # it reads the fleet's pool models, as this module does
+
+    if sharing is None:
+        return {}
+    mig = {"mig": dict(sharing.mig)} if sharing.mig is not None else {}
+    return mig | {"resources": gpu_sharing.per_node(sharing, instances.lookup(instance_type).gpus)}
 
 
 def same_product(gpu_model: str, product: str) -> tuple[str, ...]:

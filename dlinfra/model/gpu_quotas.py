@@ -20,7 +20,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from dlinfra.model import kueue
+from dlinfra.model import gpu_sharing, kueue
 from dlinfra.model.fleet.schema import Fleet
 
 SCHEMA = "dlinfra.quota/v1"  # `dlinfra quota --json`
@@ -44,6 +44,8 @@ class Queue:
     name: str  # the ClusterQueue's name: the team's name
     cohort: str | None
     flavors: Mapping[str, Limits]
+    # A shared pool's flavor -> what one of its GPUs counts as, (resource, count) sorted; its Limits are in GPUs.
+    shares: Mapping[str, tuple[tuple[str, int], ...]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -56,8 +58,17 @@ class TeamQuota:
     flavor: str  # ResourceFlavor name: pool-<pool> or site-<site>
     guaranteed: int  # nominalQuota: held for the team, taken back from borrowers when it needs them
     borrowable: int  # at most this many more while other teams leave them idle
+    # A shared pool's flavor: what each of those GPUs is shared into, (resource, count per GPU) sorted: the team's
+    # queue holds guaranteed x count of each (dlinfra.model.gpu_sharing). Empty: whole GPUs.
+    shares: tuple[tuple[str, int], ...] = ()
+
+    def share_text(self, gpus: int) -> str:
+        """`gpus` of this flavor in its shares ("8 x mig-1g.10gb, 2 x mig-3g.40gb", NVIDIA's resources named without
+        nvidia.com/); "" for whole GPUs."""
+        return ", ".join(f"{gpus * n} x {resource.removeprefix('nvidia.com/')}" for resource, n in self.shares)
 
     def to_json(self) -> dict[str, Any]:
+        shared = {"shares_per_gpu": dict(self.shares)} if self.shares else {}
         return {
             "environment": self.environment,
             "team": self.team,
@@ -65,6 +76,7 @@ class TeamQuota:
             "flavor": self.flavor,
             "guaranteed": self.guaranteed,
             "borrowable": self.borrowable,
+            **shared,
         }
 
 
@@ -137,7 +149,8 @@ def view(
                 limit = limits.borrowing_limit
                 borrowable = lent if limit is None else min(limit, lent)
             if limits.nominal or borrowable:  # a region without GPUs has a zero placeholder flavor: no quota
-                rows.append(TeamQuota(q.environment, q.name, q.region, flavor, limits.nominal, borrowable))
+                shares = q.shares.get(flavor, ())
+                rows.append(TeamQuota(q.environment, q.name, q.region, flavor, limits.nominal, borrowable, shares))
     order = {(q.environment, q.region, q.name): list(q.flavors) for q in queues}
     rows.sort(key=lambda r: (r.environment, r.team, r.region, order[(r.environment, r.region, r.team)].index(r.flavor)))
     names: dict[str, set[str]] = {}
@@ -222,7 +235,8 @@ def from_fleet(fleet: Fleet) -> QuotaView:
                 limits = {
                     f.name: Limits(here.nominal[team][f.name], here.borrowing_limit(team, f.name)) for f in here.flavors
                 }
-                queues.append(Queue(env, region, team, cohort, limits))
+                shares = {f.name: f.shares for f in here.flavors if f.shares}
+                queues.append(Queue(env, region, team, cohort, limits, shares))
             if here.flavors:
                 cohorts[(env, region, kueue.COHORT)] = {f.name: here.spare(f.name) for f in here.flavors}
         plan = kueue.overflow(fleet, quotas)
@@ -248,18 +262,20 @@ def from_plans(plans: Iterable[Mapping[str, Any]], scaled: Iterable[str] = ()) -
             if "kueue.x-k8s.io" in str(r.get("type", ""))
         ]
         team_queues = set()
+        shares = _flavor_shares(objects)
         for kind, inputs in objects:
             name = str((inputs.get("metadata") or {}).get("name") or "")
             spec = inputs.get("spec") or {}
             if kind == "ClusterQueue":
-                limits = _gpu_limits(spec)
+                limits = _gpu_limits(spec, shares)
                 limits.pop(kueue.OVERFLOW_FLAVOR, None)
                 if limits:
                     cohort = spec.get("cohortName") or spec.get("cohort")  # v1beta1 named it cohort
-                    queues.append(Queue(env, region, name, str(cohort) if cohort else None, limits))
+                    mine = {f: shares[f] for f in limits if f in shares}
+                    queues.append(Queue(env, region, name, str(cohort) if cohort else None, limits, mine))
                     team_queues.add(name)
             elif kind == "Cohort":
-                cohorts[(env, region, name)] = {f: lim.nominal for f, lim in _gpu_limits(spec).items()}
+                cohorts[(env, region, name)] = {f: lim.nominal for f, lim in _gpu_limits(spec, shares).items()}
         for kind, inputs in objects:
             name = str((inputs.get("metadata") or {}).get("name") or "")
             target = str((inputs.get("spec") or {}).get("clusterQueue") or "")
@@ -268,17 +284,38 @@ def from_plans(plans: Iterable[Mapping[str, Any]], scaled: Iterable[str] = ()) -
     return view(queues, cohorts, overflow, scaled)
 
 
-def _gpu_limits(spec: Mapping[str, Any]) -> dict[str, Limits]:
-    """Flavor -> GPU limits of a ClusterQueue's or Cohort's resource groups, in the order they list the flavors."""
+def _flavor_shares(objects: Iterable[tuple[str, Mapping[str, Any]]]) -> dict[str, tuple[tuple[str, int], ...]]:
+    """Shared flavors' shares per GPU, from their ResourceFlavors' annotation (gpu_sharing.SHARES_ANNOTATION)."""
+    out = {}
+    for kind, inputs in objects:
+        metadata = inputs.get("metadata") or {}
+        value = (metadata.get("annotations") or {}).get(gpu_sharing.SHARES_ANNOTATION)
+        if kind == "ResourceFlavor" and value:
+            try:
+                out[str(metadata.get("name"))] = tuple(sorted(gpu_sharing.parse_shares_tag(str(value)).items()))
+            except ValueError:
+                continue  # not ours to judge here: such a flavor reads as having no GPU quota
+    return out
+
+
+def _gpu_limits(
+    spec: Mapping[str, Any], shares: Mapping[str, tuple[tuple[str, int], ...]] | None = None
+) -> dict[str, Limits]:
+    """Flavor -> GPU limits of a ClusterQueue's or Cohort's resource groups, in the order they list the flavors. A
+    shared flavor's (`shares`) GPUs are its first shared resource's quantities over that resource's count per GPU."""
     out = {}
     for group in spec.get("resourceGroups") or []:
         for flavor in group.get("flavors") or []:
+            name = str(flavor.get("name"))
+            per_gpu = dict((shares or {}).get(name, ())) or {kueue.GPU_RESOURCE: 1}
+            counted, per = min(per_gpu.items())
             for resource in flavor.get("resources") or []:
-                if resource.get("name") == kueue.GPU_RESOURCE:
-                    out[str(flavor.get("name"))] = Limits(
-                        _count(resource.get("nominalQuota")) or 0,
-                        _count(resource.get("borrowingLimit")),
-                        _count(resource.get("lendingLimit")),
+                if resource.get("name") == counted:
+                    borrowing, lending = _count(resource.get("borrowingLimit")), _count(resource.get("lendingLimit"))
+                    out[name] = Limits(
+                        (_count(resource.get("nominalQuota")) or 0) // per,
+                        None if borrowing is None else borrowing // per,
+                        None if lending is None else lending // per,
                     )
     return out
 

@@ -22,7 +22,7 @@ from fractions import Fraction
 from typing import Literal
 
 from dlinfra.errors import FleetError
-from dlinfra.model import instances
+from dlinfra.model import gpu_sharing, instances
 from dlinfra.model.fleet.schema import Fleet
 
 COHORT = "research"  # the one cohort every team's ClusterQueue joins
@@ -50,6 +50,15 @@ class Flavor:
     gpus: int  # GPU capacity: max_size x GPUs per node (pool) or nodes x GPUs per node (site)
     gpu_model: str  # short GPU name (H100, A100, L4): the dlinfra.io/gpu-model label its nodeLabels select
     capacity_class: CapacityClass
+    # A shared pool's shares per GPU, (resource, count) sorted (dlinfra.model.gpu_sharing.per_gpu): its queues count
+    # those instead of nvidia.com/gpu. Quotas are still planned in GPUs, so a team's guarantee means the same GPUs
+    # whether they come whole or shared. Empty: whole GPUs.
+    shares: tuple[tuple[str, int], ...] = ()
+
+    @property
+    def resources(self) -> dict[str, int]:
+        """What one of the flavor's GPUs counts as in a ClusterQueue: resource -> count."""
+        return dict(self.shares) if self.shares else {GPU_RESOURCE: 1}
 
     @property
     def autoscaled(self) -> bool:
@@ -107,6 +116,11 @@ class QuotaPlan:
     def team_total(self, team: str) -> int:
         """A team's nominal GPUs summed over every region of the environment."""
         return sum(r.team_total(team) for r in self.regions.values())
+
+
+def shared_resources(quotas: RegionQuotas) -> tuple[str, ...]:
+    """The shared resources this region's flavors count (nvidia.com/mig-<profile>, nvidia.com/gpu.shared), sorted."""
+    return tuple(sorted({r for f in quotas.flavors for r, _ in f.shares}))
 
 
 def apportion(quotas: Mapping[str, int], capacities: Mapping[str, int]) -> dict[str, dict[str, int]]:
@@ -197,6 +211,7 @@ def flavors(fleet: Fleet, env: str) -> list[Flavor]:
                     gpus=pool.max_size * spec.gpus,
                     gpu_model=spec.gpu_model,
                     capacity_class=capacity_class(fleet, env, region, name),
+                    shares=tuple(sorted(gpu_sharing.per_gpu(pool.gpu_sharing).items())) if pool.gpu_sharing else (),
                 )
             )
         for name, site in fleet.sites_of(env, region).items():

@@ -11,7 +11,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from dlinfra.errors import DlinfraError
-from dlinfra.model import gpu_health
+from dlinfra.model import gpu_health, gpu_sharing
 from dlinfra.model.fleet.labels import (
     GPU_BURN_IN_TAINT_KEY,
     GPU_MODEL_LABEL,
@@ -90,17 +90,29 @@ def node_health(node: Mapping[str, Any]) -> GpuNodeHealth | None:
     site = labels.get(SITE_LABEL)
     where = f"site {site}" if site else f"pool {labels.get(POOL_LABEL, '?')}"
     advertised = (status.get("allocatable") or {}).get(GPU_RESOURCE, "0")
+    gpus = f"{advertised}/{capacity or 0}"
+    shares = {r: n for r, n in (status.get("capacity") or {}).items() if _gpu_resource(r) and r != GPU_RESOURCE}
+    if shares and not capacity:  # a shared node: its shares, which it offers instead of whole GPUs
+        offered = sum(_int((status.get("allocatable") or {}).get(r)) for r in shares)
+        gpus = f"{offered}/{sum(_int(n) for n in shares.values())} shares"
     return GpuNodeHealth(
         node=str(meta.get("name", "?")),
         where=where,
         gpu_model=str(labels.get(GPU_MODEL_LABEL) or labels.get(GPU_PRODUCT_LABEL, "?")),
-        gpus=f"{advertised}/{capacity or 0}",
+        gpus=gpus,
         state=_state(taints, condition),
         reason=str(condition.get("reason") or "no GPUHealthy condition: is the burn-in agent running?"),
         since=str(condition.get("lastTransitionTime") or "-"),
         last_check=_last_check(node),
         message=" ".join(str(condition.get("message") or "").split()),
     )
+
+
+def _int(quantity: Any) -> int:
+    try:
+        return int(str(quantity))
+    except ValueError:
+        return 0
 
 
 def gpu_nodes(nodes: Iterable[Mapping[str, Any]]) -> list[GpuNodeHealth]:
@@ -225,6 +237,11 @@ def check_target(node: Mapping[str, Any]) -> CheckTarget:
     )
 
 
+def _gpu_resource(name: str) -> bool:
+    """A whole GPU, or a shared pool's share of one (dlinfra.model.gpu_sharing: MIG instances, time-sliced turns)."""
+    return name in (GPU_RESOURCE, gpu_sharing.TIME_SLICED_RESOURCE) or name.startswith(gpu_sharing.MIG_RESOURCE_PREFIX)
+
+
 def busy_with_gpus(pods: Iterable[Mapping[str, Any]]) -> list[str]:
     """Running or pending pods on the node that ask for GPUs, other than DaemonSets': the check loads every GPU."""
     busy = []
@@ -235,7 +252,7 @@ def busy_with_gpus(pods: Iterable[Mapping[str, Any]]) -> list[str]:
         if any(o.get("kind") == "DaemonSet" for o in meta.get("ownerReferences") or []):
             continue
         containers = (spec.get("containers") or []) + (spec.get("initContainers") or [])
-        if any(GPU_RESOURCE in ((c.get("resources") or {}).get("limits") or {}) for c in containers):
+        if any(_gpu_resource(r) for c in containers for r in ((c.get("resources") or {}).get("limits") or {})):
             busy.append(f"{meta.get('namespace')}/{meta.get('name')}")
     return sorted(busy)
 

@@ -17,7 +17,7 @@ from typing import Any
 from ruamel.yaml import YAML
 
 from dlinfra.errors import DlinfraError
-from dlinfra.model import catalog, eks
+from dlinfra.model import catalog, eks, gpu_sharing, instances
 from policy.dlinfra_policy.rules.capacity_blocks import block_window
 
 PRICES_FILE = "data/prices.yaml"
@@ -362,7 +362,20 @@ def _price_pools(p: _Pricer, resources_: Sequence[Mapping[str, Any]], region: st
             continue
         if reserved:
             notes.append("capacity reservation: billed at the on-demand rate while reserved, used or not")
+        notes += _share_notes(p, asg, f"ec2/{instance_type}", region, instance_type)
         p.add(label, f"ec2/{instance_type}", region, lo * hours, hi * hours, detail, "; ".join(notes), asg["name"])
+
+
+def _share_notes(p: _Pricer, asg: Mapping[str, Any], key: str, region: str, instance_type: str) -> list[str]:
+    """A shared pool's price per share and hour (dlinfra.model.gpu_sharing.share_prices), from its group's tag."""
+    tags = {t.get("key"): t.get("value") for t in asg["inputs"].get("tags") or []}
+    price, value = p.table.get(key, region), tags.get(gpu_sharing.SHARES_TAG)
+    if price is None or not value or instance_type not in instances.all_types():
+        return []
+    per = gpu_sharing.share_prices(
+        price.usd, gpu_sharing.parse_shares_tag(str(value)), instances.lookup(instance_type).gpus
+    )
+    return ["per share and hour: " + ", ".join(f"{r} ${usd:.3f}" for r, usd in per.items())]
 
 
 def _block_window(

@@ -20,7 +20,7 @@ from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
 from dlinfra.checks import chef as chefcheck
-from dlinfra.model import gpu_health, instances
+from dlinfra.model import gpu_health, gpu_sharing, instances
 from tests.conftest import REFERENCE_FLEET
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -326,6 +326,7 @@ SHELL_TEMPLATES: dict[str, tuple[str, dict[str, Any]]] = {
         },
     ),
     "dlinfra_gpu/templates/needs-fabricmanager.sh.erb": ("sh", {"instance_types": ["p5.48xlarge"]}),
+    "dlinfra_gpu/templates/mig-layout.sh.erb": ("bash", {"layout": "/etc/dlinfra/mig-layout"}),
 }
 
 
@@ -464,6 +465,27 @@ def test_the_burn_in_unit_runs_where_dlinfra_says() -> None:
     # start, never restart: a converge must not run the check again under jobs (the unit stays active this boot).
     assert "node['dlinfra_gpu']['gpu_check']" in hybrid and "'start', '--no-block'" in hybrid
     assert "restart" not in hybrid.split("execute", 1)[1]
+
+
+def test_the_mig_layout_is_applied_where_dlinfra_writes_it(tmp_path: Path, require_tool: Callable[[str], str]) -> None:
+    attributes = (CHEF / "cookbooks" / "dlinfra_gpu" / "attributes" / "default.rb").read_text()
+    assert f"['mig']['layout'] = '{gpu_sharing.MIG_LAYOUT_PATH}'" in attributes
+    assert f"['mig']['unit'] = '{gpu_sharing.MIG_UNIT}'" in attributes
+    user_data = (ROOT / "components" / "templates" / "node-user-data.sh.j2").read_text()
+    assert "[[ -f /etc/systemd/system/{{ mig_unit }} ]]" in user_data
+    # The layout comes before the check reads the GPUs, on a new node (user data) and after a reboot (ordering).
+    assert user_data.index("{{ mig_unit }}") < user_data.index("{{ check_unit }}")
+    check = (CHEF / "cookbooks" / "dlinfra_gpu" / "templates" / "dlinfra-gpu-check.service.erb").read_text()
+    assert gpu_sharing.MIG_UNIT in check.split("After=", 1)[1].splitlines()[0]
+    text = render(
+        require_tool("ruby"), "dlinfra_gpu/templates/dlinfra-mig.service.erb", script="/bin/true",
+        layout=gpu_sharing.MIG_LAYOUT_PATH, check_unit=gpu_health.CHECK_UNIT,
+    )  # fmt: skip
+    assert f"Before=nvidia-dcgm.service {gpu_health.CHECK_UNIT} kubelet.service" in text
+    unit = tmp_path / gpu_sharing.MIG_UNIT
+    unit.write_text(text)
+    result = run(require_tool("systemd-analyze"), "verify", "--man=no", "--recursive-errors=no", str(unit))
+    assert result.returncode == 0, result.stdout + result.stderr
 
 
 def test_the_burn_in_environment_pins_what_the_repository_tests() -> None:

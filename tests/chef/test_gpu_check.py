@@ -60,8 +60,18 @@ class RecordedNvml:
     def nvmlDeviceGetHandleByIndex(self, index: int) -> int:
         return index
 
-    def nvmlDeviceGetName(self, handle: int) -> str:
+    def nvmlDeviceGetName(self, handle: int | tuple[int, int]) -> str:
+        if isinstance(handle, tuple):  # a MIG device: (its GPU, its slot)
+            return str(self.recording["gpus"][handle[0]]["mig_devices"][handle[1]])
         return str(self._answer(handle, "name"))
+
+    def nvmlDeviceGetMaxMigDeviceCount(self, handle: int) -> int:
+        return 7  # A100, H100, H200 (MIG User Guide, "Supported GPUs": 7 instances)
+
+    def nvmlDeviceGetMigDeviceHandleByIndex(self, handle: int, slot: int) -> tuple[int, int]:
+        if slot >= len(self.recording["gpus"][handle].get("mig_devices", [])):
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_NOT_FOUND)
+        return (handle, slot)
 
     def nvmlDeviceGetPciInfo(self, handle: int) -> SimpleNamespace:
         return SimpleNamespace(busId=self._answer(handle, "pci_bus_id").encode())
@@ -203,6 +213,51 @@ def test_ecc_switched_off_is_refused_and_mig_hides_rows_without_blaming_the_gpu(
     found = {(p["gpu"], p["check"], p["fault"]) for p in report["problems"]}
     assert found == {(1, "ecc", True), (2, "memory", False)}
     assert report["checked"]  # the ECC fault is known
+
+
+def _mig_node(layout: Sequence[str]) -> RecordedNvml:
+    """The healthy H100s in MIG mode with these MIG devices on every GPU (NVML names them "<product> MIG <profile>"),
+    their row remapping hidden, as NVML hides it while MIG instances exist."""
+    nvml = recorded("h100-healthy.json")
+    for gpu in nvml.recording["gpus"]:
+        gpu.update(mig_mode=[1, 1], remapped_rows="not_supported", row_spares="not_supported",
+                   mig_devices=[f"NVIDIA H100 80GB HBM3 MIG {p}" for p in layout])  # fmt: skip
+    return nvml
+
+
+H100_MIG = gpu_check.Expectation(
+    **{**vars(H100), "mig": {"1g.10gb": 4, "3g.40gb": 1}, "resources": {"nvidia.com/mig-1g.10gb": 32}}
+)
+
+
+def test_a_mig_node_with_the_pools_layout_passes_and_says_what_it_must_offer(tmp_path: Path) -> None:
+    report = gpu_check.check(H100_MIG, _mig_node(["3g.40gb", *["1g.10gb"] * 4]), log="", efa_root=str(tmp_path))
+    assert report["passed"] and report["checked"], report["problems"]
+    assert report["reading"]["gpus"][0]["mig_devices"] == {"1g.10gb": 4, "3g.40gb": 1}
+    assert report["expected_resources"] == {"nvidia.com/mig-1g.10gb": 32}  # the burn-in agent waits for these
+
+
+@pytest.mark.parametrize(
+    ("layout", "mig_mode", "detail"),
+    [
+        (["3g.40gb", "1g.10gb"], [1, 1], "MIG instances 1 x 1g.10gb, 1 x 3g.40gb, expected 4 x 1g.10gb, 1 x 3g.40gb"),
+        ([], [1, 1], "MIG instances none, expected"),
+        ([], [0, 1], "MIG mode is off"),  # enabled but pending: the mode switch needed a reset that did not happen
+    ],
+)
+def test_a_mig_node_without_the_pools_layout_is_refused(
+    tmp_path: Path, layout: list[str], mig_mode: list[int], detail: str
+) -> None:
+    nvml = _mig_node(layout)
+    gpu = nvml.recording["gpus"][3]
+    gpu["mig_mode"] = mig_mode
+    if not mig_mode[0]:  # MIG off: NVML reads its row remapping again
+        healthy = recorded("h100-healthy.json").recording["gpus"][3]
+        gpu.update(remapped_rows=healthy["remapped_rows"], row_spares=healthy["row_spares"])
+    report = gpu_check.check(H100_MIG, nvml, log="", efa_root=str(tmp_path))
+    mine = [p for p in report["problems"] if p["gpu"] == 3]
+    assert [(p["check"], p["fault"]) for p in mine] == [("mig", True)] and detail in mine[0]["detail"]
+    assert not report["passed"] and report["checked"]  # a fault: the node goes off work, to be replaced
 
 
 def test_nvml_that_cannot_start_is_a_reading_error(tmp_path: Path) -> None:

@@ -87,7 +87,11 @@ def asg_name(stack: Stack, pool: str) -> str:
     return stack_names(stack).physical("pool", pool, max_len=255)
 
 
-def nominal_gpus(queue_or_cohort: Mapping[str, Any]) -> dict[str, int]:
-    """Flavor -> nominal GPUs of a ClusterQueue or Cohort manifest."""
-    (group,) = queue_or_cohort["spec"]["resourceGroups"]
-    return {f["name"]: int(f["resources"][0]["nominalQuota"]) for f in group["flavors"]}
+def nominal_gpus(queue_or_cohort: Mapping[str, Any], per_gpu: Mapping[str, int] | None = None) -> dict[str, int]:
+    """Flavor -> nominal GPUs of a ClusterQueue or Cohort manifest: a shared flavor's first share over `per_gpu`, how
+    many of it one GPU offers (kueue.Flavor.resources)."""
+    return {
+        f["name"]: int(f["resources"][0]["nominalQuota"]) // (per_gpu or {}).get(f["name"], 1)
+        for group in queue_or_cohort["spec"]["resourceGroups"]
+        for f in group["flavors"]
+    }

@@ -161,6 +161,26 @@ def test_a_passed_check_waits_until_the_device_plugin_advertises_the_gpus() -> N
     assert late.taints == [GPU_TAINT, {**UNHEALTHY, "value": "gpus-not-advertised"}]
 
 
+def test_a_shared_node_is_let_on_when_it_offers_its_shares_not_whole_gpus() -> None:
+    """A MIG node offers nvidia.com/mig-<profile> and no nvidia.com/gpu (dlinfra.model.gpu_sharing): the agent waits
+    for the shares the check wrote, and never for the whole GPUs the node will not offer."""
+    shares = {"nvidia.com/mig-1g.10gb": 32, "nvidia.com/mig-3g.40gb": 8}
+    report = agent.Report.from_json(
+        {"verdict": "passed", "finished_at": "2027-01-05T11:58:00Z", "boot_id": BOOT, "expected_gpus": 8,
+         "expected_resources": shares}
+    )  # fmt: skip
+    node = _node([GPU_TAINT, BURN_IN], gpus="0")
+    waiting = agent.decide(node, report, boot_id=BOOT, uptime=300)
+    assert waiting.condition.reason == "GPUsNotAdvertised" and waiting.taints == [GPU_TAINT, BURN_IN]
+    assert "0 of 32 nvidia.com/mig-1g.10gb, 0 of 8 nvidia.com/mig-3g.40gb" in waiting.condition.message
+    node["status"]["allocatable"] |= {"nvidia.com/mig-1g.10gb": "32", "nvidia.com/mig-3g.40gb": "7"}
+    short = agent.decide(node, report, boot_id=BOOT, uptime=300)
+    assert short.condition.reason == "GPUsNotAdvertised"  # one 3g instance missing: not yet
+    node["status"]["allocatable"]["nvidia.com/mig-3g.40gb"] = "8"
+    passed = agent.decide(node, report, boot_id=BOOT, uptime=300)
+    assert passed.taints == [GPU_TAINT] and passed.condition.reason == "CheckPassed"
+
+
 def test_a_site_machine_is_burned_in_under_its_own_taint() -> None:
     """A rebooted site machine gets the site burn-in taint back, a status taint to the autoscaler, so a site's
     machines rebooting together never count as unready nodes (which would stop the autoscaler)."""

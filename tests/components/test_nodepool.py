@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 
 from components import nodepool
-from dlinfra.model import dns, gpu_health, instances, planner, replacement, stackroles
+from dlinfra.model import dns, gpu_health, gpu_sharing, instances, planner, replacement, stackroles
 from dlinfra.model.fleet.load import load_fleet
-from dlinfra.model.fleet.pools import DRAIN_MARGIN_SECONDS
+from dlinfra.model.fleet.pools import DRAIN_MARGIN_SECONDS, GpuCheck, GpuSharing
 from dlinfra.offline import engine, plan_export
 from tests import reference
 from tests.conftest import REFERENCE_FLEET, REFERENCE_LOCK, ROOT
@@ -85,13 +85,23 @@ def test_pool(pools: dict, stack: str, pool: str) -> None:
     # Auto-discovery and scale-from-zero tags.
     assert tags[f"{CA}/enabled"] == "true"
     assert tags[f"{CA}/dlinfra-{env}-{_code(region)}-eks"] == "owned"
-    if spec.kind == "gpu":
+    if spec.gpu_sharing is not None:
+        # A shared pool advertises its shares, never whole GPUs, and says what each GPU offers for the rule.
+        offered = gpu_sharing.per_node(spec.gpu_sharing, itype.gpus)
+        assert {k: v for k, v in tags.items() if k.startswith(f"{CA}/node-template/resources/")} == {
+            f"{CA}/node-template/resources/{r}": str(n) for r, n in offered.items()
+        }
+        assert tags[gpu_sharing.SHARES_TAG] == gpu_sharing.shares_tag(spec.gpu_sharing)
+        assert tags[f"{CA}/node-template/label/nvidia.com/device-plugin.config"] == f"pool-{pool}"
+        assert f"{CA}/node-template/label/k8s.amazonaws.com/accelerator" not in tags
+    elif spec.kind == "gpu":
         assert tags[f"{CA}/node-template/resources/nvidia.com/gpu"] == str(itype.gpus)
+    else:
+        assert f"{CA}/node-template/resources/nvidia.com/gpu" not in tags
+    if spec.kind == "gpu":
         # NVIDIA's product name as its feature discovery writes it, and dlinfra's short name (Kueue's flavors).
         assert tags[f"{CA}/node-template/label/nvidia.com/gpu.product"] == str(itype.gpu_product).replace(" ", "-")
         assert tags[f"{CA}/node-template/label/dlinfra.io/gpu-model"] == itype.gpu_model
-    else:
-        assert f"{CA}/node-template/resources/nvidia.com/gpu" not in tags
     for taint in spec.taints:
         assert tags[f"{CA}/node-template/taint/{taint.key}"] == f"{taint.value}:{taint.effect}"
     for key, value in spec.labels.items():
@@ -302,6 +312,44 @@ def test_a_gpu_pool_s_nodes_carry_both_model_labels(style: str, product: str) ->
     assert tags[f"{CA}/node-template/label/nvidia.com/gpu.product"] == product  # scale from zero sees the same
 
 
+def _mig_args(layout: dict[str, int], instance_types: tuple[str, ...] = ("p4de.24xlarge",)) -> nodepool.NodePoolArgs:
+    return nodepool.NodePoolArgs(
+        names=_names(), pool="notebooks", kind="gpu", cluster_name="c", ami_id="ami-0123456789abcdef0",
+        instance_types=instance_types, subnet_ids={"us-west-2a": "s-a"}, vpc_id="vpc-1",
+        cluster_dns=("169.254.20.10",), gpu_check=GpuCheck(dcgm_level=0, throughput=False),
+        gpu_sharing=GpuSharing(mig=layout),
+    )  # fmt: skip
+
+
+def test_a_mig_pool_advertises_its_instances_and_writes_its_layout() -> None:
+    """Scale from zero sees 8 GPUs' MIG instances and no whole GPU; the node labels pick the device plugin's
+    configuration and leave out the autoscaler's accelerator label (with it, a node that never offers nvidia.com/gpu
+    would stay unready to the autoscaler); the user data writes the placed layout and applies it before the check."""
+    args = _mig_args({"3g.40gb": 1, "2g.20gb": 1, "1g.10gb": 2})
+    tags = nodepool.autoscaler_tags(args)
+    resources = {k.rsplit("/", 2)[-2] + "/" + k.rsplit("/", 1)[-1]: v for k, v in tags.items() if "/resources/" in k}
+    assert resources == {"nvidia.com/mig-1g.10gb": "16", "nvidia.com/mig-2g.20gb": "8", "nvidia.com/mig-3g.40gb": "8"}
+    labels = nodepool.node_labels(args)
+    assert labels["nvidia.com/device-plugin.config"] == "pool-notebooks"
+    assert "k8s.amazonaws.com/accelerator" not in labels
+    user_data = nodepool.render_user_data(
+        pool="notebooks", cluster_name="c", region="us-west-2", labels=labels, taints=(), max_pods=737,
+        cluster_dns=("169.254.20.10",), gpu_expectation=nodepool.gpu_expectation(args),
+        mig_layout=nodepool.mig_layout(args),
+    )  # fmt: skip
+    assert f"printf '%s\\n' '14:0,19:2,19:3,9:4' >{gpu_sharing.MIG_LAYOUT_PATH}" in user_data
+    assert user_data.index(f"systemctl start {gpu_sharing.MIG_UNIT}") < user_data.index(gpu_health.CHECK_UNIT)
+    expect = json.loads(str(nodepool.gpu_expectation(args)))["instance_types"]["p4de.24xlarge"]
+    assert expect["mig"] == {"1g.10gb": 2, "2g.20gb": 1, "3g.40gb": 1} and expect["gpu_count"] == 8
+
+
+def test_a_mig_layout_the_gpu_cannot_hold_is_refused_by_the_args() -> None:
+    with pytest.raises(ValueError, match=r"notebooks: gpu_sharing.mig: p4de.24xlarge: .*do not fit"):
+        _mig_args({"3g.40gb": 2, "1g.10gb": 1})
+    with pytest.raises(ValueError, match=r"g6.xlarge: NVIDIA L4 \(L4\) has no MIG"):
+        _mig_args({"1g.10gb": 7}, ("g6.xlarge",))
+
+
 def _names():  # type: ignore[no-untyped-def]
     from dlinfra.model.naming import Names
 
@@ -496,8 +544,8 @@ def test_gpu_nodes_may_mark_only_their_own_group_s_instances_unhealthy(stack: st
     policies = [
         r for r in resources if r.type == "aws:iam/rolePolicy:RolePolicy" and r.inputs.get("name") == "gpu-repair"
     ]
-    gpu_tag = f"{CA}/node-template/resources/nvidia.com/gpu"
-    gpu_groups = {name for name, g in groups.items() if any(t["key"] == gpu_tag for t in g.inputs["tags"])}
+    gpu_tags = {f"{CA}/node-template/resources/nvidia.com/gpu", gpu_sharing.SHARES_TAG}  # whole GPUs or shared
+    gpu_groups = {name for name, g in groups.items() if any(t["key"] in gpu_tags for t in g.inputs["tags"])}
     assert len(policies) == len(gpu_groups) > 0
     granted = set()
     for policy in policies:

@@ -124,6 +124,17 @@ def test_dlinfra_gpu_expect_feeds_the_check(tmp_path: Path, capsys: pytest.Captu
     assert json.loads(capsys.readouterr().out)["instance_types"]["p5.48xlarge"]["dcgm_level"] == 2
 
 
+def test_a_shared_pools_expectation_says_what_its_nodes_offer(capsys: pytest.CaptureFixture[str]) -> None:
+    """staging's time-sliced interactive pool: `gpu expect` (what the hand-run check uses) and the user data agree that
+    its node offers four nvidia.com/gpu.shared for its one L4, which the burn-in agent then waits for."""
+    argv = ["gpu", "expect", "--fleet", str(REFERENCE_FLEET), "--env", "staging", "--region", "us-west-2"]
+    assert cli.main([*argv, "--pool", "interactive"]) == 0
+    printed = json.loads(capsys.readouterr().out)["instance_types"]["g6.xlarge"]
+    assert printed["resources"] == {"nvidia.com/gpu.shared": 4} and "mig" not in printed
+    expect = gpu_check.Expectation.from_json({**printed, "failing_xids": {}})
+    assert expect.resources == {"nvidia.com/gpu.shared": 4} and expect.mig is None
+
+
 def test_a_site_expectation_follows_its_declaration(capsys: pytest.CaptureFixture[str]) -> None:
     assert cli.main(["gpu", "expect", "--fleet", str(REFERENCE_FLEET), "--site", "sjc1"]) == 0
     expect = json.loads(capsys.readouterr().out)

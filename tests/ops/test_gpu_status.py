@@ -84,6 +84,22 @@ def test_each_node_s_state_follows_what_the_agent_left() -> None:
     assert "is the burn-in agent running" in found["mi-0123456789abcdef0"].reason
 
 
+def test_a_shared_node_shows_its_shares_and_a_pod_on_a_share_keeps_the_check_off() -> None:
+    """A MIG node offers nvidia.com/mig-<profile>, no nvidia.com/gpu: its count is its shares; a notebook on one share
+    uses the GPUs as much as a job on a whole one (the check loads every GPU)."""
+    node = _node("ip-10-1-0-6", {"dlinfra.io/pool": "notebooks", "dlinfra.io/gpu-model": "A100"}, [GPU_TAINT],
+                 {"status": "True", "reason": "CheckPassed", "lastTransitionTime": "2027-01-05T12:00:00Z"})  # fmt: skip
+    shares = {"nvidia.com/mig-1g.5gb": "16", "nvidia.com/mig-3g.20gb": "8"}
+    node["status"]["capacity"] = node["status"]["allocatable"] = shares
+    (health,) = gpu_status.gpu_nodes([node])
+    assert health.gpus == "24/24 shares" and health.state == "healthy"
+    pod = {"metadata": {"namespace": "team-vision", "name": "notebook"},
+           "spec": {"containers": [{"resources": {"limits": {"nvidia.com/mig-1g.5gb": "1"}}}]}}  # fmt: skip
+    sliced = {"metadata": {"namespace": "team-vision", "name": "turn"},
+              "spec": {"containers": [{"resources": {"limits": {"nvidia.com/gpu.shared": "1"}}}]}}  # fmt: skip
+    assert gpu_status.busy_with_gpus([pod, sliced]) == ["team-vision/notebook", "team-vision/turn"]
+
+
 def test_a_fault_the_watch_found_while_the_node_worked_shows_as_failed() -> None:
     faulted = _node("ip-10-1-0-5", H100, [GPU_TAINT, {**UNHEALTHY, "value": "gpu-fault"}],
                     {"status": "False", "reason": "GPUFault", "lastTransitionTime": "2027-01-05T12:00:00Z",

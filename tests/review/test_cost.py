@@ -227,3 +227,9 @@ def test_cli_missing_plans_exit_2_with_one_message(capsys: pytest.CaptureFixture
 def test_cli_bad_assumption_exit_2(capsys: pytest.CaptureFixture[str], plan_dir: Path) -> None:
     code = cli.main(["cost", "--fleet", str(REFERENCE_FLEET), "--plans", str(plan_dir), "--assume", "x=1"])
     assert code == 2 and "--assume" in capsys.readouterr().err
+
+
+def test_a_shared_pool_is_priced_per_share(report: cost.Report) -> None:
+    """staging's interactive pool time-slices each g6.xlarge's one L4 four ways: a share is a quarter of the node."""
+    item = _item(_stack(report, "staging-us-west-2"), "pool interactive (g6.xlarge)")
+    assert item.note == f"per share and hour: nvidia.com/gpu.shared ${item.usd_each / 4:.3f}"

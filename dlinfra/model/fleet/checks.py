@@ -76,6 +76,7 @@ def _cross_checks(fleet: Fleet) -> Iterator[FleetError]:
                         key=f"environments.{env_name}.ci.{field}",
                     )
         yield from _pool_checks(fleet, env_name, env)
+        yield from _shared_resource_checks(env_name, env)
     yield from _site_checks(fleet)
     for site_name, site in fleet.sites.items():
         key = f"sites.{site_name}"
@@ -305,6 +306,7 @@ def _pool_checks(fleet: Fleet, env_name: str, env: Environment) -> Iterator[Flee
                 yield FleetError(f"region {region!r} is not a region of environment {env_name!r}", key=f"{key}.regions")
                 return
         yield from _instance_checks(key, pool)
+        yield from _sharing_checks(key, pool)
         used = pool.regions or tuple(env.regions)
         yield from _offering_checks(key, pool, [r for r in used if r not in pool.capacity_reservations])
         for region, zones in pool.zones.items():
@@ -401,6 +403,67 @@ def _instance_checks(key: str, pool: NodePool) -> Iterator[FleetError]:
             yield FleetError(f"{name} does not support EFA; drop efa or pick an EFA-capable type", key=where)
     if pool.efa and len(pool.instance_types) > 1:
         yield FleetError("an EFA pool uses one instance type (one EFA layout)", key=f"{key}.instance_types")
+
+
+def _sharing_checks(key: str, pool: NodePool) -> Iterator[FleetError]:
+    """A MIG pool has one GPU product, and its layout fits that GPU (dlinfra.model.gpu_sharing)."""
+    from dlinfra.model import gpu_sharing, instances
+
+    sharing = pool.gpu_sharing
+    if sharing is None or sharing.mig is None:
+        return
+    try:
+        specs = [instances.lookup(t) for t in pool.instance_types]
+    except instances.UnknownInstanceType:
+        return  # reported by _instance_checks
+    products = sorted({(s.gpu_model, s.gpu_product) for s in specs if s.gpus}, key=str)
+    if len(products) != 1:
+        # One layout for every node: the autoscaler's template and Kueue's flavor count one set of shares.
+        found = ", ".join(f"{t} ({s.gpu_product})" for t, s in zip(pool.instance_types, specs, strict=True))
+        yield FleetError(
+            f"a MIG pool's instance types must have one GPU product, so that every node has the same MIG instances; "
+            f"got {found}",
+            key=f"{key}.instance_types",
+        )
+        return
+    gpu_model, product = products[0]
+    if gpu_model is None or product is None:
+        return  # a CPU type: reported by _instance_checks
+    known = gpu_sharing.profiles(gpu_model, product) or {}
+    for profile in sharing.mig:
+        if known and profile not in known:
+            yield FleetError(
+                f"{product} has no MIG profile {profile!r}; its profiles ({gpu_sharing.TABLE_PATH}): "
+                f"{', '.join(known)}",
+                key=f"{key}.gpu_sharing.mig.{profile}",
+            )
+            return
+    problem = gpu_sharing.layout_problem(sharing.mig, gpu_model, product)
+    if problem:
+        yield FleetError(problem, key=f"{key}.gpu_sharing.mig")
+
+
+def _shared_resource_checks(env_name: str, env: Environment) -> Iterator[FleetError]:
+    """Kueue counts each resource in one resource group of a ClusterQueue, whose flavors all cover the same resources
+    (Kueue docs, "Cluster Queue": resource groups): two shared pools of an environment offer the same resources or
+    none in common."""
+    from dlinfra.model import gpu_sharing
+
+    seen: dict[str, tuple[str, frozenset[str]]] = {}
+    for pool_name, pool in env.node_pools.items():
+        if pool.gpu_sharing is None:
+            continue
+        offered = frozenset(gpu_sharing.per_gpu(pool.gpu_sharing))
+        for resource in sorted(offered):
+            other = seen.setdefault(resource, (pool_name, offered))
+            if other[1] != offered:
+                yield FleetError(
+                    f"offers {', '.join(sorted(offered))}, pool {other[0]} offers {', '.join(sorted(other[1]))}: "
+                    f"Kueue counts {resource} in one resource group, whose flavors cover the same resources; give "
+                    "both the same MIG profiles or none in common",
+                    key=f"environments.{env_name}.node_pools.{pool_name}.gpu_sharing",
+                )
+                return
 
 
 def _offering_checks(key: str, pool: NodePool, regions: Sequence[str]) -> Iterator[FleetError]:

@@ -44,6 +44,7 @@ OWN_LABELS = frozenset(
         "dlinfra.io/gpu-model",
         "k8s.amazonaws.com/accelerator",
         "vpc.amazonaws.com/efa.present",
+        "nvidia.com/device-plugin.config",
     }
 )
 
@@ -52,7 +53,8 @@ def own_label_problem(key: str) -> str | None:
     """Why a fleet node label may not use this key because dlinfra sets it, or None."""
     if key in OWN_LABELS:
         return (
-            f"{key!r} is set by dlinfra from the pool's name, capacity, team, site, GPU and EFA settings; choose "
+            f"{key!r} is set by dlinfra from the pool's name, capacity, team, site, GPU, GPU sharing and EFA settings; "
+            "choose "
             f"another key (dlinfra's own: {', '.join(sorted(OWN_LABELS))})"
         )
     return None
@@ -96,3 +98,6 @@ GPU_HEALTH_TAINT_KEYS = (GPU_BURN_IN_TAINT_KEY, GPU_SITE_BURN_IN_TAINT_KEY, GPU_
 # short model name of its tables ("H100"), which Kueue flavors select on (dlinfra.model.gpu_health.gpu_labels).
 GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"
 GPU_MODEL_LABEL = "dlinfra.io/gpu-model"
+# The NVIDIA device plugin's config manager picks a node's configuration by this label (the chart's README,
+# "Multiple Config Files"): dlinfra sets it on a pool that shares its GPUs (dlinfra.model.gpu_sharing).
+DEVICE_PLUGIN_CONFIG_LABEL = "nvidia.com/device-plugin.config"

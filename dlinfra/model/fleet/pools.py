@@ -4,6 +4,7 @@ itself, each field checked on its own (cross-entry checks are in fleet.checks)."
 from __future__ import annotations
 
 import datetime
+import re
 from collections.abc import Mapping
 from typing import Any, Literal
 
@@ -207,6 +208,60 @@ class GpuCheck(Strict):
     repair_share: float = Field(0.25, gt=0, le=1)
 
 
+# Time-slicing: how many pods may share one GPU (the device plugin's `replicas`). One is no sharing. Replicas share
+# the GPU's memory with no isolation and take turns on its compute, so beyond 16 (an 80 GB GPU at 5 GB each, a 24 GB
+# L4 at 1.5 GB) a notebook would fail for memory before it got a useful turn; use MIG for finer, isolated shares.
+MIN_TIME_SLICES = 2
+MAX_TIME_SLICES = 16
+
+
+class TimeSlicing(Strict):
+    """Pods share each GPU in turn (NVIDIA device plugin, sharing.timeSlicing): no memory or fault isolation."""
+
+    replicas: int  # pods per GPU: each node offers gpus x replicas of nvidia.com/gpu.shared
+
+    @field_validator("replicas")
+    @classmethod
+    def _range(cls, v: int) -> int:
+        if not MIN_TIME_SLICES <= v <= MAX_TIME_SLICES:
+            raise ValueError(
+                f"{v} is outside {MIN_TIME_SLICES}..{MAX_TIME_SLICES}: pods per GPU, which share its memory with no "
+                "isolation (1 is no sharing; for more, smaller and isolated shares use mig)"
+            )
+        return v
+
+
+class GpuSharing(Strict):
+    """How a GPU pool shares its GPUs: MIG instances (isolated slices) or time-slicing; exactly one."""
+
+    # MIG profile -> instances of it on every GPU (profiles of the pool's GPU in dlinfra/data/mig_profiles.yaml;
+    # validation places them on the GPU's slices). A mapping: its order in the file changes nothing.
+    mig: Mapping[str, int] | None = None
+    time_slicing: TimeSlicing | None = None
+
+    @field_validator("mig")
+    @classmethod
+    def _layout(cls, v: Mapping[str, int] | None) -> Mapping[str, int] | None:
+        if v is None:
+            return None
+        if not v:
+            raise ValueError("name at least one MIG profile and how many of it each GPU holds, e.g. {1g.10gb: 7}")
+        for profile, count in v.items():
+            if not re.fullmatch(r"[1-7]g\.[0-9]+gb", profile):
+                raise ValueError(f"{profile!r} is not a MIG profile name (e.g. 1g.10gb, 3g.40gb)")
+            if isinstance(count, bool) or not isinstance(count, int) or count < 1:
+                raise ValueError(f"{profile}: {count!r} instances per GPU; give a whole number of at least 1")
+        return dict(sorted(v.items()))
+
+    @model_validator(mode="after")
+    def _one(self) -> GpuSharing:
+        if (self.mig is None) == (self.time_slicing is None):
+            raise ValueError(
+                "give exactly one of mig (MIG profile -> instances per GPU) or time_slicing ({replicas: N})"
+            )
+        return self
+
+
 class NodePool(Strict):
     """An Auto Scaling group of GPU or CPU nodes, present in some or all regions of its environment."""
 
@@ -231,6 +286,8 @@ class NodePool(Strict):
     checkpoint_grace: int = DEFAULT_CHECKPOINT_GRACE
     # GPU pools: the burn-in each new node runs before it takes work; absent: GpuCheck's defaults.
     gpu_check: GpuCheck | None = None
+    # GPU pools: share each GPU by MIG instances or time-slicing (docs/shared-gpus.md); None: whole GPUs.
+    gpu_sharing: GpuSharing | None = None
 
     # regions, zones and taints are sets, unlike instance_types: their order in the file changes nothing declared.
     @field_validator("regions")
@@ -276,9 +333,28 @@ class NodePool(Strict):
             raise ValueError("spot: GPU pools run on demand or on reserved capacity; spot is for CPU pools")
         if self.gpu_check is not None and self.kind != "gpu":
             raise ValueError("gpu_check: the GPU burn-in is for GPU pools; this pool is a CPU pool")
+        if self.gpu_sharing is not None and self.kind != "gpu":
+            raise ValueError("gpu_sharing: only a GPU pool has GPUs to share; this pool is a CPU pool")
+        if self.mig and self.gpu_check is not None and (self.gpu_check.throughput or self.gpu_check.dcgm_level):
+            # CUDA sees one MIG instance of a GPU at a time (MIG User Guide, "CUDA Device Enumeration"), so the
+            # throughput floors, which are whole-GPU figures, cannot be judged; DCGM's diagnostics exercise whole
+            # GPUs, with NVLink off in MIG mode (DCGM 2.0.15 release notes). The layout itself is checked instead.
+            raise ValueError(
+                "gpu_check: on a MIG pool the burn-in checks the GPUs, their MIG instances and their errors, not "
+                "throughput (its floors are whole-GPU figures) or a DCGM diagnostic (it tests whole GPUs): set "
+                "throughput: false and dcgm_level: 0, or leave gpu_check out"
+            )
         return self
 
     @property
+    def mig(self) -> bool:
+        """Does the pool split its GPUs into MIG instances?"""
+        return self.gpu_sharing is not None and self.gpu_sharing.mig is not None
+
+    @property
     def burn_in(self) -> GpuCheck:
-        """The burn-in its GPU nodes run: the fleet's, or the defaults."""
-        return self.gpu_check or GpuCheck()
+        """The burn-in its GPU nodes run: the fleet's, or the defaults (on a MIG pool: no throughput floors and no
+        DCGM diagnostic, which judge whole GPUs)."""
+        if self.gpu_check is not None:
+            return self.gpu_check
+        return GpuCheck(dcgm_level=0, throughput=False) if self.mig else GpuCheck()

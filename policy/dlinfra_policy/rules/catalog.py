@@ -249,4 +249,11 @@ RULES: tuple[ResourceRule | StackRule, ...] = (
         "mandatory",
         capacity_blocks.capacity_block_closes_before_cut,
     ),
+    StackRule(
+        "shared-gpu-pools-advertise-shares",
+        "Shared GPU pools (MIG or time-sliced) advertise their shares, not whole GPUs, in the autoscaler's "
+        "scale-from-zero template",
+        "mandatory",
+        compute.shared_gpu_pools_advertise_shares,
+    ),
 )

@@ -7,7 +7,7 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-from dlinfra.model import instances
+from dlinfra.model import gpu_sharing, instances
 from dlinfra.model.fleet.pools import (
     CHECKPOINT_GRACE_ANNOTATION,
     CHECKPOINT_GRACE_TAG,
@@ -72,21 +72,28 @@ def _group_instance_types(group: Resource, templates: Sequence[Resource]) -> lis
     return [str(t.inputs["instanceType"]) for t in used if t.inputs.get("instanceType")]
 
 
+def _discovery_problems(tags: dict[str, str]) -> list[str]:
+    """What keeps the cluster-autoscaler from finding a group (its AWS provider's README, "Auto-Discovery Setup")."""
+    problems = []
+    if tags.get(f"{AUTOSCALER}/enabled") != "true":
+        problems.append(f'tag {AUTOSCALER}/enabled="true" is missing: the autoscaler will not discover the pool')
+    if not any(k.startswith(f"{AUTOSCALER}/") and v == "owned" for k, v in tags.items()):
+        problems.append(f'no {AUTOSCALER}/<cluster>="owned" tag: the autoscaler will not discover the pool')
+    return problems
+
+
 def gpu_pools_scale_from_zero(resources: Sequence[Resource], ctx: Context) -> list[Violation]:
-    """GPU Auto Scaling groups carry cluster-autoscaler's discovery tags and a correct GPU node template."""
+    """GPU Auto Scaling groups carry cluster-autoscaler's discovery tags and a correct GPU node template (a shared
+    pool's template is judged by shared_gpu_pools_advertise_shares)."""
     templates = [r for r in resources if r.type == LAUNCH_TEMPLATE]
     out: list[Violation] = []
     for group in (r for r in resources if r.type == AUTOSCALING_GROUP):
         tags = tags_of(group)
         types = _group_instance_types(group, templates)
         counts = {t: ctx.gpu_count(t) for t in types}
-        if GPU_TEMPLATE_TAG not in tags and not any(counts.values()):
-            continue  # not a GPU pool
-        problems: list[str] = []
-        if tags.get(f"{AUTOSCALER}/enabled") != "true":
-            problems.append(f'tag {AUTOSCALER}/enabled="true" is missing: the autoscaler will not discover the pool')
-        if not any(k.startswith(f"{AUTOSCALER}/") and v == "owned" for k, v in tags.items()):
-            problems.append(f'no {AUTOSCALER}/<cluster>="owned" tag: the autoscaler will not discover the pool')
+        if gpu_sharing.SHARES_TAG in tags or (GPU_TEMPLATE_TAG not in tags and not any(counts.values())):
+            continue  # a shared pool, or not a GPU pool
+        problems = _discovery_problems(tags)
         declared = as_int(tags.get(GPU_TEMPLATE_TAG))
         known = {c for c in counts.values() if c}
         if declared is None or declared <= 0:
@@ -98,6 +105,53 @@ def gpu_pools_scale_from_zero(resources: Sequence[Resource], ctx: Context) -> li
             problems.append(f"instance types with different GPU counts ({counts}) cannot share one node template")
         elif known and declared not in known:
             problems.append(f"tag {GPU_TEMPLATE_TAG}={declared} but {', '.join(types)} has {known.pop()} GPUs")
+        out += [Violation(group.urn, p) for p in problems]
+    return out
+
+
+def shared_gpu_pools_advertise_shares(resources: Sequence[Resource], ctx: Context) -> list[Violation]:
+    """A shared GPU pool's Auto Scaling group (one that says what its GPUs offer: gpu_sharing.SHARES_TAG) has the
+    autoscaler's discovery tags and a node template that advertises exactly its shares, each GPU's count times the
+    GPUs of its instance types, and no nvidia.com/gpu.
+
+    The cluster-autoscaler builds a node of a group scaled to zero from these tags (its AWS provider's README,
+    "Scaling a node group to 0": k8s.io/cluster-autoscaler/node-template/resources/<resource>); a pending pod asking
+    for nvidia.com/mig-1g.10gb or nvidia.com/gpu.shared fits only a template that offers it, so without them a pool
+    of shares never scales out from zero, the failure Karpenter users have reported since 2023
+    (aws/karpenter-provider-aws issue 3376, kubernetes-sigs/karpenter issue 729). A template offering nvidia.com/gpu
+    would do the opposite: scale the pool out for a whole-GPU pod its nodes never offer."""
+    templates = [r for r in resources if r.type == LAUNCH_TEMPLATE]
+    out: list[Violation] = []
+    prefix = f"{AUTOSCALER}/node-template/resources/"
+    for group in (r for r in resources if r.type == AUTOSCALING_GROUP):
+        tags = tags_of(group)
+        if gpu_sharing.SHARES_TAG not in tags:
+            continue
+        problems = _discovery_problems(tags)
+        try:
+            per_gpu = gpu_sharing.parse_shares_tag(tags[gpu_sharing.SHARES_TAG])
+        except ValueError as exc:
+            out.append(Violation(group.urn, f"tag {gpu_sharing.SHARES_TAG}: {exc}"))
+            continue
+        types = _group_instance_types(group, templates)
+        counts = {t: ctx.gpu_count(t) for t in types}
+        known = {c for c in counts.values() if c}
+        if len(known) != 1:
+            problems.append(f"a shared pool's instance types need one GPU count for one node template, got {counts}")
+        else:
+            gpus = known.pop()
+            advertised = {k.removeprefix(prefix): v for k, v in tags.items() if k.startswith(prefix)}
+            for resource, count in sorted(per_gpu.items()):
+                if as_int(advertised.get(resource)) != count * gpus:
+                    problems.append(
+                        f"tag {prefix}{resource} is {advertised.get(resource)!r}, but {gpus} GPUs of {count} each "
+                        f"offer {count * gpus}: a pending pod asking for it would not scale the pool up from zero"
+                    )
+            if "nvidia.com/gpu" in advertised:
+                problems.append(
+                    f"tag {prefix}nvidia.com/gpu: a shared node offers no whole GPU, so a whole-GPU pod would scale "
+                    "the pool up and never fit"
+                )
         out += [Violation(group.urn, p) for p in problems]
     return out
 

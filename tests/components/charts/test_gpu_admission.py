@@ -41,6 +41,14 @@ def _pod(
     return {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": spec}
 
 
+def _shared(pod: dict[str, Any], resource: str) -> dict[str, Any]:
+    """The pod asking for one share of a shared pool instead of a whole GPU."""
+    for container in pod["spec"]["containers"]:
+        if "resources" in container:
+            container["resources"] = {"limits": {resource: "1"}}
+    return pod
+
+
 def _tolerating(pod: dict[str, Any], toleration: dict[str, str]) -> dict[str, Any]:
     pod["spec"]["tolerations"] = [toleration]
     return pod
@@ -121,6 +129,10 @@ def policy(stacks: dict[str, Stack]) -> dict[str, Any]:
          "effect": "NoSchedule"}), False),
         ("tolerates the GPU taint", TEAM_USER, _tolerating(_pod(gated=True), {"key": "nvidia.com/gpu",
          "operator": "Exists"}), True),
+        # A share of a shared pool is a GPU workload too (dlinfra.model.gpu_sharing): queued, or refused.
+        ("bare MIG pod", TEAM_USER, _shared(_pod(), "nvidia.com/mig-1g.10gb"), False),
+        ("bare time-sliced pod", TEAM_USER, _shared(_pod(), "nvidia.com/gpu.shared"), False),
+        ("MIG pod Kueue gated", TEAM_USER, _shared(_pod(gated=True), "nvidia.com/mig-1g.10gb"), True),
         ("owner that is not the controller", JOB_CONTROLLER, {
             **_pod(), "metadata": {"name": "p", "ownerReferences": [
                 {"apiVersion": "batch/v1", "kind": "Job", "name": "j", "uid": "u"}]}}, False),

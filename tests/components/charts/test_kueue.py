@@ -52,7 +52,11 @@ def test_kueue_flavors_cohort_and_queues(stacks: dict[str, Stack], fleet: Fleet,
             # (components/block_flavors.py); every pool's flavor may take them back (patchForce).
             closed = [{"key": "dlinfra.io/capacity-block-closed", "value": "true", "effect": "NoSchedule"}]
             assert flavors[flavor.name]["spec"].get("nodeTaints", []) == own + (closed if block else [])
-            assert flavors[flavor.name]["metadata"]["annotations"] == {"pulumi.com/patchForce": "true"}
+            shares = {"dlinfra.io/gpu-shares-per-gpu": " ".join(f"{r}={n}" for r, n in flavor.shares)}
+            assert flavors[flavor.name]["metadata"]["annotations"] == {
+                "pulumi.com/patchForce": "true",
+                **(shares if flavor.shares else {}),
+            }
         else:
             # The site's pool label keeps a job pinned to a cloud pool off the site (nodeadm.POOL_LABEL).
             assert labels == {"dlinfra.io/site": flavor.source_name, "eks.amazonaws.com/compute-type": "hybrid",
@@ -64,23 +68,30 @@ def test_kueue_flavors_cohort_and_queues(stacks: dict[str, Stack], fleet: Fleet,
             ]
     (cohort,) = stack.kueue("Cohort").values()
     assert cohort["metadata"]["name"] == "research"
-    spare = nominal_gpus(cohort)
+    # A shared pool's flavor counts its shares (sorted by resource), quotas planned in GPUs times shares per GPU.
+    per_gpu = {f.name: min(f.resources.items())[1] for f in planned.flavors}
+    spare = nominal_gpus(cohort, per_gpu)
     queues = stack.queues()
     assert set(queues) == set(fleet.teams)
     for flavor in planned.flavors:
-        nominal = sum(nominal_gpus(q)[flavor.name] for q in queues.values())
+        nominal = sum(nominal_gpus(q, per_gpu)[flavor.name] for q in queues.values())
         assert nominal + spare[flavor.name] == flavor.gpus  # the cohort holds exactly what no team is guaranteed
     for team, queue in queues.items():
         spec = queue["spec"]
         assert spec["cohortName"] == "research"
         assert spec["namespaceSelector"] == {"matchLabels": {"kubernetes.io/metadata.name": fleet.team_namespace(team)}}
         assert spec["preemption"]["reclaimWithinCohort"] == "Any"
-        # Admission order: owned sites, then reserved capacity, then on demand.
-        assert [f["name"] for f in spec["resourceGroups"][0]["flavors"]] == [f.name for f in planned.flavors]
-        for f in spec["resourceGroups"][0]["flavors"]:
-            (res,) = f["resources"]
-            capacity = next(x.gpus for x in planned.flavors if x.name == f["name"])
-            assert int(res["nominalQuota"]) + int(res["borrowingLimit"]) == capacity  # may borrow the whole flavor
+        # Admission order: owned sites, then reserved capacity, then on demand; whole GPUs' group before shares'.
+        groups = spec["resourceGroups"]
+        whole, shared = [f.name for f in planned.flavors if not f.shares], [f.name for f in planned.flavors if f.shares]
+        assert [f["name"] for g in groups for f in g["flavors"]] == whole + shared
+        for group in groups:
+            for f in group["flavors"]:
+                planned_flavor = next(x for x in planned.flavors if x.name == f["name"])
+                assert group["coveredResources"] == sorted(planned_flavor.resources)
+                for res in f["resources"]:  # may borrow the whole flavor, in each of its shares
+                    per = planned_flavor.resources[res["name"]]
+                    assert int(res["nominalQuota"]) + int(res["borrowingLimit"]) == planned_flavor.gpus * per
     local = {k: v for k, v in stack.kueue("LocalQueue").items() if k.startswith("default/")}
     assert set(local) == {f"default/{fleet.team_namespace(t)}" for t in fleet.teams}
     for team in fleet.teams:
@@ -214,7 +225,9 @@ def test_gpu_queues_provision_whole(stacks: dict[str, Stack], stack_name: str) -
     }
     config = stack.kueue("ProvisioningRequestConfig")[f"{kueue_chart.PROVISIONING_CHECK}/"]["spec"]
     assert config["provisioningClassName"] == "best-effort-atomic-scale-up.autoscaling.x-k8s.io"
-    assert config["managedResources"] == ["nvidia.com/gpu"]
+    # A pod set asking only for shares of a shared pool (staging's time-sliced L4s) needs its nodes provisioned too.
+    shared = ["nvidia.com/gpu.shared"] if stack_name == "staging-us-west-2" else []
+    assert config["managedResources"] == ["nvidia.com/gpu", *shared]
     for team, queue in stack.queues().items():
         (rule,) = queue["spec"]["admissionChecksStrategy"]["admissionChecks"]
         assert rule["name"] == kueue_chart.PROVISIONING_CHECK, team

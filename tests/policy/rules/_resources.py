@@ -26,7 +26,7 @@ PLAN = AddressPlan(
 )
 CTX = Context(
     taggable=lambda t: t != "aws:ec2/route:Route",
-    gpu_count=lambda t: {"p5.48xlarge": 8, "g6.xlarge": 1, "m7i.4xlarge": 0}.get(t),
+    gpu_count=lambda t: {"p5.48xlarge": 8, "p4de.24xlarge": 8, "g6.xlarge": 1, "m7i.4xlarge": 0}.get(t),
     address_plan=PLAN,
     today=datetime.date(2026, 11, 22),
 )

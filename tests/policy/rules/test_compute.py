@@ -16,6 +16,7 @@ from policy.dlinfra_policy.rules.compute import (
     gpu_pools_scale_from_zero,
     imdsv2_required,
     reserved_capacity_no_placement_group,
+    shared_gpu_pools_advertise_shares,
 )
 from policy.dlinfra_policy.rules.core import Resource
 from tests.policy.rules._resources import ASG, CTX, LT, pass_and_fail, res
@@ -82,7 +83,37 @@ CLUSTER = [
 ]
 
 # rule -> (resources that pass, resources that fail).
+# A MIG pool of p4de.24xlarge (8 A100-80GB), each GPU 4 x 1g.20gb: the group says so, and advertises 32 of them
+# (dlinfra.model.gpu_sharing); a time-sliced pool of g6.xlarge (one L4), 4 replicas.
+LT_A100 = res(LT, "mig-lt", id="lt-2")(instanceType="p4de.24xlarge")
+MIG_TAGS = [
+    *GPU_TAGS[:2],
+    {"key": "dlinfra:gpu-shares-per-gpu", "value": "nvidia.com/mig-1g.20gb=4", "propagateAtLaunch": True},
+    {"key": f"{CA}/node-template/resources/nvidia.com/mig-1g.20gb", "value": "32", "propagateAtLaunch": False},
+]
+SLICED_TAGS = [
+    *GPU_TAGS[:2],
+    {"key": "dlinfra:gpu-shares-per-gpu", "value": "nvidia.com/gpu.shared=4", "propagateAtLaunch": True},
+    {"key": f"{CA}/node-template/resources/nvidia.com/gpu.shared", "value": "4", "propagateAtLaunch": False},
+]
+L4_MIX = {"launchTemplate": {"overrides": [{"instanceType": "g6.xlarge"}]}}
+
+
+def _mig_group(tags: list[dict[str, Any]], name: str = "mig") -> Resource:
+    return res(ASG, name, dependencies=[LT_A100.urn])(minSize=0.0, launchTemplate={"id": "lt-2"}, tags=tags)
+
+
 CASES: dict[str, tuple[list[Resource], list[Resource]]] = {
+    "shared-gpu-pools-advertise-shares": (
+        [LT_A100, _mig_group(MIG_TAGS), res(ASG, "sliced")(mixedInstancesPolicy=L4_MIX, tags=SLICED_TAGS)],
+        [
+            LT_A100,
+            # Whole GPUs advertised instead of the shares: the failure of aws/karpenter-provider-aws issue 3376.
+            _mig_group([*MIG_TAGS[:3], {"key": GPU_TAG, "value": "8", "propagateAtLaunch": False}], "whole"),
+            # The shares per GPU, not per node (8 GPUs).
+            _mig_group([*MIG_TAGS[:3], {**MIG_TAGS[3], "value": "4"}], "per-gpu"),
+        ],
+    ),
     "imdsv2-required": (
         [res(LT)(metadataOptions={"httpTokens": "required", "httpPutResponseHopLimit": 1.0})],
         [res(LT)(metadataOptions={"httpTokens": "optional"})],
@@ -174,6 +205,18 @@ def test_drain_outlasts_checkpoint_grace_details(resources: list[Resource], expe
 def test_imdsv2_disabled_endpoint_is_fine_and_unset_is_not() -> None:
     assert imdsv2_required(res(LT)(metadataOptions={"httpEndpoint": "disabled"}), CTX) == []
     assert "unset" in imdsv2_required(res(INSTANCE)(ami="ami-1"), CTX)[0]
+
+
+def test_a_shared_pool_is_judged_by_its_shares_not_as_a_whole_gpu_pool() -> None:
+    shared = [LT_A100, _mig_group(MIG_TAGS)]
+    assert gpu_pools_scale_from_zero(shared, CTX) == []  # no nvidia.com/gpu tag, and rightly so
+    undiscoverable = shared_gpu_pools_advertise_shares([LT_A100, _mig_group(MIG_TAGS[2:])], CTX)
+    assert len(undiscoverable) == 2 and "will not discover" in undiscoverable[0].message
+    missing = shared_gpu_pools_advertise_shares([LT_A100, _mig_group(MIG_TAGS[:3])], CTX)
+    assert [v.message for v in missing] == [
+        f"tag {CA}/node-template/resources/nvidia.com/mig-1g.20gb is None, but 8 GPUs of 4 each offer 32: a pending "
+        "pod asking for it would not scale the pool up from zero"
+    ]
 
 
 def test_gpu_pool_detected_by_instance_type_and_count_checked() -> None:

@@ -57,3 +57,8 @@ default['dlinfra_gpu']['gpu_check']['repair_dir'] = '/run/dlinfra/gpu-repair'
 default['dlinfra_gpu']['gpu_check']['repair_group'] = '65534'
 default['dlinfra_gpu']['gpu_check']['repair_path_unit'] = 'dlinfra-gpu-repair.path'
 default['dlinfra_gpu']['gpu_check']['repair_unit'] = 'dlinfra-gpu-repair.service'
+# A MIG pool's layout (recipe mig): the file the user data writes and the unit that applies it must equal
+# dlinfra/model/gpu_sharing.py's MIG_LAYOUT_PATH and MIG_UNIT (tests/chef checks it).
+default['dlinfra_gpu']['mig']['layout'] = '/etc/dlinfra/mig-layout'
+default['dlinfra_gpu']['mig']['unit'] = 'dlinfra-mig.service'
+default['dlinfra_gpu']['mig']['script'] = '/usr/local/libexec/dlinfra/mig-layout'

@@ -109,6 +109,7 @@ MAX_FAULTS = 100
 SOFT_CHECKS = frozenset({"dcgm-health", "nvml"})
 REPORT_NAME = "report.json"  # the check's report, beside the health file (dlinfra.model.gpu_health.REPORT_PATH)
 SOFT_POLLS = 3
+MIG_PROFILE = re.compile(r"MIG ([1-8]g\.[0-9]+gb)\b")  # the profile at the end of a MIG device's NVML name
 SOFT_WINDOW_SECONDS = 30 * 60
 
 
@@ -125,6 +126,11 @@ class Expectation:
     dcgm_level: int = 0  # 0: no DCGM diagnostic; 1-4: `dcgmi diag -r LEVEL`
     gemm_tflops_floor: float | None = None  # BF16 matrix multiply, per GPU
     bandwidth_gbs_floor: float | None = None  # device memory, per GPU
+    # A MIG pool's layout: MIG profile -> instances every GPU must hold (dlinfra.model.gpu_sharing); None: no MIG.
+    mig: Mapping[str, int] | None = None
+    # What the node must offer Kubernetes once the device plugin runs, resource -> count: a shared node's shares
+    # (nvidia.com/mig-<profile>, nvidia.com/gpu.shared); None: gpu_count of nvidia.com/gpu.
+    resources: Mapping[str, int] | None = None
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> Expectation:
@@ -139,6 +145,8 @@ class Expectation:
             dcgm_level=int(data.get("dcgm_level", 0)),
             gemm_tflops_floor=_float_or_none(data.get("gemm_tflops_floor")),
             bandwidth_gbs_floor=_float_or_none(data.get("bandwidth_gbs_floor")),
+            mig={str(k): int(v) for k, v in data["mig"].items()} if data.get("mig") else None,
+            resources={str(k): int(v) for k, v in data["resources"].items()} if data.get("resources") else None,
         )
 
 
@@ -175,6 +183,7 @@ class GpuReading:
     uncorrectable_ecc: int | None = None  # volatile count; None: no ECC on this GPU or not supported
     ecc_enabled: bool | None = None  # nvmlDeviceGetEccMode, current; None: not supported
     mig: bool = False  # MIG mode on: NVML does not report remapped rows while MIG instances exist
+    mig_devices: dict[str, int] | None = None  # MIG mode on: its MIG devices by profile (1g.10gb -> 7)
     recovery_action: int | None = None  # what the driver says the GPU needs (NVML_GPU_RECOVERY_ACTION_*); None: unknown
     fabric_state: int | None = None  # NVML_GPU_FABRIC_STATE_*; None: not supported (no NVSwitch fabric here)
     fabric_status: int | None = None  # the NVML return code of the fabric's training, once completed
@@ -249,6 +258,8 @@ def read_gpu(nvml: Any, index: int) -> GpuReading:
         reading.fabric_state, reading.fabric_status = fabric
     mig = _supported(nvml, lambda: nvml.nvmlDeviceGetMigMode(handle))
     reading.mig = bool(mig and mig[0])
+    if reading.mig:
+        reading.mig_devices = _mig_devices(nvml, handle)
     reading.uncorrectable_ecc = _supported(
         nvml,
         lambda: int(
@@ -256,6 +267,24 @@ def read_gpu(nvml: Any, index: int) -> GpuReading:
         ),
     )
     return reading
+
+
+def _mig_devices(nvml: Any, handle: Any) -> dict[str, int]:
+    """The GPU's MIG devices by profile: a MIG device's name ends in its profile ("NVIDIA A100-SXM4-80GB MIG
+    1g.10gb", as `nvidia-smi -L` lists "MIG 1g.10gb Device 0"); an empty slot is NVML_ERROR_NOT_FOUND."""
+    found: dict[str, int] = {}
+    for slot in range(nvml.nvmlDeviceGetMaxMigDeviceCount(handle)):
+        try:
+            device = nvml.nvmlDeviceGetMigDeviceHandleByIndex(handle, slot)
+        except nvml.NVMLError as exc:
+            if getattr(exc, "value", None) == nvml.NVML_ERROR_NOT_FOUND:
+                continue
+            raise
+        name = _text(nvml.nvmlDeviceGetName(device))
+        match = MIG_PROFILE.search(name)
+        profile = match.group(1) if match else name
+        found[profile] = found.get(profile, 0) + 1
+    return dict(sorted(found.items()))
 
 
 def _recovery_action(nvml: Any, handle: Any) -> int | None:
@@ -472,9 +501,17 @@ def _gpu_problems(expect: Expectation, gpu: GpuReading) -> list[Problem]:
 
     if gpu.name not in expect.products:
         add("model", f"{gpu.name!r}, expected {' or '.join(repr(p) for p in expect.products)}")
+    if expect.mig is not None:
+        if not gpu.mig:
+            add("mig", f"MIG mode is off, expected the pool's layout {_layout(expect.mig)} (dlinfra-mig.service)")
+        elif gpu.mig_devices != dict(expect.mig):
+            add("mig", f"MIG instances {_layout(gpu.mig_devices or {})}, expected {_layout(expect.mig)}")
     if expect.memory_health == "row_remap":
         rows = gpu.remapped_rows
-        if rows is None and gpu.mig:
+        if rows is None and gpu.mig and expect.mig is not None:
+            pass  # NVML hides row remapping while MIG instances exist; a MIG pool's GPUs keep theirs (Xids 63, 64 and
+            # uncorrectable ECC errors, which are read, still show a failing memory)
+        elif rows is None and gpu.mig:
             add("memory", "row remapping cannot be read while MIG instances exist: check it with MIG off", fault=False)
         elif rows is None:
             add("memory", "row remapping not readable (NVML: not supported), though this GPU generation remaps rows")
@@ -525,6 +562,10 @@ def _gpu_problems(expect: Expectation, gpu: GpuReading) -> list[Problem]:
     return found
 
 
+def _layout(devices: Mapping[str, int]) -> str:
+    return ", ".join(f"{n} x {p}" for p, n in sorted(devices.items())) or "none"
+
+
 # The command -----------------------------------------------------------------------------------------------
 
 
@@ -571,6 +612,8 @@ def check(
         # Unhealthy is known only from a fault; otherwise an unfinished check leaves the node unjudged.
         "checked": node.nvml and (any(p.fault for p in found) or not found),
         "expected_gpus": expect.gpu_count,  # the burn-in agent waits until the node advertises this many
+        # ... or, on a shared node, these shares (resource -> count) instead of whole GPUs
+        **({"expected_resources": dict(expect.resources)} if expect.resources else {}),
         "problems": [asdict(p) for p in found],
         "reading": asdict(node),
     }
