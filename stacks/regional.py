@@ -15,6 +15,7 @@ from dlinfra.model.fleet.checks import ADMINS_ACCESS_KEY
 from stacks.cluster import declare_cluster
 from stacks.compute import declare_block_windows, declare_pools
 from stacks.context import StackContext, aws_provider
+from stacks.dev_boxes import declare_dev_boxes
 from stacks.storage import declare_storage
 
 
@@ -160,6 +161,23 @@ def declare(ctx: StackContext) -> None:
     pulumi.export("buckets", storage.bucket_names)
     if storage.fsx_id is not None:
         pulumi.export("fsx_id", storage.fsx_id)
+    boxes = declare_dev_boxes(
+        ctx,
+        vpc_id=network.vpc_id,
+        private_subnet_ids=private,
+        laptop_security_group_id=laptop_group,
+        storage=storage,
+        provider=provider,
+    )
+    if boxes:
+        # `dlinfra devbox list` and the ssh config of docs/dev-boxes.md read these.
+        pulumi.export(
+            "dev_boxes",
+            {
+                person: {"instance_id": b.instance_id, "private_ip": b.private_ip, "private_dns": b.private_dns}
+                for person, b in boxes.items()
+            },
+        )
     pulumi.export("cluster_name", cluster.name)
     # What every kubelet points pods at; `dlinfra site render` writes it into the hybrid nodes' NodeConfig.
     pulumi.export("cluster_dns", list(dns.node_dns_servers(str(plan.cidr(f"service/{env}/{region}")))))
