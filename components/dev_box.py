@@ -9,7 +9,8 @@ bite at apply, is kept as CrossGuard rules (policy/dlinfra_policy/rules/dev_boxe
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -55,6 +56,10 @@ class DevBoxArgs:
     ssh_key: str  # the person's OpenSSH public key, the only one the box accepts
     idle_minutes: int  # idle this long, the box powers itself off (and EC2 stops it)
     root_volume_gib: int = 100  # encrypted gp3 root; work belongs in the home
+    # Federated (SAML) laptop VPN: the endpoint, and the person's IdP groups by team. Each gets an authorization rule
+    # for the box's address alone, which then admits no other group ({} with certificate sign-in: no groups there).
+    client_vpn_endpoint_id: pulumi.Input[str] | None = None
+    vpn_groups: Mapping[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         instances.lookup(self.instance_type)  # raises naming close matches
@@ -63,6 +68,8 @@ class DevBoxArgs:
             raise ValueError(f"{self.person}: idle_minutes: {MIN_IDLE_MINUTES}..{MAX_IDLE_MINUTES}")
         if dev_boxes.alarm_periods(self.idle_minutes) * dev_boxes.ALARM_PERIOD_SECONDS > dev_boxes.ALARM_MAX_SECONDS:
             raise ValueError(f"{self.person}: idle_minutes: the backstop alarm would evaluate more than a day")
+        if self.vpn_groups and self.client_vpn_endpoint_id is None:
+            raise ValueError(f"{self.person}: vpn_groups: the rules need client_vpn_endpoint_id")
         if self.uid <= 0:
             raise ValueError(f"{self.person}: uid: must be positive (never root), got {self.uid}")
 
@@ -245,6 +252,21 @@ class DevBox(pulumi.ComponentResource):
             # A new image reaches a box when it is replaced, never by surprise under a running session.
             opts=pulumi.ResourceOptions(parent=self, ignore_changes=["ami"]),
         )
+
+        # Client VPN authorizes a destination by its most specific rule (Client VPN admin guide, "Authorization
+        # rules": with overlapping rules the longest prefix wins, for the groups it names). A rule for the box's /32
+        # that names only the person's groups takes the box out of every other group's VPC-wide rule: other teams
+        # (and the admins, who have Session Manager) cannot even reach its SSH port.
+        box_cidr = instance.private_ip.apply(lambda ip: f"{ip}/32")
+        for team, group in sorted(args.vpn_groups.items()):
+            aws.ec2clientvpn.AuthorizationRule(
+                f"{name}-authorize-{team}",
+                client_vpn_endpoint_id=args.client_vpn_endpoint_id,
+                target_network_cidr=box_cidr,
+                access_group_id=group,
+                description=f"{person}'s dev box: team {team} only",
+                opts=child,
+            )
 
         region = names.region or ""
         alarm_name = names.physical("devbox", person, "idle", max_len=255)

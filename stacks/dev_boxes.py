@@ -18,6 +18,7 @@ def declare_dev_boxes(
     vpc_id: pulumi.Input[str],
     private_subnet_ids: dict[str, pulumi.Input[str]],
     laptop_security_group_id: pulumi.Input[str] | None,
+    client_vpn_endpoint_id: pulumi.Input[str] | None,
     storage: Storage,
     provider: pulumi.ProviderResource,
 ) -> dict[str, DevBox]:
@@ -56,6 +57,8 @@ def declare_dev_boxes(
                 ssh_key=box.ssh_key,
                 idle_minutes=box.idle_minutes,
                 root_volume_gib=box.root_volume_gib,
+                client_vpn_endpoint_id=client_vpn_endpoint_id,
+                vpn_groups=box.vpn_groups,
             )
         except ValueError as exc:
             raise DlinfraError(str(exc), file=str(ctx.root / "fleet.yaml"), key=key) from None

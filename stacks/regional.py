@@ -104,7 +104,7 @@ def declare(ctx: StackContext) -> None:
     pulumi.export("site_vpns", site_vpns)
 
     # Before the cluster: its node security group admits the laptops' interfaces by group.
-    laptop_group = None
+    laptop_group = endpoint_id = None
     if environment.client_vpn is not None:
         saml = environment.client_vpn.saml
         groups = {t: team.vpn_group for t, team in fleet.teams.items() if team.vpn_group} if saml else {}
@@ -127,7 +127,7 @@ def declare(ctx: StackContext) -> None:
             ),
             opts=in_region,
         )
-        laptop_group = client_vpn.security_group_id
+        laptop_group, endpoint_id = client_vpn.security_group_id, client_vpn.endpoint_id
         pulumi.export("client_vpn_endpoint_id", client_vpn.endpoint_id)
         pulumi.export("client_vpn_dns_name", client_vpn.dns_name)
         pulumi.export("client_vpn_server_name", client_vpn.server_name)
@@ -166,6 +166,7 @@ def declare(ctx: StackContext) -> None:
         vpc_id=network.vpc_id,
         private_subnet_ids=private,
         laptop_security_group_id=laptop_group,
+        client_vpn_endpoint_id=endpoint_id,
         storage=storage,
         provider=provider,
     )

@@ -47,7 +47,9 @@ class DevBoxPlan:
     ssh_key: str  # `<type> <base64>`
     idle_minutes: int
     root_volume_gib: int
-    vpn_groups: tuple[str, ...]  # SAML: the IdP groups through which the person reaches the box; () for certificates
+    # SAML: the IdP groups (by team) through which the person reaches the box, and only they: a Client VPN
+    # authorization rule for the box's address names them. {} for certificate sign-in, which carries no group.
+    vpn_groups: dict[str, str]
 
     @property
     def gpus(self) -> int:
@@ -59,16 +61,16 @@ def alarm_periods(idle_minutes: int) -> int:
     return math.ceil((idle_minutes + BACKSTOP_EXTRA_MINUTES) * 60 / ALARM_PERIOD_SECONDS)
 
 
-def vpn_groups(fleet: Fleet, env: str, person: str) -> tuple[str, ...] | None:
-    """The IdP groups that let a person onto the environment's VPN (SAML: their teams' groups), () for a certificate
-    user, or None when the person cannot connect at all."""
+def vpn_groups(fleet: Fleet, env: str, person: str) -> dict[str, str] | None:
+    """The IdP groups, by team, that let a person onto the environment's VPN (SAML: their teams' groups), {} for a
+    certificate user, or None when the person cannot connect at all."""
     spec = fleet.environments[env].client_vpn
     if spec is None:
         return None
     if spec.saml is None:
-        return () if person in spec.users else None
-    groups = sorted({t.vpn_group for t in fleet.teams.values() if person in t.members and t.vpn_group})
-    return tuple(groups) if groups else None
+        return {} if person in spec.users else None
+    groups = {name: t.vpn_group for name, t in sorted(fleet.teams.items()) if person in t.members and t.vpn_group}
+    return groups or None
 
 
 def plan(fleet: Fleet, env: str) -> dict[str, DevBoxPlan]:
@@ -88,7 +90,7 @@ def plan(fleet: Fleet, env: str) -> dict[str, DevBoxPlan]:
             ssh_key=box.ssh_key,
             idle_minutes=box.idle_minutes or section.idle_minutes,
             root_volume_gib=box.root_volume_gib,
-            vpn_groups=vpn_groups(fleet, env, person) or (),
+            vpn_groups=vpn_groups(fleet, env, person) or {},
         )
     return out
 
