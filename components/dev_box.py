@@ -241,6 +241,10 @@ class DevBox(pulumi.ComponentResource):
             # A poweroff on the box (the idle check) stops it: the root volume and its address stay (EC2 user guide,
             # "Change the instance initiated shutdown behavior").
             instance_initiated_shutdown_behavior="stop",
+            # As the pools' launch templates: 1-minute metrics, and EBS optimization stated (the default on the
+            # current types; it is ForceNew, so it is never left to drift).
+            monitoring=True,
+            ebs_optimized=True,
             # Not terminated by a stray console or CLI call; the provider lifts it before it deletes the box, so a
             # person removed from the fleet still loses theirs in the same apply (terraform-provider-aws
             # ec2/ec2_instance.go, resourceInstanceDelete).

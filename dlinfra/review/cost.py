@@ -18,6 +18,7 @@ from ruamel.yaml import YAML
 
 from dlinfra.errors import DlinfraError
 from dlinfra.model import catalog, eks
+from dlinfra.review import dev_box_cost
 from policy.dlinfra_policy.rules.capacity_blocks import block_window
 
 PRICES_FILE = "data/prices.yaml"
@@ -53,6 +54,7 @@ NOT_COUNTED: Mapping[str, str] = {
     "aws:efs/backupPolicy:BackupPolicy": "AWS Backup storage of EFS",
     "aws:ssm/activation:Activation": "SSM advanced-tier on-premises instances, if enabled",
     "aws:fsx/dataRepositoryAssociation:DataRepositoryAssociation": "S3 requests made by FSx import/export",
+    "aws:cloudwatch/metricAlarm:MetricAlarm": "CloudWatch alarms (each dev box's idle stop) and detailed monitoring",
 }
 
 # Always in the report: costs no plan resource stands for.
@@ -446,6 +448,8 @@ def price_stack(
 
     if stack_region:
         _price_pools(p, resources_, stack_region)
+        for box in dev_box_cost.items(resources_, hours):
+            p.add(box.label, box.price_key, stack_region, box.hours_min, box.hours_max, box.detail, box.note, box.where)
     for cluster in of("aws:eks/cluster:Cluster"):
         extended, why = _eks_extended(cluster, on)
         key = "eks_extended" if extended else "eks_standard"
@@ -540,6 +544,7 @@ def price_stack(
 PRICED: frozenset[str] = frozenset(
     {
         "aws:autoscaling/group:Group",
+        "aws:ec2/instance:Instance",
         "aws:eks/cluster:Cluster",
         "aws:ec2/natGateway:NatGateway",
         "aws:ec2/eip:Eip",
