@@ -65,7 +65,7 @@ def environment(fleet: Fleet, topo: Topology, env: str, intent: MakeIntent, eps:
         ]  # fmt: skip
         foreign = [ep for r, ep in laptops if r == place.region and groups and _group_of(ep) not in groups]
         elsewhere = [ep for r, ep in laptops if r != place.region]
-        who = f"dev-box/{place.name}"
+        who = f"{env}/{place.name}"
         yield from intent(
             "dev-box",
             f"{who}/ssh",
