@@ -60,9 +60,7 @@ def environment(fleet: Fleet, topo: Topology, env: str, intent: MakeIntent, eps:
         target = place_endpoints(topo, place)
         groups = set(box.vpn_groups.values())
         # Certificate sign-in carries no group (None): every listed person's laptop may reach the port; the key decides.
-        own = [
-            ep for r, ep in laptops if r == place.region and (not groups or _group_of(ep) in groups)
-        ]  # fmt: skip
+        own = [ep for r, ep in laptops if r == place.region and (not groups or _group_of(ep) in groups)]
         foreign = [ep for r, ep in laptops if r == place.region and groups and _group_of(ep) not in groups]
         elsewhere = [ep for r, ep in laptops if r != place.region]
         who = f"{env}/{place.name}"
@@ -109,13 +107,13 @@ def environment(fleet: Fleet, topo: Topology, env: str, intent: MakeIntent, eps:
         for proto in ("tcp", "udp"):
             suffix = "/udp" if proto == "udp" else ""
             neighbours = eps("dev-box", None, [n for n in planned if n != place.name])
-            for label, sources in _strangers(eps, neighbours, site_ends, others):
+            for label, strangers in _strangers(eps, neighbours, site_ends, others):
                 yield from intent(
                     "dev-box",
                     f"{who}/from-{label}{suffix}",
                     f"{label.replace('-', ' ')} do not reach {place.name}'s dev box ({proto}, every port)",
                     stack,
-                    sources,
+                    strangers,
                     target,
                     proto,
                     EVERY_PORT,
