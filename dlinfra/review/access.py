@@ -251,7 +251,7 @@ def _vpn_networks(env: _Env, names: Mapping[str, str], group: str) -> list[Netwo
         cidr = i["targetNetworkCidr"]
         vpc = next((c for c, n in names.items() if n == f"vpc-{_region(plan)}"), None)
         # The subnet association routes the VPC itself, and so every address in it.
-        local = vpc is not None and ipaddress.ip_network(cidr).subnet_of(ipaddress.ip_network(vpc))
+        local = vpc is not None and ipaddress.IPv4Network(cidr).subnet_of(ipaddress.IPv4Network(vpc))
         routed = local or cidr in routes.get(i["clientVpnEndpointId"], set())
         found.append(
             NetworkAccess(names.get(cidr) or boxes.get(cidr, cidr), cidr, f"client-vpn {_region(plan)}", routed)
