@@ -15,6 +15,7 @@ from dlinfra.model.fleet.checks import ADMINS_ACCESS_KEY
 from stacks.cluster import declare_cluster
 from stacks.compute import declare_block_windows, declare_pools
 from stacks.context import StackContext, aws_provider
+from stacks.dev_boxes import declare_dev_boxes
 from stacks.storage import declare_storage
 
 
@@ -103,7 +104,7 @@ def declare(ctx: StackContext) -> None:
     pulumi.export("site_vpns", site_vpns)
 
     # Before the cluster: its node security group admits the laptops' interfaces by group.
-    laptop_group = None
+    laptop_group = endpoint_id = None
     if environment.client_vpn is not None:
         saml = environment.client_vpn.saml
         groups = {t: team.vpn_group for t, team in fleet.teams.items() if team.vpn_group} if saml else {}
@@ -126,7 +127,7 @@ def declare(ctx: StackContext) -> None:
             ),
             opts=in_region,
         )
-        laptop_group = client_vpn.security_group_id
+        laptop_group, endpoint_id = client_vpn.security_group_id, client_vpn.endpoint_id
         pulumi.export("client_vpn_endpoint_id", client_vpn.endpoint_id)
         pulumi.export("client_vpn_dns_name", client_vpn.dns_name)
         pulumi.export("client_vpn_server_name", client_vpn.server_name)
@@ -160,6 +161,24 @@ def declare(ctx: StackContext) -> None:
     pulumi.export("buckets", storage.bucket_names)
     if storage.fsx_id is not None:
         pulumi.export("fsx_id", storage.fsx_id)
+    boxes = declare_dev_boxes(
+        ctx,
+        vpc_id=network.vpc_id,
+        private_subnet_ids=private,
+        laptop_security_group_id=laptop_group,
+        client_vpn_endpoint_id=endpoint_id,
+        storage=storage,
+        provider=provider,
+    )
+    if boxes:
+        # `dlinfra devbox list` and the ssh config of docs/dev-boxes.md read these.
+        pulumi.export(
+            "dev_boxes",
+            {
+                person: {"instance_id": b.instance_id, "private_ip": b.private_ip, "private_dns": b.private_dns}
+                for person, b in boxes.items()
+            },
+        )
     pulumi.export("cluster_name", cluster.name)
     # What every kubelet points pods at; `dlinfra site render` writes it into the hybrid nodes' NodeConfig.
     pulumi.export("cluster_dns", list(dns.node_dns_servers(str(plan.cidr(f"service/{env}/{region}")))))

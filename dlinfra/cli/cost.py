@@ -19,7 +19,7 @@ from rich.text import Text
 from dlinfra.cli.common import Handler, err, out
 from dlinfra.model import stackroles
 from dlinfra.model.fleet.load import load_fleet
-from dlinfra.review import access, cost
+from dlinfra.review import access, cost, dev_box_cost
 
 
 def register(subparsers: Any, common: argparse.ArgumentParser) -> dict[str, Handler]:
@@ -95,6 +95,15 @@ def print_report(report: cost.Report, console: Console) -> None:
         totals.add_row(Text(stack.stack), _usd(stack.usd_min), _usd(stack.usd_max))
     totals.add_row(Text("all stacks", style="bold"), _usd(report.usd_min), _usd(report.usd_max))
     console.print(totals)
+    boxes = dev_box_cost.by_environment(report.stacks)
+    if boxes:
+        table = Table(title="Dev boxes by environment (USD, on demand)", title_justify="left")
+        for name, justify in (("environment", "left"), ("boxes", "right"), ("per hour, all running", "right"),
+                              ("per month at most", "right")):  # fmt: skip
+            table.add_column(name, justify=justify)  # type: ignore[arg-type]
+        for env, b in boxes.items():
+            table.add_row(Text(env), str(b.boxes), f"{b.usd_per_hour:,.4f}", _usd(b.usd_month_max))
+        console.print(table)
     console.print(
         f"Prices: dlinfra/data/prices.yaml, read {report.price_date}; USD, on demand; "
         f"{report.hours_per_month:g} hours per month.",

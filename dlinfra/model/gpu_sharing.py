@@ -239,6 +239,12 @@ def share_prices(node_usd: float, shares_per_gpu: Mapping[str, int], gpus: int) 
     return {r: node_usd * weights[r] / total for r in sorted(shares_per_gpu)} if total else {}
 
 
+def share_price_note(node_usd: float, shares_tag: str, gpus: int) -> str:
+    """The cost report's note on a shared pool: each share's price per hour, from its group's shares tag."""
+    per = share_prices(node_usd, parse_shares_tag(shares_tag), gpus)
+    return "per share and hour: " + ", ".join(f"{r} ${usd:.3f}" for r, usd in per.items())
+
+
 def _compute_slices(resource: str) -> int:
     """Compute slices of one share: a MIG profile's "<n>g"; a time-sliced replica counts as one."""
     profile = resource.removeprefix(MIG_RESOURCE_PREFIX)

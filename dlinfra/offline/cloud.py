@@ -27,6 +27,7 @@ PARTITION = "aws"
 _ID_PREFIX = {
     "aws:ec2/vpc:Vpc": "vpc-",
     "aws:ec2/subnet:Subnet": "subnet-",
+    "aws:ec2/instance:Instance": "i-",
     "aws:ec2/internetGateway:InternetGateway": "igw-",
     "aws:ec2/natGateway:NatGateway": "nat-",
     "aws:ec2/eip:Eip": "eipalloc-",
@@ -79,6 +80,7 @@ class FakeCloud:
         self.default_region = region
         self.stack_exports = stack_exports  # stack name -> {"outputs": ..., "secret": [...]}
         self.provider_regions: dict[str, str] = {}  # provider reference "urn::id" -> region
+        self.subnet_cidrs: dict[str, str] = {}  # subnet id -> its block, for the addresses of instances in it
 
     # Regions -----------------------------------------------------------------------------------------
     def region_for(self, provider_ref: str | None) -> str:
@@ -310,6 +312,27 @@ def _kms_key(cloud: FakeCloud, urn: str, rid: str, inputs: Mapping[str, Any], re
 def _log_group(cloud: FakeCloud, urn: str, rid: str, inputs: Mapping[str, Any], region: str | None) -> dict[str, Any]:
     name = _plain(inputs.get("name")) or rid
     return {"arn": f"arn:{PARTITION}:logs:{region}:{ACCOUNT_ID}:log-group:{name}"}
+
+
+@special("aws:ec2/subnet:Subnet")
+def _subnet(cloud: FakeCloud, urn: str, rid: str, inputs: Mapping[str, Any], region: str | None) -> dict[str, Any]:
+    if isinstance(inputs.get("cidrBlock"), str):
+        cloud.subnet_cidrs[rid] = inputs["cidrBlock"]
+    return {}
+
+
+@special("aws:ec2/instance:Instance")
+def _instance(cloud: FakeCloud, urn: str, rid: str, inputs: Mapping[str, Any], region: str | None) -> dict[str, Any]:
+    """A private address in the instance's subnet (past the four AWS keeps at its start), and EC2's private DNS name
+    for it (EC2 user guide, "Amazon EC2 instance hostname types": ip-<address>.<region>.compute.internal, and
+    ec2.internal in us-east-1)."""
+    cidr = cloud.subnet_cidrs.get(str(inputs.get("subnetId")))
+    if cidr is None:
+        return {}
+    block = ipaddress.IPv4Network(cidr)
+    address = block.network_address + 4 + int(digest(urn, 8), 16) % (block.num_addresses - 5)
+    domain = "ec2.internal" if region == "us-east-1" else f"{region}.compute.internal"
+    return {"privateIp": str(address), "privateDns": f"ip-{str(address).replace('.', '-')}.{domain}"}
 
 
 @special("aws:ec2clientvpn/endpoint:Endpoint")

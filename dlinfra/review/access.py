@@ -10,6 +10,7 @@ routes; a hop-by-hop model can replace it without touching the rest (`build_repo
 from __future__ import annotations
 
 import dataclasses
+import ipaddress
 import json
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -19,6 +20,7 @@ from typing import Any, Literal, get_args
 
 from dlinfra.checks.plans import Plan, load_plan
 from dlinfra.errors import DlinfraError
+from dlinfra.model.dev_boxes import DEV_BOX_TAG
 from dlinfra.model.fleet.schema import Fleet
 from dlinfra.review.data_access import DataGrant, team_data
 
@@ -235,15 +237,25 @@ def _vpn_networks(env: _Env, names: Mapping[str, str], group: str) -> list[Netwo
     routes: dict[str, set[str]] = {}
     for _, r in env.of(CVPN_ROUTE):
         routes.setdefault(r["inputs"]["clientVpnEndpointId"], set()).add(r["inputs"]["destinationCidrBlock"])
+    # A dev box's own rule names its /32 (components/dev_box.py): named by its person, routed with its VPC.
+    boxes = {
+        f"{r['outputs'].get('privateIp')}/32": f"devbox-{(r['inputs'].get('tags') or {})[DEV_BOX_TAG]}"
+        for _, r in env.of("aws:ec2/instance:Instance")
+        if DEV_BOX_TAG in (r["inputs"].get("tags") or {})
+    }
     found = []
     for plan, r in env.of(AUTH_RULE):
         i = r["inputs"]
         if not ((group == "*" and i.get("authorizeAllGroups")) or i.get("accessGroupId") == group):
             continue
         cidr = i["targetNetworkCidr"]
-        local = names.get(cidr) == f"vpc-{_region(plan)}"  # the subnet association routes the VPC itself
+        vpc = next((c for c, n in names.items() if n == f"vpc-{_region(plan)}"), None)
+        # The subnet association routes the VPC itself, and so every address in it.
+        local = vpc is not None and ipaddress.IPv4Network(cidr).subnet_of(ipaddress.IPv4Network(vpc))
         routed = local or cidr in routes.get(i["clientVpnEndpointId"], set())
-        found.append(NetworkAccess(names.get(cidr, cidr), cidr, f"client-vpn {_region(plan)}", routed))
+        found.append(
+            NetworkAccess(names.get(cidr) or boxes.get(cidr, cidr), cidr, f"client-vpn {_region(plan)}", routed)
+        )
     return sorted(found, key=lambda n: (n.via, n.network))
 
 

@@ -18,6 +18,7 @@ from ruamel.yaml import YAML
 
 from dlinfra.errors import DlinfraError
 from dlinfra.model import catalog, eks, gpu_sharing, instances
+from dlinfra.review import dev_box_cost
 from policy.dlinfra_policy.rules.capacity_blocks import block_window
 
 PRICES_FILE = "data/prices.yaml"
@@ -53,6 +54,7 @@ NOT_COUNTED: Mapping[str, str] = {
     "aws:efs/backupPolicy:BackupPolicy": "AWS Backup storage of EFS",
     "aws:ssm/activation:Activation": "SSM advanced-tier on-premises instances, if enabled",
     "aws:fsx/dataRepositoryAssociation:DataRepositoryAssociation": "S3 requests made by FSx import/export",
+    "aws:cloudwatch/metricAlarm:MetricAlarm": "CloudWatch alarms (each dev box's idle stop) and detailed monitoring",
 }
 
 # Always in the report: costs no plan resource stands for.
@@ -362,20 +364,17 @@ def _price_pools(p: _Pricer, resources_: Sequence[Mapping[str, Any]], region: st
             continue
         if reserved:
             notes.append("capacity reservation: billed at the on-demand rate while reserved, used or not")
-        notes += _share_notes(p, asg, f"ec2/{instance_type}", region, instance_type)
+        notes += _share_notes(p, asg, region, instance_type)
         p.add(label, f"ec2/{instance_type}", region, lo * hours, hi * hours, detail, "; ".join(notes), asg["name"])
 
 
-def _share_notes(p: _Pricer, asg: Mapping[str, Any], key: str, region: str, instance_type: str) -> list[str]:
+def _share_notes(p: _Pricer, asg: Mapping[str, Any], region: str, instance_type: str) -> list[str]:
     """A shared pool's price per share and hour (dlinfra.model.gpu_sharing.share_prices), from its group's tag."""
-    tags = {t.get("key"): t.get("value") for t in asg["inputs"].get("tags") or []}
-    price, value = p.table.get(key, region), tags.get(gpu_sharing.SHARES_TAG)
+    value = {t.get("key"): t.get("value") for t in asg["inputs"].get("tags") or []}.get(gpu_sharing.SHARES_TAG)
+    price = p.table.get(f"ec2/{instance_type}", region)
     if price is None or not value or instance_type not in instances.all_types():
         return []
-    per = gpu_sharing.share_prices(
-        price.usd, gpu_sharing.parse_shares_tag(str(value)), instances.lookup(instance_type).gpus
-    )
-    return ["per share and hour: " + ", ".join(f"{r} ${usd:.3f}" for r, usd in per.items())]
+    return [gpu_sharing.share_price_note(price.usd, str(value), instances.lookup(instance_type).gpus)]
 
 
 def _block_window(
@@ -459,6 +458,8 @@ def price_stack(
 
     if stack_region:
         _price_pools(p, resources_, stack_region)
+        for box in dev_box_cost.items(resources_, hours):
+            p.add(box.label, box.price_key, stack_region, box.hours_min, box.hours_max, box.detail, box.note, box.where)
     for cluster in of("aws:eks/cluster:Cluster"):
         extended, why = _eks_extended(cluster, on)
         key = "eks_extended" if extended else "eks_standard"
@@ -553,6 +554,7 @@ def price_stack(
 PRICED: frozenset[str] = frozenset(
     {
         "aws:autoscaling/group:Group",
+        "aws:ec2/instance:Instance",
         "aws:eks/cluster:Cluster",
         "aws:ec2/natGateway:NatGateway",
         "aws:ec2/eip:Eip",

@@ -472,7 +472,8 @@ def test_reference_plans_reach_no_blocking_limit_and_report_the_shared_elastic_i
     assert (eips.quota.key, eips.usage.used, eips.limit, eips.state) == ("elastic-ips-per-region", 4, 5, "near")
     peak = {k: max(v.usage.used for v in result.verdicts if v.quota.key == k) for k in quota_data.table().quotas}
     assert peak["nodes-per-cluster"] == 16 + 12 + 40 + 16  # train-h100, interactive, cpu, sjc1's machines
-    assert peak["interface-endpoints-per-vpc"] == 8 and peak["client-vpn-authorization-rules"] == 28
+    # prod-us-west-2's endpoint: 28 VPC and remote rules for its 4 groups, and alice's dev box's own /32 rule.
+    assert peak["interface-endpoints-per-vpc"] == 8 and peak["client-vpn-authorization-rules"] == 28 + 1
     # us-east-1's 16 p5.48xlarge (us-west-2's run on a Capacity Block, which On-Demand quotas do not count).
     assert peak["ec2-on-demand-p-vcpus"] == 16 * 192
     assert peak["vpcs-per-region"] == 3  # prod's and staging's in us-west-2, and the default VPC
@@ -495,3 +496,12 @@ def test_check_all_reports_quotas_on_the_reference_fleet(tmp_path: Path, capsys:
     data = json.loads(capsys.readouterr().out)
     assert [f["rule"] for f in data["findings"] if f["tool"] == "limits"] == ["limit-elastic-ips-per-region"]
     assert len(data["limits"]["quotas"]) == len(quota_data.table().quotas)
+
+
+def test_dev_boxes_count_against_the_on_demand_vcpu_quotas() -> None:
+    result = limits.analyse(reference_plans(), Config.of(reference.fleet()))
+    in_usw2 = [v for v in result.verdicts if v.usage.region == "us-west-2"]
+    g_vt = next(v for v in in_usw2 if v.quota.key == "ec2-on-demand-g-vt-vcpus")
+    assert "prod-us-west-2 devbox-alice-instance 4" in g_vt.usage.how  # a g6.xlarge: 4 vCPUs, stopped or not
+    standard = next(v for v in in_usw2 if v.quota.key == "ec2-on-demand-standard-vcpus")
+    assert "staging-us-west-2 devbox-bob-instance 8" in standard.usage.how  # an m7i.2xlarge

@@ -333,3 +333,11 @@ def test_no_team_reaches_another_teams_directory_or_prefix(report: access.Report
 def test_a_v1_report_still_reads() -> None:
     old = {"schema": "dlinfra.access/v1", "stacks": [], "principals": []}
     assert access.from_json(old).principals == ()
+
+
+def test_a_dev_box_is_reached_by_its_persons_group_alone(report: access.Report) -> None:
+    vision = one(report, "prod", "vpn-group", "vision")
+    (box,) = [n for n in vision.networks if n.network == "devbox-alice"]  # her /32 rule, named by its box
+    assert box.cidr.endswith("/32") and box.routed and box.via == "client-vpn us-west-2"
+    for other in ("language", "robotics", "admins"):
+        assert not [n for n in one(report, "prod", "vpn-group", other).networks if n.network.startswith("devbox-")]

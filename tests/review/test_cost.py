@@ -12,7 +12,7 @@ import pytest
 
 from dlinfra.cli import main as cli
 from dlinfra.model import stackroles
-from dlinfra.review import cost
+from dlinfra.review import cost, dev_box_cost
 from tests import reference as _reference
 from tests.conftest import REFERENCE_FLEET
 
@@ -122,10 +122,12 @@ def test_prod_us_west_2_matches_a_hand_calculation(report: cost.Report) -> None:
         + 8 * 3 * 730 * 0.01  # 8 interface endpoints x 3 subnets
         + 2400 * 0.21  # FSx for Lustre PERSISTENT_2, 2400 GiB at 250 MB/s/TiB
     )  # = 1555.20; train-h100 runs on a capacity block (billed up front, not here); EFS and S3 assumed 0 GB
+    box_max = 730 * 0.8048  # alice's dev box: a g6.xlarge, stopped all month (0 h) up to running every hour
     assert fixed == pytest.approx(1555.20)
     assert stack.usd_min == pytest.approx(round(cpu_min, 2) + fixed, abs=0.01)  # 2,732.54
-    assert stack.usd_max == pytest.approx(round(cpu_max, 2) + round(interactive_max, 2) + fixed, abs=0.01)
-    assert stack.usd_min == pytest.approx(2732.54) and stack.usd_max == pytest.approx(65412.10)
+    expected_max = round(cpu_max, 2) + round(interactive_max, 2) + round(box_max, 2) + fixed
+    assert stack.usd_max == pytest.approx(expected_max, abs=0.01)
+    assert stack.usd_min == pytest.approx(2732.54) and stack.usd_max == pytest.approx(65999.60)
     block = _item(stack, "pool train-h100 (p5.48xlarge)")
     assert block.usd_max == 0 and "capacity block" in block.note and block.price_key == ""
     assert "first of 3 overrides" in _item(stack, "pool cpu (m7i.4xlarge)").note
@@ -206,7 +208,8 @@ def test_cli_table_and_json(capsys: pytest.CaptureFixture[str], plan_dir: Path, 
     code = cli.main(["cost", "--fleet", str(REFERENCE_FLEET), "--plans", str(plan_dir)])
     out = capsys.readouterr().out
     assert code == 0
-    assert "prod-us-west-2" in out and "2,732.54" in out and "65,412.10" in out
+    assert "prod-us-west-2" in out and "2,732.54" in out and "65,999.60" in out
+    assert "Dev boxes by environment" in out and "587.50" in out  # prod: alice's g6.xlarge, a month at most
     assert "read 2026-11-23" in out and "nat_gb=0" in out and "Not counted:" in out and "EBS volumes" in out
     code = cli.main(["cost", "--json", "--fleet", str(REFERENCE_FLEET), "--plans", str(plan_dir)])
     data = json.loads(capsys.readouterr().out)
@@ -233,3 +236,17 @@ def test_a_shared_pool_is_priced_per_share(report: cost.Report) -> None:
     """staging's interactive pool time-slices each g6.xlarge's one L4 four ways: a share is a quarter of the node."""
     item = _item(_stack(report, "staging-us-west-2"), "pool interactive (g6.xlarge)")
     assert item.note == f"per share and hour: nvidia.com/gpu.shared ${item.usd_each / 4:.3f}"
+
+
+def test_dev_boxes_cost_per_hour_and_a_month_at_most_by_environment(report: cost.Report) -> None:
+    alice = _item(_stack(report, "prod-us-west-2"), "dev box alice (g6.xlarge)")
+    bob = _item(_stack(report, "staging-us-west-2"), "dev box bob (m7i.2xlarge)")
+    assert (alice.usd_each, alice.unit, alice.usd_min, alice.usd_max) == (0.8048, "instance-hour", 0.0, 587.5)
+    assert (bob.usd_each, bob.usd_min, bob.usd_max) == (0.4032, 0.0, round(730 * 0.4032, 2))
+    assert "stopped" in alice.note
+    boxes = dev_box_cost.by_environment(report.stacks)
+    assert boxes == {
+        "prod": dev_box_cost.EnvironmentBoxes(1, 0.8048, 587.5),
+        "staging": dev_box_cost.EnvironmentBoxes(1, 0.4032, 294.34),
+    }
+    assert any("CloudWatch alarms" in line for line in report.not_counted)

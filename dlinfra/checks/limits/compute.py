@@ -210,9 +210,11 @@ def count_vcpus(stacks: Sequence[Stack]) -> Iterator[Usage]:
     reserved instances against the On-Demand quotas, spot against the Spot ones; Capacity Block pools apart."""
     vcpu_quotas = [q for q in quota_data.table().quotas.values() if q.market is not None]
     regions: dict[tuple[str, str], list[tuple[Stack, _Pool]]] = {}
+    boxes: dict[tuple[str, str], list[tuple[Stack, Any]]] = {}
     for s in stacks:
         if s.region:
             regions.setdefault((s.account, s.region), []).extend((s, p) for p in pools(s))
+            boxes.setdefault((s.account, s.region), []).extend((s, i) for i in s.of("aws:ec2/instance:Instance"))
     for (account, region), found in sorted(regions.items()):
         for quota in vcpu_quotas:
             used, parts = 0, []
@@ -229,6 +231,12 @@ def count_vcpus(stacks: Sequence[Stack]) -> Iterator[Usage]:
                 if nodes:
                     used += nodes * max(sizes)
                     parts.append(f"{s.name} {name_of(p.group)} {nodes} x {max(sizes)}")
+            # Lone instances (dev boxes) run on demand, stopped or not: RunInstances and StartInstances count them.
+            for s, instance in boxes.get((account, region), []):
+                kind = instances.lookup(str(instance["inputs"].get("instanceType")))
+                if quota.market == "on-demand" and quota.counts_family(kind.family):
+                    used += kind.vcpus
+                    parts.append(f"{s.name} {instance['name']} {kind.vcpus}")
             yield Usage(
                 quota=quota.key,
                 region=region,

@@ -30,7 +30,11 @@ INTERNET = Endpoint("a host on the internet", ipaddress.IPv4Network("0.0.0.0/0")
 # The source ports each kind of place opens connections from: nodes, pods and the CI runner run Linux (the
 # kernel's 32768-60999); what AWS runs for us (the control plane, file systems, endpoints) is not documented,
 # so any unprivileged port.
-_EPHEMERAL: dict[str, tuple[PortRange, ...]] = {"pool": LINUX_EPHEMERAL, "ci-runner": LINUX_EPHEMERAL}
+_EPHEMERAL: dict[str, tuple[PortRange, ...]] = {
+    "pool": LINUX_EPHEMERAL,
+    "ci-runner": LINUX_EPHEMERAL,
+    "dev-box": LINUX_EPHEMERAL,
+}
 # Pods' traffic to outside the VPC leaves with its node's address and a port the VPC CNI's SNAT picks at random
 # from 1024-65535 (amazon-vpc-cni-k8s defaults: AWS_VPC_K8S_CNI_EXTERNALSNAT false, RANDOMIZESNAT prng); the
 # fleet sets neither.
@@ -38,7 +42,7 @@ _LEAVING: dict[str, tuple[PortRange, ...]] = {"pool": ANY_CLIENT_PORT}
 
 
 def place_endpoints(topo: Topology, place: Place) -> tuple[Endpoint, ...]:
-    """One endpoint per subnet of a place, with every address of the subnet."""
+    """One endpoint per subnet of a place, with every address of the subnet (or the place's own address in it)."""
     out = []
     vpc = topo.vpcs.get(place.vpc_id)
     for subnet_id in place.subnet_ids:
@@ -46,20 +50,28 @@ def place_endpoints(topo: Topology, place: Place) -> tuple[Endpoint, ...]:
         if subnet is None:
             continue
         public = subnet.public_ip_on_launch if place.public_ip is None else place.public_ip
-        label = f"{place.kind} {place.name} ({place.environment}-{place.region}, {subnet.az}, {subnet.cidr})"
+        addresses = place.address if place.address is not None and place.address.subnet_of(subnet.cidr) else subnet.cidr
+        # An instance's own address is no one else's: the subnet's other places never have it.
+        taken = tuple(
+            sorted(p.address for p in topo.places if p.address is not None and p.address.subnet_of(addresses))
+            if addresses == subnet.cidr
+            else ()
+        )
+        label = f"{place.kind} {place.name} ({place.environment}-{place.region}, {subnet.az}, {addresses})"
         scope = None
         if place.remote_networks is not None:
             scope = (*(vpc.cidrs if vpc else ()), *place.remote_networks)
         out.append(
             Endpoint(
                 label,
-                subnet.cidr,
+                addresses,
                 InVpc(place.vpc_id, subnet_id, place.security_group_ids, public),
                 _EPHEMERAL.get(place.kind, ANY_CLIENT_PORT),
                 ephemeral_leaving=_LEAVING.get(place.kind),
                 sends_only_to=scope,
                 scope_origin=place.origin if scope is not None or place.public_api is not None else None,
                 public_api=place.public_api,
+                taken=taken,
             )
         )
     return tuple(out)

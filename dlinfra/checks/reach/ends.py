@@ -78,6 +78,7 @@ class Endpoint:
     sends_only_to: tuple[Net, ...] | None = None  # the EKS control plane: the VPC and remote networks
     scope_origin: Resource | None = None  # where `sends_only_to` (and `public_api`) comes from
     public_api: tuple[Net, ...] | None = None  # an EKS API's public endpoint: who may reach it on 443
+    taken: tuple[Net, ...] = ()  # addresses in its ranges that other things hold (an instance's own address)
 
     def __post_init__(self) -> None:
         if isinstance(self.network, ipaddress.IPv4Address):
@@ -107,4 +108,6 @@ class Endpoint:
                 # A LAN's network and broadcast addresses are no host's.
                 node &= ~pk.net(which, ipaddress.IPv4Network(network.network_address))
                 node &= ~pk.net(which, ipaddress.IPv4Network(network.broadcast_address))
+        for network in self.taken:
+            node &= ~pk.net(which, network)
         return node

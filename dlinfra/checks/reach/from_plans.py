@@ -34,6 +34,7 @@ from dlinfra.checks.reach.topology import (
     TransitGateway,
     Vpc,
 )
+from dlinfra.model.dev_boxes import DEV_BOX_TAG
 from dlinfra.model.regions import known_regions
 
 # Types the model reads; anything else in a plan is not part of the network.
@@ -520,8 +521,12 @@ def _places(topo: Topology, resources: list[tuple[Mapping[str, Any], Resource, M
                 str((i.get("launchTemplate") or {}).get("id") or ""), ()
             )
             has_eip = r["id"] in topo.public_ips or _flag(i.get("associatePublicIpAddress"))
+            person = (i.get("tags") or {}).get(DEV_BOX_TAG)  # a dev box: named by its person (components/dev_box.py)
+            kind, name = ("dev-box", str(person)) if person else ("instance", r["name"])
+            private_ip = (r.get("outputs") or {}).get("privateIp")  # known in offline plans; a /32 then
+            own = _net(f"{private_ip}/32") if private_ip else None
             topo.places.append(
-                Place("instance", r["name"], env, region, vpc_of(subnets), subnets, groups, origin, has_eip)
+                Place(kind, name, env, region, vpc_of(subnets), subnets, groups, origin, has_eip, address=own)
             )
         elif t == EKS:
             vpc_config = i.get("vpcConfig") or {}

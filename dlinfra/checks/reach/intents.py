@@ -6,6 +6,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
+from dlinfra.checks.reach import dev_box_intents
 from dlinfra.checks.reach.endpoints import INTERNET, laptop_endpoints, place_endpoints, site_endpoint
 from dlinfra.checks.reach.engine import Endpoint, PortRange, Protocol
 from dlinfra.checks.reach.topology import Topology
@@ -340,6 +341,8 @@ def _environment_intents(fleet: Fleet, topo: Topology, env: str) -> Iterator[Int
                 (443,),
                 "EKS guide 'Cluster API server endpoint' (private endpoint over VPN)",
             )
+    # People's dev boxes: their own laptop reaches SSH, nothing else reaches them (dev_box_intents).
+    yield from dev_box_intents.environment(fleet, topo, env, intent, eps)
     # Environments are isolated from each other, both ways (each environment declares its own way out).
     for other_env in sorted(e for e in fleet.environments if e != env):
         theirs = tuple(

@@ -190,7 +190,7 @@ class ClientVpn:
 class Place:
     """Something with addresses in a VPC: a node pool, the control plane ENIs, mount targets, endpoints."""
 
-    kind: str  # pool | control-plane | efs | fsx | endpoint | ci-runner
+    kind: str  # pool | control-plane | efs | fsx | endpoint | ci-runner | instance | dev-box
     name: str  # pool name, endpoint service, ...
     environment: str
     region: str
@@ -201,6 +201,7 @@ class Place:
     public_ip: bool | None = None  # a launch template's or instance's own setting; None: the subnet's default
     remote_networks: tuple[Net, ...] | None = None  # control plane: the cluster's remote node and pod networks
     public_api: tuple[Net, ...] | None = None  # control plane with a public endpoint: its publicAccessCidrs
+    address: Net | None = None  # an instance's own private address (/32) when the plan knows it; else its subnets
 
 
 @dataclass(frozen=True)

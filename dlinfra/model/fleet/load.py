@@ -15,7 +15,7 @@ from ruamel.yaml.comments import CommentedMap, CommentedSeq
 from ruamel.yaml.error import MarkedYAMLError
 
 from dlinfra.errors import FleetError
-from dlinfra.model import eks, kueue, team_storage
+from dlinfra.model import dev_boxes, eks, kueue, team_storage
 from dlinfra.model.fleet import checks
 from dlinfra.model.fleet.schema import Fleet
 from dlinfra.model.textcache import last_by_text
@@ -112,6 +112,7 @@ def validate_data(data: Any, path: Path) -> Fleet:
         checks.check(fleet)
         kueue.check_fleet(fleet, source=str(path))  # quotas span environments: every command refuses them first
         team_storage.check_fleet(fleet)  # POSIX ids of teams and people must differ
+        dev_boxes.check_fleet(fleet)  # each box's person, region, zone and type exist in its environment
     except ValidationError as exc:
         raise _fleet_error(path, data, exc) from None
     except FleetError as exc:

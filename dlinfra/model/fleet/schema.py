@@ -13,6 +13,7 @@ from pydantic import AfterValidator, Field, field_validator, model_validator
 
 from dlinfra.model import job_operators
 from dlinfra.model.fleet.base import Name, Strict
+from dlinfra.model.fleet.devboxes import DevBoxes
 from dlinfra.model.fleet.images import StandardImages
 from dlinfra.model.fleet.labels import (
     label_value_problem,
@@ -329,6 +330,7 @@ class Environment(Strict):
     storage: StorageSpec = StorageSpec()
     node_pools: Mapping[Name, NodePool] = Field(default_factory=dict)
     ci: CiSpec | None = None  # None: no in-VPC runner or CI access entries; admins apply over the laptop VPN
+    dev_boxes: DevBoxes = DevBoxes()  # people's interactive machines (dlinfra.model.fleet.devboxes, docs/dev-boxes.md)
     # The AWS account its stacks apply to: environments with the same account share its per-region quotas. None:
     # the one account every environment without an account shares (the safe assumption for counting quotas).
     account: str | None = Field(None, pattern=r"^\d{12}$")

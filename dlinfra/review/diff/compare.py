@@ -266,8 +266,8 @@ def _token(name: str, word: str) -> bool:
 
 
 def entity_summary(diff: Diff) -> list[str]:
-    """Pools, teams and sites the change adds or removes, with where their resources are: "+ pool infer-l4 (prod,
-    2 regions)", "- site ams1 (prod, 3 regions)"; removals first, then whole stacks added or removed.
+    """Pools, dev boxes, teams and sites the change adds or removes, with where their resources are: "+ pool
+    infer-l4 (prod, 2 regions)", "- site ams1 (prod, 3 regions)"; removals first, then whole stacks added or removed.
 
     The entities are the difference between the two revisions' fleets; a resource counts for one when its logical
     name starts with pool-<pool>- (in that pool's environment) or holds the site's or team's name as a word.
@@ -276,6 +276,7 @@ def entity_summary(diff: Diff) -> list[str]:
     changed: list[tuple[str, str, str, str | None]] = []  # (sign, kind, name, environment)
     for sign, mine, theirs in (("-", base, head), ("+", head, base)):
         changed += [(sign, "pool", p, e) for e, p in sorted(set(mine.pools) - set(theirs.pools))]
+        changed += [(sign, "dev box", p, e) for e, p in sorted(set(mine.dev_boxes) - set(theirs.dev_boxes))]
         changed += [
             (sign, "site", n, None) for n in sorted({s.name for s in mine.sites} - {s.name for s in theirs.sites})
         ]
@@ -285,8 +286,9 @@ def entity_summary(diff: Diff) -> list[str]:
         if c.action not in ("create", "delete"):
             continue
         for sign, kind, name, env in changed:
-            if kind == "pool":
-                hit = c.stack.split("-", 1)[0] == env and c.name.startswith(f"pool-{name}-")
+            if kind in ("pool", "dev box"):
+                prefix = "pool" if kind == "pool" else "devbox"
+                hit = c.stack.split("-", 1)[0] == env and c.name.startswith(f"{prefix}-{name}-")
             else:
                 hit = _token(c.name, name)
             if hit:

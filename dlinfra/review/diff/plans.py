@@ -30,6 +30,7 @@ class Topology:
     pools: tuple[tuple[str, str], ...] = ()  # (environment, pool)
     teams: tuple[str, ...] = ()
     scaled_quotas: tuple[str, ...] = ()  # environments with `gpu_quotas: scaled`: their team quotas shrink to fit
+    dev_boxes: tuple[tuple[str, str], ...] = ()  # (environment, person)
 
 
 @dataclass(frozen=True)
@@ -66,6 +67,11 @@ def topology(fleet: Mapping[str, Any]) -> Topology:
     ]
     primary = next((r for r, spec in regions.items() if (spec or {}).get("primary")), None)
     pools = [(env, str(p)) for env, spec in environments.items() for p in ((spec or {}).get("node_pools") or {})]
+    boxes = [
+        (env, str(person))
+        for env, spec in environments.items()
+        for person in (((spec or {}).get("dev_boxes") or {}).get("people") or {})
+    ]
     return Topology(
         regions=tuple(sorted(regions)),
         primary=primary,
@@ -77,4 +83,5 @@ def topology(fleet: Mapping[str, Any]) -> Topology:
         scaled_quotas=tuple(
             sorted(str(env) for env, spec in environments.items() if (spec or {}).get("gpu_quotas") == "scaled")
         ),
+        dev_boxes=tuple(sorted(boxes)),
     )

@@ -8,6 +8,7 @@ from . import (
     cluster,
     compute,
     conventions,
+    dev_boxes,
     gpu_health,
     iam,
     network,
@@ -255,5 +256,30 @@ RULES: tuple[ResourceRule | StackRule, ...] = (
         "scale-from-zero template",
         "mandatory",
         compute.shared_gpu_pools_advertise_shares,
+    ),
+    ResourceRule("dev-box-private", "Dev boxes ask for no public address", "mandatory", dev_boxes.dev_box_private),
+    StackRule(
+        "dev-box-ssh-from-vpn-only",
+        "Dev boxes admit SSH from the laptop VPN endpoint's security group and nothing else",
+        "mandatory",
+        dev_boxes.dev_box_ssh_from_vpn_only,
+    ),
+    ResourceRule(
+        "dev-box-stops-on-shutdown",
+        "A dev box's own poweroff stops it, never terminates it",
+        "mandatory",
+        dev_boxes.dev_box_stops_on_shutdown,
+    ),
+    StackRule(
+        "dev-box-idle-stop",
+        "Every dev box has a CloudWatch alarm that stops it when idle, within CloudWatch's limits",
+        "mandatory",
+        dev_boxes.dev_box_idle_stop,
+    ),
+    ResourceRule(
+        "dev-box-type-offered",
+        "A dev box's instance type is sold in its region",
+        "mandatory",
+        dev_boxes.dev_box_type_offered,
     ),
 )

@@ -72,13 +72,14 @@ def test_reach_json_names_the_hop_of_a_failing_flow(
 
 def test_check_reports_reachability_as_blocking_findings_in_json_and_sarif() -> None:
     mutated = plans()
-    without("prod-us-west-2", "storage-efs-from-10-2-0-0-18")(mutated)
+    # us-west-2b's private subnet: the nodes there lose EFS (us-west-2a's would take alice's dev box home too).
+    without("prod-us-west-2", "storage-efs-from-10-2-64-0-18")(mutated)
     summary = summary_json(check.analyse(REFERENCE_FLEET, REFERENCE_LOCK, mutated))
     findings = runner.reach_findings(summary)
     assert [f.rule for f in findings] == ["reach-storage"]
     (finding,) = findings
     assert finding.blocking and finding.stack == "prod-us-west-2"
-    assert "denied at security group storage-efs-sg: no ingress rule admits from 10.2.0." in finding.message
+    assert "denied at security group storage-efs-sg: no ingress rule admits from 10.2.64." in finding.message
     run = runner.CheckRun(stacks=["prod-us-west-2"], rules=[], findings=findings, reach=summary)
     assert run.exit_code == 1
     assert report.to_json(run)["reach"]["failed_intents"] == 1

@@ -73,6 +73,19 @@ def _pool_team_site_run() -> tuple[Plans, str]:
     return _run(text, REFERENCE_LOCK.read_text()), text
 
 
+@functools.cache
+def _person_leaves_run() -> tuple[Plans, str]:
+    """The fixture fleet with alice out of team vision (prod's federated VPN) and bob out of staging's VPN users,
+    each with their dev box: what a reviewer sees when people leave the lab."""
+    data = _fleet_data()
+    data["teams"]["vision"]["members"].remove("alice")
+    del data["environments"]["prod"]["dev_boxes"]["people"]["alice"]
+    data["environments"]["staging"]["client_vpn"]["users"].remove("bob")
+    del data["environments"]["staging"]["dev_boxes"]["people"]["bob"]
+    text = yaml.safe_dump(data, sort_keys=False)
+    return _run(text, REFERENCE_LOCK.read_text()), text
+
+
 RENUMBERED = ("10.2.", "10.5.")  # prod us-west-2's VPC and subnets move from 10.2.0.0/16 to 10.5.0.0/16
 
 
@@ -151,7 +164,13 @@ def protected_deletion() -> str:
     return _report(head)
 
 
+def person_leaves() -> str:
+    head, text = _person_leaves_run()
+    return _report(head, yaml.safe_load(text))
+
+
 SCENARIOS = {
+    "person-leaves.md": person_leaves,
     "renumber-vpc.md": renumber_vpc,
     "add-pool-and-team-remove-site.md": add_pool_and_team_remove_site,
     "raise-pool-max.md": raise_pool_max,
@@ -185,12 +204,12 @@ def test_the_reports_say_what_a_reviewer_must_see_first() -> None:
     for name in ("storage-efs-us-west-2a", "client-vpn-association-us-west-2a", "network-private-us-west-2c"):
         assert f"| `{name}` |" in replaced, name
     assert "| … |" not in replaced
-    assert "| `aws:ec2clientvpn/authorizationRule:AuthorizationRule` | 12 | `targetNetworkCidr` |" in renumber
+    assert "| `aws:ec2clientvpn/authorizationRule:AuthorizationRule` | 13 | `targetNetworkCidr` |" in renumber
     assert "`peering-us-east-1-us-west-2-route-us-east-1-vpc-us-west-2` | `destinationCidrBlock`" in renumber
     protected = (GOLDEN / "protected-deletion.md").read_text()
     assert protected.index("This apply stops here") < protected.index("| stack | create |")
     raised = (GOLDEN / "raise-pool-max.md").read_text()
-    assert "| `prod-us-west-2` | 2,732.54 → 2,732.54 | 0 | 65,412.10 → 105,722.11 | +40,310.01 |" in raised
+    assert "| `prod-us-west-2` | 2,732.54 → 2,732.54 | 0 | 65,999.60 → 106,309.61 | +40,310.01 |" in raised
     entities = (GOLDEN / "add-pool-and-team-remove-site.md").read_text()
     assert "`- site ams1 (prod, 3 regions)`, `+ pool infer-l4 (prod, 2 regions)`" in entities
 
@@ -205,3 +224,21 @@ def test_a_new_team_pool_and_removed_site_read_as_quotas() -> None:
     assert "| `vision` | prod | eu-west-1 | `site-ams1` | 19 → – | 45 → – |" in section  # the site is gone
     assert "| `vision` | prod | us-west-2 | `pool-infer-l4` | – → 5 | – → 11 |" in section  # the new pool
     assert "| `vision` | prod | **all regions** | | **192 → 192** | 464 → 432 |" in section
+
+
+def test_a_person_who_leaves_loses_their_box_and_its_access() -> None:
+    """Issue 26: a person removed from the fleet loses their box, its key and their way to it in the same plan."""
+    report = (GOLDEN / "person-leaves.md").read_text()
+    assert "`- dev box alice (prod, 1 region)`" in report and "`- dev box bob (staging, 1 region)`" in report
+    deleted = report[report.index("**Delete**") :]
+    for name in (
+        "devbox-alice-instance",  # the box, with the user data that held alice's key
+        "devbox-alice-authorize-vision",  # her team's way to the box's address
+        "devbox-alice-sg-ssh-from-laptops",
+        "devbox-alice-home",  # the box's right to mount her home
+        "devbox-bob-instance",
+        "client-vpn-user-bob-cert",  # bob's VPN certificate: no laptop of his connects to staging any more
+    ):
+        assert f"`{name}`" in deleted, name
+    head, _text = _person_leaves_run()
+    assert not [r["name"] for plan in head.values() for r in plan["resources"] if r["name"].startswith("devbox-")]

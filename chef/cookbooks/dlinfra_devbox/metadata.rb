@@ -1,0 +1,8 @@
+name 'dlinfra_devbox'
+maintainer 'dlinfra'
+maintainer_email 'infra@lab.example.org'
+license 'All Rights Reserved'
+description 'Dev box tools, inert on pool nodes: amazon-efs-utils, the per-box setup, the idle stop'
+version '0.1.0'
+chef_version '>= 18.0'
+supports 'ubuntu', '>= 24.04'

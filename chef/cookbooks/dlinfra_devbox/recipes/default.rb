@@ -1,0 +1,4 @@
+# Dev box tools on every node image, inert until a box's user data runs the setup (docs/dev-boxes.md).
+
+include_recipe 'dlinfra_devbox::efs_utils'
+include_recipe 'dlinfra_devbox::idle'
