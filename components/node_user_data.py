@@ -43,6 +43,7 @@ def render_user_data(
         mig_layout=mig_layout,
         mig_layout_path=gpu_sharing.MIG_LAYOUT_PATH,
         mig_unit=gpu_sharing.MIG_UNIT,
+        mig_defer_reboot=gpu_sharing.MIG_DEFER_REBOOT,
     )
     if len(text.encode()) > USER_DATA_LIMIT:
         raise ValueError(

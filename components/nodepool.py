@@ -192,11 +192,14 @@ def autoscaler_tags(args: NodePoolArgs) -> dict[str, str]:
         tags[f"{AUTOSCALER_PREFIX}/node-template/label/{key}"] = value
     for key, value, effect in args.taints:
         tags[f"{AUTOSCALER_PREFIX}/node-template/taint/{key}"] = f"{value}:{effect}"
-    # A shared node offers its shares, never nvidia.com/gpu: the template must say so, or a pool of shares never
-    # scales out from zero (the failure Karpenter users report: aws/karpenter-provider-aws issue 3376, 2023).
-    offered = gpu_sharing.per_node(args.gpu_sharing, spec.gpus) if args.gpu_sharing else {"nvidia.com/gpu": spec.gpus}
+    # A shared node offers its shares and nvidia.com/gpu: 0 (the autoscaler would otherwise fill in the type's GPUs),
+    # or a pool of shares never scales out from zero (aws/karpenter-provider-aws issue 3376, 2023); its own scale-down
+    # threshold keeps notebooks from being consolidated away (dlinfra.model.gpu_sharing says why and how).
+    sharing = args.gpu_sharing
+    offered = gpu_sharing.template_resources(sharing, spec.gpus) if sharing else {"nvidia.com/gpu": spec.gpus}
     for resource, count in offered.items() if spec.gpus else ():
         tags[f"{AUTOSCALER_PREFIX}/node-template/resources/{resource}"] = str(count)
+    tags |= gpu_sharing.autoscaler_options() if sharing else {}
     if args.efa:
         tags[f"{AUTOSCALER_PREFIX}/node-template/resources/vpc.amazonaws.com/efa"] = str(spec.efa_interfaces)
     return tags

@@ -81,7 +81,9 @@ def autoscaler_args(kubernetes_version: str) -> dict[str, str]:
         # UtilizationThreshold, GPU requests / allocatable), checked before any pod, so no annotation lets it take
         # a GPU job's node; the job "allows" it only by ending. Must stay below 1 / the most GPUs an instance type
         # has (8 in dlinfra/data/instance_types.yaml: 0.125): rule `drain-outlasts-checkpoint-grace`. Applies to
-        # nodes labelled k8s.amazonaws.com/accelerator (components/nodepool.py node_labels).
+        # nodes labelled k8s.amazonaws.com/accelerator (components/nodepool.py node_labels). Shared GPU nodes have no
+        # such label; their groups set a CPU and memory threshold of their own, so a node with any notebook on it
+        # stays (gpu_sharing.SCALE_DOWN_THRESHOLD_TAG, rule `shared-gpu-pools-advertise-shares`).
         "scale-down-gpu-utilization-threshold": "0.1",
         # A pod on a node it does remove (CPU pools) is evicted with min(its grace, this) (drain.go evictPod):
         # the largest checkpoint_grace the fleet allows, so no pod's grace is cut (default 600 s, FAQ).

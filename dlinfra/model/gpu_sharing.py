@@ -45,6 +45,32 @@ SHARES_ANNOTATION = "dlinfra.io/gpu-shares-per-gpu"
 # by the user data and applied by MIG_UNIT before the GPU check and the kubelet (Chef, dlinfra_gpu::mig).
 MIG_LAYOUT_PATH = "/etc/dlinfra/mig-layout"
 MIG_UNIT = "dlinfra-mig.service"
+# Where the unit notes the one reboot it asked for, when a GPU's new MIG mode needed a reset the VM does not offer
+# (nvmlDeviceSetMigMode: "On certain platforms like pass-through virtualization ... VM reboot is required"): a second
+# boot with the mode still pending fails instead of rebooting again (NVIDIA/mig-parted deployments/systemd, whose
+# service keeps the same kind of marker under /var/lib).
+MIG_REBOOT_MARKER = "/var/lib/dlinfra/mig-reboot"
+# Present only while the user data runs the unit on a node's first boot (/run does not survive a reboot): the unit
+# then leaves the reboot to the user data, which first writes the node's join, so kubelet, enabled, starts with it
+# on the next boot.
+MIG_DEFER_REBOOT = "/run/dlinfra/mig-defer-reboot"
+
+# cluster-autoscaler's AWS provider builds a node of a group at zero with nvidia.com/gpu set to its own instance
+# table's count for the type (8 on a p4d), and node-template/resources tags override only the resources they name
+# (cloudprovider/aws/aws_manager.go buildNodeFromTemplate, tags cluster-autoscaler-1.31.5 .. 1.36.1). A shared
+# pool's template must therefore say 0 whole GPUs, or a whole-GPU pod scales the pool out and never fits.
+AUTOSCALER_RESOURCE_TAG = "k8s.io/cluster-autoscaler/node-template/resources/"
+# A shared node has no k8s.amazonaws.com/accelerator label (components/nodepool.py node_labels says why), so the
+# autoscaler judges it by CPU and memory requests against --scale-down-utilization-threshold (0.5), which would
+# consolidate away a node whose notebooks ask for little. The AWS provider takes a per-group threshold from this tag
+# (cloudprovider/aws/README.md "autoscaling-options"; aws_manager.go GetAsgOptions, 1.31.5 .. 1.36.1).
+SCALE_DOWN_THRESHOLD_TAG = "k8s.io/cluster-autoscaler/node-template/autoscaling-options/scaledownutilizationthreshold"
+# Remove a shared node only when no pod but DaemonSets asks for CPU or memory on it (ignore-daemonsets-utilization).
+# Not 0: before 1.32 a node is a candidate only strictly below the threshold (core/scaledown/eligibility
+# isNodeBelowUtilizationThreshold, 1.31.5: `>=` keeps it), so 0 would keep an empty node forever; from 1.32 at or
+# below it (isNodeAtOrBelowUtilizationThreshold). One millionth is below any request of 1m CPU on the largest GPU
+# instance (192 vCPUs: 5.2 millionths), so a pod that asks for any CPU keeps its node (tests/model check the table).
+SHARED_SCALE_DOWN_THRESHOLD = 1e-6
 
 
 class MigTableError(DlinfraError):
@@ -164,6 +190,16 @@ def per_gpu(sharing: GpuSharing) -> dict[str, int]:
 def per_node(sharing: GpuSharing, gpus: int) -> dict[str, int]:
     """What a node of `gpus` shared GPUs offers: resource -> count."""
     return {resource: count * gpus for resource, count in per_gpu(sharing).items()}
+
+
+def template_resources(sharing: GpuSharing, gpus: int) -> dict[str, int]:
+    """What the autoscaler's template of a shared node must offer: its shares, and no whole GPU (WHOLE_GPU: 0)."""
+    return {WHOLE_GPU: 0, **per_node(sharing, gpus)}
+
+
+def autoscaler_options() -> dict[str, str]:
+    """A shared pool's per-group autoscaler options, as Auto Scaling group tags."""
+    return {SCALE_DOWN_THRESHOLD_TAG: format(SHARED_SCALE_DOWN_THRESHOLD, "f")}
 
 
 def shares_tag(sharing: GpuSharing) -> str:

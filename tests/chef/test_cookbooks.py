@@ -294,6 +294,14 @@ def test_node_join_writes_kubelet_configuration(
     calls = log.read_text()
     assert "eks describe-cluster --region us-west-2 --name dlinfra-prod-usw2" in calls
     assert "systemctl restart kubelet" in calls
+    # --no-start (a MIG node about to reboot): the same configuration, and kubelet left to start at the next boot.
+    log.unlink()
+    again = subprocess.run(
+        ["bash", str(script), *args, "--no-start"], env=env, capture_output=True, text=True, timeout=60, check=False
+    )
+    assert again.returncode == 0, again.stderr
+    assert yaml.safe_load((root / "etc/kubernetes/kubelet/config.yaml").read_text()) == config
+    assert "systemctl daemon-reload" in log.read_text() and "kubelet" not in log.read_text()
 
 
 @pytest.mark.chef
@@ -326,7 +334,10 @@ SHELL_TEMPLATES: dict[str, tuple[str, dict[str, Any]]] = {
         },
     ),
     "dlinfra_gpu/templates/needs-fabricmanager.sh.erb": ("sh", {"instance_types": ["p5.48xlarge"]}),
-    "dlinfra_gpu/templates/mig-layout.sh.erb": ("bash", {"layout": "/etc/dlinfra/mig-layout"}),
+    "dlinfra_gpu/templates/mig-layout.sh.erb": (
+        "bash",
+        {"layout": "/etc/dlinfra/mig-layout", "reboot_marker": "/var/lib/x", "defer_reboot": "/run/x"},
+    ),
 }
 
 
@@ -471,6 +482,8 @@ def test_the_mig_layout_is_applied_where_dlinfra_writes_it(tmp_path: Path, requi
     attributes = (CHEF / "cookbooks" / "dlinfra_gpu" / "attributes" / "default.rb").read_text()
     assert f"['mig']['layout'] = '{gpu_sharing.MIG_LAYOUT_PATH}'" in attributes
     assert f"['mig']['unit'] = '{gpu_sharing.MIG_UNIT}'" in attributes
+    assert f"['mig']['reboot_marker'] = '{gpu_sharing.MIG_REBOOT_MARKER}'" in attributes
+    assert f"['mig']['defer_reboot'] = '{gpu_sharing.MIG_DEFER_REBOOT}'" in attributes
     user_data = (ROOT / "components" / "templates" / "node-user-data.sh.j2").read_text()
     assert "[[ -f /etc/systemd/system/{{ mig_unit }} ]]" in user_data
     # The layout comes before the check reads the GPUs, on a new node (user data) and after a reboot (ordering).

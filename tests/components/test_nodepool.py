@@ -86,11 +86,14 @@ def test_pool(pools: dict, stack: str, pool: str) -> None:
     assert tags[f"{CA}/enabled"] == "true"
     assert tags[f"{CA}/dlinfra-{env}-{_code(region)}-eks"] == "owned"
     if spec.gpu_sharing is not None:
-        # A shared pool advertises its shares, never whole GPUs, and says what each GPU offers for the rule.
+        # A shared pool advertises its shares and nvidia.com/gpu "0" (the autoscaler's AWS provider would fill in the
+        # type's GPUs), says what each GPU offers for the rule, and sets its own scale-down threshold.
         offered = gpu_sharing.per_node(spec.gpu_sharing, itype.gpus)
         assert {k: v for k, v in tags.items() if k.startswith(f"{CA}/node-template/resources/")} == {
-            f"{CA}/node-template/resources/{r}": str(n) for r, n in offered.items()
+            f"{CA}/node-template/resources/nvidia.com/gpu": "0",
+            **{f"{CA}/node-template/resources/{r}": str(n) for r, n in offered.items()},
         }
+        assert float(tags[f"{CA}/node-template/autoscaling-options/scaledownutilizationthreshold"]) == 1e-6
         assert tags[gpu_sharing.SHARES_TAG] == gpu_sharing.shares_tag(spec.gpu_sharing)
         assert tags[f"{CA}/node-template/label/nvidia.com/device-plugin.config"] == f"pool-{pool}"
         assert f"{CA}/node-template/label/k8s.amazonaws.com/accelerator" not in tags
@@ -98,6 +101,8 @@ def test_pool(pools: dict, stack: str, pool: str) -> None:
         assert tags[f"{CA}/node-template/resources/nvidia.com/gpu"] == str(itype.gpus)
     else:
         assert f"{CA}/node-template/resources/nvidia.com/gpu" not in tags
+    if spec.gpu_sharing is None:  # whole-GPU and CPU pools keep the cluster-wide thresholds
+        assert not any("/autoscaling-options/" in k for k in tags)
     if spec.kind == "gpu":
         # NVIDIA's product name as its feature discovery writes it, and dlinfra's short name (Kueue's flavors).
         assert tags[f"{CA}/node-template/label/nvidia.com/gpu.product"] == str(itype.gpu_product).replace(" ", "-")
@@ -322,13 +327,18 @@ def _mig_args(layout: dict[str, int], instance_types: tuple[str, ...] = ("p4de.2
 
 
 def test_a_mig_pool_advertises_its_instances_and_writes_its_layout() -> None:
-    """Scale from zero sees 8 GPUs' MIG instances and no whole GPU; the node labels pick the device plugin's
+    """Scale from zero sees 8 GPUs' MIG instances and 0 whole GPUs; the node labels pick the device plugin's
     configuration and leave out the autoscaler's accelerator label (with it, a node that never offers nvidia.com/gpu
     would stay unready to the autoscaler); the user data writes the placed layout and applies it before the check."""
     args = _mig_args({"3g.40gb": 1, "2g.20gb": 1, "1g.10gb": 2})
     tags = nodepool.autoscaler_tags(args)
     resources = {k.rsplit("/", 2)[-2] + "/" + k.rsplit("/", 1)[-1]: v for k, v in tags.items() if "/resources/" in k}
-    assert resources == {"nvidia.com/mig-1g.10gb": "16", "nvidia.com/mig-2g.20gb": "8", "nvidia.com/mig-3g.40gb": "8"}
+    assert resources == {
+        "nvidia.com/gpu": "0",
+        "nvidia.com/mig-1g.10gb": "16",
+        "nvidia.com/mig-2g.20gb": "8",
+        "nvidia.com/mig-3g.40gb": "8",
+    }
     labels = nodepool.node_labels(args)
     assert labels["nvidia.com/device-plugin.config"] == "pool-notebooks"
     assert "k8s.amazonaws.com/accelerator" not in labels

@@ -91,6 +91,19 @@ def test_a_shared_node_offers_its_shares_and_never_a_whole_gpu() -> None:
     assert slicing["resources"] == [{"name": "nvidia.com/gpu", "replicas": 4}]
 
 
+def test_the_autoscaler_template_says_no_whole_gpu_and_keeps_notebooks() -> None:
+    mig = GpuSharing(mig={"1g.10gb": 4, "3g.40gb": 1})
+    # The AWS provider fills in the instance type's GPUs unless a tag says otherwise.
+    assert gpu_sharing.template_resources(mig, 8) == {
+        "nvidia.com/gpu": 0, "nvidia.com/mig-1g.10gb": 32, "nvidia.com/mig-3g.40gb": 8,
+    }  # fmt: skip
+    (threshold,) = gpu_sharing.autoscaler_options().values()
+    assert float(threshold) == gpu_sharing.SHARED_SCALE_DOWN_THRESHOLD > 0  # 0 keeps an empty node before 1.32
+    # Any pod that asks for 1m CPU keeps its node, on every GPU instance type dlinfra knows.
+    most_vcpus = max(t.vcpus for t in instances.all_types().values() if t.gpus)
+    assert 0.001 / most_vcpus > gpu_sharing.SHARED_SCALE_DOWN_THRESHOLD  # 1m CPU on the largest type
+
+
 def test_a_share_costs_its_part_of_the_node() -> None:
     prices = gpu_sharing.share_prices(28.0, {"nvidia.com/mig-1g.10gb": 4, "nvidia.com/mig-3g.40gb": 1}, 8)
     # 8 GPUs x (4 x 1 + 1 x 3) = 56 compute slices used: $0.50 a slice.

@@ -111,15 +111,18 @@ def gpu_pools_scale_from_zero(resources: Sequence[Resource], ctx: Context) -> li
 
 def shared_gpu_pools_advertise_shares(resources: Sequence[Resource], ctx: Context) -> list[Violation]:
     """A shared GPU pool's Auto Scaling group (one that says what its GPUs offer: gpu_sharing.SHARES_TAG) has the
-    autoscaler's discovery tags and a node template that advertises exactly its shares, each GPU's count times the
-    GPUs of its instance types, and no nvidia.com/gpu.
+    autoscaler's discovery tags, a node template that advertises exactly its shares, each GPU's count times the
+    GPUs of its instance types, and nvidia.com/gpu "0", and its own scale-down threshold.
 
     The cluster-autoscaler builds a node of a group scaled to zero from these tags (its AWS provider's README,
     "Scaling a node group to 0": k8s.io/cluster-autoscaler/node-template/resources/<resource>); a pending pod asking
     for nvidia.com/mig-1g.10gb or nvidia.com/gpu.shared fits only a template that offers it, so without them a pool
     of shares never scales out from zero, the failure Karpenter users have reported since 2023
     (aws/karpenter-provider-aws issue 3376, kubernetes-sigs/karpenter issue 729). A template offering nvidia.com/gpu
-    would do the opposite: scale the pool out for a whole-GPU pod its nodes never offer."""
+    would do the opposite: scale the pool out for a whole-GPU pod its nodes never offer, and so does a template
+    without the tag, since the AWS provider fills in the instance type's GPUs (gpu_sharing.AUTOSCALER_RESOURCE_TAG).
+    Without its own threshold a shared node, which has no accelerator label, is consolidated below half its CPU and
+    memory, running notebooks and all (gpu_sharing.SCALE_DOWN_THRESHOLD_TAG)."""
     templates = [r for r in resources if r.type == LAUNCH_TEMPLATE]
     out: list[Violation] = []
     prefix = f"{AUTOSCALER}/node-template/resources/"
@@ -147,13 +150,32 @@ def shared_gpu_pools_advertise_shares(resources: Sequence[Resource], ctx: Contex
                         f"tag {prefix}{resource} is {advertised.get(resource)!r}, but {gpus} GPUs of {count} each "
                         f"offer {count * gpus}: a pending pod asking for it would not scale the pool up from zero"
                     )
-            if "nvidia.com/gpu" in advertised:
+            if as_int(advertised.get(gpu_sharing.WHOLE_GPU)) != 0:
                 problems.append(
-                    f"tag {prefix}nvidia.com/gpu: a shared node offers no whole GPU, so a whole-GPU pod would scale "
-                    "the pool up and never fit"
+                    f'tag {prefix}{gpu_sharing.WHOLE_GPU} is {advertised.get(gpu_sharing.WHOLE_GPU)!r}, not "0": the '
+                    "autoscaler fills in the instance type's GPUs, and a shared node offers no whole GPU, so a "
+                    "whole-GPU pod would scale the pool up and never fit"
                 )
+        problems += _shared_scale_down_problems(tags.get(gpu_sharing.SCALE_DOWN_THRESHOLD_TAG))
         out += [Violation(group.urn, p) for p in problems]
     return out
+
+
+def _shared_scale_down_problems(value: str | None) -> list[str]:
+    """Why a shared pool's per-group scale-down threshold would let the autoscaler remove a node with work on it, or
+    keep an empty one forever (gpu_sharing.SHARED_SCALE_DOWN_THRESHOLD says why its bounds are what they are)."""
+    tag, most = gpu_sharing.SCALE_DOWN_THRESHOLD_TAG, gpu_sharing.SHARED_SCALE_DOWN_THRESHOLD
+    try:
+        threshold = float(value) if value is not None else None
+    except ValueError:
+        threshold = None
+    if threshold is None or not 0 < threshold <= most:
+        return [
+            f"tag {tag} is {value!r}, not a number above 0 and at most {most:f}: without it a shared node is "
+            "consolidated below half its CPU and memory, its notebooks evicted; at 0 an empty one is never removed "
+            "by autoscalers before 1.32"
+        ]
+    return []
 
 
 def _is_gpu_group(group: Resource, templates: Sequence[Resource], ctx: Context) -> bool:

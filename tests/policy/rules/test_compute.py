@@ -86,15 +86,23 @@ CLUSTER = [
 # A MIG pool of p4de.24xlarge (8 A100-80GB), each GPU 4 x 1g.20gb: the group says so, and advertises 32 of them
 # (dlinfra.model.gpu_sharing); a time-sliced pool of g6.xlarge (one L4), 4 replicas.
 LT_A100 = res(LT, "mig-lt", id="lt-2")(instanceType="p4de.24xlarge")
+# Both say nvidia.com/gpu "0" (the autoscaler would fill in the type's GPUs) and set their own scale-down threshold.
+NO_WHOLE_GPU = {"key": GPU_TAG, "value": "0", "propagateAtLaunch": False}
+THRESHOLD = f"{CA}/node-template/autoscaling-options/scaledownutilizationthreshold"
+SHARED_SCALE_DOWN = {"key": THRESHOLD, "value": "0.000001", "propagateAtLaunch": False}
 MIG_TAGS = [
     *GPU_TAGS[:2],
     {"key": "dlinfra:gpu-shares-per-gpu", "value": "nvidia.com/mig-1g.20gb=4", "propagateAtLaunch": True},
     {"key": f"{CA}/node-template/resources/nvidia.com/mig-1g.20gb", "value": "32", "propagateAtLaunch": False},
+    NO_WHOLE_GPU,
+    SHARED_SCALE_DOWN,
 ]
 SLICED_TAGS = [
     *GPU_TAGS[:2],
     {"key": "dlinfra:gpu-shares-per-gpu", "value": "nvidia.com/gpu.shared=4", "propagateAtLaunch": True},
     {"key": f"{CA}/node-template/resources/nvidia.com/gpu.shared", "value": "4", "propagateAtLaunch": False},
+    NO_WHOLE_GPU,
+    SHARED_SCALE_DOWN,
 ]
 L4_MIX = {"launchTemplate": {"overrides": [{"instanceType": "g6.xlarge"}]}}
 
@@ -109,9 +117,13 @@ CASES: dict[str, tuple[list[Resource], list[Resource]]] = {
         [
             LT_A100,
             # Whole GPUs advertised instead of the shares: the failure of aws/karpenter-provider-aws issue 3376.
-            _mig_group([*MIG_TAGS[:3], {"key": GPU_TAG, "value": "8", "propagateAtLaunch": False}], "whole"),
+            _mig_group([*MIG_TAGS[:3], {**NO_WHOLE_GPU, "value": "8"}, SHARED_SCALE_DOWN], "whole"),
+            # No nvidia.com/gpu tag: the autoscaler's AWS provider fills in the p4de's 8 GPUs.
+            _mig_group([*MIG_TAGS[:4], SHARED_SCALE_DOWN], "whole-by-default"),
             # The shares per GPU, not per node (8 GPUs).
-            _mig_group([*MIG_TAGS[:3], {**MIG_TAGS[3], "value": "4"}], "per-gpu"),
+            _mig_group([*MIG_TAGS[:3], {**MIG_TAGS[3], "value": "4"}, *MIG_TAGS[4:]], "per-gpu"),
+            # No threshold of its own: notebooks consolidated away at the CPU nodes' 0.5.
+            _mig_group(MIG_TAGS[:5], "consolidated"),
         ],
     ),
     "imdsv2-required": (
@@ -212,11 +224,26 @@ def test_a_shared_pool_is_judged_by_its_shares_not_as_a_whole_gpu_pool() -> None
     assert gpu_pools_scale_from_zero(shared, CTX) == []  # no nvidia.com/gpu tag, and rightly so
     undiscoverable = shared_gpu_pools_advertise_shares([LT_A100, _mig_group(MIG_TAGS[2:])], CTX)
     assert len(undiscoverable) == 2 and "will not discover" in undiscoverable[0].message
-    missing = shared_gpu_pools_advertise_shares([LT_A100, _mig_group(MIG_TAGS[:3])], CTX)
+    missing = shared_gpu_pools_advertise_shares([LT_A100, _mig_group([*MIG_TAGS[:3], *MIG_TAGS[4:]])], CTX)
     assert [v.message for v in missing] == [
         f"tag {CA}/node-template/resources/nvidia.com/mig-1g.20gb is None, but 8 GPUs of 4 each offer 32: a pending "
         "pod asking for it would not scale the pool up from zero"
     ]
+
+
+@pytest.mark.parametrize(
+    ("tags", "expected"),
+    [
+        ([*MIG_TAGS[:4], SHARED_SCALE_DOWN], f'tag {GPU_TAG} is None, not "0": the autoscaler fills in'),
+        ([*MIG_TAGS[:5], {**SHARED_SCALE_DOWN, "value": "0.5"}], f"tag {THRESHOLD} is '0.5', not a number above 0"),
+        ([*MIG_TAGS[:5], {**SHARED_SCALE_DOWN, "value": "0"}], "never removed by autoscalers before 1.32"),
+        ([*MIG_TAGS[:5], {**SHARED_SCALE_DOWN, "value": "half"}], f"tag {THRESHOLD} is 'half'"),
+        (MIG_TAGS[:5], f"tag {THRESHOLD} is None"),
+    ],
+)
+def test_a_shared_pool_offers_no_whole_gpu_and_keeps_its_notebooks(tags: list[dict[str, Any]], expected: str) -> None:
+    found = [v.message for v in shared_gpu_pools_advertise_shares([LT_A100, _mig_group(tags)], CTX)]
+    assert len(found) == 1 and expected in found[0], found
 
 
 def test_gpu_pool_detected_by_instance_type_and_count_checked() -> None:

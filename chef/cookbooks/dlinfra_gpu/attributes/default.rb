@@ -58,7 +58,11 @@ default['dlinfra_gpu']['gpu_check']['repair_group'] = '65534'
 default['dlinfra_gpu']['gpu_check']['repair_path_unit'] = 'dlinfra-gpu-repair.path'
 default['dlinfra_gpu']['gpu_check']['repair_unit'] = 'dlinfra-gpu-repair.service'
 # A MIG pool's layout (recipe mig): the file the user data writes and the unit that applies it must equal
-# dlinfra/model/gpu_sharing.py's MIG_LAYOUT_PATH and MIG_UNIT (tests/chef checks it).
+# dlinfra/model/gpu_sharing.py's MIG_LAYOUT_PATH and MIG_UNIT; the marker of the one reboot a mode change may take,
+# and the file by which the user data takes that reboot over on a first boot, its MIG_REBOOT_MARKER and
+# MIG_DEFER_REBOOT (tests/chef checks them).
 default['dlinfra_gpu']['mig']['layout'] = '/etc/dlinfra/mig-layout'
 default['dlinfra_gpu']['mig']['unit'] = 'dlinfra-mig.service'
+default['dlinfra_gpu']['mig']['reboot_marker'] = '/var/lib/dlinfra/mig-reboot'
+default['dlinfra_gpu']['mig']['defer_reboot'] = '/run/dlinfra/mig-defer-reboot'
 default['dlinfra_gpu']['mig']['script'] = '/usr/local/libexec/dlinfra/mig-layout'

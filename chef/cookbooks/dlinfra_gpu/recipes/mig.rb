@@ -1,7 +1,8 @@
 # A MIG pool's layout, applied by the host at boot (dlinfra.model.gpu_sharing; docs/shared-gpus.md says why the host
 # and not NVIDIA's mig-manager): the user data writes the instances to create, then starts the unit, which runs
 # before the GPU check, DCGM and the kubelet, and again at every boot (MIG instances do not survive one). Nodes
-# whose user data writes no layout skip it (ConditionPathExists).
+# whose user data writes no layout skip it (ConditionPathExists). Where the mode needs a GPU reset the machine does
+# not offer, it reboots once (the template says how), so it is enabled, as is the kubelet the join configures.
 
 mig = node['dlinfra_gpu']['mig']
 
@@ -12,7 +13,7 @@ end
 template mig['script'] do
   source 'mig-layout.sh.erb'
   mode '0755'
-  variables(layout: mig['layout'])
+  variables(layout: mig['layout'], reboot_marker: mig['reboot_marker'], defer_reboot: mig['defer_reboot'])
 end
 
 template "/etc/systemd/system/#{mig['unit']}" do
