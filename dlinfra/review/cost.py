@@ -98,6 +98,7 @@ FREE: frozenset[str] = frozenset(
         "aws:eks/addon:Addon",
         "aws:eks/podIdentityAssociation:PodIdentityAssociation",
         "aws:iam/instanceProfile:InstanceProfile",
+        "aws:iam/policy:Policy",
         "aws:iam/role:Role",
         "aws:iam/rolePolicy:RolePolicy",
         "aws:iam/rolePolicyAttachment:RolePolicyAttachment",

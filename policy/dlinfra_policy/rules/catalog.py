@@ -249,4 +249,10 @@ RULES: tuple[ResourceRule | StackRule, ...] = (
         "mandatory",
         capacity_blocks.capacity_block_closes_before_cut,
     ),
+    ResourceRule(
+        "no-policy-on-identity-center-role",
+        "No policy is put on or attached to an IAM Identity Center role (AWSReservedSSO_*): IAM refuses it",
+        "mandatory",
+        iam.no_policy_on_identity_center_role,
+    ),
 )
