@@ -89,6 +89,21 @@ def run_upload_policy(
     return pulumi.Output.all(bucket_arns, key_arn).apply(lambda parts: document(parts[0], parts[1]))
 
 
+# Where IAM Identity Center keeps the roles of its permission sets: IAM refuses any change to them ("Cannot perform the
+# operation on the protected role": AWS re:Post, "identity-center-aws-reserved-sso"); a permission set attaches a
+# customer managed policy by its name and path instead (IAM Identity Center user guide, "Customer managed policies").
+IDENTITY_CENTER_ROLE_PATH = ":role/aws-reserved/"
+
+
+def run_policy_attachable(role_arn: str, account: str | None) -> bool:
+    """Whether this stack may attach the upload policy to `role_arn`: not a role IAM Identity Center manages, and in
+    this stack's account when that is known (a role is attached to policies of its own account only; the RolePolicy
+    Attachment names the role by name, which in another account would be some other role or none)."""
+    if IDENTITY_CENTER_ROLE_PATH in role_arn:
+        return False
+    return account is None or role_arn.split(":")[4] == account
+
+
 @dataclass(frozen=True, kw_only=True)
 class PoolGroup:
     """One node pool's Auto Scaling group, as the termination handler's rules and policy name it."""
@@ -107,9 +122,11 @@ class PlatformAwsArgs:
     team_prefixes: Mapping[str, str] = field(default_factory=dict)  # team -> its key prefix in each data bucket
     bucket_arns: pulumi.Input[Mapping[str, str]] | None = None  # purpose -> ARN (Storage.bucket_arns)
     storage_key_arn: pulumi.Input[str] | None = None  # the buckets' SSE-KMS key (Storage.kms_key_arn)
-    # Team -> the IAM role its people use (teams.<team>.role_arn, made outside dlinfra): it gets an inline policy to
-    # upload `dlinfra run` code under the team's prefix (run_upload_policy). Empty: no such policy.
+    # Team -> the IAM role its people use (teams.<team>.role_arn, made outside dlinfra). Each team with one gets a
+    # customer managed policy to upload `dlinfra run` code under its prefix (run_upload_policy), attached to the role
+    # where IAM lets this stack attach it (run_policy_attachable). Empty: no such policy.
     team_role_arns: Mapping[str, str] = field(default_factory=dict)
+    account: str | None = None  # the AWS account this stack applies to (environments.<env>.account), None: unknown
 
     def __post_init__(self) -> None:
         if self.names.region is None:
@@ -161,20 +178,32 @@ class PlatformAws(pulumi.ComponentResource):
                 team_data_policy(args.bucket_arns, args.storage_key_arn, args.team_prefixes[team], args.names.region),
             )
             self.team_data_role_arns[team] = role.arn
+        self.team_run_policy_arns: dict[str, pulumi.Output[str]] = {}
         for team, people_role in sorted(args.team_role_arns.items()):
             assert args.bucket_arns is not None and args.storage_key_arn is not None  # __post_init__
-            # An inline policy on a role made elsewhere: named for this stack, since every region's stack adds its own.
-            aws.iam.RolePolicy(
+            # Named for this stack and team: every region's stack declares its own, and an Identity Center permission
+            # set finds each by name in the account.
+            policy_name = args.names.physical("runs", team, max_len=128)
+            policy = aws.iam.Policy(
                 f"{name}-team-{team}-runs",
-                role=people_role.rpartition("/")[2],  # the role's name: an ARN's last part, after any path
-                name=args.names.physical("runs", max_len=128),
+                name=policy_name,
+                description=f"dlinfra run: upload team {team}'s code to its runs/ prefix in {args.names.region}",
                 policy=pulumi.Output.json_dumps(
                     run_upload_policy(
                         args.bucket_arns, args.storage_key_arn, args.team_prefixes[team], args.names.region
                     )
                 ),
+                tags=args.names.tags("platform", policy_name),
                 opts=pulumi.ResourceOptions(parent=self),
             )
+            self.team_run_policy_arns[team] = policy.arn
+            if run_policy_attachable(people_role, args.account):
+                aws.iam.RolePolicyAttachment(
+                    f"{name}-team-{team}-runs-attachment",
+                    role=people_role.rpartition("/")[2],  # the role's name: an ARN's last part, after any path
+                    policy_arn=policy.arn,
+                    opts=pulumi.ResourceOptions(parent=policy),
+                )
         self.autoscaler_role_arn = autoscaler_role.arn
         self.termination_handler_role_arn = handler_role.arn
         self.termination_queue_url = queue.url
@@ -186,6 +215,7 @@ class PlatformAws(pulumi.ComponentResource):
                 "termination_queue_url": self.termination_queue_url,
                 "termination_queue_arn": self.termination_queue_arn,
                 "team_data_role_arns": self.team_data_role_arns,
+                "team_run_policy_arns": self.team_run_policy_arns,
             }
         )
 

@@ -195,11 +195,15 @@ def declare(ctx: StackContext) -> None:
             bucket_arns=storage.bucket_arns,
             storage_key_arn=storage.kms_key_arn,
             team_role_arns={team: spec.role_arn for team, spec in fleet.teams.items() if spec.role_arn},
+            account=environment.account,
         ),
         opts=pulumi.ResourceOptions(providers=[provider], depends_on=[cluster]),
     )
     # Read by the in-cluster stack (`<env>-<region>-k8s`) through StackReference.
     pulumi.export("termination_queue_url", platform.termination_queue_url)
+    # Each team's `dlinfra run` upload policy: a lab whose teams sign in with IAM Identity Center adds it, by name, to
+    # the team's permission set (docs/researchers.md, "What the lab declares for this").
+    pulumi.export("team_run_policy_arns", platform.team_run_policy_arns)
     if environment.ci is not None:
         # The runners that apply (apply.yml, job k8s) and, where pull requests get real previews, preview (preview.yml,
         # job preview-in-vpc) this region's in-cluster stack from inside the VPC: separate projects and roles.

@@ -1,5 +1,5 @@
-"""The `run` subcommand: the working directory, packed as git would commit it, runs as a queued job in a standard
-image (docs/researchers.md). Bad input, a directory over the limit or a refused call exits 2 with one line."""
+"""The `run` subcommand: the working directory, packed as its .gitignore files leave it, runs as a queued job in a
+standard image (docs/researchers.md). Bad input, a directory over the limit or a refused call exits 2 with one line."""
 
 from __future__ import annotations
 
@@ -22,9 +22,9 @@ def register(subparsers: Any, common: argparse.ArgumentParser) -> dict[str, Hand
         "run",
         parents=[common],
         help="run the working directory's code as a queued job in a standard image",
-        description="Packs the directory (what .gitignore leaves), uploads it to the team's S3 prefix with your AWS "
-        "credentials, and creates a Kueue-queued Job in the team's namespace with your kubeconfig "
-        "(docs/researchers.md).",
+        description="Packs the directory (what its .gitignore files leave), uploads it to the team's S3 prefix as the "
+        "team's IAM role (assumed from your AWS credentials), and creates a Kueue-queued Job in the team's namespace "
+        "with your kubeconfig, after checking that its context is the run's cluster (docs/researchers.md).",
     )
     cmd.add_argument("--env", help="environment (default: the fleet's only one)")
     cmd.add_argument("--region", help="region of the cluster (default: the environment's primary region)")
@@ -38,8 +38,11 @@ def register(subparsers: Any, common: argparse.ArgumentParser) -> dict[str, Hand
     cmd.add_argument("--name", help="the Job's name (default: <directory>-<UTC time>)")
     # Absolute now: a command without --fleet runs from the fleet's folder (dlinfra.cli.root).
     cmd.add_argument("--dir", type=Path, default=Path.cwd(), help="the code (default: the current directory)")
-    cmd.add_argument("--max-code-mib", type=int, help="the most to upload (default: standard_images.max_code_mib)")
-    cmd.add_argument("--account", help="AWS account id of the buckets (default: the environment's, else your own)")
+    cmd.add_argument(
+        "--max-code-mib", type=int, help="the most to upload, at most 5120 (default: standard_images.max_code_mib)"
+    )
+    cmd.add_argument("--account", help="AWS account id of the buckets (default: the environment's, else the role's)")
+    cmd.add_argument("--role-arn", help="IAM role to upload as (default: the team's teams.<team>.role_arn)")
     cmd.add_argument("--context", help="kubeconfig context (default: the current one)")
     cmd.add_argument("--no-tensorboard", action="store_true", help="no TensorBoard sidecar")
     cmd.add_argument("--dry-run", action="store_true", help="print the Job as JSON; upload and submit nothing")
@@ -58,13 +61,19 @@ def _list_images(args: argparse.Namespace) -> int:
     return 0
 
 
-def _account() -> str:
-    """The account of the caller's AWS credentials."""
+def _aws_session(role_arn: str | None) -> Any:
+    """A boto3 session acting as the team's role (None: the caller's own credentials), named for the person."""
+    import getpass
+
     import boto3  # only here: the rest of the CLI works without it
 
     from dlinfra.ops import run as ops_run
 
-    return ops_run.account_id(boto3.client("sts"))
+    session = boto3.Session()
+    if role_arn is None:
+        return session
+    credentials = ops_run.team_credentials(session.client("sts"), role_arn, run_job.session_name(getpass.getuser()))
+    return session if credentials is None else boto3.Session(**credentials)
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -87,28 +96,25 @@ def cmd_run(args: argparse.Namespace) -> int:
         "cpu": args.cpu, "memory": args.memory, "tensorboard": not args.no_tensorboard,
     }  # fmt: skip
     run_job.plan(fleet, account="000000000000", **request)  # every option checked before anything is read or sent
-    limit = args.max_code_mib if args.max_code_mib is not None else run_job.code_limit_mib(fleet)
-    if limit < 1:
-        raise run_job.RunError(f"--max-code-mib: {limit} is below 1")
-    packed = code_pack.pack(directory, limit)
+    packed = code_pack.pack(directory, run_job.code_limit_mib(fleet, args.max_code_mib))
     known = args.account or fleet.environments[env].account
-    # A dry run calls nothing: without a known account, the bucket's name shows where it goes.
-    account = known or ("ACCOUNT" if args.dry_run else _account())
-    run = replace(run_job.plan(fleet, account=account, **request), code_sha256=packed.sha256)
-    manifest = run_job.job(run)
     size = f"{packed.files} files, {packed.size / code_pack.MIB:.1f} MiB"
-    if args.dry_run:
-        sys.stdout.write(json.dumps(manifest, indent=2) + "\n")
+    if args.dry_run:  # calls nothing: without a known account, the bucket's name shows where the code would go
+        run = replace(run_job.plan(fleet, account=known or "ACCOUNT", **request), code_sha256=packed.sha256)
+        sys.stdout.write(json.dumps(run_job.job(run), indent=2) + "\n")
         out.print(f"dry run: {size} would go to {run.code_uri}; nothing uploaded or submitted", markup=False)
         return 0
-    import boto3
-
     from dlinfra.ops import run as ops_run
 
-    batch, server = ops_run.batch_api(args.context)  # a missing kubeconfig before the upload
-    ops_run.upload(boto3.client("s3", region_name=run.region), run, packed)
+    session = _aws_session(run_job.upload_role(fleet, args.team, args.role_arn))
+    account = known or ops_run.account_id(session.client("sts"))
+    run = replace(run_job.plan(fleet, account=account, **request), code_sha256=packed.sha256)
+    manifest = run_job.job(run)
+    kube = ops_run.target(args.context)  # a missing kubeconfig, or another cluster's context, before the upload
+    out.print(f"kubeconfig: {run_job.check_cluster(run, kube.context, kube.cluster, kube.server)}", markup=False)
+    ops_run.upload(session.client("s3", region_name=run.region), run, packed)
     out.print(f"uploaded {size} (sha256 {packed.sha256[:12]}) to {run.code_uri}", markup=False)
-    job = ops_run.submit(batch, server, manifest, run.code_uri)
+    job = ops_run.submit(kube.batch, kube.server, manifest, run.code_uri)
     _follow(run, job.uid)
     return 0
 
@@ -124,16 +130,20 @@ def _follow(run: run_job.RunPlan, uid: str) -> None:
         "follow it:",
         f"  kubectl -n {ns} get workloads -l kueue.x-k8s.io/job-uid={uid}   # queued or admitted, and why",
         f"  {pods}",
+        # The Job is suspended until Kueue admits it, and has no pod until then: `kubectl logs` would give up. Its
+        # status.ready counts pods whose containers all started (Kubernetes docs, "Jobs": Job status), so the wait
+        # ends once the command runs, after the image pull and the code's fetch.
+        f"  kubectl -n {ns} wait --for=jsonpath='{{.status.ready}}'=1 job/{name} --timeout=24h   # until it runs",
         f"  kubectl -n {ns} logs -f job/{name} -c run",
-        f"  dlinfra what-happened {ns}/POD   # a pod that stopped: who stopped it, and did it wait",
+        f"  kubectl -n {ns} get events --field-selector involvedObject.name=POD   # why a pod stopped or failed",
         f"checkpoints and TensorBoard logs: {run.run_dir} on the team's EFS claim "
         "($DLINFRA_CHECKPOINT_DIR, $DLINFRA_TENSORBOARD_DIR)",
     ]
     if run.tensorboard:
         lines += [
             "TensorBoard, over the laptop VPN, while it runs (then open http://localhost:6006):",
-            f'  kubectl -n {ns} port-forward "$({pods} -o name | head -n 1)" {run_job.TENSORBOARD_PORT}:'
-            f"{run_job.TENSORBOARD_PORT}",
+            f'  kubectl -n {ns} port-forward "$({pods} --field-selector=status.phase=Running -o name | head -n 1)" '
+            f"{run_job.TENSORBOARD_PORT}:{run_job.TENSORBOARD_PORT}",
         ]
     for line in lines:
         out.print(line, markup=False, soft_wrap=True)

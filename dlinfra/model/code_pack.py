@@ -1,5 +1,10 @@
-"""A researcher's working directory as the archive `dlinfra run` uploads: the files git would not ignore, packed as a
-deterministic tar.gz (the same tree gives the same bytes, so the same sha256), refused above a size limit.
+"""A researcher's working directory as the archive `dlinfra run` uploads: the files its .gitignore files leave, packed
+as a deterministic tar.gz (the same tree gives the same bytes, so the same sha256), refused above a size limit.
+
+Only the folder's own .gitignore files count, not git's state: .git/info/exclude and core.excludesFile are not read,
+and a file git tracks although a .gitignore matches it is left out. So the archive depends on the folder alone (the
+same on a laptop and a dev box, in a git work tree or not, with or without git), and a person's global excludes do
+not change what a lab job runs.
 
 What git ignores (gitignore(5)): each directory's `.gitignore` applies to the paths below it, a deeper file's patterns
 win over a shallower one's, and within a file the last matching pattern wins; a directory that is ignored is not
@@ -84,7 +89,7 @@ def _ignored(specs: list[tuple[PurePosixPath, GitIgnoreSpec]], path: PurePosixPa
 
 
 def select(root: Path) -> tuple[Entry, ...]:
-    """Every path under `root` git would not ignore, sorted, without following links."""
+    """Every path under `root` its .gitignore files do not ignore, sorted, without following links."""
     if not root.is_dir():
         raise CodeError("is not a directory", file=str(root))
     entries: list[Entry] = []

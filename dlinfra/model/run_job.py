@@ -13,6 +13,7 @@ it; the command runs in /workspace, as given (no shell between it and SIGTERM).
 
 from __future__ import annotations
 
+import copy
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -21,7 +22,7 @@ from typing import Any
 
 from dlinfra.errors import DlinfraError
 from dlinfra.model import kueue, team_storage
-from dlinfra.model.fleet.images import StandardImages
+from dlinfra.model.fleet.images import MAX_CODE_LIMIT_MIB, StandardImages
 from dlinfra.model.fleet.schema import Fleet
 from dlinfra.model.naming import Names
 
@@ -39,6 +40,22 @@ GPU_RESOURCE = kueue.GPU_RESOURCE
 # template tolerates (Kueue docs, "Resource Flavor": nodeTaints), so a GPU run tolerates it; the GPU admission policy
 # allows exactly this one and refuses the health and burn-in taints (components/charts/gpu_admission.py).
 GPU_TOLERATION = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
+# Never on a site's machines (EKS Hybrid Nodes): the team's EFS claim cannot be mounted there, since EFS mount targets
+# admit NFS from the VPC's private subnets only (components/storage.py) and the EFS CSI driver is not among the add-ons
+# AWS validates for hybrid nodes (EKS user guide, "Configure add-ons for hybrid nodes"). EKS labels hybrid nodes
+# eks.amazonaws.com/compute-type=hybrid and a site's flavor carries that label in its nodeLabels
+# (components/charts/kueue.py resource_flavor_spec); Kueue matches a pod template's required node affinity against
+# flavors' nodeLabels and does not assign a flavor it excludes (Kueue docs, "Resource Flavor": ResourceFlavor labels).
+COMPUTE_TYPE_LABEL = "eks.amazonaws.com/compute-type"
+NOT_HYBRID = {
+    "nodeAffinity": {
+        "requiredDuringSchedulingIgnoredDuringExecution": {
+            "nodeSelectorTerms": [
+                {"matchExpressions": [{"key": COMPUTE_TYPE_LABEL, "operator": "NotIn", "values": ["hybrid"]}]}
+            ]
+        }
+    }
+}
 CODE_BUCKET = "results"  # components/storage.py BUCKETS: the code of a run is kept with what it produced
 RUNS_PREFIX = "runs/"  # under the team's prefix: what the team's people may upload to (components/platform_aws.py)
 CODE_KEY = team_storage.S3_TEAM_PREFIX + RUNS_PREFIX + "{run}/code.tar.gz"
@@ -47,9 +64,14 @@ TEAM_MOUNT = "/team"  # the team's EFS directory (claim team_storage.TEAM_CLAIM)
 RUN_DIR = TEAM_MOUNT + "/runs/{run}"  # the run's own directory there: checkpoints/ and tensorboard/
 TENSORBOARD_PORT = 6006  # TensorBoard's own default port
 BACKOFF_LIMIT = 3  # real failures only: disruptions are ignored by the podFailurePolicy (docs/jobs.md)
+FETCH_VOLUME = "6Gi"  # the archive's emptyDir: above the most a run may upload (images.MAX_CODE_LIMIT_MIB)
 KUBELET_DEFAULT_GRACE = 30  # terminationGracePeriodSeconds when a pod gives none: where no pool caps it
 _NAME_MAX = 52  # a Job's name goes into its pods' names and the batch.kubernetes.io/job-name label (63)
 _NAME = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
+_ROLE_ARN = re.compile(r"arn:aws[a-z-]*:iam::\d{12}:role/[\w+=,.@/-]{1,512}")  # as teams.<team>.role_arn
+_SESSION_CHARS = re.compile(r"[^\w+=,.@-]", flags=re.ASCII)
+_EKS_ARN = re.compile(r"arn:aws[a-z-]*:eks:([a-z0-9-]+):\d{12}:cluster/([A-Za-z0-9][A-Za-z0-9_-]*)")
+_EKS_ENDPOINT = re.compile(r"https://[^/:]+\.([a-z]{2}(?:-[a-z]+)+-\d+)\.eks\.amazonaws\.com(?:\.cn)?(?::443)?")
 # A resource quantity as Kubernetes writes one (apimachinery resource.Quantity): a number and an SI or binary suffix.
 _QUANTITY = re.compile(r"(\d+(\.\d*)?|\.\d+)(m|k|M|G|T|P|E|Ki|Mi|Gi|Ti|Pi|Ei)?")
 
@@ -77,6 +99,7 @@ class RunPlan:
     grace: int  # terminationGracePeriodSeconds
     bucket: str  # the results bucket of the region
     key: str  # the archive's key in it
+    cluster: str  # the region's EKS cluster, where the Job must go (components/cluster.py: Names.physical("eks"))
     code_sha256: str = ""
     cpu: str | None = None  # CPU request (Kubernetes quantity), None: none
     memory: str | None = None  # memory request and limit, None: none
@@ -100,10 +123,51 @@ def default_name(directory: str, now: datetime) -> str:
     return f"{stem}-{now:%Y%m%d-%H%M%S}"
 
 
+def _names(fleet: Fleet, env: str, region: str) -> Names:
+    return Names(project=fleet.project, environment=env, region=region, fleet_tags=fleet.tags)
+
+
 def bucket_name(fleet: Fleet, env: str, region: str, account: str) -> str:
     """The region's results bucket (components/storage.py _bucket_name: the account id makes it global)."""
-    names = Names(project=fleet.project, environment=env, region=region, fleet_tags=fleet.tags)
-    return f"{names.physical(CODE_BUCKET, max_len=50)}-{account}"
+    return f"{_names(fleet, env, region).physical(CODE_BUCKET, max_len=50)}-{account}"
+
+
+def session_name(user: str) -> str:
+    """The STS session name of a run's upload, `dlinfra-run-<user>`, so CloudTrail says who put the code there
+    (STS AssumeRole: RoleSessionName is 2 to 64 of letters, digits and +=,.@_-)."""
+    return ("dlinfra-run-" + _SESSION_CHARS.sub("-", user))[:64]
+
+
+def upload_role(fleet: Fleet, team: str, asked: str | None) -> str | None:
+    """The IAM role a run uploads as: as asked (--role-arn), else the team's role_arn; None: the caller's own."""
+    if asked is not None and not _ROLE_ARN.fullmatch(asked):
+        raise RunError(f"--role-arn: {asked!r} is not an IAM role ARN (arn:aws:iam::<12 digits>:role/<name>)")
+    return asked or fleet.teams[team].role_arn
+
+
+def check_cluster(run: RunPlan, context: str, cluster: str, server: str) -> str:
+    """Refuse a kubeconfig context whose cluster is not the run's (its code went to the run's region); say what was
+    checked. `aws eks update-kubeconfig` names a context's cluster by its ARN (arn:aws:eks:<region>:<account>:cluster/
+    <name>); other tools keep EKS's endpoint, https://<id>.<zone>.<region>.eks.amazonaws.com."""
+    fix = f"aws eks update-kubeconfig --region {run.region} --name {run.cluster}, or give its context with --context"
+    arn = _EKS_ARN.fullmatch(cluster)
+    if arn is not None:
+        region, name = arn.groups()
+        if (region, name) != (run.region, run.cluster):
+            raise RunError(
+                f"--context: {context} is cluster {name} in {region}, but this run goes to {run.cluster} in "
+                f"{run.region} ({fix})"
+            )
+        return f"context {context} (cluster {name} in {region})"
+    endpoint = _EKS_ENDPOINT.fullmatch(server.rstrip("/"))
+    if endpoint is not None:
+        if endpoint.group(1) != run.region:
+            raise RunError(
+                f"--context: {context} is an EKS cluster in {endpoint.group(1)}, but this run goes to {run.cluster} "
+                f"in {run.region} ({fix})"
+            )
+        return f"context {context} (an EKS cluster in {run.region}: its name is not in the kubeconfig)"
+    return f"context {context} ({server}: not an EKS endpoint, its cluster is not checked)"
 
 
 def _images(fleet: Fleet) -> StandardImages:
@@ -112,9 +176,16 @@ def _images(fleet: Fleet) -> StandardImages:
     return fleet.standard_images
 
 
-def code_limit_mib(fleet: Fleet) -> int:
-    """The fleet's cap on a run's code, in MiB."""
-    return _images(fleet).max_code_mib
+def code_limit_mib(fleet: Fleet, asked: int | None = None) -> int:
+    """The cap on a run's code, in MiB: as asked (--max-code-mib), within 1..MAX_CODE_LIMIT_MIB, else the fleet's."""
+    if asked is None:
+        return _images(fleet).max_code_mib
+    if not 1 <= asked <= MAX_CODE_LIMIT_MIB:
+        raise RunError(
+            f"--max-code-mib: {asked} is outside 1..{MAX_CODE_LIMIT_MIB} (one S3 PutObject takes at most 5 GB, and the "
+            "job's archive volume holds 6 GiB)"
+        )
+    return asked
 
 
 def region_of(fleet: Fleet, env: str, region: str | None) -> str:
@@ -213,6 +284,7 @@ def plan(
         grace=_grace(fleet, env, where, pool, gpus, grace),
         bucket=bucket_name(fleet, env, where, account),
         key=CODE_KEY.format(team=team, run=name),
+        cluster=_names(fleet, env, where).physical("eks"),
         cpu=cpu,
         memory=memory,
         tensorboard=tensorboard,
@@ -311,8 +383,9 @@ def job(run: RunPlan) -> dict[str, Any]:
         "terminationGracePeriodSeconds": run.grace,
         "initContainers": init,
         "containers": [main],
+        "affinity": copy.deepcopy(NOT_HYBRID),
         "volumes": [
-            {"name": "fetch", "emptyDir": {"sizeLimit": "6Gi"}},
+            {"name": "fetch", "emptyDir": {"sizeLimit": FETCH_VOLUME}},
             {"name": "code", "emptyDir": {"sizeLimit": "12Gi"}},
             {"name": "team", "persistentVolumeClaim": {"claimName": team_storage.TEAM_CLAIM}},
         ],

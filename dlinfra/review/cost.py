@@ -100,6 +100,7 @@ FREE: frozenset[str] = frozenset(
         "aws:eks/addon:Addon",
         "aws:eks/podIdentityAssociation:PodIdentityAssociation",
         "aws:iam/instanceProfile:InstanceProfile",
+        "aws:iam/policy:Policy",
         "aws:iam/role:Role",
         "aws:iam/rolePolicy:RolePolicy",
         "aws:iam/rolePolicyAttachment:RolePolicyAttachment",
@@ -544,8 +545,7 @@ def price_stack(
         gb = assumptions["efs_gb"]
         p.add("EFS storage", "efs_standard", region, gb, gb, f"{gb:g} GB-month (assumption efs_gb)")
     if of("aws:s3/bucket:Bucket"):
-        gb = assumptions["s3_gb"]
-        n = len(of("aws:s3/bucket:Bucket"))
+        gb, n = assumptions["s3_gb"], len(of("aws:s3/bucket:Bucket"))
         p.add("S3 storage", "s3_standard", region, gb, gb, f"{gb:g} GB-month in {n} buckets (assumption s3_gb)")
     return StackCost(stack=plan["stack"], region=region, items=tuple(p.items))
 

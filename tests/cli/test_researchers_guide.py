@@ -41,7 +41,9 @@ def _dlinfra_commands() -> list[list[str]]:
 
 def test_every_dlinfra_command_parses() -> None:
     commands = _dlinfra_commands()
-    assert {argv[0] for argv in commands} >= {"vpn", "run", "quota", "what-happened"}
+    # No `what-happened` for the researcher to run: it reads nodes and EC2, which a team's role may not.
+    assert {argv[0] for argv in commands} >= {"vpn", "run", "quota"}
+    assert "what-happened" not in {argv[0] for argv in commands}
     parser = cli._parser()
     for argv in commands:
         parser.parse_args(argv)  # exits (SystemExit) on an unknown option or a bad value
@@ -70,6 +72,11 @@ def test_the_run_command_runs_and_prints_what_the_guide_shows(
     printed = capsys.readouterr().out
     for line in printed.splitlines():
         assert line in GUIDE, f"docs/researchers.md shows another output than `dlinfra run` prints: {line!r}"
+    # The context `aws eks update-kubeconfig --alias prod-us-west-2` writes: its cluster entry is the cluster's ARN.
+    arn = "arn:aws:eks:us-west-2:111122223333:cluster/dlinfra-prod-usw2-eks"
+    said = run_job.check_cluster(run, "prod-us-west-2", arn, "https://0123ABCD.gr7.us-west-2.eks.amazonaws.com")
+    assert f"\nkubeconfig: {said}\nuploaded " in GUIDE
+    assert "--name dlinfra-prod-usw2-eks" in GUIDE and "--alias prod-us-west-2" in GUIDE
 
 
 def test_the_python_compiles_and_uses_the_run_environment() -> None:

@@ -99,3 +99,27 @@ def test_over_the_limit_names_the_heaviest(tmp_path: Path) -> None:
 def test_not_a_directory(tmp_path: Path) -> None:
     with pytest.raises(code_pack.CodeError, match="is not a directory"):
         code_pack.select(tmp_path / "missing")
+
+
+@pytest.mark.skipif(shutil.which("git") is None, reason="git is not installed")
+def test_where_the_archive_differs_from_what_git_would_commit(tmp_path: Path) -> None:
+    """What the guide says the packer does not do: read .git/info/exclude or core.excludesFile, or keep a file git
+    tracks although a .gitignore matches it. The archive depends on the folder's .gitignore files alone."""
+    root = tmp_path / "repo"
+    root.mkdir()
+    env = {**os.environ, "GIT_CONFIG_GLOBAL": str(tmp_path / "gitconfig"), "GIT_CONFIG_NOSYSTEM": "1"}
+    (tmp_path / "gitconfig").write_text(f"[core]\n\texcludesFile = {tmp_path / 'global-ignore'}\n")
+    (tmp_path / "global-ignore").write_text("personal.txt\n")
+    subprocess.run(["git", "init", "-q", str(root)], check=True, env=env)
+    (root / ".git" / "info").mkdir(exist_ok=True)
+    (root / ".git" / "info" / "exclude").write_text("local-only.txt\n")
+    for name in ("personal.txt", "local-only.txt", "tracked.log", "a.py"):
+        (root / name).write_text("x")
+    subprocess.run(["git", "-C", str(root), "add", "tracked.log"], check=True, env=env)
+    (root / ".gitignore").write_text("*.log\n")
+    listed = subprocess.run(
+        ["git", "-C", str(root), "ls-files", "--cached", "--others", "--exclude-standard"],
+        check=True, env=env, capture_output=True, text=True,
+    ).stdout.split()  # fmt: skip
+    assert sorted(listed) == [".gitignore", "a.py", "tracked.log"]
+    assert _files(code_pack.select(root)) == {".gitignore", "a.py", "personal.txt", "local-only.txt"}

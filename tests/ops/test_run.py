@@ -1,10 +1,12 @@
 """`dlinfra run` end to end: moto for S3 and STS, and the recorded Kubernetes API of the ops tests, which here also
 takes a Job (POST), so the official client's real create request is exercised.
 
-What is checked: the uploaded archive holds exactly what git would commit of the directory (nested .gitignore files,
-negations, .git left out) and its sha256 is the one the Job checks; the Job the API received is the one
-dlinfra.model.run_job builds, a valid batch/v1 Job for the fleet's Kubernetes version, suspended and labelled for the
-team's LocalQueue; and each failure (no team, unknown image, over the limit, a refusal by the API) is one line.
+What is checked: the upload acts as the team's role (moto keeps each account's S3 apart, so code put with the caller's
+own credentials would land in another account); the kubeconfig's context is the run's cluster; the uploaded archive
+holds exactly what the directory's .gitignore files leave (nested .gitignore files, negations, .git left out) and its
+sha256 is the one the Job checks; the Job the API received is the one dlinfra.model.run_job builds, a valid batch/v1
+Job for the fleet's Kubernetes version, suspended and labelled for the team's LocalQueue; and each failure (no team,
+unknown image, over the limit, a refusal by the API, another cluster's context) is one line.
 Whether every admission policy dlinfra installs accepts that Job and its pods: tests/ops/test_run_admission.py.
 """
 
@@ -33,7 +35,9 @@ from tests.conftest import REFERENCE_FLEET
 from tests.loopback import serving
 from tests.ops.test_what_happened import RecordedApi, _Handler, write_kubeconfig
 
-ACCOUNT = "123456789012"  # moto's account
+CALLER_ACCOUNT = "123456789012"  # moto's: the account of the caller's own credentials
+ACCOUNT = "111122223333"  # the account of team vision's role (tests/fixtures/fleet.yaml), where the buckets are
+TEAM_ROLE = f"arn:aws:iam::{ACCOUNT}:role/team-vision"
 BUCKET = f"dlinfra-prod-usw2-results-{ACCOUNT}"
 JOBS_PATH = ["apis", "batch", "v1", "namespaces"]
 
@@ -74,7 +78,25 @@ class _SubmitHandler(_Handler):
 class Lab:
     code: Path
     api: SubmittingApi
-    s3: Any
+    s3: Any  # S3 as the team's role, in its account
+    kubeconfig: Path
+    url: str
+
+
+def _as(role_arn: str, session: str = "test") -> boto3.Session:
+    credentials = boto3.client("sts").assume_role(RoleArn=role_arn, RoleSessionName=session)["Credentials"]
+    return boto3.Session(
+        aws_access_key_id=credentials["AccessKeyId"],
+        aws_secret_access_key=credentials["SecretAccessKey"],
+        aws_session_token=credentials["SessionToken"],
+    )
+
+
+def _assumed() -> list[tuple[str, str]]:
+    """(role ARN, session name) of every AssumeRole moto answered, in the account the roles are in."""
+    from moto.sts.models import sts_backends
+
+    return [(r.role_arn, r.session_name) for r in sts_backends[ACCOUNT]["global"].assumed_roles]
 
 
 def _tree(root: Path) -> None:
@@ -113,14 +135,17 @@ def lab(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Lab]:
         monkeypatch.setenv(name, "testing")
     monkeypatch.setenv("AWS_DEFAULT_REGION", "us-west-2")
     monkeypatch.delenv("AWS_PROFILE", raising=False)
+    monkeypatch.setenv("USER", "alice")  # getpass.getuser(): the session name
+    monkeypatch.setenv("LOGNAME", "alice")
     code = tmp_path / "my-idea"
     _tree(code)
     api = SubmittingApi()
     with mock_aws(), serving(api) as url:
-        monkeypatch.setenv("KUBECONFIG", str(write_kubeconfig(tmp_path / "kubeconfig", url)))
-        s3 = boto3.client("s3", region_name="us-west-2")
+        kubeconfig = write_kubeconfig(tmp_path / "kubeconfig", url)
+        monkeypatch.setenv("KUBECONFIG", str(kubeconfig))
+        s3 = _as(TEAM_ROLE, "setup").client("s3", region_name="us-west-2")
         s3.create_bucket(Bucket=BUCKET, CreateBucketConfiguration={"LocationConstraint": "us-west-2"})
-        yield Lab(code, api, s3)
+        yield Lab(code, api, s3, kubeconfig, url)
 
 
 def _argv(lab: Lab, *extra: str) -> list[str]:
@@ -167,9 +192,16 @@ def test_run_uploads_what_git_would_commit_and_submits_the_job(lab: Lab, capsys:
     assert f"s3://{BUCKET}/{key}" in pod["initContainers"][0]["command"]
 
     assert "submitted job team-vision/my-idea-1 to queue default in prod/us-west-2" in printed
-    assert "kubectl -n team-vision logs -f job/my-idea-1 -c run" in printed
-    assert "dlinfra what-happened team-vision/POD" in printed
-    assert "port-forward" in printed and "6006:6006" in printed
+    # Suspended until admitted, and no pod until then: the wait comes before the logs.
+    wait = "kubectl -n team-vision wait --for=jsonpath='{.status.ready}'=1 job/my-idea-1 --timeout=24h"
+    logs = "kubectl -n team-vision logs -f job/my-idea-1 -c run"
+    assert wait in printed and logs in printed and printed.index(wait) < printed.index(logs)
+    assert "kubectl -n team-vision get events --field-selector involvedObject.name=POD" in printed
+    assert "what-happened" not in printed  # needs rights on nodes and EC2 a team's role does not have
+    forward = [line for line in printed.splitlines() if "port-forward" in line]
+    assert len(forward) == 1 and "--field-selector=status.phase=Running" in forward[0] and "6006:6006" in forward[0]
+    assert "kubeconfig: context story (http://127.0.0.1:" in printed  # the context used is said
+    assert _assumed()[-1] == (TEAM_ROLE, "dlinfra-run-alice")  # uploaded as the team's role, named for the person
 
 
 def test_the_archive_is_the_same_bytes_for_the_same_tree(lab: Lab) -> None:
@@ -198,7 +230,9 @@ def _one_line_error(capsys: pytest.CaptureFixture[str]) -> str:
         (("--image", "tensorflow"), "--image: no standard image 'tensorflow' in the fleet (lab-pytorch, pytorch)"),
         (("--pool", "cpu"), "--pool: cpu is a CPU pool; a run with --gpus 1 needs a GPU pool"),
         (("--grace", "1800"), "--grace: 1800 s is outside 1..900 s, the smallest GPU pool checkpoint_grace"),
-        (("--max-code-mib", "0"), "--max-code-mib: 0 is below 1"),
+        (("--max-code-mib", "0"), "--max-code-mib: 0 is outside 1..5120"),
+        (("--max-code-mib", "5121"), "--max-code-mib: 5121 is outside 1..5120 (one S3 PutObject takes at most 5 GB"),
+        (("--role-arn", "team-vision"), "--role-arn: 'team-vision' is not an IAM role ARN"),
         (("--memory", "64GB"), "--memory: '64GB' is not a Kubernetes quantity (e.g. 8, 500m, 64Gi)"),
         (("--name", "My_Idea"), "--name: 'My_Idea' is not a job name"),
     ],
@@ -276,3 +310,102 @@ def test_a_name_taken_is_refused_without_replacing_the_first_runs_code(
     assert "a run named my-idea-1 already has its code there; give this one another --name" in error
     assert _archive(lab, "teams/vision/runs/my-idea-1/code.tar.gz")[0] == first
     assert len(lab.api.objects["jobs"]) == 1
+
+
+def test_the_upload_is_the_team_roles_not_the_callers(lab: Lab, capsys: pytest.CaptureFixture[str]) -> None:
+    """The caller's own account has no such bucket, and the team role's upload right is not the caller's: code put
+    with the caller's credentials would not arrive (moto keeps accounts apart as AWS does)."""
+    caller_s3 = boto3.client("s3", region_name="us-west-2")
+    assert cli.main(_argv(lab)) == 0, capsys.readouterr()
+    assert lab.s3.list_objects_v2(Bucket=BUCKET)["KeyCount"] == 1
+    assert [b["Name"] for b in caller_s3.list_buckets()["Buckets"]] == []
+    assert f"s3://{BUCKET}/" in capsys.readouterr().out  # the account in the bucket's name is the role's
+
+
+def test_role_arn_names_another_role(lab: Lab, capsys: pytest.CaptureFixture[str]) -> None:
+    other = f"arn:aws:iam::{ACCOUNT}:role/lab/vision-uploader"
+    assert cli.main(_argv(lab, "--role-arn", other)) == 0, capsys.readouterr()
+    assert _assumed()[-1] == (other, "dlinfra-run-alice")
+
+
+def test_a_caller_who_is_the_team_role_already_assumes_nothing(
+    lab: Lab, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """As with an IAM Identity Center profile whose permission set's role is the team's role."""
+    credentials = _as(TEAM_ROLE, "alice@lab").get_credentials()
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", credentials.access_key)
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", credentials.secret_key)
+    monkeypatch.setenv("AWS_SESSION_TOKEN", credentials.token)
+    before = len(_assumed())
+    assert cli.main(_argv(lab)) == 0, capsys.readouterr()
+    assert len(_assumed()) == before
+    assert lab.s3.list_objects_v2(Bucket=BUCKET)["KeyCount"] == 1
+
+
+def test_an_identity_center_role_is_not_assumed_but_signed_in_to(lab: Lab, capsys: pytest.CaptureFixture[str]) -> None:
+    sso = f"arn:aws:iam::{ACCOUNT}:role/aws-reserved/sso.amazonaws.com/AWSReservedSSO_vision_0123456789abcdef"
+    before = len(_assumed())
+    assert cli.main(_argv(lab, "--role-arn", sso)) == 2
+    error = _one_line_error(capsys)
+    assert "is an IAM Identity Center role, which only its permission set's sign-in can assume" in error
+    assert f"you are arn:aws:sts::{CALLER_ACCOUNT}:user/moto" in error
+    assert len(_assumed()) == before and lab.api.requests == []
+
+
+def _kubeconfig_for(lab: Lab, cluster: str) -> None:
+    config = json.loads(lab.kubeconfig.read_text())
+    config["clusters"][0]["name"] = config["contexts"][0]["context"]["cluster"] = cluster
+    config["contexts"][0]["name"] = config["current-context"] = "prod-us-west-2"
+    lab.kubeconfig.write_text(json.dumps(config))
+
+
+@pytest.mark.parametrize(
+    ("cluster", "refusal"),
+    [
+        (
+            f"arn:aws:eks:us-east-1:{ACCOUNT}:cluster/dlinfra-prod-use1-eks",
+            "is cluster dlinfra-prod-use1-eks in us-east-1",
+        ),
+        (f"arn:aws:eks:us-west-2:{ACCOUNT}:cluster/dlinfra-staging-usw2-eks", "is cluster dlinfra-staging-usw2-eks in"),
+        (f"arn:aws:eks:us-west-2:{ACCOUNT}:cluster/dlinfra-prod-usw2-eks", None),
+    ],
+    ids=["another region", "another environment", "the run's cluster"],
+)
+def test_the_context_must_be_the_runs_cluster(
+    lab: Lab, capsys: pytest.CaptureFixture[str], cluster: str, refusal: str | None
+) -> None:
+    """aws eks update-kubeconfig names the cluster by its ARN: another cluster's context gets neither code nor Job."""
+    _kubeconfig_for(lab, cluster)
+    if refusal is None:
+        assert cli.main(_argv(lab)) == 0, capsys.readouterr()
+        assert (
+            "kubeconfig: context prod-us-west-2 (cluster dlinfra-prod-usw2-eks in us-west-2)" in capsys.readouterr().out
+        )
+        return
+    assert cli.main(_argv(lab)) == 2
+    error = _one_line_error(capsys)
+    assert f"--context: prod-us-west-2 {refusal}" in error
+    assert (
+        "but this run goes to dlinfra-prod-usw2-eks in us-west-2 (aws eks update-kubeconfig --region us-west-2" in error
+    )
+    assert lab.s3.list_objects_v2(Bucket=BUCKET)["KeyCount"] == 0 and lab.api.requests == []
+
+
+@pytest.mark.parametrize(
+    ("server", "said"),
+    [
+        ("https://0123ABCD.gr7.us-west-2.eks.amazonaws.com", "an EKS cluster in us-west-2"),
+        ("https://0123ABCD.gr7.us-east-1.eks.amazonaws.com", None),
+        ("https://127.0.0.1:6443", "not an EKS endpoint, its cluster is not checked"),
+    ],
+    ids=["EKS endpoint of the region", "EKS endpoint of another region", "not EKS"],
+)
+def test_a_context_named_otherwise_is_checked_by_its_endpoints_region(server: str, said: str | None) -> None:
+    """A kubeconfig another tool wrote (eksctl: <name>.<region>.eksctl.io) keeps the EKS endpoint, naming its region."""
+    fleet = load_fleet(REFERENCE_FLEET).fleet
+    run = run_job.plan(fleet, env="prod", region=None, team="vision", name="x", account=ACCOUNT, command=["true"])
+    if said is None:
+        with pytest.raises(run_job.RunError, match="is an EKS cluster in us-east-1, but this run goes to"):
+            run_job.check_cluster(run, "other", "dlinfra-prod-use1-eks.us-east-1.eksctl.io", server)
+    else:
+        assert said in run_job.check_cluster(run, "here", "dlinfra-prod-usw2-eks.us-west-2.eksctl.io", server)

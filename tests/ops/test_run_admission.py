@@ -9,11 +9,13 @@ its pool allows is refused by the same policies (so the evaluation here can fail
 from __future__ import annotations
 
 import copy
+import re
 from dataclasses import replace
 from typing import Any
 
 import celpy
 import pytest
+import yaml
 
 from components.charts import gpu_admission
 from dlinfra.model import run_job
@@ -21,7 +23,7 @@ from dlinfra.model.fleet.load import load_fleet
 from dlinfra.model.fleet.schema import Fleet
 from tests.components import _pod_security
 from tests.components._platform import Stack, platform_stacks
-from tests.conftest import REFERENCE_FLEET
+from tests.conftest import REFERENCE_FLEET, ROOT
 
 POLICY = "kubernetes:admissionregistration.k8s.io/v1:ValidatingAdmissionPolicy"
 TEAM_USER = "arn:aws:sts::111122223333:assumed-role/team-vision/alice"  # as EKS names a team role's session
@@ -103,10 +105,34 @@ def _tolerates(toleration: dict[str, Any], taint: dict[str, Any]) -> bool:
     return bool(toleration.get("value", "") == taint.get("value", ""))
 
 
+def _matches(requirement: dict[str, Any], labels: dict[str, str]) -> bool:
+    """A node selector requirement against a flavor's labels (core/v1 NodeSelectorRequirement: NotIn and
+    DoesNotExist hold when the label is absent)."""
+    key, operator, values = requirement["key"], requirement["operator"], requirement.get("values", [])
+    return {
+        "In": lambda: labels.get(key) in values,
+        "NotIn": lambda: labels.get(key) not in values,
+        "Exists": lambda: key in labels,
+        "DoesNotExist": lambda: key not in labels,
+    }[operator]()
+
+
 def _fits(job: dict[str, Any], flavor: dict[str, Any]) -> bool:
-    """Whether Kueue may give the job this flavor: its template tolerates every taint the flavor's nodes carry."""
-    tolerations = job["spec"]["template"]["spec"].get("tolerations", [])
-    return all(any(_tolerates(t, taint) for t in tolerations) for taint in flavor["spec"].get("nodeTaints", []))
+    """Whether Kueue may give the job this flavor (Kueue docs, "Resource Flavor"): its template tolerates every taint
+    the flavor's nodes carry, and its nodeSelector and required node affinity match the flavor's nodeLabels. (Kueue
+    leaves out keys that no flavor of the resource group labels; each key the run uses is labelled by some flavor.)"""
+    pod = job["spec"]["template"]["spec"]
+    tolerations = pod.get("tolerations", [])
+    if not all(any(_tolerates(t, taint) for t in tolerations) for taint in flavor["spec"].get("nodeTaints", [])):
+        return False
+    labels = flavor["spec"].get("nodeLabels", {})
+    if any(labels.get(key, value) != value for key, value in pod.get("nodeSelector", {}).items()):
+        return False
+    required = pod.get("affinity", {}).get("nodeAffinity", {}).get("requiredDuringSchedulingIgnoredDuringExecution")
+    if required is None:
+        return True
+    # Terms are ORed, a term's expressions ANDed (core/v1 NodeSelector).
+    return any(all(_matches(r, labels) for r in term["matchExpressions"]) for term in required["nodeSelectorTerms"])
 
 
 def _admitted(job: dict[str, Any], flavor: dict[str, Any]) -> dict[str, Any]:
@@ -156,6 +182,8 @@ def test_every_policy_admits_the_run_at_each_step(fleet: Fleet, stack: Stack, op
     assert _everything(stack, _request("CREATE", TEAM_USER), job) == []
     pool = options.get("pool")
     for name, flavor in _flavors(stack, (pool,) if pool else None).items():
+        if name.startswith("site-"):
+            continue  # never given one: test_a_run_is_never_given_a_sites_flavor
         taints = flavor["spec"].get("nodeTaints", [])
         # A Capacity Block's flavor is created closed: no run may tolerate that, and inside the window it fits.
         assert not _fits(job, flavor) if any(t["key"] == BLOCK_CLOSED for t in taints) else _fits(job, flavor), name
@@ -192,3 +220,27 @@ def test_a_cpu_run_passes_every_policy_and_tolerates_nothing(fleet: Fleet, stack
     pod = _pod_of(job)
     assert _everything(stack, _request("CREATE", JOB_CONTROLLER), pod) == []
     assert _pod_security.violations(pod, "baseline") == []
+
+
+@pytest.mark.parametrize("options", [{}, {"gpus": 8}, {"gpus": 1, "grace": 600}], ids=["1 GPU", "8 GPUs", "grace"])
+def test_a_run_is_never_given_a_sites_flavor(fleet: Fleet, stack: Stack, options: dict[str, Any]) -> None:
+    """A site's machines (EKS Hybrid Nodes) cannot mount the team's EFS claim: Kueue, which tries owned sites first
+    (docs/jobs.md), must skip their flavors, and give the run a pool's."""
+    job = _run(fleet, **options)
+    flavors = _flavors(stack)
+    sites = {n: f for n, f in flavors.items() if f["spec"]["nodeLabels"].get(run_job.COMPUTE_TYPE_LABEL) == "hybrid"}
+    assert sites, "the reference region has a site, or this test shows nothing"
+    assert not [n for n, f in sites.items() if _fits(job, f)]
+    assert _fits(job, flavors["pool-interactive"])
+    # The exclusion is the run's affinity: without it the site's flavor would fit.
+    loose = copy.deepcopy(job)
+    del loose["spec"]["template"]["spec"]["affinity"]
+    assert all(_fits(loose, f) for f in sites.values())
+
+
+def test_the_jobs_guide_example_fits_the_gpu_flavors(stack: Stack) -> None:
+    """docs/jobs.md's example Job tolerates the GPU taint every GPU flavor lists in nodeTaints: Kueue can admit it."""
+    blocks = re.findall(r"```yaml\n(.*?)```", (ROOT / "docs" / "jobs.md").read_text(), flags=re.S)
+    (job,) = [doc for doc in map(yaml.safe_load, blocks) if doc.get("kind") == "Job"]
+    fitting = [n for n, f in _flavors(stack).items() if _fits(job, f)]
+    assert {"pool-interactive", "site-sjc1"} <= set(fitting), fitting

@@ -26,6 +26,9 @@ _REFERENCE_MAX = 255  # distribution/reference NameTotalLengthMax: the name (hos
 # The most code `dlinfra run` uploads when the fleet sets no limit: a working directory of source and configs, not
 # data or checkpoints (which belong on EFS or S3, and would cost every run their upload).
 DEFAULT_CODE_LIMIT_MIB = 100
+# The most a run may upload: one PutObject takes at most 5 GB (S3 user guide, "Uploading objects"), and the Job's
+# archive volume holds 6 GiB (dlinfra.model.run_job FETCH_VOLUME).
+MAX_CODE_LIMIT_MIB = 5120
 # The image whose AWS CLI fetches a run's code from S3: 2.15.0 or later reads EKS Pod Identity credentials (EKS user
 # guide, "Use pod identity with the AWS SDK"). A fleet whose nodes cannot reach public.ecr.aws names its own copy.
 FETCH_IMAGE = "public.ecr.aws/aws-cli/aws-cli:2.22.0"
@@ -69,7 +72,7 @@ class StandardImages(Strict):
     default: Name  # a name of `images`
     # The largest working directory `dlinfra run` uploads, in MiB of files packed (before compression); a run may
     # lower or raise it with --max-code-mib.
-    max_code_mib: int = Field(DEFAULT_CODE_LIMIT_MIB, ge=1, le=5120)
+    max_code_mib: int = Field(DEFAULT_CODE_LIMIT_MIB, ge=1, le=MAX_CODE_LIMIT_MIB)
     fetch_image: str = FETCH_IMAGE  # pinned image with the AWS CLI (2.15.0 or later) and sh
 
     @field_validator("fetch_image")

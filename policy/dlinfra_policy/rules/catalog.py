@@ -282,4 +282,10 @@ RULES: tuple[ResourceRule | StackRule, ...] = (
         "mandatory",
         dev_boxes.dev_box_type_offered,
     ),
+    ResourceRule(
+        "no-policy-on-identity-center-role",
+        "No policy is put on or attached to an IAM Identity Center role (AWSReservedSSO_*): IAM refuses it",
+        "mandatory",
+        iam.no_policy_on_identity_center_role,
+    ),
 )

@@ -31,3 +31,36 @@ def service_trust_scoped(resource: Resource, ctx: Context) -> list[str]:
             if missing:
                 out.append(f"trusts {service} without {' and '.join(missing)} conditions (confused deputy)")
     return out
+
+
+# Where IAM Identity Center keeps its permission sets' roles, and how it names them (IAM Identity Center user guide,
+# "Referencing permission sets in resource policies, Amazon EKS, and AWS KMS": role/aws-reserved/sso.amazonaws.com/...
+# /AWSReservedSSO_<permission set>_<suffix>). IAM refuses to change them ("Cannot perform the operation on the
+# protected role": AWS re:Post knowledge center, identity-center-aws-reserved-sso), so an apply would fail midway;
+# a permission set carries the policy instead.
+IDENTITY_CENTER_ROLE_PREFIX = "AWSReservedSSO_"
+IDENTITY_CENTER_ROLE_PATH = "role/aws-reserved/"
+# Resources that put or attach a policy on a role, and the inputs that name the role (by name or ARN).
+ROLE_POLICY_INPUTS = {
+    "aws:iam/rolePolicy:RolePolicy": ("role",),
+    "aws:iam/rolePolicyAttachment:RolePolicyAttachment": ("role",),
+    "aws:iam/policyAttachment:PolicyAttachment": ("roles",),
+    "aws:iam/rolePoliciesExclusive:RolePoliciesExclusive": ("roleName",),
+    "aws:iam/rolePolicyAttachmentsExclusive:RolePolicyAttachmentsExclusive": ("roleName",),
+}
+
+
+def no_policy_on_identity_center_role(resource: Resource, ctx: Context) -> list[str]:
+    """No policy is put on, or attached to, a role IAM Identity Center manages."""
+    out = []
+    for key in ROLE_POLICY_INPUTS.get(resource.type, ()):
+        for role in as_list(resource.inputs.get(key)):
+            name = str(role).rpartition("/")[2]
+            if isinstance(role, str) and (
+                name.startswith(IDENTITY_CENTER_ROLE_PREFIX) or IDENTITY_CENTER_ROLE_PATH in role
+            ):
+                out.append(
+                    f"{key} {role} is an IAM Identity Center role, which IAM refuses to change: add the policy to its "
+                    "permission set (customer managed policy) instead"
+                )
+    return out

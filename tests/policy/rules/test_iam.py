@@ -19,6 +19,9 @@ def _trust(service: str, *, scoped: bool) -> dict[str, Any]:
     return {"Version": "2012-10-17", "Statement": [statement]}
 
 
+POLICY_ARN = "arn:aws:iam::111122223333:policy/dlinfra-prod-usw2-runs-vision"
+SSO_ROLE_NAME = "AWSReservedSSO_vision_0123456789abcdef"  # as IAM Identity Center names a permission set's role
+
 # rule -> (resources that pass, resources that fail).
 CASES: dict[str, tuple[list[Resource], list[Resource]]] = {
     "service-trust-scoped": (
@@ -29,6 +32,24 @@ CASES: dict[str, tuple[list[Resource], list[Resource]]] = {
         [
             res("aws:iam/role:Role")(assumeRolePolicy=json.dumps(_trust("ssm.amazonaws.com", scoped=False))),
             res("aws:iam/role:Role")(assumeRolePolicy=json.dumps(_trust("codebuild.amazonaws.com", scoped=False))),
+        ],
+    ),
+    "no-policy-on-identity-center-role": (
+        [
+            res("aws:iam/rolePolicyAttachment:RolePolicyAttachment")(role="team-vision", policyArn=POLICY_ARN),
+            res("aws:iam/rolePolicy:RolePolicy")(role="team-vision", policy="{}"),
+            res("aws:iam/policyAttachment:PolicyAttachment")(roles=["team-vision"], policyArn=POLICY_ARN),
+        ],
+        [
+            res("aws:iam/rolePolicyAttachment:RolePolicyAttachment")(role=SSO_ROLE_NAME, policyArn=POLICY_ARN),
+            res("aws:iam/rolePolicy:RolePolicy")(role=SSO_ROLE_NAME, policy="{}"),
+            res("aws:iam/policyAttachment:PolicyAttachment")(
+                roles=["team-vision", SSO_ROLE_NAME], policyArn=POLICY_ARN
+            ),
+            res("aws:iam/rolePoliciesExclusive:RolePoliciesExclusive")(roleName=SSO_ROLE_NAME, policyNames=["x"]),
+            res("aws:iam/rolePolicyAttachmentsExclusive:RolePolicyAttachmentsExclusive")(
+                roleName=SSO_ROLE_NAME, policyArns=[POLICY_ARN]
+            ),
         ],
     ),
 }
