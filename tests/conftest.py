@@ -13,6 +13,9 @@ import pytest
 import yaml
 from hypothesis import settings
 
+from dlinfra.errors import FleetError
+from dlinfra.model.fleet.load import load_fleet
+
 # No test reaches the network: sockets may only reach loopback, and boto3 never asks instance metadata.
 pytest_plugins = ["tests.netguard", "pytester"]
 
@@ -69,6 +72,21 @@ def write_fleet(tmp_path: Path, reference_data: dict[str, Any]) -> Callable[...,
         return path
 
     return write
+
+
+@pytest.fixture
+def fleet_error(write_fleet: Callable[..., Path]) -> Callable[..., str]:
+    """The text of the one FleetError that a changed copy of the reference fleet gets; it names the file."""
+
+    def refused(change: Callable[[dict[str, Any]], Any]) -> str:
+        path = write_fleet(change)
+        with pytest.raises(FleetError) as info:
+            load_fleet(path)
+        text = str(info.value)
+        assert str(path) in text and "Traceback" not in text, text
+        return text
+
+    return refused
 
 
 # Debian package that provides each external tool the tests drive (.ci/setup installs them).
