@@ -272,7 +272,8 @@ RULES: tuple[ResourceRule | StackRule, ...] = (
     ),
     StackRule(
         "dev-box-idle-stop",
-        "Every dev box has a CloudWatch alarm that stops it when idle, within CloudWatch's limits",
+        "Every dev box has a CloudWatch alarm that stops it when its idle check reported idle (never on the CPU or on "
+        "missing data), within CloudWatch's limits",
         "mandatory",
         dev_boxes.dev_box_idle_stop,
     ),
@@ -281,5 +282,11 @@ RULES: tuple[ResourceRule | StackRule, ...] = (
         "A dev box's instance type is sold in its region",
         "mandatory",
         dev_boxes.dev_box_type_offered,
+    ),
+    ResourceRule(
+        "instance-metadata-tag-keys",
+        "Instances that serve their tags through the instance metadata have only tag keys it accepts",
+        "mandatory",
+        dev_boxes.instance_metadata_tag_keys,
     ),
 )
