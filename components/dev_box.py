@@ -1,5 +1,6 @@
-"""DevBox: one person's interactive machine, an EC2 instance on the node image, reachable only over the laptop VPN
-(SSH) and through SSM Session Manager (admins), its home the person's own EFS access point, stopped when idle.
+"""DevBox: one person's interactive machine, an EC2 instance on the node image, reachable over the laptop VPN (SSH,
+the person's key only) and through SSM Session Manager (admins), its home the person's own EFS access point, stopped
+when idle.
 
 Why an instance and not a pod: docs/dev-boxes.md, "Instances, not pods". What the box must never have, and what could
 bite at apply, is kept as CrossGuard rules (policy/dlinfra_policy/rules/dev_boxes.py) and reachability intents
@@ -54,7 +55,7 @@ class DevBoxArgs:
     home_access_point_id: pulumi.Input[str]  # the person's own access point (home-<person>)
     home_access_point_arn: pulumi.Input[str]
     ssh_key: str  # the person's OpenSSH public key, the only one the box accepts
-    idle_minutes: int  # idle this long, the box powers itself off (and EC2 stops it)
+    idle_minutes: int  # idle this long, the box powers itself off (and EC2 stops it); an instance tag, not user data
     root_volume_gib: int = 100  # encrypted gp3 root; work belongs in the home
     # Federated (SAML) laptop VPN: the endpoint, and the person's IdP groups by team. Each gets an authorization rule
     # for the box's address alone, which then admits no other group ({} with certificate sign-in: no groups there).
@@ -73,21 +74,40 @@ class DevBoxArgs:
         if self.uid <= 0:
             raise ValueError(f"{self.person}: uid: must be positive (never root), got {self.uid}")
 
+    @property
+    def variant(self) -> str:
+        """The image variant of the type (as dev_boxes.plan): "gpu" for a GPU type, else "cpu"."""
+        return "gpu" if instances.lookup(self.instance_type).gpus else "cpu"
+
 
 def box_config(
-    *, person: str, uid: int, ssh_key: str, file_system_id: str, access_point_id: str, region: str, idle_minutes: int
+    *, person: str, uid: int, ssh_key: str, file_system_id: str, access_point_id: str, region: str
 ) -> dict[str, Any]:
-    """What the box's setup and idle check read (chef/cookbooks/dlinfra_devbox), as the user data writes it."""
+    """What the box's setup reads (chef/cookbooks/dlinfra_devbox), as the user data writes it: what makes the box
+    the person's. The idle settings are not here but in the instance's tags (dev_boxes.idle_tags), so a new idle time
+    changes a tag in place instead of the user data, which replaces the box."""
     return {
         "person": person,
         "uid": uid,
         "ssh_key": ssh_public_key(ssh_key),
         "home": {"file_system_id": file_system_id, "access_point_id": access_point_id, "region": region},
-        "idle": {
-            "minutes": idle_minutes,
-            "load_per_cpu": dev_boxes.IDLE_LOAD_PER_CPU,
-            "gpu_percent": dev_boxes.IDLE_GPU_PERCENT,
-        },
+    }
+
+
+def publish_verdict_policy() -> dict[str, object]:
+    """The box's idle check may publish metrics in the dev boxes' namespace only (CloudWatch user guide, "Using
+    condition keys to limit access to CloudWatch namespaces": PutMetricData has no resource, cloudwatch:namespace)."""
+    return {
+        "Version": "2012-10-17",
+        "Statement": [
+            {
+                "Sid": "PublishIdleVerdict",
+                "Effect": "Allow",
+                "Action": "cloudwatch:PutMetricData",
+                "Resource": "*",
+                "Condition": {"StringEquals": {"cloudwatch:namespace": dev_boxes.BUSY_NAMESPACE}},
+            }
+        ],
     }
 
 
@@ -161,6 +181,13 @@ class DevBox(pulumi.ComponentResource):
             ),
             opts=pulumi.ResourceOptions(parent=role),
         )
+        aws.iam.RolePolicy(
+            f"{name}-verdict",
+            role=role.name,
+            name="publish-idle-verdict",
+            policy=json.dumps(publish_verdict_policy()),
+            opts=pulumi.ResourceOptions(parent=role),
+        )
         profile = aws.iam.InstanceProfile(
             f"{name}-profile",
             name=names.physical("devbox", person, max_len=64),
@@ -210,13 +237,17 @@ class DevBox(pulumi.ComponentResource):
                     file_system_id=ids[0],
                     access_point_id=ids[1],
                     region=names.region or "",
-                    idle_minutes=args.idle_minutes,
                 )
             )
         )
         box_name = names.physical("devbox", person)
+        # The image variant is part of the instance's name, so a change between a CPU and a GPU type makes a new
+        # instance on the other image. An instance type change is otherwise an in-place stop and start (when the
+        # architectures match: dlinfra/data/replacements.yaml), and even a replacement would keep the old image:
+        # Pulumi replaces ignored inputs with their old values, on every update (pulumi/pulumi#2657, the engine
+        # change that added ignoreChanges); only a resource with no state takes the program's value.
         instance = aws.ec2.Instance(
-            f"{name}-instance",
+            f"{name}-{args.variant}-instance",
             ami=args.ami_id,
             instance_type=args.instance_type,
             subnet_id=args.subnet_id,
@@ -227,7 +258,9 @@ class DevBox(pulumi.ComponentResource):
                 http_endpoint="enabled",
                 http_tokens="required",
                 http_put_response_hop_limit=1,
-                instance_metadata_tags="disabled",
+                # The idle check reads the box's idle settings from its tags (dev_boxes.IDLE_TAGS). Every tag key of
+                # the instance must then be one IMDS can serve, or the launch fails (rule instance-metadata-tag-keys).
+                instance_metadata_tags="enabled",
             ),
             root_block_device=aws.ec2.InstanceRootBlockDeviceArgs(
                 volume_type="gp3",
@@ -252,8 +285,12 @@ class DevBox(pulumi.ComponentResource):
             user_data=config,
             # A new key or home replaces the box: the setup runs on first boot only, and the home is on EFS.
             user_data_replace_on_change=True,
-            tags=names.tags(component, box_name, extra={dev_boxes.DEV_BOX_TAG: person}),
-            # A new image reaches a box when it is replaced, never by surprise under a running session.
+            # The idle settings: tags change in place, and the check reads them at every run.
+            tags=names.tags(
+                component, box_name, extra={dev_boxes.DEV_BOX_TAG: person, **dev_boxes.idle_tags(args.idle_minutes)}
+            ),
+            # A new image never reaches a running box by surprise: only a new instance (a new box, a variant change)
+            # boots the current image (docs/dev-boxes.md, "The box").
             opts=pulumi.ResourceOptions(parent=self, ignore_changes=["ami"]),
         )
 
@@ -274,26 +311,32 @@ class DevBox(pulumi.ComponentResource):
 
         region = names.region or ""
         alarm_name = names.physical("devbox", person, "idle", max_len=255)
+        periods = dev_boxes.alarm_periods(args.idle_minutes)
         aws.cloudwatch.MetricAlarm(
             f"{name}-idle-alarm",
             name=alarm_name,
             alarm_description=(
-                f"Backstop of {person}'s dev box idle stop: CPU under {dev_boxes.ALARM_CPU_PERCENT:g}% for "
-                f"{args.idle_minutes} + {dev_boxes.BACKSTOP_EXTRA_MINUTES} min stops it"
+                f"Backstop of {person}'s dev box idle stop: its idle check reported idle for {args.idle_minutes} + "
+                f"{dev_boxes.BACKSTOP_EXTRA_MINUTES} min and the box still runs: stop it"
             ),
-            namespace="AWS/EC2",
-            metric_name="CPUUtilization",
+            # The check's own verdict, not the CPU: a person connected and typing is busy to the check, whatever
+            # the CPU shows. EC2 actions need a per-instance metric: a custom one qualifies with the InstanceId
+            # dimension (CloudWatch user guide, "Create alarms to stop, terminate, reboot, or recover an EC2
+            # instance"). The guide names no other kind, and the AWS CDK refuses EC2 actions on any alarm that is not
+            # on one metric with an InstanceId dimension (aws-cdk alarm.ts, PR #29364): so no metric math here.
+            namespace=dev_boxes.BUSY_NAMESPACE,
+            metric_name=dev_boxes.BUSY_METRIC,
             dimensions={"InstanceId": instance.id},
-            statistic="Average",
+            statistic="Maximum",  # any busy verdict in a period makes the period busy
             period=dev_boxes.ALARM_PERIOD_SECONDS,
-            evaluation_periods=dev_boxes.alarm_periods(args.idle_minutes),
-            datapoints_to_alarm=dev_boxes.alarm_periods(args.idle_minutes),
+            evaluation_periods=periods,
+            datapoints_to_alarm=periods,
             comparison_operator="LessThanThreshold",
-            threshold=dev_boxes.ALARM_CPU_PERCENT,
-            # A stopped box sends no data: that must not count as idle, or the alarm would sit in ALARM.
+            threshold=1,
+            # No verdict is never idleness: a stopped box, a check that cannot publish, a box whose person is on it
+            # while CloudWatch is unreachable. Only reported idleness stops the box.
             treat_missing_data="notBreaching",
-            # EC2 actions of CloudWatch alarms (CloudWatch user guide, "Create alarms to stop, terminate, reboot, or
-            # recover an EC2 instance"); AWS runs them with the service-linked role AWSServiceRoleForCloudWatchEvents.
+            # AWS runs EC2 actions with the service-linked role AWSServiceRoleForCloudWatchEvents.
             alarm_actions=[f"arn:aws:automate:{region}:ec2:stop"],
             tags=names.tags(component, alarm_name, extra={dev_boxes.DEV_BOX_TAG: person}),
             opts=child,

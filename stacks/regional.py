@@ -171,7 +171,7 @@ def declare(ctx: StackContext) -> None:
         provider=provider,
     )
     if boxes:
-        # `dlinfra devbox list` and the ssh config of docs/dev-boxes.md read these.
+        # The ssh config of docs/dev-boxes.md and docs/researchers.md reads these (`pulumi stack output dev_boxes`).
         pulumi.export(
             "dev_boxes",
             {

@@ -17,18 +17,48 @@ from dlinfra.model.fleet.schema import Fleet
 
 # The on-box idle check runs this often (systemd timer OnUnitActiveSec), in seconds.
 CHECK_INTERVAL_SECONDS = 300
-# Below this 5-minute load average per vCPU, and this GPU utilization (percent, every GPU), a box counts as idle
-# when nobody is logged in: a job left running in screen or tmux keeps it busy.
-IDLE_LOAD_PER_CPU = 0.1
+# What keeps a box busy at a check, whoever is logged in (chef/cookbooks/dlinfra_devbox/files/devbox_idle.py): an SSH
+# or SSM session; a GPU at or over IDLE_GPU_PERCENT; a 5-minute load average at or over IDLE_LOAD, whatever the number
+# of vCPUs (one single-threaded job gives a load of 1.0 on a box of any size); and any process of a person (a uid from
+# 1000, login.defs UID_MIN, or a process started from a login, even under sudo: its loginuid) that is running or in
+# I/O wait now, or that used IDLE_CPU_SECONDS of CPU or moved IDLE_IO_BYTES since the last check. So a script left
+# running in screen or tmux keeps the box, while a detached tmux with only a shell in it does not.
 IDLE_GPU_PERCENT = 5
-# The CloudWatch backstop: EC2's CPUUtilization in 5-minute periods (basic monitoring publishes every 5 minutes: EC2
-# user guide, "Instance metrics"), below this percent for the idle time plus BACKSTOP_EXTRA_MINUTES. It acts only
-# when the on-box check did not (a broken image, a hung check); the margin lets the check act first.
-ALARM_PERIOD_SECONDS = 300
-ALARM_CPU_PERCENT = 2.0
+IDLE_LOAD = 0.5
+IDLE_CPU_SECONDS = 3.0  # 1% of one CPU over a 5-minute check
+IDLE_IO_BYTES = 1 << 20  # 1 MiB read or written (rchar + wchar of /proc/<pid>/io) since the last check
+# The box carries its idle settings as instance tags, read by the check through the instance metadata service (IMDS
+# tags: metadata_options.instance_metadata_tags "enabled"; EC2 user guide, "View tags for your EC2 instances using
+# instance metadata"). Tags change in place and reach a running box at once, so a new idle time neither replaces nor
+# restarts it; the user data (which would replace the box) carries none of them.
+IDLE_TAGS = {
+    "minutes": "dlinfra:idle-minutes",
+    "gpu_percent": "dlinfra:idle-gpu-percent",
+    "load": "dlinfra:idle-load",
+    "cpu_seconds": "dlinfra:idle-cpu-seconds",
+    "io_bytes": "dlinfra:idle-io-bytes",
+}
+# The backstop: the check publishes its verdict at every run, as the custom metric BUSY_METRIC (1 busy, 0 idle) in
+# BUSY_NAMESPACE with the dimension InstanceId. A CloudWatch alarm stops the box when it has reported idle in every
+# alarm period of the idle time plus BACKSTOP_EXTRA_MINUTES: the check said idle but the box did not power off
+# (a failed poweroff, a hung unit). A check that reports nothing at all stops nothing (see the alarm in
+# components/dev_box.py): no verdict must never stop a person at work. EC2 actions are allowed on custom metrics that
+# carry the InstanceId dimension (CloudWatch user guide, "Create alarms to stop, terminate, reboot, or recover an EC2
+# instance"). Nothing a person does on the box can look idle to it: the verdict is the check's, which counts a
+# session as busy.
+BUSY_NAMESPACE = "dlinfra/DevBox"
+BUSY_METRIC = "Busy"
+# Two check intervals: the timer runs a check every CHECK_INTERVAL_SECONDS after the last one ended (plus up to its
+# AccuracySec), so a 5-minute period could hold no verdict at all, and the alarm (missing data: not breaching, every
+# period must breach) would never act. Every 10-minute period holds at least one verdict of a working check.
+ALARM_PERIOD_SECONDS = 2 * CHECK_INTERVAL_SECONDS
 BACKSTOP_EXTRA_MINUTES = 60
 # CloudWatch: Period x EvaluationPeriods <= 86,400 s (PutMetricAlarm).
 ALARM_MAX_SECONDS = 86400
+# The login user is the person's name: useradd and groupadd refuse names longer than utmp's ut_user, 32 on Linux
+# (shadow-utils libmisc/chkname.c). The fleet's person names (schema.person_name) allow 63; their characters are
+# already ones useradd takes.
+MAX_PERSON_NAME = 32
 DEV_BOX_TAG = "dlinfra:dev-box"  # on the instance, its security group and alarm: the person the box is for
 
 
@@ -59,6 +89,18 @@ class DevBoxPlan:
 def alarm_periods(idle_minutes: int) -> int:
     """Evaluation periods of the CloudWatch backstop: the idle time plus the margin, in alarm periods."""
     return math.ceil((idle_minutes + BACKSTOP_EXTRA_MINUTES) * 60 / ALARM_PERIOD_SECONDS)
+
+
+def idle_tags(idle_minutes: int) -> dict[str, str]:
+    """The instance tags that carry a box's idle settings to its check (IDLE_TAGS)."""
+    values = {
+        "minutes": str(idle_minutes),
+        "gpu_percent": f"{IDLE_GPU_PERCENT:g}",
+        "load": f"{IDLE_LOAD:g}",
+        "cpu_seconds": f"{IDLE_CPU_SECONDS:g}",
+        "io_bytes": str(IDLE_IO_BYTES),
+    }
+    return {IDLE_TAGS[k]: v for k, v in values.items()}
 
 
 def vpn_groups(fleet: Fleet, env: str, person: str) -> dict[str, str] | None:
@@ -101,10 +143,17 @@ def boxes_in(fleet: Fleet, env: str, region: str) -> dict[str, DevBoxPlan]:
 
 
 def check_fleet(fleet: Fleet) -> None:
-    """Refuse a box nobody could reach, in a region or zone the environment lacks, or of a type not sold there."""
+    """Refuse a box for a name that cannot be a login, a box nobody could reach, in a region or zone the environment
+    lacks, or of a type not sold there."""
     for env_name, env in fleet.environments.items():
         for person, box in env.dev_boxes.people.items():
             key = f"environments.{env_name}.dev_boxes.people.{person}"
+            if len(person) > MAX_PERSON_NAME:
+                raise FleetError(
+                    f"{person!r} is {len(person)} characters, too long for a login on the box (useradd takes at most "
+                    f"{MAX_PERSON_NAME}): give this person a shorter name in the fleet",
+                    key=key,
+                )
             if env.client_vpn is None:
                 raise FleetError(
                     f"{env_name} has no laptop VPN (client_vpn), the only way in to a dev box: add one", key=key

@@ -54,7 +54,7 @@ NOT_COUNTED: Mapping[str, str] = {
     "aws:efs/backupPolicy:BackupPolicy": "AWS Backup storage of EFS",
     "aws:ssm/activation:Activation": "SSM advanced-tier on-premises instances, if enabled",
     "aws:fsx/dataRepositoryAssociation:DataRepositoryAssociation": "S3 requests made by FSx import/export",
-    "aws:cloudwatch/metricAlarm:MetricAlarm": "CloudWatch alarms (each dev box's idle stop) and detailed monitoring",
+    "aws:cloudwatch/metricAlarm:MetricAlarm": "CloudWatch alarms, the dev boxes' idle metric, detailed monitoring",
 }
 
 # Always in the report: costs no plan resource stands for.

@@ -502,6 +502,6 @@ def test_dev_boxes_count_against_the_on_demand_vcpu_quotas() -> None:
     result = limits.analyse(reference_plans(), Config.of(reference.fleet()))
     in_usw2 = [v for v in result.verdicts if v.usage.region == "us-west-2"]
     g_vt = next(v for v in in_usw2 if v.quota.key == "ec2-on-demand-g-vt-vcpus")
-    assert "prod-us-west-2 devbox-alice-instance 4" in g_vt.usage.how  # a g6.xlarge: 4 vCPUs, stopped or not
+    assert "prod-us-west-2 devbox-alice-gpu-instance 4" in g_vt.usage.how  # a g6.xlarge: 4 vCPUs, stopped or not
     standard = next(v for v in in_usw2 if v.quota.key == "ec2-on-demand-standard-vcpus")
-    assert "staging-us-west-2 devbox-bob-instance 8" in standard.usage.how  # an m7i.2xlarge
+    assert "staging-us-west-2 devbox-bob-cpu-instance 8" in standard.usage.how  # an m7i.2xlarge

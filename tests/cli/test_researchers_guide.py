@@ -1,5 +1,5 @@
 """docs/researchers.md stays true: its dlinfra commands parse, its `dlinfra run` runs (dry) on the test fleet and
-prints what the guide shows, its Python compiles, its fleet excerpt validates, and it holds one placeholder only."""
+prints what the guide shows, its Python compiles, its fleet excerpts validate, and it holds no placeholder."""
 
 from __future__ import annotations
 
@@ -13,7 +13,8 @@ import yaml
 
 from dlinfra.cli import main as cli
 from dlinfra.cli.run import _follow
-from dlinfra.model import run_job
+from dlinfra.model import dev_boxes, run_job
+from dlinfra.model.fleet.devboxes import DevBoxes
 from dlinfra.model.fleet.images import StandardImages
 from dlinfra.model.fleet.load import load_fleet
 from tests.cli import examples_lab as lab
@@ -90,9 +91,23 @@ def test_the_fleet_excerpt_validates() -> None:
     StandardImages.model_validate(yaml.safe_load(block)["standard_images"])
 
 
-def test_one_placeholder_only() -> None:
-    assert GUIDE.count("Placeholder") == 1
-    assert "dev_boxes" in GUIDE.split("**Placeholder")[1].split("\n\n")[0]
+def test_no_placeholder_is_left() -> None:
+    assert "placeholder" not in GUIDE.lower()
+
+
+def test_the_dev_box_steps_match_the_fleet_and_the_stack() -> None:
+    """The dev box entry validates and is the reference fleet's; the ssh config's user and address are the ones the
+    outputs line shows; the start command is the AWS CLI's."""
+    (block,) = [b for b in _blocks("yaml") if "dev_boxes" in b]
+    section = yaml.safe_load(block)["environments"]["prod"]["dev_boxes"]
+    fleet = load_fleet(REFERENCE_FLEET).fleet
+    assert DevBoxes.model_validate(section) == fleet.environments["prod"].dev_boxes
+    (config,) = re.findall(r"```\n(Host devbox\n.*?)```", GUIDE, flags=re.S)
+    host = dict(line.split(None, 1) for line in config.splitlines()[1:])
+    assert host["User"] == "alice" and f'"private_ip": "{host["HostName"]}"' in GUIDE
+    assert "pulumi stack output dev_boxes --stack prod-us-west-2" in GUIDE  # stacks/regional.py exports dev_boxes
+    assert "aws ec2 start-instances --region us-west-2 --instance-ids" in GUIDE
+    assert "at most 32 characters" in GUIDE and dev_boxes.MAX_PERSON_NAME == 32
 
 
 def test_the_readme_links_the_guide() -> None:

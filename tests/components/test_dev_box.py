@@ -30,11 +30,15 @@ def _by_id(stack: str) -> dict[str, Any]:
 def test_the_box_is_private_imdsv2_encrypted_and_stops_itself(person: str) -> None:
     stack, variant = BOXES[person]
     box = dev_boxes.plan(reference.fleet(), stack.split("-", 1)[0])[person]
-    i = _named(stack, f"devbox-{person}-instance").inputs
+    i = _named(stack, f"devbox-{person}-{variant}-instance").inputs
     assert i["ami"] == images.ami_for(MANIFEST, variant, "us-west-2")  # the pools' node image of its variant
     assert i["instanceType"] == box.instance_type
     assert i["associatePublicIpAddress"] is False
     assert i["metadataOptions"]["httpTokens"] == "required" and i["metadataOptions"]["httpPutResponseHopLimit"] == 1
+    # The idle settings are tags the check reads through the instance metadata, not user data (which replaces).
+    assert i["metadataOptions"]["instanceMetadataTags"] == "enabled"
+    assert dev_boxes.idle_tags(box.idle_minutes).items() <= i["tags"].items()
+    assert "idle" not in i["userData"].split("content: |\n", 1)[1].split("runcmd:")[0]
     root = i["rootBlockDevice"]
     assert (root["encrypted"], root["volumeType"], root["volumeSize"]) == (True, "gp3", 100)
     assert i["instanceInitiatedShutdownBehavior"] == "stop" and i["disableApiTermination"] is True
@@ -79,7 +83,7 @@ def test_federated_boxes_are_authorized_to_their_persons_groups_only() -> None:
     prod, staging = reference.runs()["prod-us-west-2"], reference.runs()["staging-us-west-2"]
     rules = [r for r in prod.resources if r.name.startswith("devbox-alice-authorize-")]
     (rule,) = rules
-    private_ip = _named("prod-us-west-2", "devbox-alice-instance").outputs["privateIp"]
+    private_ip = _named("prod-us-west-2", "devbox-alice-gpu-instance").outputs["privateIp"]
     assert rule.inputs["targetNetworkCidr"] == f"{private_ip}/32"
     assert rule.inputs["accessGroupId"] == reference.fleet().teams["vision"].vpn_group
     # Certificate sign-in carries no group: no rule of its own; the key and the connect handler decide.
@@ -87,17 +91,40 @@ def test_federated_boxes_are_authorized_to_their_persons_groups_only() -> None:
 
 
 @pytest.mark.parametrize("person", sorted(BOXES))
-def test_the_idle_alarm_stops_the_box_after_the_idle_time_and_the_margin(person: str) -> None:
-    stack, _ = BOXES[person]
+def test_the_idle_alarm_stops_the_box_only_on_its_checks_idle_verdict(person: str) -> None:
+    stack, variant = BOXES[person]
     box = dev_boxes.plan(reference.fleet(), stack.split("-", 1)[0])[person]
     alarm = _named(stack, f"devbox-{person}-idle-alarm").inputs
-    instance = _named(stack, f"devbox-{person}-instance")
+    instance = _named(stack, f"devbox-{person}-{variant}-instance")
     assert alarm["alarmActions"] == ["arn:aws:automate:us-west-2:ec2:stop"]
+    # The check's verdict (1 busy, 0 idle), per instance: a person at work is busy to it whatever the CPU shows.
+    assert (alarm["namespace"], alarm["metricName"]) == ("dlinfra/DevBox", "Busy")
     assert alarm["dimensions"] == {"InstanceId": instance.id}
+    assert (alarm["statistic"], alarm["comparisonOperator"], alarm["threshold"]) == ("Maximum", "LessThanThreshold", 1)
+    assert alarm["datapointsToAlarm"] == alarm["evaluationPeriods"]  # every period reported idle
     assert alarm["period"] * alarm["evaluationPeriods"] == (box.idle_minutes + dev_boxes.BACKSTOP_EXTRA_MINUTES) * 60
-    assert alarm["treatMissingData"] == "notBreaching"
+    assert alarm["treatMissingData"] == "notBreaching"  # no verdict never stops anyone
     outputs = reference.runs()[stack].outputs["dev_boxes"][person]
     assert outputs["private_ip"] == instance.outputs["privateIp"] and outputs["instance_id"] == instance.id
+
+
+@pytest.mark.parametrize("person", sorted(BOXES))
+def test_the_check_may_publish_its_verdict_in_its_namespace_only(person: str) -> None:
+    stack, _ = BOXES[person]
+    policy = json.loads(_named(stack, f"devbox-{person}-verdict").inputs["policy"])
+    (statement,) = policy["Statement"]
+    assert statement["Action"] == "cloudwatch:PutMetricData" and statement["Resource"] == "*"
+    assert statement["Condition"] == {"StringEquals": {"cloudwatch:namespace": dev_boxes.BUSY_NAMESPACE}}
+
+
+def test_a_change_between_cpu_and_gpu_types_makes_a_new_instance() -> None:
+    # ignore_changes keeps the old image even when the instance is replaced (Pulumi puts the old value of an
+    # ignored input in the goal state): only an instance of another name, which has no old state, boots the
+    # other variant's image. The variant is part of the name.
+    assert (_args().variant, _args(instance_type="m7i.2xlarge").variant) == ("gpu", "cpu")
+    run = reference.runs()["prod-us-west-2"]
+    names = [r.name for r in run.resources if r.type == INSTANCE]
+    assert "devbox-alice-gpu-instance" in names and "devbox-alice-cpu-instance" not in names
 
 
 def _args(**changes: Any) -> DevBoxArgs:

@@ -79,6 +79,14 @@ def _no_vpn(data: dict[str, Any]) -> None:
 
 
 BOXES = "environments.prod.dev_boxes.people"
+LONG = "alexandra.konstantinopoulou-smith"  # 33 characters: a fine fleet name (up to 63), not a login
+
+
+def _long_name(data: dict[str, Any]) -> None:
+    data["teams"]["vision"]["members"].append(LONG)
+    _prod_box(LONG)(data)
+
+
 BAD: list[Any] = [
     pytest.param(
         _prod_box("carol"), f"{BOXES}.carol", "'carol' cannot connect to prod's laptop VPN", id="not-a-member"
@@ -119,6 +127,9 @@ BAD: list[Any] = [
         id="idle-past-a-day",
     ),
     pytest.param(_prod_box(gpus=1), f"{BOXES}.alice.gpus", "unknown key", id="unknown-key"),
+    pytest.param(
+        _long_name, f"{BOXES}.{LONG}", "too long for a login on the box (useradd takes at most 32)", id="long-name"
+    ),
 ]
 
 
@@ -151,7 +162,19 @@ def test_the_backstop_alarm_fits_cloudwatchs_day() -> None:
     # The longest idle time the fleet accepts still evaluates within PutMetricAlarm's one day.
     periods = dev_boxes.alarm_periods(MAX_IDLE_MINUTES)
     assert periods * dev_boxes.ALARM_PERIOD_SECONDS == dev_boxes.ALARM_MAX_SECONDS
-    assert dev_boxes.alarm_periods(60) == 24  # 60 + 60 minutes in 5-minute periods
+    assert dev_boxes.alarm_periods(60) == 12  # 60 + 60 minutes in 10-minute periods
+    # Every period holds a verdict of a working check, which runs every 5 minutes (plus its run time and slack).
+    assert dev_boxes.ALARM_PERIOD_SECONDS >= 2 * dev_boxes.CHECK_INTERVAL_SECONDS
+
+
+def test_a_32_character_name_is_a_fine_login(write_fleet: Callable[..., Path]) -> None:
+    name = LONG[:32]
+
+    def change(data: dict[str, Any]) -> None:
+        data["teams"]["vision"]["members"].append(name)
+        _prod_box(name)(data)
+
+    assert name in load_fleet(write_fleet(change)).fleet.environments["prod"].dev_boxes.people
 
 
 def test_people_order_changes_nothing(write_fleet: Callable[..., Path]) -> None:

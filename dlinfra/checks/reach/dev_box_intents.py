@@ -143,6 +143,19 @@ def environment(fleet: Fleet, topo: Topology, env: str, intent: MakeIntent, eps:
             "Systems Manager user guide, 'Improve the security of EC2 instances by using VPC endpoints for Systems "
             "Manager' (HTTPS to ssm, ssmmessages, ec2messages)",
         )
+        yield from intent(
+            "dev-box",
+            f"{who}/idle-verdict",
+            f"{place.name}'s dev box reaches CloudWatch's public endpoint over HTTPS (its idle check's verdict, which "
+            "drives the backstop alarm)",
+            stack,
+            target,
+            (INTERNET,),
+            "tcp",
+            (443,),
+            "CloudWatch API (monitoring.<region>.amazonaws.com, PutMetricData over HTTPS): no interface endpoint in "
+            "the VPC, so through the NAT gateway; docs/dev-boxes.md, 'Idle stop'",
+        )
 
 
 def _strangers(

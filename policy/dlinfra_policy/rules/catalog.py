@@ -272,7 +272,8 @@ RULES: tuple[ResourceRule | StackRule, ...] = (
     ),
     StackRule(
         "dev-box-idle-stop",
-        "Every dev box has a CloudWatch alarm that stops it when idle, within CloudWatch's limits",
+        "Every dev box has a CloudWatch alarm that stops it when its idle check reported idle (never on the CPU or on "
+        "missing data), within CloudWatch's limits",
         "mandatory",
         dev_boxes.dev_box_idle_stop,
     ),
@@ -287,5 +288,11 @@ RULES: tuple[ResourceRule | StackRule, ...] = (
         "No policy is put on or attached to an IAM Identity Center role (AWSReservedSSO_*): IAM refuses it",
         "mandatory",
         iam.no_policy_on_identity_center_role,
+    ),
+    ResourceRule(
+        "instance-metadata-tag-keys",
+        "Instances that serve their tags through the instance metadata have only tag keys it accepts",
+        "mandatory",
+        dev_boxes.instance_metadata_tag_keys,
     ),
 )

@@ -1,13 +1,15 @@
 """Rules for dev boxes (instances tagged `dlinfra:dev-box`, components/dev_box.py): no public address, SSH only from
-the laptop VPN's interfaces, a poweroff that stops, an idle alarm that stops, a type sold where the box launches.
+the laptop VPN's interfaces, a poweroff that stops, an idle alarm that stops on the box's own idle verdict only, a
+type sold where the box launches, and tag keys the instance metadata can serve.
 IMDSv2 and the encrypted root are the rules every instance meets (imdsv2-required, ebs-encrypted)."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 
 from dlinfra.model import instances
-from dlinfra.model.dev_boxes import ALARM_MAX_SECONDS, DEV_BOX_TAG
+from dlinfra.model.dev_boxes import ALARM_MAX_SECONDS, ALARM_PERIOD_SECONDS, BUSY_METRIC, BUSY_NAMESPACE, DEV_BOX_TAG
 
 from .core import Context, Resource, Violation, as_int, as_list, as_object, has_key, tags_of
 
@@ -122,11 +124,47 @@ def dev_box_ssh_from_vpn_only(resources: Sequence[Resource], ctx: Context) -> li
     return out
 
 
+def _stops_on_the_verdict_only(alarm: Resource) -> list[str]:
+    """What is wrong with a dev box's stopping alarm: it must act on the idle check's verdict (dev_boxes.BUSY_METRIC),
+    only when every period of its window was reported idle, and never on missing data."""
+    out = []
+    metric = (alarm.inputs.get("namespace"), alarm.inputs.get("metricName"))
+    if metric != (BUSY_NAMESPACE, BUSY_METRIC):
+        out.append(
+            f"stops the box on {metric[0]}/{metric[1]}, not on its idle check's verdict {BUSY_NAMESPACE}/{BUSY_METRIC}:"
+            " a person connected and doing light work (an editor, a log) would be stopped"
+        )
+        return out
+    operator, threshold = alarm.inputs.get("comparisonOperator"), alarm.inputs.get("threshold")
+    idle_only = alarm.inputs.get("statistic") == "Maximum" and (
+        (operator == "LessThanThreshold" and isinstance(threshold, int | float) and 0 < threshold <= 1)
+        or (operator == "LessThanOrEqualToThreshold" and isinstance(threshold, int | float) and 0 <= threshold < 1)
+    )
+    if not idle_only:
+        out.append("must alarm only on periods whose every verdict was idle: statistic Maximum, less than 1")
+    periods = as_int(alarm.inputs.get("evaluationPeriods")) or 0
+    if as_int(alarm.inputs.get("datapointsToAlarm")) not in (None, periods):
+        out.append("datapointsToAlarm must equal evaluationPeriods: one busy period in the window keeps the box")
+    if (as_int(alarm.inputs.get("period")) or 0) < ALARM_PERIOD_SECONDS:
+        out.append(
+            f"period under {ALARM_PERIOD_SECONDS} s (two idle checks): a period can hold no verdict, and with every "
+            "period required the alarm would never act"
+        )
+    if alarm.inputs.get("treatMissingData") == "breaching":
+        out.append(
+            'treatMissingData "breaching": no verdict (a stopped box, a check that cannot reach CloudWatch) is not '
+            "idleness, and would stop a person at work"
+        )
+    return out
+
+
 def dev_box_idle_stop(resources: Sequence[Resource], ctx: Context) -> list[Violation]:
     """Every dev box has a CloudWatch alarm that stops it (EC2 action arn:aws:automate:<region>:ec2:stop, CloudWatch
-    user guide "Create alarms to stop, terminate, reboot, or recover an EC2 instance") on its own InstanceId, that
-    evaluates at most a day (PutMetricAlarm: EvaluationPeriods x Period <= 86,400 s), and that does not take a
-    stopped box's missing data for idleness ("breaching" would hold it in ALARM)."""
+    user guide "Create alarms to stop, terminate, reboot, or recover an EC2 instance": a per-instance metric, which a
+    custom metric is when it has the InstanceId dimension) on its own InstanceId, that evaluates at most a day
+    (PutMetricAlarm: EvaluationPeriods x Period <= 86,400 s). Every alarm that stops it acts on the box's idle check's
+    verdict only (never on the CPU, which is low while a person edits or reads), when every period was reported idle,
+    and never on missing data."""
     alarms = [r for r in resources if r.type == ALARM]
     out: list[Violation] = []
     for box in (r for r in resources if _is_box(r)):
@@ -148,6 +186,26 @@ def dev_box_idle_stop(resources: Sequence[Resource], ctx: Context) -> list[Viola
             )
             if period * periods > ALARM_MAX_SECONDS:
                 out.append(Violation(alarm.urn, f"evaluates {period} s x {periods} periods, over CloudWatch's one day"))
-            if alarm.inputs.get("treatMissingData") == "breaching":
-                out.append(Violation(alarm.urn, 'treatMissingData "breaching": a stopped box would count as idle'))
+            out += [Violation(alarm.urn, message) for message in _stops_on_the_verdict_only(alarm)]
     return out
+
+
+# Tag keys the instance metadata service can serve (EC2 user guide, "View tags for your EC2 instances using instance
+# metadata": letters, digits and + - = . , _ : @; no spaces or '/'; not '.', '..' or '_index').
+_IMDS_TAG_KEY = re.compile(r"[A-Za-z0-9+\-=.,_:@]+")
+
+
+def instance_metadata_tag_keys(resource: Resource, ctx: Context) -> list[str]:
+    """An instance that serves its tags through the instance metadata (dev boxes: their idle settings) has only tag
+    keys IMDS accepts: with another, EC2 refuses the launch ("Non-compliance will result in failed launches")."""
+    if resource.type != INSTANCE:
+        return []
+    if as_object(resource.inputs.get("metadataOptions")).get("instanceMetadataTags") != "enabled":
+        return []
+    bad = sorted(k for k in tags_of(resource) if not _IMDS_TAG_KEY.fullmatch(k) or k in (".", "..", "_index"))
+    if not bad:
+        return []
+    return [
+        f"tag key(s) {', '.join(repr(k) for k in bad)} cannot be served by the instance metadata "
+        "(instanceMetadataTags enabled): only letters, digits and + - = . , _ : @; EC2 refuses the launch"
+    ]

@@ -1,5 +1,6 @@
 """The dev box rules: no public address, SSH only from the Client VPN's group, a poweroff that stops, an idle alarm
-that stops within CloudWatch's day, a type sold in the region."""
+that stops on the idle check's verdict only and within CloudWatch's day, a type sold in the region, tag keys the
+instance metadata can serve."""
 
 from __future__ import annotations
 
@@ -42,11 +43,21 @@ NETWORK = [
 ]
 ALARM_INPUTS = {
     "alarmActions": ["arn:aws:automate:us-west-2:ec2:stop"],
+    "namespace": "dlinfra/DevBox",
+    "metricName": "Busy",
     "dimensions": {"InstanceId": "i-box"},
-    "period": 300.0,
-    "evaluationPeriods": 24.0,
+    "statistic": "Maximum",
+    "comparisonOperator": "LessThanThreshold",
+    "threshold": 1.0,
+    "period": 600.0,
+    "evaluationPeriods": 12.0,
+    "datapointsToAlarm": 12.0,
     "treatMissingData": "notBreaching",
 }
+# The backstop as it was first built: EC2's CPU under 2% stops a person connected and typing in an editor.
+CPU_ALARM = ALARM_INPUTS | {
+    "namespace": "AWS/EC2", "metricName": "CPUUtilization", "statistic": "Average", "threshold": 2.0,
+}  # fmt: skip
 
 
 def alarm(**changes: Any) -> Resource:
@@ -76,7 +87,11 @@ CASES: dict[str, tuple[list[Resource], list[Resource]]] = {
     ),
     "dev-box-idle-stop": (
         [box(), alarm()],
-        [box(), alarm(alarmActions=["arn:aws:sns:us-west-2:123456789012:topic"])],
+        [box(), alarm(**CPU_ALARM)],
+    ),
+    "instance-metadata-tag-keys": (
+        [box(metadataOptions={"instanceMetadataTags": "enabled"}), res(INSTANCE, "other")(tags={"a/b": "x"})],
+        [box(metadataOptions={"instanceMetadataTags": "enabled"}, tags=BOX_TAGS | {"cost centre": "ml"})],
     ),
     "dev-box-type-offered": (
         [box(), box(instanceType="m7i.2xlarge")],
@@ -107,8 +122,14 @@ def test_ssh_rule_details(resources: list[Resource], expected: str) -> None:
 @pytest.mark.parametrize(
     ("changes", "expected"),
     [
-        ({"evaluationPeriods": 289.0}, "over CloudWatch's one day"),
-        ({"treatMissingData": "breaching"}, "a stopped box would count as idle"),
+        ({"evaluationPeriods": 289.0, "datapointsToAlarm": 289.0}, "over CloudWatch's one day"),
+        ({"treatMissingData": "breaching"}, "no verdict (a stopped box, a check that cannot reach CloudWatch)"),
+        (CPU_ALARM, "stops the box on AWS/EC2/CPUUtilization, not on its idle check's verdict"),
+        ({"statistic": "Average"}, "statistic Maximum, less than 1"),  # one busy verdict of two would not count
+        ({"threshold": 2.0}, "statistic Maximum, less than 1"),  # busy (1) would count as idle
+        ({"datapointsToAlarm": 6.0}, "one busy period in the window keeps the box"),
+        ({"period": 300.0, "evaluationPeriods": 24.0, "datapointsToAlarm": 24.0}, "can hold no verdict"),
+        ({"alarmActions": ["arn:aws:sns:us-west-2:123456789012:topic"]}, "no CloudWatch alarm on this dev box"),
         ({"dimensions": {"InstanceId": "i-other"}}, "no CloudWatch alarm on this dev box"),
         ({"alarmActions": ["arn:aws:automate:us-east-1:ec2:stop"]}, "with the action arn:aws:automate:us-west-2"),
     ],
@@ -116,6 +137,13 @@ def test_ssh_rule_details(resources: list[Resource], expected: str) -> None:
 def test_idle_alarm_details(changes: dict[str, Any], expected: str) -> None:
     found = messages("dev-box-idle-stop", [box(), alarm(**changes)])
     assert any(expected in m for m in found), found
+
+
+def test_imds_tag_keys_name_the_bad_ones() -> None:
+    tags = BOX_TAGS | {"kubernetes.io/cluster/x": "owned", "_index": "1", "ok+=.,_:@": "1"}
+    served = box(metadataOptions={"instanceMetadataTags": "enabled"}, tags=tags)
+    (message,) = messages("instance-metadata-tag-keys", [served])
+    assert "'_index', 'kubernetes.io/cluster/x' cannot be served" in message
 
 
 def test_unset_public_address_and_unknown_type_are_named() -> None:

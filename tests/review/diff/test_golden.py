@@ -232,11 +232,11 @@ def test_a_person_who_leaves_loses_their_box_and_its_access() -> None:
     assert "`- dev box alice (prod, 1 region)`" in report and "`- dev box bob (staging, 1 region)`" in report
     deleted = report[report.index("**Delete**") :]
     for name in (
-        "devbox-alice-instance",  # the box, with the user data that held alice's key
+        "devbox-alice-gpu-instance",  # the box, with the user data that held alice's key
         "devbox-alice-authorize-vision",  # her team's way to the box's address
         "devbox-alice-sg-ssh-from-laptops",
         "devbox-alice-home",  # the box's right to mount her home
-        "devbox-bob-instance",
+        "devbox-bob-cpu-instance",
         "client-vpn-user-bob-cert",  # bob's VPN certificate: no laptop of his connects to staging any more
     ):
         assert f"`{name}`" in deleted, name

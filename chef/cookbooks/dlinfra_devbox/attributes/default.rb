@@ -1,15 +1,22 @@
 # Dev box tools. The image carries them on every node, inert: only a box whose user data writes the config runs the
 # setup, and only the setup enables the idle timer (docs/dev-boxes.md).
 
-# What the box's user data writes (components/dev_box.py render_user_data): the person, key, home and idle settings.
+# What the box's user data writes (components/dev_box.py render_user_data): the person, uid, key and home. The idle
+# settings are instance tags, read through the instance metadata by the check (dlinfra.model.dev_boxes.IDLE_TAGS).
 default['dlinfra_devbox']['config'] = '/etc/dlinfra/devbox.json'
 default['dlinfra_devbox']['setup_script'] = '/usr/local/sbin/dlinfra-devbox-setup'
 default['dlinfra_devbox']['idle_script'] = '/usr/local/libexec/dlinfra/devbox_idle.py'
 default['dlinfra_devbox']['idle_unit'] = 'dlinfra-devbox-idle'
+# What a person's session on a box needs beyond the node image: a terminal multiplexer to leave a job running in
+# (docs/researchers.md, step 3).
+default['dlinfra_devbox']['packages'] = %w(screen tmux)
 # The start of idleness is kept on a tmpfs: every boot counts anew.
 default['dlinfra_devbox']['idle_state'] = '/run/dlinfra-devbox/idle-since'
 # Seconds between idle checks (dlinfra.model.dev_boxes.CHECK_INTERVAL_SECONDS).
 default['dlinfra_devbox']['check_interval_seconds'] = 300
+# The AWS CLI the idle check publishes its verdict with: the node images' (dlinfra_base::node_join installs the snap,
+# node['dlinfra_base']['node_join']['aws_cli']), on both the cpu and gpu images that boxes boot.
+default['dlinfra_devbox']['aws_cli'] = '/snap/bin/aws'
 # Where sshd looks for a login's keys on a box: root-owned, one file per user, written by the setup from the fleet.
 default['dlinfra_devbox']['authorized_keys_dir'] = '/etc/dlinfra/ssh'
 

@@ -24,7 +24,7 @@ end
 template "/etc/systemd/system/#{box['idle_unit']}.service" do
   source 'dlinfra-devbox-idle.service.erb'
   mode '0644'
-  variables(script: box['idle_script'], config: box['config'], state: box['idle_state'])
+  variables(script: box['idle_script'], config: box['config'], state: box['idle_state'], aws_cli: box['aws_cli'])
   notifies :run, 'execute[devbox daemon-reload]', :immediately
 end
 
