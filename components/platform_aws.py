@@ -95,13 +95,11 @@ def run_upload_policy(
 IDENTITY_CENTER_ROLE_PATH = ":role/aws-reserved/"
 
 
-def run_policy_attachable(role_arn: str, account: str | None) -> bool:
+def run_policy_attachable(role_arn: str, account: str) -> bool:
     """Whether this stack may attach the upload policy to `role_arn`: not a role IAM Identity Center manages, and in
-    this stack's account when that is known (a role is attached to policies of its own account only; the RolePolicy
-    Attachment names the role by name, which in another account would be some other role or none)."""
-    if IDENTITY_CENTER_ROLE_PATH in role_arn:
-        return False
-    return account is None or role_arn.split(":")[4] == account
+    this stack's account (a role is attached to policies of its own account only; the RolePolicyAttachment names the
+    role by name, which in another account would be some other role or none)."""
+    return IDENTITY_CENTER_ROLE_PATH not in role_arn and role_arn.split(":")[4] == account
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -126,7 +124,7 @@ class PlatformAwsArgs:
     # customer managed policy to upload `dlinfra run` code under its prefix (run_upload_policy), attached to the role
     # where IAM lets this stack attach it (run_policy_attachable). Empty: no such policy.
     team_role_arns: Mapping[str, str] = field(default_factory=dict)
-    account: str | None = None  # the AWS account this stack applies to (environments.<env>.account), None: unknown
+    account: str  # the AWS account this stack applies to (environments.<env>.account, else the caller's)
 
     def __post_init__(self) -> None:
         if self.names.region is None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pulumi
+import pulumi_aws as aws
 
 from components.ci_runner import CiRunner, CiRunnerArgs
 from components.client_vpn import ClientVpn, ClientVpnArgs
@@ -12,6 +13,7 @@ from components.site_vpn import SiteVpn, SiteVpnArgs
 from components.transit import TransitHub, TransitHubArgs
 from dlinfra.model import ci, dns, planner, sites, stackroles, team_storage
 from dlinfra.model.fleet.checks import ADMINS_ACCESS_KEY
+from dlinfra.model.fleet.schema import Environment
 from stacks.cluster import declare_cluster
 from stacks.compute import declare_block_windows, declare_pools
 from stacks.context import StackContext, aws_provider
@@ -195,7 +197,7 @@ def declare(ctx: StackContext) -> None:
             bucket_arns=storage.bucket_arns,
             storage_key_arn=storage.kms_key_arn,
             team_role_arns={team: spec.role_arn for team, spec in fleet.teams.items() if spec.role_arn},
-            account=environment.account,
+            account=_stack_account(environment, provider),
         ),
         opts=pulumi.ResourceOptions(providers=[provider], depends_on=[cluster]),
     )
@@ -232,3 +234,14 @@ def declare(ctx: StackContext) -> None:
         pulumi.export("hybrid_role_arn", parts.hybrid.role_arn)
         # Secret: `dlinfra site render` turns it into each site's nodeadm NodeConfig.
         pulumi.export("hybrid_activations", parts.hybrid.activations)
+
+
+def _stack_account(environment: Environment, provider: aws.Provider) -> str:
+    """The account this stack applies to: the fleet's (`account`), else that of the role CI applies it with (a role
+    of the account it applies to), else the caller's. The `dlinfra run` upload policy is attached to a team role by
+    the role's name, so a team role of another account must never be attached here (run_policy_attachable)."""
+    if environment.account:
+        return environment.account
+    if environment.ci is not None:
+        return environment.ci.apply_role_arn.split(":")[4]
+    return str(aws.get_caller_identity(opts=pulumi.InvokeOptions(provider=provider)).account_id)

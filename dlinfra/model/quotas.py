@@ -35,6 +35,7 @@ Per = Literal[
     "cluster",
     "subnet",
     "build-project",
+    "role",
 ]
 # Which instances a vCPU quota counts: On-Demand (reservations included) or Spot.
 Market = Literal["on-demand", "spot"]
@@ -52,7 +53,7 @@ class Quota(BaseModel):
     key: str  # stable name; findings are `limit-<key>`
     name: str  # as the source page (and the Service Quotas console) names it
     # Service Quotas service code, or Kubernetes' own
-    service: Literal["vpc", "ec2", "eks", "lambda", "codebuild", "kubernetes"]
+    service: Literal["vpc", "ec2", "eks", "lambda", "codebuild", "iam", "kubernetes"]
     code: str | None = Field(pattern=CODE_PATTERN)  # Service Quotas code; None: none to request
     default: int | None = Field(ge=0)  # AWS's default (0: none until raised); None: the counted thing's own size
     adjustable: bool

@@ -59,6 +59,7 @@ ASG = "aws:autoscaling/group:Group"
 LT = "aws:ec2/launchTemplate:LaunchTemplate"
 SUBNET = "aws:ec2/subnet:Subnet"
 CLUSTER = "aws:eks/cluster:Cluster"
+ATTACHMENT = "aws:iam/rolePolicyAttachment:RolePolicyAttachment"
 
 
 def _verdicts(plans: Sequence[Plan], quota: str, config: Config | None = None) -> list[limits.Verdict]:
@@ -212,6 +213,16 @@ def subnet(n: int) -> list[Plan]:
     return [s.plan]
 
 
+def role_policies(n: int) -> list[Plan]:
+    """n managed policies attached to one team role, spread over two stacks of the account (IAM is global), and one
+    on another role that must not count with them."""
+    stacks = [Stack("prod-us-west-2"), Stack("prod-us-east-1")]
+    for i in range(n):
+        stacks[i % 2].add(ATTACHMENT, f"runs-{i}", role="team-vision", policyArn=f"policy/p{i}")
+    stacks[0].add(ATTACHMENT, "other", role="team-language", policyArn="policy/other")
+    return [s.plan for s in stacks]
+
+
 def _cidrs(n: int) -> dict[str, Any]:
     return {"cidrs": [f"10.{i}.0.0/16" for i in range(n)]}
 
@@ -237,6 +248,7 @@ CASES = [
     ("nodes-per-cluster", nodes, 84, 4000, 5001),
     ("pods-per-cluster", pods, 100, 520, 650),
     ("subnet-addresses", subnet, 1, 14, 18),
+    ("iam-managed-policies-per-role", role_policies, 4, 8, 11),
 ]
 
 

@@ -99,14 +99,15 @@ def test_every_region_and_team_names_its_own_policy_and_exports_it(fleet: Fleet)
 @pytest.mark.parametrize(
     ("role_arn", "account", "attachable"),
     [
-        ("arn:aws:iam::111122223333:role/team-vision", None, True),
+        ("arn:aws:iam::111122223333:role/team-vision", "111122223333", True),
         ("arn:aws:iam::111122223333:role/lab/team-vision", "111122223333", True),
-        ("arn:aws:iam::444455556666:role/team-vision", "111122223333", False),  # another account's role
-        (SSO_ROLE, None, False),
+        # Another account's role: when the fleet names no account, the stack's own (its caller's) is the one to
+        # compare with, never "unknown, so attach": the attachment would name some other role or none.
+        ("arn:aws:iam::444455556666:role/team-vision", "111122223333", False),
         (SSO_ROLE, "111122223333", False),
     ],
 )
-def test_which_roles_the_stack_may_attach_to(role_arn: str, account: str | None, attachable: bool) -> None:
+def test_which_roles_the_stack_may_attach_to(role_arn: str, account: str, attachable: bool) -> None:
     assert run_policy_attachable(role_arn, account) is attachable
 
 
@@ -152,3 +153,13 @@ def test_no_policy_goes_on_an_identity_center_role_or_another_accounts(tmp_path:
     assert attachments == ["team-robotics"]
     names = {arn.rpartition("/")[2] for arn in roles.values()}
     assert not [r for r in result.resources if r.type == INLINE and r.inputs["role"] in names]
+
+
+def test_the_stack_compares_team_roles_with_its_own_account(fleet: Fleet) -> None:
+    """The fleet's account, else CI's apply role's (it is a role of the account it applies to); never "unknown"."""
+    from stacks.regional import _stack_account
+
+    prod = fleet.environments["prod"]
+    assert prod.account is None and prod.ci is not None
+    assert _stack_account(prod, provider=None) == "111122223333"  # the provider is not asked
+    assert _stack_account(prod.model_copy(update={"account": "444455556666"}), provider=None) == "444455556666"

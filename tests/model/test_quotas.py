@@ -46,6 +46,7 @@ FIGURES = [
     ("ec2-spot-g-vt-vcpus", "ec2", "L-3819A6DF", 0, True),
     ("ec2-spot-p-vcpus", "ec2", "L-7212CCBC", 0, True),
     ("ec2-spot-p5-vcpus", "ec2", "L-C4BD4855", 0, True),
+    ("iam-managed-policies-per-role", "iam", "L-0DA4ABF3", 10, True),
 ]
 
 
@@ -73,6 +74,7 @@ def test_every_quota_is_pinned_by_a_figure_and_cites_its_page() -> None:
             "cluster",
             "subnet",
             "build-project",
+            "role",
         )
 
 

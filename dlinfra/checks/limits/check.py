@@ -72,6 +72,7 @@ COUNTS = (
     compute.count_vcpus,
     services.count_lambda_concurrency,
     services.count_build_limits,
+    services.count_role_policies,
 )
 
 

@@ -1,5 +1,6 @@
-"""Service quotas of what runs beside the network and the nodes: Lambda's concurrency per account and region, and
-each CodeBuild project's concurrent builds against the account's quota for its compute type."""
+"""Service quotas of what runs beside the network and the nodes: Lambda's concurrency per account and region, each
+CodeBuild project's concurrent builds against the account's quota for its compute type, and the managed policies
+attached to each IAM role across an account's stacks."""
 
 from __future__ import annotations
 
@@ -64,3 +65,25 @@ def count_build_limits(stacks: Sequence[Stack]) -> Iterator[Usage]:
                 if limit
                 else f"no project limit: one build at a time at least, the rest queue ({compute_type})",
             )
+
+
+def count_role_policies(stacks: Sequence[Stack]) -> Iterator[Usage]:
+    """Managed policies attached to each role, per account: IAM is global, so every stack of the account that attaches
+    one to the same role (by name) counts against that role's quota."""
+    attached: dict[tuple[str, str], list[str]] = defaultdict(list)
+    for s in stacks:
+        for attachment in s.of("aws:iam/rolePolicyAttachment:RolePolicyAttachment"):
+            role = attachment["inputs"].get("role")
+            if isinstance(role, str) and role:
+                attached[(s.account, role)].append(s.name)
+    for (account, role), where in sorted(attached.items()):
+        counts = sorted({stack: where.count(stack) for stack in where}.items())
+        yield Usage(
+            quota="iam-managed-policies-per-role",
+            region="us-east-1",  # IAM's quotas are requested there
+            scope=f"role {role} ({account})",
+            stack="",
+            resource="",
+            used=len(where),
+            how=", ".join(f"{stack} {n}" for stack, n in counts),
+        )
