@@ -12,7 +12,6 @@ import pytest
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec, ed25519, rsa
 
-from dlinfra.errors import FleetError
 from dlinfra.model import dev_boxes, team_storage
 from dlinfra.model.fleet.devboxes import MAX_IDLE_MINUTES, ssh_public_key
 from dlinfra.model.fleet.load import load_fleet
@@ -135,13 +134,10 @@ BAD: list[Any] = [
 
 @pytest.mark.parametrize(("change", "key", "message"), BAD)
 def test_a_bad_box_is_refused_naming_file_and_key(
-    write_fleet: Callable[..., Path], change: Any, key: str, message: str
+    fleet_error: Callable[..., str], change: Any, key: str, message: str
 ) -> None:
-    path = write_fleet(change)
-    with pytest.raises(FleetError) as info:
-        load_fleet(path)
-    text = str(info.value)
-    assert str(path) in text and key in text and message in text, text
+    text = fleet_error(change)
+    assert key in text and message in text, text
 
 
 def test_the_plan_gives_each_box_its_person_home_image_and_groups() -> None:
