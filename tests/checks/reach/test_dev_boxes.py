@@ -10,7 +10,7 @@ import pytest
 from dlinfra.checks.reach import from_plans, sites
 from dlinfra.model import planner
 from dlinfra.model.fleet.load import load_fleet
-from tests.checks.reach.test_reference import Plans, evaluate, plans, stack, without
+from tests.checks.reach.test_reference import Plans, assert_mutation_fails, evaluate, plans, stack, without
 from tests.conftest import REFERENCE_FLEET, REFERENCE_LOCK
 
 
@@ -73,14 +73,7 @@ MUTATIONS = [
 def test_removing_what_a_box_depends_on_fails_it_at_that_hop(
     edit: Callable[[Plans], None], intent: str, hop: str, reason: str
 ) -> None:
-    mutated = plans()
-    assert not evaluate(mutated, intent).failures, "holds before the mutation"
-    edit(mutated)
-    result = evaluate(mutated, intent)
-    assert result.failures, f"{intent} still holds"
-    first = result.failures[0]
-    assert hop in first.verdict.denied_at, first.why
-    assert reason in first.verdict.reason, first.why
+    assert_mutation_fails(edit, intent, hop, reason)
 
 
 def test_without_its_own_rule_other_teams_reach_the_box() -> None:

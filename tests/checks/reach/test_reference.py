@@ -219,6 +219,11 @@ MUTATIONS = [
 def test_removing_what_a_flow_depends_on_fails_it_at_that_hop(
     edit: Callable[[Plans], None], intent: str, hop: str, reason: str
 ) -> None:
+    assert_mutation_fails(edit, intent, hop, reason)
+
+
+def assert_mutation_fails(edit: Callable[[Plans], None], intent: str, hop: str, reason: str) -> None:
+    """The intent holds on the reference plans, and after `edit` fails first at `hop` for `reason`."""
     mutated = plans()
     assert not evaluate(mutated, intent).failures, "holds before the mutation"
     edit(mutated)
