@@ -1,7 +1,30 @@
-"""`python -m dlinfra`."""
+"""`python -m dlinfra` and the `dlinfra` command: run by the warm server when one serves this code, else here.
+
+Only the standard library and dlinfra.servers are imported before that choice, so a served command starts in
+milliseconds; `dlinfra server start` (docs/server.md) starts the server.
+"""
 
 import sys
 
-from dlinfra.cli.main import main
 
-sys.exit(main())
+def run() -> int:
+    """Forward the command to the running server of this code, or run it in this process."""
+    from dlinfra import servers
+
+    if servers.enabled() and sys.argv[1:2] != ["server"]:
+        from dlinfra.forkserver import ServerLostError, call
+
+        try:
+            code = call(servers.dlinfra_server().socket, ["dlinfra", *sys.argv[1:]])
+        except ServerLostError as exc:
+            print(f"dlinfra: the server stopped mid-command ({exc}); run it again", file=sys.stderr)
+            return 1
+        if code is not None:
+            return code
+    from dlinfra.cli.main import main
+
+    return main()
+
+
+if __name__ == "__main__":
+    sys.exit(run())

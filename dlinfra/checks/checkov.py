@@ -10,11 +10,13 @@ import hashlib
 import json
 import os
 import subprocess
+import tempfile
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from dlinfra import forkserver, servers
 from dlinfra.errors import DlinfraError
 from dlinfra.files import write_atomic
 from dlinfra.model.slices import digest
@@ -88,12 +90,12 @@ def run(
     # so a non-zero exit means checkov itself failed. The JSON goes to stdout, logs to stderr.
     command = [str(checkov), "--framework", framework, "--skip-download", "--output", "json", "--soft-fail"]
     command += ["-d", str(directory)] if directory is not None else ["-f", *(str(f) for f in files)]
-    env = {**os.environ, "LOG_LEVEL": "WARNING", "BC_SKIP_MAPPING": "TRUE"}
+    env = {**os.environ, **servers.CHECKOV_ENV}
     try:
-        proc = subprocess.run(
+        proc = _served(command, checkov, env=env, cwd=cwd) or subprocess.run(
             command, capture_output=True, text=True, timeout=TIMEOUT_SECONDS, env=env, cwd=cwd, check=False
         )
-    except subprocess.TimeoutExpired:
+    except (subprocess.TimeoutExpired, TimeoutError):
         raise CheckovError(f"checkov ({framework}) did not finish within {TIMEOUT_SECONDS}s") from None
     if proc.returncode != 0:
         tail = "\n".join(proc.stderr.strip().splitlines()[-15:])
@@ -103,6 +105,36 @@ def run(
     except json.JSONDecodeError:
         raise CheckovError(f"checkov ({framework}) printed no JSON report: {proc.stdout[:300]!r}") from None
     return parse_report(framework, output)
+
+
+def _served(
+    command: list[str], checkov: Path, *, env: dict[str, str], cwd: Path | None
+) -> subprocess.CompletedProcess[str] | None:
+    """The command run by the checkov server of the venv `checkov` is in (`dlinfra server start`), when one serves
+    it; None to run it in a process of its own."""
+    root = checkov.parent.parent.parent  # <root>/.venv-checkov/bin/checkov
+    served = servers.checkov_server(root) if servers.enabled() else None
+    if served is None:
+        return None
+    with tempfile.TemporaryFile() as stdout, tempfile.TemporaryFile() as stderr, open(os.devnull) as stdin:
+        fds = (stdin.fileno(), stdout.fileno(), stderr.fileno())
+        try:
+            code = forkserver.call(
+                served.socket,
+                ["checkov", *command[1:]],
+                cwd=str(cwd or Path.cwd()),
+                env=env,
+                fds=fds,
+                timeout=TIMEOUT_SECONDS,
+            )
+        except forkserver.ServerLostError as exc:
+            raise CheckovError(f"the checkov server lost the scan: {exc}") from None
+        if code is None:
+            return None
+        stdout.seek(0)
+        stderr.seek(0)
+        text = (stdout.read().decode(errors="replace"), stderr.read().decode(errors="replace"))
+    return subprocess.CompletedProcess(command, code, *text)
 
 
 def run_cached(

@@ -14,6 +14,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+from rich.console import Console
 from rich.text import Text
 
 from dlinfra import PROJECT_ROOT as ROOT
@@ -30,6 +31,7 @@ from dlinfra.cli import (
     quota,
     root,
     run,
+    server,
     what_happened,
 )
 from dlinfra.cli.common import EXIT_BAD_INPUT, Handler, err
@@ -86,6 +88,7 @@ def _parser() -> argparse.ArgumentParser:
         | run.register(sub, common)
         | gpu.register(sub, common)
         | doctor.register(sub)
+        | server.register(sub)
     )
     parser.set_defaults(handlers=handlers)
     _add_examples(parser, "")
@@ -100,6 +103,8 @@ EXAMPLES: dict[str, str] = {
     "  dlinfra cidr --release site-lan/ams1   # once site ams1 is out of the fleet",
     "preview": "dlinfra preview --all --summary\n  dlinfra preview --stack prod-us-west-2",
     "stacks": "dlinfra stacks --json --only prod-us-west-2-k8s",
+    "server": "dlinfra server start   # later commands of this checkout start in milliseconds\n"
+    "  dlinfra server status --json",
     "site": "dlinfra site list",
     "site list": "dlinfra site list --json",
     "site add": "dlinfra site add lax1 --region us-west-2 --public-ip 64.62.140.99 --asn 65110 --bgp \\\n"
@@ -170,6 +175,21 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise
         err.print(Text.assemble(("error:", "bold red"), " ", f"AWS: {describe_aws_error(exc)}"))
         return failed
+
+
+def served(argv: Sequence[str]) -> int:
+    """main, in a child of the warm server (dlinfra.forkserver): the module-level consoles were made when the server
+    imported them, reading its streams and environment (colour, width, NO_COLOR); made again for this command's."""
+    for module in [m for name, m in sys.modules.items() if name.startswith("dlinfra.")]:
+        for value in list(vars(module).values()):
+            if isinstance(value, Console):
+                type(value).__init__(
+                    value,
+                    stderr=value.stderr,
+                    highlight=value._highlight,
+                    soft_wrap=value.soft_wrap,  # noqa: SLF001
+                )
+    return main(argv)
 
 
 if __name__ == "__main__":  # pragma: no cover
