@@ -1,6 +1,6 @@
 """`python -m dlinfra` and the `dlinfra` command: run by the warm server when one serves this code, else here.
 
-Only the standard library and dlinfra.servers are imported before that choice, so a served command starts in
+Only the standard library and dlinfra.serving.servers are imported before that choice, so a served command starts in
 milliseconds; `dlinfra server start` (docs/server.md) starts the server.
 """
 
@@ -9,10 +9,10 @@ import sys
 
 def run() -> int:
     """Forward the command to the running server of this code, or run it in this process."""
-    from dlinfra import servers
+    from dlinfra.serving import servers
 
     if servers.enabled() and sys.argv[1:2] != ["server"]:
-        from dlinfra.forkserver import ServerLostError, call
+        from dlinfra.serving.forkserver import ServerLostError, call
 
         try:
             code = call(servers.dlinfra_server().socket, ["dlinfra", *sys.argv[1:]])
@@ -21,6 +21,12 @@ def run() -> int:
             return 1
         if code is not None:
             return code
+        if servers.mode() == "require":
+            print(
+                "dlinfra: DLINFRA_SERVER=require, and no server serves this code; `dlinfra server start` starts one",
+                file=sys.stderr,
+            )
+            return 1
     from dlinfra.cli.main import main
 
     return main()

@@ -46,6 +46,27 @@ def pinned_today() -> Iterator[str]:
         os.environ["DLINFRA_TODAY"] = previous
 
 
+@pytest.fixture(scope="session", autouse=True)
+def no_warm_servers() -> Iterator[Path]:
+    """Commands run in their own process (DLINFRA_SERVER=off), whatever servers the developer has running, and the
+    servers a test starts (tests/cli/test_server.py) live in a folder of this session's, stopped at its end."""
+    import tempfile
+
+    from dlinfra.cli import server
+
+    saved = {name: os.environ.get(name) for name in ("DLINFRA_SERVER", "XDG_RUNTIME_DIR")}
+    with tempfile.TemporaryDirectory(prefix="dlts") as folder:  # short: a socket path has at most 107 bytes
+        os.environ["DLINFRA_SERVER"] = "off"
+        os.environ["XDG_RUNTIME_DIR"] = folder
+        yield Path(folder)
+        server.stop_all()
+    for name, value in saved.items():
+        if value is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = value
+
+
 @pytest.fixture(scope="session")
 def reference_data() -> dict[str, Any]:
     """The reference fleet as plain data (do not mutate: use write_fleet)."""

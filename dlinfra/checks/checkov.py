@@ -16,10 +16,10 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from dlinfra import forkserver, servers
 from dlinfra.errors import DlinfraError
 from dlinfra.files import write_atomic
 from dlinfra.model.slices import digest
+from dlinfra.serving import forkserver, servers
 
 TIMEOUT_SECONDS = 900
 
@@ -130,6 +130,8 @@ def _served(
         except forkserver.ServerLostError as exc:
             raise CheckovError(f"the checkov server lost the scan: {exc}") from None
         if code is None:
+            if servers.mode() == "require":
+                raise CheckovError("DLINFRA_SERVER=require, and no checkov server serves it: `dlinfra server start`")
             return None
         stdout.seek(0)
         stderr.seek(0)

@@ -178,17 +178,14 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def served(argv: Sequence[str]) -> int:
-    """main, in a child of the warm server (dlinfra.forkserver): the module-level consoles were made when the server
-    imported them, reading its streams and environment (colour, width, NO_COLOR); made again for this command's."""
+    """main, in a child of the warm server (dlinfra.serving.forkserver). The module-level consoles were made when
+    the server imported them, from its streams and environment (colour, width, NO_COLOR): made again for this
+    command's, with the settings they were made with."""
     for module in [m for name, m in sys.modules.items() if name.startswith("dlinfra.")]:
         for value in list(vars(module).values()):
             if isinstance(value, Console):
-                type(value).__init__(
-                    value,
-                    stderr=value.stderr,
-                    highlight=value._highlight,
-                    soft_wrap=value.soft_wrap,  # noqa: SLF001
-                )
+                highlight = value._highlight  # noqa: SLF001 - rich keeps its constructor's setting only here
+                type(value).__init__(value, stderr=value.stderr, highlight=highlight, soft_wrap=value.soft_wrap)
     return main(argv)
 
 

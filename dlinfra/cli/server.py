@@ -1,5 +1,5 @@
 """`dlinfra server start|stop|status`: the warm servers that run dlinfra's commands and checkov without importing
-them again for each one (dlinfra.forkserver, docs/server.md)."""
+them again for each one (dlinfra.serving.forkserver, docs/server.md)."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ import contextlib
 import json
 import os
 import signal
+import socket
 import subprocess
 import time
 from pathlib import Path
@@ -15,11 +16,12 @@ from typing import Any
 
 from rich.console import Console
 
-from dlinfra import PROJECT_ROOT, servers
+from dlinfra import PROJECT_ROOT
 from dlinfra.cli.common import Handler
 from dlinfra.errors import DlinfraError
-from dlinfra.forkserver import about, runtime_dir
-from dlinfra.servers import Served
+from dlinfra.serving import servers
+from dlinfra.serving.forkserver import about, runtime_dir
+from dlinfra.serving.servers import Served
 
 START_TIMEOUT = 180.0  # seconds for a server to import its program (about 5 s on a quiet 2-core machine)
 STOP_TIMEOUT = 60.0
@@ -36,7 +38,11 @@ def register(subparsers: Any) -> dict[str, Handler]:
         "checkout runs in a fork of it (docs/server.md). It serves one build of the code and exits after "
         f"{servers.IDLE_SECONDS / 60:.0f} minutes unused; DLINFRA_SERVER=off runs commands without it.",
     )
-    cmd.add_argument("action", choices=["start", "stop", "status"])
+    cmd.add_argument(
+        "action",
+        choices=["start", "stop", "status"],
+        help="start this checkout's servers (and wait until they listen), stop them, or list them",
+    )
     cmd.add_argument(
         "--idle", type=float, default=servers.IDLE_SECONDS, help="seconds unused before a server exits (start)"
     )
@@ -46,6 +52,8 @@ def register(subparsers: Any) -> dict[str, Handler]:
 
 def cmd_server(args: argparse.Namespace) -> int:
     if args.action == "start":
+        if not hasattr(socket, "SO_PEERCRED") or not Path("/proc/self/cmdline").exists():
+            raise DlinfraError("the warm servers need Linux (a socket's peer credentials, /proc); commands run without")
         for served in wanted(idle=args.idle):
             pid = start(served)
             out.print(f"{served.name} server: pid {pid}, socket {served.socket}")

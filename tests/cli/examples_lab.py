@@ -113,6 +113,7 @@ class Run:
     outputs: bool = False  # write prod-us-west-2.outputs.json first (from the offline engine)
     checkov: bool = False  # runs checkov: skipped where it is not installed, failed in CI
     writes: str = ""  # the file the command writes instead of printing (removed first)
+    after: tuple[str, ...] = ()  # commands that undo what it started (run whatever it printed)
 
 
 NODE = "ip-10-1-0-2.us-west-2.compute.internal"  # gpu check's example: its GPUs are free
@@ -190,6 +191,9 @@ RUNS: dict[str, Run] = {
         "submitted job team-vision/", world="cloud"
     ),
     "doctor": Run("dlinfra doctor"),
+    # the warm servers (in the session's own folder, tests/conftest.py), stopped again by the runner
+    "server start": Run("dlinfra server: pid", after=("server stop",)),
+    "server status --json": Run('"schema": 1'),
 }
 
 
@@ -335,6 +339,8 @@ def run_command(
             code = cli.main(argv)
             captured = capsys.readouterr()
     finally:
+        for after in spec.after:
+            cli.main(shlex.split(after))
         for name, data in saved.items():
             (lab / name).write_bytes(data)
         (lab / OUTPUTS).unlink(missing_ok=True)

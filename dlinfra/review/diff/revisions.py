@@ -177,7 +177,9 @@ def _preview_tree(tree: Path, out: Path, fleet: Path, lock: Path, python: str, l
     # Options after the subcommand: argparse lets a subcommand's defaults override options given before it.
     command = [python, "-m", "dlinfra", "preview", "--all", "--fleet", str(fleet), "--lock", str(lock)]
     command += ["--summary", "--out", str(out)]
+    # DLINFRA_SERVER=off: an exported tree is previewed once, so a server of its code would never be started.
     env = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1", "DLINFRA_CACHE": str(cache) if cache else "off"}
+    env["DLINFRA_SERVER"] = "off"
     env.pop("PYTHONPATH", None)  # the revision's own packages, from its tree, must win
     try:
         proc = subprocess.run(

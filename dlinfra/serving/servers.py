@@ -1,4 +1,4 @@
-"""dlinfra's two warm servers (dlinfra.forkserver): one for dlinfra's own commands, one for checkov in its venv.
+"""dlinfra's two warm servers (dlinfra.serving.forkserver): one for dlinfra's own commands, one for checkov in its venv.
 
 Each is keyed by its interpreter, the files of its program and the folder of its installed packages, so a client
 finds the server of exactly the code it would run itself, or none. `dlinfra server start` starts both; a command
@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from dlinfra import PROJECT_ROOT
-from dlinfra.forkserver import code_key, socket_path
+from dlinfra.serving.forkserver import code_key, socket_path
 
 # The program a served dlinfra command runs: what `import` reads and what the commands read as data.
 SERVED_DIRS = ("dlinfra", "components", "stacks", "policy")
@@ -47,9 +47,18 @@ class Served:
     env: tuple[tuple[str, str], ...] = ()
 
 
+def mode() -> str:
+    """DLINFRA_SERVER: "off" (every command runs in its own process), "require" (a command no server serves is an
+    error: a CI job or a benchmark that started the servers and must not measure without them), else "auto"."""
+    value = os.environ.get("DLINFRA_SERVER", "").strip().lower()
+    if value in ("off", "0", "false", "no"):
+        return "off"
+    return "require" if value == "require" else "auto"
+
+
 def enabled() -> bool:
-    """Whether commands may use a running server (DLINFRA_SERVER=off: never)."""
-    return os.environ.get("DLINFRA_SERVER", "").strip().lower() not in ("off", "0", "false", "no")
+    """Whether commands may use a running server."""
+    return mode() != "off"
 
 
 def dlinfra_server(root: Path = PROJECT_ROOT, *, idle: float = IDLE_SECONDS) -> Served:
@@ -60,7 +69,15 @@ def dlinfra_server(root: Path = PROJECT_ROOT, *, idle: float = IDLE_SECONDS) -> 
         shallow={Path(sysconfig.get_paths()["purelib"])},
     )
     path = socket_path("dlinfra", key)
-    command = [sys.executable, "-m", "dlinfra.forkserver", "--socket", str(path), "--entry", "dlinfra.cli.main:served"]
+    command = [
+        sys.executable,
+        "-m",
+        "dlinfra.serving.forkserver",
+        "--socket",
+        str(path),
+        "--entry",
+        "dlinfra.cli.main:served",
+    ]
     command += [arg for name in DLINFRA_PRELOAD for arg in ("--preload", name)]
     command += [arg for spec in DLINFRA_WARM for arg in ("--warm", spec)]
     return Served("dlinfra", path, (*command, "--idle", str(idle)))

@@ -309,6 +309,7 @@ def _run_child(
     os.chdir(request["cwd"])
     os.environ.clear()
     os.environ.update(request["env"])
+    os.environ["DLINFRA_SERVED_BY"] = str(os.getppid())  # what ran it, for a command that reports how it ran
     sys.argv = list(request["argv"])
     sys.stdin = _stream(0, "r")
     sys.stdout = _stream(1, "w")

@@ -1,0 +1,27 @@
+"""A program for tests/test_forkserver.py to serve: each command says what it was given and what it saw."""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+
+calls = 0  # each command must see 0: it runs in a fresh fork of the server, not after the previous command
+
+
+def main(argv: list[str]) -> int:
+    global calls
+    calls += 1
+    mode = argv[0] if argv else ""
+    if mode == "crash":
+        raise RuntimeError("the command crashed")
+    if mode == "sleep":
+        print("sleeping", flush=True)
+        time.sleep(float(argv[1]))
+        return 0
+    if mode == "exit":
+        sys.exit(int(argv[1]))
+    text = sys.stdin.read()
+    print(f"argv={argv} cwd={os.getcwd()} calls={calls} color={os.environ.get('TARGET_COLOR')} stdin={text.strip()}")
+    print("to stderr", file=sys.stderr)
+    return int(argv[1]) if len(argv) > 1 else 0
