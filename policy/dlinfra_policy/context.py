@@ -10,7 +10,7 @@ import importlib
 from pathlib import Path
 
 from dlinfra.errors import DlinfraError
-from dlinfra.model import instances, planner, stackroles
+from dlinfra.model import instances, planner, stackroles, taggable
 from dlinfra.model.fleet.load import load_fleet
 from policy.dlinfra_policy.rules.core import AddressPlan, Context
 
@@ -38,6 +38,9 @@ def sdk_taggable(type_token: str) -> bool:
     """True when the provider SDK's Args class of an AWS type has a `tags` input."""
     if not type_token.startswith("aws:"):
         return False
+    known = taggable.listed(type_token)  # the table read from the SDK (tests/model/test_taggable.py keeps it true)
+    if known is not None:
+        return known
     importlib.import_module("pulumi_aws")  # registers the SDK's resource modules, which load lazily
     from dlinfra.offline import schema  # imports pulumi: only when a rule asks
 
