@@ -1,9 +1,11 @@
 """`python -m dlinfra` and the `dlinfra` command: run by the warm server when one serves this code, else here.
 
-Only the standard library and dlinfra.serving.servers are imported before that choice, so a served command starts in
+Only the standard library and dlinfra.serving are imported before that choice, so a served command starts in
 milliseconds; `dlinfra server start` (docs/server.md) starts the server.
 """
 
+import os
+import signal
 import sys
 
 
@@ -12,13 +14,17 @@ def run() -> int:
     from dlinfra.serving import servers
 
     if servers.enabled() and sys.argv[1:2] != ["server"]:
-        from dlinfra.serving.forkserver import ServerLostError, call
+        from dlinfra.serving.client import ServerLostError, call
 
         try:
-            code = call(servers.dlinfra_server().socket, ["dlinfra", *sys.argv[1:]])
+            code = call(servers.dlinfra_server().socket, ["dlinfra", *sys.argv[1:]], forward=True)
         except ServerLostError as exc:
-            print(f"dlinfra: the server stopped mid-command ({exc}); run it again", file=sys.stderr)
+            print(f"dlinfra: {exc}; its output may be incomplete", file=sys.stderr)
             return 1
+        if code is not None and code < 0:  # a signal ended the command: end the same way, as a shell expects
+            signal.signal(-code, signal.SIG_DFL)
+            os.kill(os.getpid(), -code)
+            return 128 - code
         if code is not None:
             return code
         if servers.mode() == "require":

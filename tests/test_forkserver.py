@@ -1,10 +1,13 @@
-"""The warm fork server (dlinfra.serving.forkserver): each command runs in a fresh fork with the caller's argv, working
-directory, environment and streams, and reports its exit code; no server means the caller runs the command."""
+"""The warm fork server (dlinfra.serving): each command runs in a fresh fork as the caller's own process would (argv,
+directory, environment, streams, umask, limits, signals), and ends as it would; no server means the caller runs it."""
 
 from __future__ import annotations
 
 import os
+import selectors
 import signal
+import socket
+import struct
 import subprocess
 import sys
 import tempfile
@@ -14,11 +17,19 @@ from pathlib import Path
 
 import pytest
 
-from dlinfra.serving import forkserver
+from dlinfra.serving import client, forkserver
 
 ROOT = Path(__file__).resolve().parent.parent
-START_SECONDS = 120.0  # a busy machine imports slowly; the wait ends as soon as the socket is there
+WAIT_SECONDS = 120.0  # a busy machine imports slowly; every wait ends as soon as its event happens
 ENTRY = "tests.forkserver_target:main"
+
+
+def _line(stream: object, what: str) -> str:
+    """The next line of a child's pipe, waited for at most WAIT_SECONDS."""
+    with selectors.DefaultSelector() as sel:
+        sel.register(stream, selectors.EVENT_READ)  # type: ignore[arg-type]
+        assert sel.select(WAIT_SECONDS), f"no {what} within {WAIT_SECONDS} s"
+    return stream.readline().decode()  # type: ignore[attr-defined, no-any-return]
 
 
 def _start(path: Path, *extra: str) -> subprocess.Popen[bytes]:
@@ -26,14 +37,10 @@ def _start(path: Path, *extra: str) -> subprocess.Popen[bytes]:
         [sys.executable, "-m", "dlinfra.serving.forkserver", "--socket", str(path), "--entry", ENTRY, *extra],
         cwd=ROOT,
         stdin=subprocess.DEVNULL,
-        stdout=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
         start_new_session=True,
     )
-    deadline = time.monotonic() + START_SECONDS
-    while not path.exists():
-        assert proc.poll() is None, f"the server exited {proc.returncode} while starting"
-        assert time.monotonic() < deadline, f"the server did not listen within {START_SECONDS} s"
-        time.sleep(0.02)
+    assert _line(proc.stdout, "ready line").startswith("ready pid"), "the server did not start"
     return proc
 
 
@@ -41,30 +48,60 @@ def _stop(proc: subprocess.Popen[bytes]) -> None:
     if proc.poll() is None:
         proc.terminate()
         try:
-            proc.wait(START_SECONDS)
+            proc.wait(WAIT_SECONDS)
         except subprocess.TimeoutExpired:
             proc.kill()
-            proc.wait(START_SECONDS)
+            proc.wait(WAIT_SECONDS)
+
+
+def _gone(pid: int) -> bool:
+    deadline = time.monotonic() + WAIT_SECONDS
+    while time.monotonic() < deadline:
+        try:
+            if Path(f"/proc/{pid}/stat").read_text().rsplit(") ", 1)[-1].startswith("Z"):
+                return True
+        except FileNotFoundError:
+            return True
+        time.sleep(0.05)
+    return False
 
 
 @pytest.fixture(scope="module")
-def server() -> Iterator[Path]:
-    with tempfile.TemporaryDirectory(prefix="dlfs") as folder:  # short: a socket path has at most 107 bytes
-        path = Path(folder) / "private" / "target.sock"
-        proc = _start(path, "--idle", "600")
-        yield path
-        _stop(proc)
-        assert not path.exists(), "a stopped server leaves no socket behind"
+def folder() -> Iterator[Path]:
+    with tempfile.TemporaryDirectory(prefix="dlfs") as name:  # short: a socket path has at most 107 bytes
+        private = Path(name) / "private"
+        private.mkdir(mode=0o700)
+        yield private
+
+
+@pytest.fixture(scope="module")
+def server(folder: Path) -> Iterator[Path]:
+    path = folder / "target.sock"
+    proc = _start(path, "--idle", "600")
+    yield path
+    _stop(proc)
+    assert not path.exists(), "a stopped server leaves no socket behind"
 
 
 def _call(path: Path, argv: list[str], *, stdin: bytes = b"", **kwargs: object) -> tuple[int | None, str, str]:
     with tempfile.TemporaryFile() as inp, tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
         inp.write(stdin)
         inp.seek(0)
-        code = forkserver.call(path, argv, fds=(inp.fileno(), out.fileno(), err.fileno()), **kwargs)  # type: ignore[arg-type]
+        code = client.call(path, argv, fds=(inp.fileno(), out.fileno(), err.fileno()), **kwargs)  # type: ignore[arg-type]
         out.seek(0)
         err.seek(0)
         return code, out.read().decode(), err.read().decode()
+
+
+def _client(server: Path, argv: list[str], before: str = "") -> subprocess.Popen[bytes]:
+    """A `dlinfra`-like caller in its own process: forwards its signals and ends as the command ended."""
+    script = (
+        f"import os, signal, sys\nfrom pathlib import Path\n{before}\nfrom dlinfra.serving import client\n"
+        f"code = client.call(Path({str(server)!r}), {argv!r}, forward=True)\n"
+        "if code < 0:\n    signal.signal(-code, signal.SIG_DFL)\n    os.kill(os.getpid(), -code)\n"
+        "sys.exit(code)\n"
+    )
+    return subprocess.Popen([sys.executable, "-c", script], cwd=ROOT, stdout=subprocess.PIPE)
 
 
 def test_a_command_gets_argv_cwd_environment_and_streams(server: Path, tmp_path: Path) -> None:
@@ -87,46 +124,97 @@ def test_exit_codes_and_crashes_come_back(server: Path) -> None:
     assert "RuntimeError: the command crashed" in err and "Traceback" in err
 
 
-def test_commands_run_side_by_side(server: Path) -> None:
-    """A long command does not hold up the next one: each has its own process."""
-    sleeper = subprocess.Popen(
+def test_the_command_inherits_umask_limits_and_time_zone(server: Path) -> None:
+    setup = "umask 077; ulimit -n 512; export TZ=Pacific/Kiritimati; "
+    probe = "import sys; from tests import forkserver_target as t; t.main(['settings'])"
+    alone = subprocess.run(
+        ["bash", "-c", setup + f"{sys.executable} -c {probe!r}"], cwd=ROOT, capture_output=True, text=True, check=True
+    )
+    served = subprocess.run(
         [
-            sys.executable,
+            "bash",
             "-c",
-            f"from dlinfra.serving import forkserver; forkserver.call({str(server)!r}, ['t', 'sleep', '30'])",
+            setup + f'{sys.executable} -c "from tests.test_forkserver import _call; from pathlib import '
+            f"Path; print(_call(Path({str(server)!r}), ['t', 'settings'])[1], end='')\"",
         ],
         cwd=ROOT,
-        stdout=subprocess.PIPE,
+        capture_output=True,
+        text=True,
+        check=True,
     )
-    try:
-        assert sleeper.stdout is not None and sleeper.stdout.readline() == b"sleeping\n"
-        started = time.monotonic()
-        assert _call(server, ["target", "echo"])[0] == 0
-        assert time.monotonic() - started < 30, "the second command waited for the first"
-    finally:
-        sleeper.kill()
-        sleeper.wait(START_SECONDS)
+    assert "umask=77 nofile=512" in alone.stdout
+    assert served.stdout == alone.stdout
 
 
-def test_interrupting_the_client_interrupts_the_command(server: Path) -> None:
-    client = subprocess.Popen(
-        [
-            sys.executable,
-            "-c",
-            "import sys; from dlinfra.serving import forkserver; "
-            f"sys.exit(forkserver.call({str(server)!r}, ['t', 'sleep', '600']))",
-        ],
-        cwd=ROOT,
-        stdout=subprocess.PIPE,
-    )
+def test_stdout_and_stderr_keep_their_own_process_order(server: Path) -> None:
+    """stderr is line-buffered and stdout block-buffered off a terminal, as Python's own streams are."""
+    with tempfile.TemporaryFile() as both, open(os.devnull) as null:
+        subprocess.run(
+            [sys.executable, "-c", "from tests import forkserver_target as t; t.main(['mixed'])"],
+            cwd=ROOT,
+            stdin=null,
+            stdout=both,
+            stderr=both,
+            check=True,
+            env={k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"},
+        )
+        both.seek(0)
+        alone = both.read()
+        both.seek(0)
+        both.truncate()
+        env = {k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"}
+        assert client.call(server, ["t", "mixed"], fds=(null.fileno(), both.fileno(), both.fileno()), env=env) == 0
+        both.seek(0)
+        assert both.read() == alone
+
+
+def test_commands_run_side_by_side_and_a_gone_caller_stops_its_command(server: Path) -> None:
+    sleeper = _client(server, ["t", "sleep", "600"])
     try:
-        assert client.stdout is not None and client.stdout.readline() == b"sleeping\n"
-        client.send_signal(signal.SIGINT)
-        assert client.wait(START_SECONDS) == 130  # the command's KeyboardInterrupt, as its own process exits
+        child = int(_line(sleeper.stdout, "the command's start").split()[1])
+        assert _call(server, ["target", "echo"])[0] == 0, "the second command waited for the first"
+        assert sleeper.poll() is None
     finally:
-        if client.poll() is None:
-            client.kill()
-            client.wait(START_SECONDS)
+        sleeper.kill()  # SIGKILL: the caller cannot pass anything on; the server sees its connection close
+        sleeper.wait(WAIT_SECONDS)
+    assert _gone(child), "the command of a caller that went away was left running"
+
+
+@pytest.mark.parametrize(("signum", "code"), [(signal.SIGINT, -signal.SIGINT), (signal.SIGTERM, -signal.SIGTERM)])
+def test_a_signal_to_the_caller_ends_the_command_and_the_caller_alike(server: Path, signum: int, code: int) -> None:
+    caller = _client(server, ["t", "sleep", "600"])
+    try:
+        child = int(_line(caller.stdout, "the command's start").split()[1])
+        caller.send_signal(signum)
+        assert caller.wait(WAIT_SECONDS) == code  # as a shell sees a command that died of it, and stops a loop
+        assert _gone(child)
+    finally:
+        if caller.poll() is None:
+            caller.kill()
+            caller.wait(WAIT_SECONDS)
+
+
+def test_a_signal_the_caller_ignores_is_ignored_by_the_command(server: Path) -> None:
+    caller = _client(server, ["t", "sleep", "600"], before="signal.signal(signal.SIGHUP, signal.SIG_IGN)")  # nohup
+    try:
+        child = int(_line(caller.stdout, "the command's start").split()[1])
+        caller.send_signal(signal.SIGHUP)
+        os.kill(child, signal.SIGHUP)  # as a closing terminal sends it to the whole session
+        time.sleep(0.5)
+        assert caller.poll() is None and not _exited(child), "SIGHUP ended a command run under nohup"
+        caller.terminate()
+        assert caller.wait(WAIT_SECONDS) == -signal.SIGTERM
+    finally:
+        if caller.poll() is None:
+            caller.kill()
+            caller.wait(WAIT_SECONDS)
+
+
+def _exited(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(") ", 1)[-1].startswith("Z")
+    except FileNotFoundError:
+        return True
 
 
 def test_a_timeout_kills_the_command(server: Path) -> None:
@@ -137,48 +225,70 @@ def test_a_timeout_kills_the_command(server: Path) -> None:
         _call(server, ["target", "sleep", "600"], timeout=limit)
 
 
-def test_no_server_means_the_caller_runs_the_command(tmp_path: Path) -> None:
-    assert forkserver.call(tmp_path / "none.sock", ["target"]) is None
-    stale = tmp_path / "stale.sock"  # a socket file nobody listens on: a server that was killed
-    import socket
+def test_a_malformed_request_is_refused_and_the_server_goes_on(server: Path) -> None:
+    with socket.socket(socket.AF_UNIX) as raw, open(os.devnull) as null:
+        raw.connect(str(server))
+        body = b"[1]"
+        socket.send_fds(raw, [struct.pack("!I", len(body)) + body], [null.fileno()] * 3)
+        raw.settimeout(WAIT_SECONDS)
+        assert raw.recv(4096).startswith(b"refused")
+    assert _call(server, ["target", "echo"])[0] == 0
 
+
+def test_no_server_means_the_caller_runs_the_command(folder: Path, tmp_path: Path) -> None:
+    assert client.call(folder / "none.sock", ["target"]) is None
+    stale = folder / "stale.sock"  # a socket file nobody listens on: a server that was killed
     with socket.socket(socket.AF_UNIX) as s:
         s.bind(str(stale))
-    assert forkserver.call(stale, ["target"]) is None
+    assert client.call(stale, ["target"]) is None
+    shared = tmp_path / "shared"  # a folder others may write: anyone could listen there, so it is not trusted
+    shared.mkdir()
+    shared.chmod(0o777)
+    with socket.socket(socket.AF_UNIX) as s:
+        s.bind(str(shared / "s.sock"))
+        s.listen(1)
+        assert client.call(shared / "s.sock", ["target"]) is None
 
 
-def test_a_server_stops_when_idle_or_when_its_socket_goes() -> None:
-    with tempfile.TemporaryDirectory(prefix="dlfs") as folder:
-        idle = _start(Path(folder) / "idle.sock", "--idle", "1")
-        removed = _start(Path(folder) / "removed.sock", "--idle", "600")
-        try:
-            (Path(folder) / "removed.sock").unlink()  # as `dlinfra server stop` and a newer server replacing it do
-            assert idle.wait(START_SECONDS) == 0
-            assert removed.wait(START_SECONDS) == 0
-            assert not (Path(folder) / "idle.sock").exists()
-        finally:
-            _stop(idle)
-            _stop(removed)
+def test_a_server_stops_when_idle_when_its_socket_goes_or_on_sigterm(folder: Path) -> None:
+    idle = _start(folder / "idle.sock", "--idle", "1")
+    removed = _start(folder / "removed.sock", "--idle", "600")
+    busy = _start(folder / "busy.sock", "--idle", "600")
+    caller = _client(folder / "busy.sock", ["t", "sleep", "600"])
+    try:
+        (folder / "removed.sock").unlink()  # as `dlinfra server stop` and a newer server replacing it do
+        child = int(_line(caller.stdout, "the command's start").split()[1])
+        busy.terminate()  # its running command gets SIGTERM, and its caller hears so
+        assert caller.wait(WAIT_SECONDS) == -signal.SIGTERM
+        assert _gone(child)
+        for proc in (idle, removed, busy):
+            assert proc.wait(WAIT_SECONDS) == 0
+        assert not (folder / "idle.sock").exists() and not (folder / "busy.sock").exists()
+    finally:
+        for proc in (idle, removed, busy):
+            _stop(proc)
+        if caller.poll() is None:
+            caller.kill()
+            caller.wait(WAIT_SECONDS)
 
 
-def test_the_socket_folder_is_private() -> None:
-    with tempfile.TemporaryDirectory(prefix="dlfs") as folder:
-        shared = Path(folder) / "shared"
-        shared.mkdir(mode=0o777)
-        shared.chmod(0o777)
-        proc = subprocess.run(
-            [sys.executable, "-m", "dlinfra.serving.forkserver", "--socket", str(shared / "s.sock"), "--entry", ENTRY],
-            cwd=ROOT,
-            capture_output=True,
-            text=True,
-            timeout=START_SECONDS,
-            check=False,
-        )
-        assert proc.returncode != 0 and "not a folder only this user may enter" in proc.stderr
-        assert not (shared / "s.sock").exists()
+def test_the_socket_folder_is_private(tmp_path: Path) -> None:
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(0o777)
+    proc = subprocess.run(
+        [sys.executable, "-m", "dlinfra.serving.forkserver", "--socket", str(shared / "s.sock"), "--entry", ENTRY],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=WAIT_SECONDS,
+        check=False,
+    )
+    assert proc.returncode != 0 and "not a folder only this user may enter" in proc.stderr
+    assert not (shared / "s.sock").exists()
 
 
-def test_the_code_key_follows_every_file_of_the_program(tmp_path: Path) -> None:
+def test_the_code_key_follows_every_file_of_the_program_and_nothing_else(tmp_path: Path) -> None:
     (tmp_path / "pkg").mkdir()
     module = tmp_path / "pkg" / "mod.py"
     module.write_text("x = 1\n")
@@ -190,7 +300,9 @@ def test_the_code_key_follows_every_file_of_the_program(tmp_path: Path) -> None:
         return forkserver.code_key(["python"], roots, shallow={packages})
 
     first = key()
-    assert key() == first, "the same files give the same key"
+    (tmp_path / "pkg" / "__pycache__").mkdir()  # what importing it writes
+    (tmp_path / "pkg" / "__pycache__" / "mod.cpython-311.pyc").write_bytes(b"")
+    assert key() == first, "byte code written by an import leaves the key as it was"
     module.write_text("x = 2\n")
     edited = key()
     assert edited != first, "an edit changes the key"
@@ -200,3 +312,11 @@ def test_the_code_key_follows_every_file_of_the_program(tmp_path: Path) -> None:
     (packages / "deep").mkdir()
     assert key() != added, "installing a package (a new folder in site-packages) changes the key"
     assert forkserver.code_key(["another python"], roots, shallow={packages}) != key()
+
+
+def test_the_settings_read_at_start_are_part_of_the_key() -> None:
+    assert forkserver.settings({"PYTHONHASHSEED": "1", "LC_ALL": "C", "HOME": "/root", "TZ": "UTC"}) == [
+        "LC_ALL=C",
+        "PYTHONHASHSEED=1",
+    ]
+    assert forkserver.settings({"PYTHONHASHSEED": "1", "LANG": "C.UTF-8"}, python=False) == ["LANG=C.UTF-8"]

@@ -19,7 +19,7 @@ from typing import Any
 from dlinfra.errors import DlinfraError
 from dlinfra.files import write_atomic
 from dlinfra.model.slices import digest
-from dlinfra.serving import forkserver, servers
+from dlinfra.serving import client, servers
 
 TIMEOUT_SECONDS = 900
 
@@ -119,7 +119,7 @@ def _served(
     with tempfile.TemporaryFile() as stdout, tempfile.TemporaryFile() as stderr, open(os.devnull) as stdin:
         fds = (stdin.fileno(), stdout.fileno(), stderr.fileno())
         try:
-            code = forkserver.call(
+            code = client.call(
                 served.socket,
                 ["checkov", *command[1:]],
                 cwd=str(cwd or Path.cwd()),
@@ -127,7 +127,7 @@ def _served(
                 fds=fds,
                 timeout=TIMEOUT_SECONDS,
             )
-        except forkserver.ServerLostError as exc:
+        except client.ServerLostError as exc:
             raise CheckovError(f"the checkov server lost the scan: {exc}") from None
         if code is None:
             if servers.mode() == "require":

@@ -1,15 +1,17 @@
 """`dlinfra server start|stop|status`: the warm servers that run dlinfra's commands and checkov without importing
-them again for each one (dlinfra.serving.forkserver, docs/server.md)."""
+them again for each one (dlinfra.serving, docs/server.md)."""
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import fcntl
 import json
 import os
 import signal
 import socket
 import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -20,11 +22,11 @@ from dlinfra import PROJECT_ROOT
 from dlinfra.cli.common import Handler
 from dlinfra.errors import DlinfraError
 from dlinfra.serving import servers
-from dlinfra.serving.forkserver import about, runtime_dir
+from dlinfra.serving.forkserver import STOP_GRACE_SECONDS, about, private_folder, runtime_dir
 from dlinfra.serving.servers import Served
 
 START_TIMEOUT = 180.0  # seconds for a server to import its program (about 5 s on a quiet 2-core machine)
-STOP_TIMEOUT = 60.0
+STOP_TIMEOUT = STOP_GRACE_SECONDS + 60.0  # the server gives its running commands STOP_GRACE_SECONDS
 
 out = Console(highlight=False, soft_wrap=True)
 
@@ -80,61 +82,60 @@ def wanted(*, idle: float = servers.IDLE_SECONDS) -> list[Served]:
     return [servers.dlinfra_server(PROJECT_ROOT, idle=idle), *([checkov] if checkov is not None else [])]
 
 
-def alive(served: Served) -> int | None:
-    """The pid of the server listening at its socket, or None."""
-    record = _record(about(served.socket))
-    if record is None or not _ours(record):
-        return None
-    return int(record["pid"])
-
-
 def start(served: Served) -> int:
-    """Start the server (unless it runs) and wait until it listens; its pid."""
-    running = alive(served)
-    if running is not None:
-        return running
-    served.socket.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-    log = served.socket.with_suffix(".log")
-    env = {**os.environ, **dict(served.env), "DLINFRA_SERVER": "off"}
-    with log.open("wb") as sink:
-        proc = subprocess.Popen(
-            served.command,
-            cwd=PROJECT_ROOT,
-            env=env,
-            stdin=subprocess.DEVNULL,
-            stdout=sink,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,  # not stopped by the terminal's Ctrl-C, nor waited for by the shell
-        )
-    record = {"name": served.name, "pid": proc.pid, "root": str(PROJECT_ROOT), "started": time.time()}
-    record["command"] = list(served.command)
-    about(served.socket).write_text(json.dumps(record))
-    deadline = time.monotonic() + START_TIMEOUT
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            tail = log.read_text(errors="replace").strip().splitlines()[-15:]
-            raise DlinfraError(f"the {served.name} server exited {proc.returncode} while starting:\n" + "\n".join(tail))
-        if served.socket.exists():
-            return proc.pid
-        time.sleep(0.05)
-    _signal(proc.pid, signal.SIGKILL)
-    raise DlinfraError(f"the {served.name} server did not listen within {START_TIMEOUT:.0f} s (log: {log})")
+    """Start the server (unless it runs) and wait until it listens; its pid. One start at a time per socket."""
+    folder = served.socket.parent
+    folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+    if not private_folder(folder):
+        raise DlinfraError("not a folder only this user may enter; the servers refuse it", file=str(folder))
+    with _locked(served.socket.with_suffix(".lock")):
+        running = _live(about(served.socket))
+        if running is not None:
+            return int(running["pid"])
+        for stale in (served.socket, about(served.socket)):  # a killed server's leftovers
+            stale.unlink(missing_ok=True)
+        log = served.socket.with_suffix(".log")
+        with log.open("wb") as sink:
+            proc = subprocess.Popen(
+                served.command,
+                cwd=PROJECT_ROOT,
+                env={**os.environ, **dict(served.env), "DLINFRA_SERVER": "off"},
+                stdin=subprocess.DEVNULL,
+                stdout=sink,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,  # not stopped by the terminal's Ctrl-C, nor waited for by the shell
+            )
+        deadline = time.monotonic() + START_TIMEOUT
+        while time.monotonic() < deadline:
+            if proc.poll() is not None:
+                tail = log.read_text(errors="replace").strip().splitlines()[-15:]
+                raise DlinfraError(
+                    f"the {served.name} server exited {proc.returncode} while starting:\n" + "\n".join(tail)
+                )
+            record = _live(about(served.socket))
+            if record is not None and record["pid"] == proc.pid:  # written once it listens
+                return proc.pid
+            time.sleep(0.05)
+        _signal(proc.pid, signal.SIGKILL)
+        raise DlinfraError(f"the {served.name} server did not listen within {START_TIMEOUT:.0f} s (log: {log})")
 
 
 def status() -> list[dict[str, Any]]:
-    """Every live server of this checkout, with whether it serves its current code."""
+    """Every live server of this checkout and interpreter, with whether it serves their current code."""
     current = {served.socket for served in wanted()}
     listed = []
-    for record_path in sorted(runtime_dir().glob("*.json")) if runtime_dir().is_dir() else []:
-        record = _record(record_path)
-        if record is None or record.get("root") != str(PROJECT_ROOT) or not _ours(record):
+    folder = runtime_dir()
+    for record_path in sorted(folder.glob("*.json")) if private_folder(folder) else []:
+        record = _live(record_path)
+        if record is None or record.get("root") != str(PROJECT_ROOT) or record.get("prefix") != sys.prefix:
             continue
+        sock = record_path.with_suffix(".sock")
         listed.append(
             {
                 "name": record["name"],
                 "pid": record["pid"],
-                "socket": str(record_path.with_suffix(".sock")),
-                "current": record_path.with_suffix(".sock") in current,
+                "socket": str(sock),
+                "current": sock in current,
                 "up_seconds": round(time.time() - float(record["started"]), 1),
             }
         )
@@ -142,7 +143,8 @@ def status() -> list[dict[str, Any]]:
 
 
 def stop_all() -> list[int]:
-    """Stop every server of this checkout (current code or older), by the pid its starter recorded; their pids."""
+    """Stop every server of this checkout and interpreter (current code or older), by the pid it recorded; the
+    pids. A server gives the commands it runs STOP_GRACE_SECONDS to end."""
     stopped = []
     for entry in status():
         pid = int(entry["pid"])
@@ -158,21 +160,28 @@ def stop_all() -> list[int]:
     return stopped
 
 
-def _record(path: Path) -> dict[str, Any] | None:
-    try:
-        data = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return None
-    return data if isinstance(data, dict) and {"pid", "name", "root", "started"} <= data.keys() else None
+@contextlib.contextmanager
+def _locked(path: Path) -> Any:
+    with path.open("a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
 
 
-def _ours(record: dict[str, Any]) -> bool:
-    """Whether the recorded pid is still the server that was started (not a reused pid): its command line is."""
+def _live(path: Path) -> dict[str, Any] | None:
+    """The record a server wrote beside its socket, when that server still runs (not a reused pid: its command
+    line is the one recorded)."""
     try:
+        record = json.loads(path.read_text())
         cmdline = Path(f"/proc/{int(record['pid'])}/cmdline").read_bytes().split(b"\0")
-    except (OSError, ValueError):
-        return False
-    return [part.decode(errors="replace") for part in cmdline if part] == list(record.get("command", []))
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    if not isinstance(record, dict) or not {"pid", "name", "root", "started", "command"} <= record.keys():
+        return None
+    command = [part.decode(errors="replace") for part in cmdline if part]
+    return record if command == list(record["command"]) and _running(int(record["pid"])) else None
 
 
 def _running(pid: int) -> bool:
@@ -180,9 +189,10 @@ def _running(pid: int) -> bool:
         os.waitpid(pid, os.WNOHANG)  # our own child when this process started it: reap it
     try:
         os.kill(pid, 0)
-    except ProcessLookupError:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(") ", 1)[-1]
+    except (ProcessLookupError, FileNotFoundError):
         return False
-    return not Path(f"/proc/{pid}/stat").read_text().split(") ")[-1].startswith("Z")
+    return not state.startswith("Z")
 
 
 def _signal(pid: int, signum: int) -> None:

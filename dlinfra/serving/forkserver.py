@@ -1,16 +1,22 @@
 """A warm fork server: a process that has imported a program once and runs each command in a fork of itself.
 
 A dlinfra command in a new process spends most of a small change's time importing: the provider SDKs (pulumi_aws.ec2
-alone takes about a second), the CLI's modules, and checkov (four seconds before it scans anything). A server started
-once (`dlinfra server start`) imports them, then for every command it is sent forks a child that runs it with the
-caller's argv, working directory, environment and standard streams (the file descriptors themselves, passed over the
-socket), and reports the exit code. The child is a copy of the server as it was after importing, so no command sees
-another's state; the server itself runs nothing. It is the Bazel server or the Gradle daemon, for Python.
+alone takes about a second), the CLI's modules, and checkov (three seconds before it scans anything). A server started
+once (`dlinfra server start`) imports them; then, for every command a client sends (dlinfra.serving.client), it forks
+a child that runs it as the caller's own process would: the caller's argv, working directory, environment, umask,
+resource limits, niceness, CPU affinity, ignored signals and standard streams (the descriptors themselves, passed
+over the socket). The server keeps the connection and reports how the child ended (`exit N`, or `signal N` for a
+child killed by a signal, as a shell sees it); when the caller goes away, the child gets SIGTERM. The child closes
+every socket of the server at once, so nothing it starts holds a caller's connection open. No command sees another's
+state: each child is a copy of the server as it was after importing. It is the Bazel server or the Gradle daemon,
+for Python.
 
-A server is bound to one build of the code: its socket's name is a digest of the interpreter, the files of the
-program and the installed packages (`code_key`), so after any edit or install the client finds no server for its
-key and runs the command itself. The socket is in a folder only its user may enter, and the server refuses a peer
-of another user. It exits after `idle` seconds with no command, or on SIGTERM (`stop`).
+A server is bound to one build of the code: its socket's name is a digest of the interpreter, the Python and locale
+settings of the environment, the files of the program and the installed packages (`code_key`), so after any edit or
+install a client finds no server for its key and runs the command itself. The socket is in a folder only its user
+may enter (client and server both check), and each side checks the other's user (SO_PEERCRED). A server exits after
+`idle` seconds with no command, when its socket is removed or replaced, or on SIGTERM (its running commands get
+SIGTERM, then SIGKILL after a grace).
 
 This module uses the standard library only: the checkov server runs it with checkov's own interpreter, by path.
 """
@@ -18,6 +24,7 @@ This module uses the standard library only: the checkov server runs it with chec
 from __future__ import annotations
 
 import argparse
+import atexit
 import contextlib
 import gc
 import hashlib
@@ -25,26 +32,29 @@ import importlib
 import io
 import json
 import os
+import resource
 import select
 import signal
 import socket
+import stat
 import struct
 import sys
 import tempfile
-import threading
 import time
 import traceback
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-PROTOCOL = 1
-MAX_HEADER = 4 << 20  # bytes: argv, cwd and environment
-_LENGTH = struct.Struct("!I")
-
-
-class ServerLostError(RuntimeError):
-    """The server, or the child running the command, went away before reporting an exit code."""
+PROTOCOL = 2
+MAX_REQUEST = 4 << 20  # bytes: argv, cwd, environment and process settings
+REQUEST_SECONDS = 30.0  # a caller that has not sent its whole request by then is dropped
+STOP_GRACE_SECONDS = 60.0  # running commands' time to end after SIGTERM when the server stops
+LENGTH = struct.Struct("!I")
+LIMITS = ("RLIMIT_NOFILE", "RLIMIT_CORE", "RLIMIT_FSIZE", "RLIMIT_AS", "RLIMIT_DATA", "RLIMIT_STACK", "RLIMIT_CPU")
+# Signals a caller may have ignored (nohup: SIGHUP), which its command ignores too.
+IGNORABLE = ("SIGHUP", "SIGINT", "SIGQUIT", "SIGTERM", "SIGPIPE", "SIGTSTP", "SIGTTIN", "SIGTTOU", "SIGUSR1", "SIGUSR2")
 
 
 def runtime_dir() -> Path:
@@ -59,14 +69,38 @@ def socket_path(name: str, key: str) -> Path:
 
 
 def about(path: Path) -> Path:
-    """The file beside a server's socket that says which process serves it and for what (written by its starter)."""
+    """The file beside a server's socket that says which process serves it and for what (written by the server)."""
     return path.with_suffix(".json")
 
 
+def private_folder(folder: Path) -> bool:
+    """Whether `folder` is a real folder (not a link) of this user that no one else may enter or write."""
+    try:
+        st = os.lstat(folder)
+    except OSError:
+        return False
+    return stat.S_ISDIR(st.st_mode) and st.st_uid == os.getuid() and not st.st_mode & 0o077
+
+
+def peer_uid(conn: socket.socket) -> int:
+    """The user of the process at the other end of a Unix socket."""
+    creds = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+    return int(struct.unpack("3i", creds)[1])
+
+
+def settings(env: Mapping[str, str], *, python: bool = True) -> list[str]:
+    """The environment a program reads once, as it starts, rather than at each use: the locale, and (unless the
+    interpreter runs isolated, -I) every PYTHON* variable. Part of a server's key, so that a caller whose settings
+    differ finds no server and runs the command itself, as it would have."""
+    wanted = [k for k in env if k in ("LANG", "LANGUAGE") or k.startswith("LC_") or (python and k.startswith("PYTHON"))]
+    return [f"{k}={env[k]}" for k in sorted(wanted)]
+
+
 def code_key(parts: Iterable[str], roots: Iterable[Path], *, shallow: Collection[Path] = ()) -> str:
-    """A digest of `parts` and of every file and folder under `roots`: its path, size and modification time (a stat,
-    not a read, so that a client computes it in milliseconds). A root that is a file counts itself; a root in
-    `shallow` (an installed-packages folder) counts only itself, whose time changes as packages come and go."""
+    """A digest of `parts` and of every file under `roots` (byte-code caches left out): its path, size and
+    modification time (a stat, not a read, so that a client computes it in milliseconds). A root that is a file
+    counts itself; a root in `shallow` (an installed-packages folder) counts only its own modification time, which
+    changes as packages come and go. Folders' own times do not count, since importing writes __pycache__ in them."""
     digest = hashlib.sha256(f"forkserver {PROTOCOL}\0".encode())
     for part in parts:
         digest.update(part.encode() + b"\0")
@@ -86,157 +120,267 @@ def _files(root: Path) -> Iterable[str]:
         return
     for folder, dirs, names in os.walk(root):
         dirs[:] = [d for d in dirs if d != "__pycache__" and not d.startswith(".")]
-        yield folder  # a folder's time changes when a file is added or removed
         yield from (os.path.join(folder, name) for name in names if not name.endswith((".pyc", ".sock")))
 
 
-# --- the client -------------------------------------------------------------------------------------------------
-
-
-def call(
-    path: Path,
-    argv: Sequence[str],
-    *,
-    cwd: str | None = None,
-    env: Mapping[str, str] | None = None,
-    fds: tuple[int, int, int] = (0, 1, 2),
-    timeout: float | None = None,
-) -> int | None:
-    """Run argv in the server at `path` with these standard streams; its exit code, or None when no server listens
-    there or it did not start the command (the caller runs the command itself). SIGINT, SIGTERM and SIGHUP sent to
-    this process go to the child. ServerLostError when the command started and its process ended without an exit code;
-    TimeoutError (the child killed) when it runs longer than `timeout` seconds."""
-    conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    try:
-        conn.connect(str(path))
-    except OSError:  # no such socket, or a stale one nobody listens on
-        conn.close()
-        return None
-    with conn:
-        header = json.dumps(
-            {"protocol": PROTOCOL, "argv": list(argv), "cwd": cwd or os.getcwd(), "env": dict(env or os.environ)}
-        ).encode()
-        try:
-            socket.send_fds(conn, [_LENGTH.pack(len(header)) + header], list(fds))
-            reader = conn.makefile("rb")
-            first = reader.readline().split()
-        except OSError:
-            return None
-        if first[:1] != [b"pid"] or len(first) != 2:
-            return None  # refused, or the server went away before starting it: nothing ran
-        child = int(first[1])
-        previous = _forward_signals(child)
-        conn.settimeout(timeout)
-        try:
-            last = reader.readline().split()
-        except TimeoutError:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(child, signal.SIGKILL)
-            raise TimeoutError(f"the command ran longer than {timeout} s; its process ({child}) was killed") from None
-        finally:
-            for signum, handler in previous.items():
-                signal.signal(signum, handler)
-        if last[:1] != [b"exit"]:
-            raise ServerLostError(f"the command's process ({child}) ended without an exit code")
-        return int(last[1])
-
-
-def _forward_signals(child: int) -> dict[int, Any]:
-    previous: dict[int, Any] = {}
-
-    def forward(signum: int, _frame: object) -> None:
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(child, signum)
-
-    if _main_thread():
-        for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
-            previous[signum] = signal.signal(signum, forward)
-    return previous
-
-
-def _main_thread() -> bool:
-    return threading.current_thread() is threading.main_thread()
+def process_settings() -> dict[str, Any]:
+    """What a process inherits besides its environment, which its command must inherit too."""
+    mask = os.umask(0)
+    os.umask(mask)
+    limits = {name: list(resource.getrlimit(getattr(resource, name))) for name in LIMITS if hasattr(resource, name)}
+    ignored = [name for name in IGNORABLE if signal.getsignal(getattr(signal, name)) is signal.SIG_IGN]
+    return {
+        "umask": mask,
+        "limits": limits,
+        "nice": os.nice(0),
+        "affinity": sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None,
+        "ignored": ignored,
+    }
 
 
 # --- the server -------------------------------------------------------------------------------------------------
 
 
-def serve(
-    path: Path,
-    *,
-    entry: str,
-    kind: str = "call",
-    preload: Sequence[str] = (),
-    warm: Sequence[str] = (),
-    idle: float = 1800.0,
-) -> None:
-    """Import `preload`, call each `warm` function (module:function), then serve commands at `path` until idle for
-    `idle` seconds or sent SIGTERM. A command runs entry(argv) (kind "call": a main that returns its exit code) or
-    entry(argv=argv).run() (kind "class", checkov's Checkov)."""
-    for name in preload:
-        importlib.import_module(name)
-    for spec in warm:
-        _resolve(spec)()
-    target = _resolve(entry)
-    gc.collect()
-    gc.freeze()  # children share the imported modules' pages instead of copying them as the collector walks them
-    listener, identity = _listen(path)
-    stopping = False
+@dataclass
+class _Pending:
+    """A caller whose request is still arriving."""
 
-    def stop(_signum: int, _frame: object) -> None:
-        nonlocal stopping
-        stopping = True
+    deadline: float
+    data: bytearray = field(default_factory=bytearray)
+    fds: list[int] = field(default_factory=list)
 
-    signal.signal(signal.SIGTERM, stop)
-    children: set[int] = set()
-    last = time.monotonic()
-    print(f"ready pid {os.getpid()} socket {path}", flush=True)
-    try:
-        while not stopping:
-            children -= _reaped(children)
-            if children:
-                last = time.monotonic()
-            elif time.monotonic() - last > idle or _identity(path) != identity:
-                break
-            with contextlib.suppress(InterruptedError):
-                readable, _, _ = select.select([listener], [], [], 1.0)
-            if not readable or stopping:
+
+@dataclass
+class _Running:
+    """A command's child and its caller's connection (None once the caller went away)."""
+
+    conn: socket.socket | None
+
+
+@dataclass
+class _Streams:
+    """The encodings and error handlers of the server's own standard streams: Python chose them from the locale and
+    the PYTHON* settings, which the key makes the callers' too."""
+
+    stdin: tuple[str, str] = ("utf-8", "strict")
+    stdout: tuple[str, str] = ("utf-8", "strict")
+    stderr: tuple[str, str] = ("utf-8", "backslashreplace")
+
+    @classmethod
+    def now(cls) -> _Streams:
+        def of(stream: Any, default: tuple[str, str]) -> tuple[str, str]:
+            return (getattr(stream, "encoding", None) or default[0], getattr(stream, "errors", None) or default[1])
+
+        return cls(of(sys.stdin, cls.stdin), of(sys.stdout, cls.stdout), of(sys.stderr, cls.stderr))
+
+
+class _Server:
+    """The accept loop: requests read without blocking, one child per command, each child's end reported."""
+
+    def __init__(self, path: Path, target: Callable[..., Any], kind: str, idle: float, record: Mapping[str, Any]):
+        self.path, self.target, self.kind, self.idle = path, target, kind, idle
+        self.streams = _Streams.now()
+        self.listener, self.identity = _listen(path)
+        about(path).write_text(
+            json.dumps({**record, "pid": os.getpid(), "command": sys.orig_argv, "started": time.time()})
+        )
+        self.pending: dict[socket.socket, _Pending] = {}
+        self.running: dict[int, _Running] = {}
+        self.stopping = False
+        self.last = time.monotonic()
+        # A child's end wakes the loop at once (the wakeup descriptor gets a byte per signal), so its caller hears
+        # of it without waiting out the select's timeout.
+        self.wakeup, self.wakeup_write = os.pipe()
+        os.set_blocking(self.wakeup, False)
+        os.set_blocking(self.wakeup_write, False)
+        signal.set_wakeup_fd(self.wakeup_write)
+
+    def loop(self) -> None:
+        signal.signal(signal.SIGTERM, self._stop)
+        signal.signal(signal.SIGCHLD, lambda _signum, _frame: None)
+        print(f"ready pid {os.getpid()} socket {self.path}", flush=True)
+        try:
+            while not self.stopping:
+                self._reap()
+                now = time.monotonic()
+                if self.running or self.pending:
+                    self.last = now
+                elif now - self.last > self.idle or _identity(self.path) != self.identity:
+                    break
+                for conn, pending in list(self.pending.items()):
+                    if now > pending.deadline:
+                        self._drop(conn)
+                watched: list[Any] = [self.listener, *self.pending, *(r.conn for r in self.running.values() if r.conn)]
+                with contextlib.suppress(InterruptedError):
+                    readable, _, _ = select.select([*watched, self.wakeup], [], [], 1.0)
+                    for ready in readable:
+                        if isinstance(ready, socket.socket):
+                            self._readable(ready)
+                        else:
+                            with contextlib.suppress(OSError):
+                                os.read(self.wakeup, 4096)
+            self._stop_children()
+        finally:
+            self.listener.close()
+            if _identity(self.path) == self.identity:  # not replaced by a later server
+                for own in (self.path, about(self.path)):
+                    with contextlib.suppress(OSError):
+                        own.unlink()
+
+    def _stop(self, _signum: int, _frame: object) -> None:
+        self.stopping = True
+
+    def _readable(self, sock: socket.socket) -> None:
+        if sock is self.listener:
+            with contextlib.suppress(OSError):
+                conn, _ = self.listener.accept()
+                if peer_uid(conn) != os.getuid():
+                    conn.close()
+                    return
+                conn.setblocking(False)
+                self.pending[conn] = _Pending(deadline=time.monotonic() + REQUEST_SECONDS)
+            return
+        if sock in self.pending:
+            self._receive(sock)
+            return
+        for pid, running in self.running.items():
+            if running.conn is sock:
+                try:
+                    gone = sock.recv(4096) == b""  # a caller sends nothing after its request: this is its end
+                except OSError:
+                    gone = True
+                if gone:
+                    sock.close()
+                    running.conn = None
+                    with contextlib.suppress(ProcessLookupError):
+                        os.kill(pid, signal.SIGTERM)  # as a terminal closing on a command
+                return
+
+    def _receive(self, conn: socket.socket) -> None:
+        pending = self.pending[conn]
+        try:
+            data, fds, _, _ = socket.recv_fds(conn, 1 << 16, 3)
+        except BlockingIOError:
+            return
+        except OSError:
+            data, fds = b"", []
+        pending.fds += fds
+        if not data or len(pending.data) + len(data) > MAX_REQUEST:
+            self._drop(conn)
+            return
+        pending.data += data
+        if len(pending.data) < LENGTH.size or len(pending.data) < LENGTH.size + LENGTH.unpack_from(pending.data)[0]:
+            return
+        del self.pending[conn]
+        try:
+            request = json.loads(bytes(pending.data[LENGTH.size :]))
+            _check(request, pending.fds)
+        except (ValueError, TypeError, KeyError) as exc:
+            with contextlib.suppress(OSError):
+                conn.setblocking(True)
+                conn.sendall(f"refused {exc}\n".encode())
+            _close(conn, pending.fds)
+            return
+        self._fork(conn, request, pending.fds)
+
+    def _drop(self, conn: socket.socket) -> None:
+        pending = self.pending.pop(conn)
+        _close(conn, pending.fds)
+
+    def _fork(self, conn: socket.socket, request: dict[str, Any], fds: list[int]) -> None:
+        pid = os.fork()
+        if pid == 0:  # the child: never returns
+            try:
+                signal.set_wakeup_fd(-1)
+                self.listener.close()
+                for other in [conn, *self.pending, *(r.conn for r in self.running.values() if r.conn)]:
+                    other.close()
+                for other_fd in [self.wakeup, self.wakeup_write, *(fd for p in self.pending.values() for fd in p.fds)]:
+                    os.close(other_fd)
+                _run(request, fds, self.target, self.kind, self.streams)
+            finally:
+                os._exit(70)
+        for fd in fds:
+            os.close(fd)
+        conn.setblocking(True)
+        try:
+            conn.sendall(f"pid {pid}\n".encode())
+        except OSError:
+            os.kill(pid, signal.SIGTERM)
+            conn.close()
+            self.running[pid] = _Running(None)
+            return
+        conn.setblocking(False)
+        self.running[pid] = _Running(conn)
+
+    def _reap(self) -> None:
+        while self.running:
+            try:
+                pid, status = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                return
+            if pid == 0:
+                return
+            running = self.running.pop(pid, None)
+            if running is None or running.conn is None:
                 continue
-            conn, _ = listener.accept()
-            last = time.monotonic()
-            with conn:
-                pid = _start(conn, target, kind, listener)
-            if pid:
-                children.add(pid)
-    finally:
-        listener.close()
-        if _identity(path) == identity:  # not replaced by a later server
-            for own in (path, about(path)):
-                with contextlib.suppress(OSError):
-                    own.unlink()
+            line = (
+                f"signal {os.WTERMSIG(status)}"
+                if os.WIFSIGNALED(status)
+                else f"exit {os.waitstatus_to_exitcode(status)}"
+            )
+            with contextlib.suppress(OSError):
+                running.conn.setblocking(True)
+                running.conn.sendall(f"{line}\n".encode())
+            running.conn.close()
+
+    def _stop_children(self) -> None:
+        for pid in list(self.running):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGTERM)
+        deadline = time.monotonic() + STOP_GRACE_SECONDS
+        while self.running and time.monotonic() < deadline:
+            self._reap()
+            time.sleep(0.05)
+        for pid in list(self.running):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        while self.running:
+            self._reap()
+            time.sleep(0.01)
+        for conn in list(self.pending):
+            self._drop(conn)
 
 
-def _resolve(spec: str) -> Callable[..., Any]:
-    module, _, attr = spec.partition(":")
-    value: Any = importlib.import_module(module)
-    for part in attr.split("."):
-        value = getattr(value, part)
-    return value  # type: ignore[no-any-return]
+def _check(request: Any, fds: list[int]) -> None:
+    if not isinstance(request, dict) or request.get("protocol") != PROTOCOL:
+        raise ValueError(f"not a protocol {PROTOCOL} request")
+    if len(fds) != 3:
+        raise ValueError(f"{len(fds)} streams, not 3")
+    if not isinstance(request["argv"], list) or not isinstance(request["env"], dict) or not request["argv"]:
+        raise ValueError("argv or environment missing")
+
+
+def _close(conn: socket.socket, fds: list[int]) -> None:
+    conn.close()
+    for fd in fds:
+        with contextlib.suppress(OSError):
+            os.close(fd)
 
 
 def _listen(path: Path) -> tuple[socket.socket, tuple[int, int]]:
     """A listening socket at `path`, made under a temporary name and renamed there, in a folder of mode 0700; with
     the socket file's identity, by which the server sees that it was removed (stop) or replaced."""
     path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-    folder = path.parent.stat()
-    if folder.st_uid != os.getuid() or folder.st_mode & 0o077:
+    if not private_folder(path.parent):
         raise SystemExit(f"{path.parent}: not a folder only this user may enter; refusing to serve there")
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    staging = path.with_name(f".{path.name}.{os.getpid()}")
+    staging = path.with_name(f".{os.getpid()}.s")
     with contextlib.suppress(FileNotFoundError):
         staging.unlink()
     listener.bind(str(staging))
     listener.listen(64)
+    listener.setblocking(False)
     os.replace(staging, path)
     return listener, _identity(path)
 
@@ -249,72 +393,27 @@ def _identity(path: Path) -> tuple[int, int]:
     return (st.st_dev, st.st_ino)
 
 
-def _reaped(children: set[int]) -> set[int]:
-    done = set()
-    for pid in children:
-        with contextlib.suppress(ChildProcessError):
-            if os.waitpid(pid, os.WNOHANG)[0] == 0:
-                continue
-        done.add(pid)
-    return done
-
-
-def _start(conn: socket.socket, target: Callable[..., Any], kind: str, listener: socket.socket) -> int:
-    """Read one request from `conn` and fork its child; the child's pid (0 when the request was refused)."""
-    creds = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
-    _, uid, _ = struct.unpack("3i", creds)
-    if uid != os.getuid():
-        return 0
-    conn.settimeout(30.0)
-    fds: list[int] = []
-    try:
-        data, fds, _, _ = socket.recv_fds(conn, 1 << 16, 3)
-        while len(data) < _LENGTH.size or len(data) < _LENGTH.size + _LENGTH.unpack_from(data)[0]:
-            if len(data) > MAX_HEADER:
-                raise ValueError("request too large")
-            more = conn.recv(1 << 16)
-            if not more:
-                raise ValueError("request cut short")
-            data += more
-        request = json.loads(data[_LENGTH.size :])
-        if request.get("protocol") != PROTOCOL or len(fds) != 3:
-            raise ValueError(f"protocol {request.get('protocol')!r} with {len(fds)} streams")
-    except (OSError, ValueError) as exc:
-        with contextlib.suppress(OSError):
-            conn.sendall(f"refused {exc}\n".encode())
-        for fd in fds:
-            os.close(fd)
-        return 0
-    conn.settimeout(None)
-    pid = os.fork()
-    if pid == 0:  # the child: never returns
-        try:
-            listener.close()
-            _run_child(conn, fds, request, target, kind)
-        finally:
-            os._exit(70)
-    for fd in fds:
-        os.close(fd)
-    return pid
-
-
-def _run_child(
-    conn: socket.socket, fds: list[int], request: dict[str, Any], target: Callable[..., Any], kind: str
-) -> None:
-    for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
-        signal.signal(signum, signal.SIG_DFL if signum != signal.SIGINT else signal.default_int_handler)
+def _run(request: dict[str, Any], fds: list[int], target: Callable[..., Any], kind: str, streams: _Streams) -> None:
+    """In the child: become the caller's process (streams, directory, environment, settings), run, and exit as the
+    caller's own process would have."""
     for number, fd in enumerate(fds):
         os.dup2(fd, number)
         os.close(fd)
+    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+    for name in IGNORABLE:
+        default = signal.default_int_handler if name == "SIGINT" else signal.SIG_DFL
+        ignored = name in ((request.get("process") or {}).get("ignored") or ())
+        signal.signal(getattr(signal, name), signal.SIG_IGN if ignored else default)
     os.chdir(request["cwd"])
     os.environ.clear()
     os.environ.update(request["env"])
-    os.environ["DLINFRA_SERVED_BY"] = str(os.getppid())  # what ran it, for a command that reports how it ran
+    time.tzset()  # TZ, as the caller has it
+    _inherit(request)
     sys.argv = list(request["argv"])
-    sys.stdin = _stream(0, "r")
-    sys.stdout = _stream(1, "w")
-    sys.stderr = _stream(2, "w")
-    conn.sendall(f"pid {os.getpid()}\n".encode())
+    unbuffered = bool(os.environ.get("PYTHONUNBUFFERED"))
+    sys.stdin = _stream(0, "r", streams.stdin, unbuffered=False)
+    sys.stdout = _stream(1, "w", streams.stdout, unbuffered=unbuffered)
+    sys.stderr = _stream(2, "w", streams.stderr, unbuffered=unbuffered, lines=True)
     code = 1
     try:
         result = target(sys.argv[1:]) if kind == "call" else target(argv=sys.argv[1:]).run()
@@ -322,15 +421,41 @@ def _run_child(
     except SystemExit as exc:
         code = _exit_code(exc.code)
     except KeyboardInterrupt:
-        code = 130
+        traceback.print_exc()  # then die by SIGINT, as Python does, so that a shell loop stops too
+        _finish()
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+        os.kill(os.getpid(), signal.SIGINT)
     except BaseException:  # noqa: BLE001 - the command's crash is its output, as when it runs in its own process
         traceback.print_exc()
-    finally:
-        for stream in (sys.stdout, sys.stderr):
-            with contextlib.suppress(Exception):
-                stream.flush()
-    conn.sendall(f"exit {code}\n".encode())
-    os._exit(0)
+    _finish()
+    os._exit(code & 0xFF)
+
+
+def _inherit(request: dict[str, Any]) -> None:
+    """The caller's umask, resource limits, niceness and CPU affinity, where this process may take them."""
+    settings = request.get("process") or {}
+    if "umask" in settings:
+        os.umask(int(settings["umask"]))
+    for name, (soft, hard) in (settings.get("limits") or {}).items():
+        with contextlib.suppress(AttributeError, ValueError, OSError):
+            resource.setrlimit(getattr(resource, name), (soft, hard))
+    with contextlib.suppress(OSError, TypeError, ValueError):
+        more = int(settings.get("nice", 0)) - os.nice(0)
+        if more > 0:
+            os.nice(more)
+    if settings.get("affinity") and hasattr(os, "sched_setaffinity"):
+        with contextlib.suppress(OSError, ValueError):
+            os.sched_setaffinity(0, settings["affinity"])
+
+
+def _finish() -> None:
+    """What a Python process does as it exits, short of freeing every object: the atexit functions (worker pools,
+    temporary folders, logging), then the streams."""
+    with contextlib.suppress(Exception):
+        atexit._run_exitfuncs()  # noqa: SLF001 - the interpreter's own exit sequence, run without the teardown
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            stream.flush()
 
 
 def _exit_code(value: object) -> int:
@@ -342,17 +467,48 @@ def _exit_code(value: object) -> int:
     return 1
 
 
-def _stream(fd: int, mode: str) -> io.TextIOWrapper:
-    """A text stream on a descriptor, buffered as Python buffers its own: by line on a terminal."""
+def _stream(
+    fd: int, mode: str, encoding: tuple[str, str], *, unbuffered: bool, lines: bool = False
+) -> io.TextIOWrapper:
+    """A text stream on a descriptor, buffered as Python buffers its own: stderr and a terminal by line, everything
+    written through under PYTHONUNBUFFERED."""
     tty = os.isatty(fd)
-    raw = open(fd, mode + "b", buffering=0 if mode == "r" and tty else -1, closefd=False)  # noqa: SIM115
+    raw: Any = open(fd, mode + "b", buffering=0 if unbuffered or (mode == "r" and tty) else -1, closefd=False)  # noqa: SIM115
     return io.TextIOWrapper(
-        raw,  # type: ignore[arg-type]
-        encoding="utf-8",
-        errors="strict" if mode == "r" else "backslashreplace",
-        line_buffering=tty,
-        write_through=False,
+        raw, encoding=encoding[0], errors=encoding[1], line_buffering=lines or tty, write_through=unbuffered
     )
+
+
+def serve(
+    path: Path,
+    *,
+    entry: str,
+    kind: str = "call",
+    preload: Sequence[str] = (),
+    warm: Sequence[str] = (),
+    idle: float = 1800.0,
+    record: Mapping[str, Any] | None = None,
+) -> None:
+    """Import `preload`, call each `warm` function (module:function), then serve commands at `path` until idle for
+    `idle` seconds, its socket goes, or SIGTERM. A command runs entry(argv) (kind "call": a main that returns its
+    exit code) or entry(argv=argv).run() (kind "class", checkov's Checkov). `record` is written beside the socket
+    (`about`) with the server's pid and command line once it listens."""
+    for name in preload:
+        importlib.import_module(name)
+    for spec in warm:
+        _resolve(spec)()
+    target = _resolve(entry)
+    gc.collect()
+    gc.freeze()  # children share the imported modules' pages instead of copying them as the collector walks them
+    _Server(path, target, kind, idle, record or {}).loop()
+
+
+def _resolve(spec: str) -> Callable[..., Any]:
+    module, _, attr = spec.partition(":")
+    value: Any = importlib.import_module(module)
+    for part in attr.split("."):
+        value = getattr(value, part)
+    return value  # type: ignore[no-any-return]
 
 
 def main(argv: Sequence[str] | None = None) -> None:
@@ -363,8 +519,17 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--preload", action="append", default=[], help="a module to import first")
     parser.add_argument("--warm", action="append", default=[], help="module:function called once before serving")
     parser.add_argument("--idle", type=float, default=1800.0, help="seconds without a command before it exits")
+    parser.add_argument("--record", default="{}", help="JSON written beside the socket with the pid")
     args = parser.parse_args(argv)
-    serve(args.socket, entry=args.entry, kind=args.kind, preload=args.preload, warm=args.warm, idle=args.idle)
+    serve(
+        args.socket,
+        entry=args.entry,
+        kind=args.kind,
+        preload=args.preload,
+        warm=args.warm,
+        idle=args.idle,
+        record=json.loads(args.record),
+    )
 
 
 if __name__ == "__main__":

@@ -7,6 +7,7 @@ uses one only when it is running, and `DLINFRA_SERVER=off` makes every command r
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 import sysconfig
@@ -14,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from dlinfra import PROJECT_ROOT
-from dlinfra.serving.forkserver import code_key, socket_path
+from dlinfra.serving.forkserver import code_key, settings, socket_path
 
 # The program a served dlinfra command runs: what `import` reads and what the commands read as data.
 SERVED_DIRS = ("dlinfra", "components", "stacks", "policy")
@@ -62,22 +63,16 @@ def enabled() -> bool:
 
 
 def dlinfra_server(root: Path = PROJECT_ROOT, *, idle: float = IDLE_SECONDS) -> Served:
-    """The server of dlinfra's commands, with this interpreter and the code of `root`."""
+    """The server of dlinfra's commands, with this interpreter, environment settings and the code of `root`."""
+    packages = Path(sysconfig.get_paths()["purelib"])
     key = code_key(
-        (sys.prefix, os.path.realpath(sys.executable), sys.version, str(root)),
-        [root / name for name in (*SERVED_DIRS, *SERVED_FILES)] + [Path(sysconfig.get_paths()["purelib"])],
-        shallow={Path(sysconfig.get_paths()["purelib"])},
+        (sys.prefix, os.path.realpath(sys.executable), sys.version, str(root), *settings(os.environ)),
+        [root / name for name in (*SERVED_DIRS, *SERVED_FILES)] + [packages],
+        shallow={packages},
     )
     path = socket_path("dlinfra", key)
-    command = [
-        sys.executable,
-        "-m",
-        "dlinfra.serving.forkserver",
-        "--socket",
-        str(path),
-        "--entry",
-        "dlinfra.cli.main:served",
-    ]
+    command = [sys.executable, "-m", "dlinfra.serving.forkserver", "--socket", str(path)]
+    command += ["--entry", "dlinfra.cli.main:served", *_record("dlinfra", root)]
     command += [arg for name in DLINFRA_PRELOAD for arg in ("--preload", name)]
     command += [arg for spec in DLINFRA_WARM for arg in ("--warm", spec)]
     return Served("dlinfra", path, (*command, "--idle", str(idle)))
@@ -90,13 +85,19 @@ def checkov_server(root: Path = PROJECT_ROOT, *, idle: float = IDLE_SECONDS) -> 
     if not python.exists() or not packages:
         return None
     program = Path(__file__).resolve().with_name("forkserver.py")
+    fixed = [f"{k}={v}" for k, v in sorted(CHECKOV_ENV.items())]
     key = code_key(
-        (str(python), str(root), *(f"{k}={v}" for k, v in sorted(CHECKOV_ENV.items()))),
+        (str(python), str(root), *fixed, *settings(os.environ, python=False)),  # -I: PYTHON* variables unread
         [program, *packages],
         shallow=set(packages),
     )
     path = socket_path("checkov", key)
     # -I: checkov's interpreter, isolated (no script folder on sys.path, no PYTHON* variables, no user site).
     command = [str(python), "-I", str(program), "--socket", str(path), "--entry", "checkov.main:Checkov"]
-    command += ["--kind", "class", "--preload", "checkov.main", "--idle", str(idle)]
+    command += ["--kind", "class", "--preload", "checkov.main", "--idle", str(idle), *_record("checkov", root)]
     return Served("checkov", path, tuple(command), tuple(sorted(CHECKOV_ENV.items())))
+
+
+def _record(name: str, root: Path) -> list[str]:
+    """What the server writes beside its socket, with its pid: `dlinfra server status` and `stop` read it."""
+    return ["--record", json.dumps({"name": name, "root": str(root), "prefix": sys.prefix})]

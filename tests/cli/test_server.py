@@ -95,6 +95,7 @@ def test_a_served_checkov_scan_reports_what_its_own_process_does(
 
 
 def test_status_json_and_stop(started: list[int], capsys: pytest.CaptureFixture[str]) -> None:
+    assert all(entry["current"] for entry in server.status()), "the commands run so far left the servers current"
     capsys.readouterr()
     assert cli.main(["server", "status", "--json"]) == 0
     listed = json.loads(capsys.readouterr().out)
