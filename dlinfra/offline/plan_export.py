@@ -57,6 +57,10 @@ class StackResult:
     seconds: float = 0.0  # how long the offline run took (for a cached result: the run that made it)
     cached: bool = False  # reused from the plan cache (dlinfra.offline.cache), not run again
 
+    def exports(self) -> dict[str, Any]:
+        """What the stacks that read this one get from it (their StackReferences' outputs), unmasked."""
+        return {"outputs": self.outputs, "secret": sorted(self.secret_outputs)}
+
     def masked_outputs(self) -> dict[str, Any]:
         """The stack outputs as the plan export shows them: secrets read "[secret]"."""
         return {k: (MASK if k in self.secret_outputs else _mask(v)) for k, v in sorted(self.outputs.items())}
