@@ -12,7 +12,8 @@ The last makes the key early-cutting, as build systems do: a stack that a depend
 same exports is reused, so a pool's new maximum re-runs its regional stack but not the in-cluster stack that
 reads only the cluster's outputs.
 
-An entry is the whole offline result (resources, outputs, manifests' source), pickled under build/cache/stacks/.
+An entry is the whole offline result (resources, outputs, manifests' source) with its plan's text, pickled under
+build/cache/stacks/.
 Beside a stack's entries are the exports of its last run (`latest.exports`): a guess on which the stacks that read
 it may start before it is done (dlinfra.offline.parallel), whose results count only when the guess was exact.
 An offline run has no secret to keep: its secret outputs are the fake cloud's deterministic stand-ins (fake
@@ -106,6 +107,7 @@ class StackCache:
         self.ran.append(role.name)
         path = self._path(role, key)
         path.parent.mkdir(parents=True, exist_ok=True)
+        result.plan_text()  # serialized while its file assets are this project's; kept in the entry for its reuses
         _write_pickle(path, replace(_rebased(result, self.root, STORED_ROOT), cached=False))
         _write_pickle(self._exports_path(role), result.exports())
         entries = sorted(path.parent.glob("*.pickle"), key=lambda p: p.stat().st_mtime, reverse=True)
