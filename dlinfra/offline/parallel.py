@@ -260,7 +260,7 @@ class _Schedule:
                 for role, refs in batch:
                     try:
                         job = pool.submit(
-                            run_stack,
+                            _run_serialized,
                             root,
                             role,
                             project=project,
@@ -286,6 +286,14 @@ class _Schedule:
                     self.ran(role, res)
                 submit(self.ready())
                 self.report()
+
+
+def _run_serialized(*args: Any, **kwargs: Any) -> StackResult:
+    """run_stack in a worker process, with its plan serialized there too (StackResult.plan_text): the parent, which
+    stores and writes every plan, gets the text with the result instead of making it after the run."""
+    result = run_stack(*args, **kwargs)
+    result.plan_text()
+    return result
 
 
 @dataclass
@@ -330,7 +338,9 @@ class _Speculation:
 def _speculate(run: Callable[[], StackResult], writer: Connection) -> None:
     """A speculation's process: its result pickled to the pipe, or nothing when it fails."""
     try:
-        payload = pickle.dumps(run(), protocol=pickle.HIGHEST_PROTOCOL)
+        result = run()
+        result.plan_text()  # serialized here, meanwhile, instead of in the parent after it
+        payload = pickle.dumps(result, protocol=pickle.HIGHEST_PROTOCOL)
     except BaseException:  # noqa: BLE001 - not reported: the stack runs again, and that run says what is wrong
         payload = b""
     writer.send_bytes(payload)
