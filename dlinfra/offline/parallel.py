@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import functools
 import importlib
+import io
 import multiprocessing
 import pickle
+import sys
 from collections.abc import Callable, Mapping, Sequence
 from concurrent import futures
 from dataclasses import dataclass, field
@@ -317,15 +319,20 @@ class _Speculation:
         return cls(refs=refs, process=process, reader=reader)
 
     def result(self) -> StackResult | None:
-        """Its result, when it is done; None when it failed or its process died."""
+        """Its result, when it is done, and what it printed (a stack program's warnings) printed here, where the run
+        it stands for would have printed it; None when it failed or its process died, and then nothing is shown."""
         try:
             payload = self.reader.recv_bytes()
-            result = pickle.loads(payload) if payload else None
+            result, out, err = pickle.loads(payload) if payload else (None, "", "")
         except Exception:  # noqa: BLE001 - whatever went wrong, the stack runs again
-            result = None
+            return None
         finally:
             self.stop()
-        return result if isinstance(result, StackResult) else None
+        if not isinstance(result, StackResult):
+            return None
+        sys.stdout.write(out)
+        sys.stderr.write(err)
+        return result
 
     def stop(self) -> None:
         """End the process, done or not."""
@@ -336,11 +343,15 @@ class _Speculation:
 
 
 def _speculate(run: Callable[[], StackResult], writer: Connection) -> None:
-    """A speculation's process: its result pickled to the pipe, or nothing when it fails."""
+    """A speculation's process: its result and what it printed, pickled to the pipe; nothing when it fails."""
+    # What it prints is kept with its result, shown only if the result is (new streams also hold none of the locks
+    # another thread of the parent may have held on the old ones when it forked).
+    out, err = io.StringIO(), io.StringIO()
+    sys.stdout, sys.stderr = out, err
     try:
         result = run()
         result.plan_text()  # serialized here, meanwhile, instead of in the parent after it
-        payload = pickle.dumps(result, protocol=pickle.HIGHEST_PROTOCOL)
+        payload = pickle.dumps((result, out.getvalue(), err.getvalue()), protocol=pickle.HIGHEST_PROTOCOL)
     except BaseException:  # noqa: BLE001 - not reported: the stack runs again, and that run says what is wrong
         payload = b""
     writer.send_bytes(payload)

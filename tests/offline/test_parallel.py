@@ -146,8 +146,8 @@ def test_sdk_classes_are_found_through_the_sdks_registry() -> None:
 K8S = StackRole("k8s", "prod", "us-west-2")
 READER = {K8S: [WEST]}
 
-# The regional stack exports its VPC's block (config t:cidr); the in-cluster stack reads it through StackReference
-# and declares a subnet with it. Each run leaves a file naming its stack and process.
+# The regional stack exports its VPC's block (config t:cidr); the in-cluster stack reads it through StackReference,
+# declares a subnet with it and says so. Each run leaves a file naming its stack and process.
 READER_PROGRAM = """
 import os
 from pathlib import Path
@@ -163,10 +163,12 @@ if stack == "prod-us-west-2":
     pulumi.export("vpc_id", vpc.id)
     pulumi.export("cidr", cidr)
 else:
+    print(f"{stack}: declaring")
     if FAILING == "always" or (FAILING == "elsewhere" and os.getpid() != PARENT):
         raise ValueError("no subnet for you")
     ref = pulumi.StackReference("prod-us-west-2", stack_name="organization/t/prod-us-west-2")
     aws.ec2.Subnet("subnet", vpc_id=ref.get_output("vpc_id"), cidr_block=ref.get_output("cidr"))
+    ref.get_output("cidr").apply(lambda cidr: print(f"{stack}: subnet {cidr}"))
 """
 
 
@@ -204,34 +206,46 @@ def _subnet_block(result: plan_export.StackResult) -> str:
     return str(subnet["inputs"]["cidrBlock"])
 
 
-def test_a_reader_started_on_a_right_guess_is_kept_and_matches_a_sequential_run(tmp_path: Path) -> None:
+def test_a_reader_started_on_a_right_guess_is_kept_and_matches_a_sequential_run(
+    tmp_path: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
     program = _reader_program(tmp_path)
     _run_reader(tmp_path, program, cidr="10.1.0.0/16", version="before")  # the cache learns the VPC's exports
+    capfd.readouterr()
     results, store, runs = _run_reader(tmp_path, program, cidr="10.1.0.0/16", version="after")
     assert runs[WEST.name] == {os.getpid()}
     assert os.getpid() not in runs[K8S.name]  # ran meanwhile, in a forked process, on the guess
+    assert capfd.readouterr().out.splitlines() == [f"{K8S.name}: declaring", f"{K8S.name}: subnet 10.1.0.0/16"]
     sequential = engine.run_all(tmp_path, [WEST, K8S], project="t", config={"t:cidr": "10.1.0.0/16"}, program=program)
     assert _plans(results) == _plans(sequential)
     assert store.ran == [WEST.name, K8S.name]
     assert store.stored(K8S, store.key(K8S, {WEST.name: results[0].exports()}))  # under the real exports' key
 
 
-def test_a_reader_started_on_a_wrong_guess_runs_again_with_the_real_exports(tmp_path: Path) -> None:
+def test_a_reader_started_on_a_wrong_guess_runs_again_with_the_real_exports(
+    tmp_path: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
     program = _reader_program(tmp_path)
     _run_reader(tmp_path, program, cidr="10.1.0.0/16", version="before")
+    capfd.readouterr()
     results, _, runs = _run_reader(tmp_path, program, cidr="10.2.0.0/16", version="after")
     assert _subnet_block(results[1]) == "10.2.0.0/16"
     assert os.getpid() in runs[K8S.name]  # the guess (10.1.0.0/16) was dropped, and the stack ran here
+    assert capfd.readouterr().out.splitlines() == [f"{K8S.name}: declaring", f"{K8S.name}: subnet 10.2.0.0/16"]
     sequential = engine.run_all(tmp_path, [WEST, K8S], project="t", config={"t:cidr": "10.2.0.0/16"}, program=program)
     assert _plans(results) == _plans(sequential)
 
 
-def test_a_guessed_runs_failure_counts_only_when_the_real_run_fails_too(tmp_path: Path) -> None:
+def test_a_guessed_runs_failure_counts_only_when_the_real_run_fails_too(
+    tmp_path: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
     program = _reader_program(tmp_path, failing="elsewhere")
     _run_reader(tmp_path, program, cidr="10.1.0.0/16", version="before")
+    capfd.readouterr()
     results, _, runs = _run_reader(tmp_path, program, cidr="10.1.0.0/16", version="after")
     assert len(runs[K8S.name]) == 2  # failed in the forked process, then ran here
     assert _subnet_block(results[1]) == "10.1.0.0/16"
+    assert capfd.readouterr().out.count(f"{K8S.name}: declaring") == 1  # the failed run's output is not shown
     failing = _reader_program(tmp_path, failing="always")
     with pytest.raises(engine.EngineError) as caught:
         _run_reader(tmp_path, failing, cidr="10.1.0.0/16", version="failing")
