@@ -262,7 +262,7 @@ class _Schedule:
                 for role, refs in batch:
                     try:
                         job = pool.submit(
-                            _run_serialized,
+                            run_stack,
                             root,
                             role,
                             project=project,
@@ -288,14 +288,6 @@ class _Schedule:
                     self.ran(role, res)
                 submit(self.ready())
                 self.report()
-
-
-def _run_serialized(*args: Any, **kwargs: Any) -> StackResult:
-    """run_stack in a worker process, with its plan serialized there too (StackResult.plan_text): the parent, which
-    stores and writes every plan, gets the text with the result instead of making it after the run."""
-    result = run_stack(*args, **kwargs)
-    result.plan_text()
-    return result
 
 
 @dataclass
