@@ -56,6 +56,15 @@ def digest(value: Any) -> str:
 def canonical(value: Any) -> Any:
     """A value as JSON-able data that does not depend on the process: sets sorted, dataclasses as their class
     name and fields, enums by value, anything else by str() (addresses, paths)."""
+    kind = type(value)
+    # The bulk of a large value (a network model) is scalars, dicts and lists: those exact types are taken first,
+    # as the checks below would take them; a subclass (an IntEnum, a named tuple) still goes through the checks.
+    if kind in _PLAIN:
+        return value
+    if kind is dict:
+        return {k if isinstance(k, str) else str(canonical(k)): canonical(v) for k, v in value.items()}
+    if kind is list or kind is tuple:
+        return [canonical(v) for v in value]
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         fields = {f.name: canonical(getattr(value, f.name)) for f in dataclasses.fields(value)}
         return {"__class__": type(value).__name__, **fields}
@@ -70,3 +79,6 @@ def canonical(value: Any) -> Any:
     if value is None or isinstance(value, (str, int, float, bool)):
         return value
     return str(value)
+
+
+_PLAIN = frozenset({str, int, float, bool, type(None)})

@@ -12,7 +12,10 @@ The last makes the key early-cutting, as build systems do: a stack that a depend
 same exports is reused, so a pool's new maximum re-runs its regional stack but not the in-cluster stack that
 reads only the cluster's outputs.
 
-An entry is the whole offline result (resources, outputs, manifests' source), pickled under build/cache/stacks/.
+An entry is the whole offline result (resources, outputs, manifests' source) with its plan's text, pickled under
+build/cache/stacks/.
+Beside a stack's entries are the exports of its last run (`latest.exports`): a guess on which the stacks that read
+it may start before it is done (dlinfra.offline.parallel), whose results count only when the guess was exact.
 An offline run has no secret to keep: its secret outputs are the fake cloud's deterministic stand-ins (fake
 keys derived from the resource's name, "offline-placeholder-secret" for encrypted config). The folder is
 build output, ignored by git, and `DLINFRA_CACHE=off` turns the cache off.
@@ -68,6 +71,22 @@ class StackCache:
     def _path(self, role: StackRole, key: str) -> Path:
         return self.folder / "stacks" / role.name / f"{key}.pickle"
 
+    def _exports_path(self, role: StackRole) -> Path:
+        return self.folder / "stacks" / role.name / LATEST_EXPORTS  # not *.pickle: the pruning below passes it by
+
+    def stored(self, role: StackRole, key: str) -> bool:
+        """Whether an entry is stored under this key (load() may still find it unreadable)."""
+        return self._path(role, key).is_file()
+
+    def last_exports(self, role: StackRole) -> dict[str, Any] | None:
+        """The exports the stack gave the last time it ran here (StackResult.exports); None when unknown."""
+        try:
+            with self._exports_path(role).open("rb") as fh:
+                exports = pickle.load(fh)  # our own build output, written by store() below
+        except (OSError, pickle.PickleError, EOFError, AttributeError, ImportError, TypeError, ValueError):
+            return None
+        return exports if isinstance(exports, dict) else None
+
     def load(self, role: StackRole, key: str) -> StackResult | None:
         """The stored result under this key; None when there is none or it cannot be read (then it runs again)."""
         path = self._path(role, key)
@@ -83,22 +102,30 @@ class StackCache:
         return replace(_rebased(result, STORED_ROOT, self.root), cached=True)
 
     def store(self, role: StackRole, key: str, result: StackResult) -> None:
-        """Keep a fresh result under its key, and only the newest KEEP entries of the stack."""
+        """Keep a fresh result under its key, and its exports as the stack's latest, and only the newest KEEP
+        entries of the stack."""
         self.ran.append(role.name)
         path = self._path(role, key)
         path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(f".{os.getpid()}.tmp")
-        with tmp.open("wb") as fh:
-            pickle.dump(
-                replace(_rebased(result, self.root, STORED_ROOT), cached=False), fh, protocol=pickle.HIGHEST_PROTOCOL
-            )
-        os.replace(tmp, path)
+        result.plan_text()  # serialized while its file assets are this project's; kept in the entry for its reuses
+        _write_pickle(path, replace(_rebased(result, self.root, STORED_ROOT), cached=False))
+        _write_pickle(self._exports_path(role), result.exports())
         entries = sorted(path.parent.glob("*.pickle"), key=lambda p: p.stat().st_mtime, reverse=True)
         for old in entries[KEEP:]:
             old.unlink(missing_ok=True)
 
 
 STORED_ROOT = Path("/dlinfra-project")  # stands for the project in a stored entry's file assets
+LATEST_EXPORTS = "latest.exports"  # beside a stack's entries: the exports of its last run (pickled)
+
+
+def _write_pickle(path: Path, value: Any) -> None:
+    """Pickle `value` to `path` atomically: a concurrent reader (another preview sharing the cache) sees the old
+    file or the new one, never half of one."""
+    tmp = path.with_suffix(f".{os.getpid()}.tmp")
+    with tmp.open("wb") as fh:
+        pickle.dump(value, fh, protocol=pickle.HIGHEST_PROTOCOL)
+    os.replace(tmp, path)
 
 
 def _rebased(result: StackResult, old: Path, new: Path) -> StackResult:

@@ -185,7 +185,7 @@ def run_all(
             res = run_stack(root, role, project=project, config=config, stack_exports=exports, program=program)
             if cache is not None:
                 cache.store(role, key, res)
-        exports[role.name] = {"outputs": res.outputs, "secret": sorted(res.secret_outputs)}
+        exports[role.name] = res.exports()
         results.append(res)
         if on_done:
             on_done(res)

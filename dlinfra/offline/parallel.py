@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import functools
 import importlib
+import io
 import multiprocessing
+import pickle
+import sys
 from collections.abc import Callable, Mapping, Sequence
 from concurrent import futures
 from dataclasses import dataclass, field
+from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
@@ -82,9 +87,10 @@ def run_parallel(
     first = run.ready()
     run.report()
     if len(first) == 1:
-        # One stack to run and what waits on it (a change to one environment, the rest reused): worker processes
-        # would cost more to start than they save, so they run here, one after another.
-        run.here(first, root=root, project=project, config=config, program=program)
+        # One stack to run and what waits on it (a change to one environment, the rest reused): a pool of worker
+        # processes would cost more to start than it saves, so they run here, one after another; but for the
+        # stacks that wait on it alone, a forked process each, started at once on a guess of its exports.
+        run.here(first, root=root, project=project, config=config, program=program, jobs=jobs)
     elif first:
         run.in_workers(first, root=root, project=project, config=config, jobs=jobs, program=program)
     if run.failed:
@@ -130,7 +136,7 @@ class _Schedule:
         self.finish(role, res)
 
     def finish(self, role: StackRole, res: StackResult) -> None:
-        self.exports[role.name] = {"outputs": res.outputs, "secret": sorted(res.secret_outputs)}
+        self.exports[role.name] = res.exports()
         self.done[role] = res
 
     def ready(self) -> list[tuple[StackRole, dict[str, Any]]]:
@@ -177,20 +183,60 @@ class _Schedule:
         project: str,
         config: Mapping[str, str],
         program: Path | None,
+        jobs: int,
     ) -> None:
-        """Run stacks in this process until none is left: `batch`, then what becomes ready as they finish."""
-        while batch:
-            for role, refs in batch:
-                try:
-                    res = run_stack(
-                        root, role, project=project, config=dict(config), stack_exports=refs, program=program
-                    )
-                except EngineError as exc:
-                    self.fail(role, exc)
+        """Run stacks in this process until none is left: `batch`, then what becomes ready as they finish; with
+        jobs > 1, the stacks that wait on a lone first stack alone also run meanwhile (speculate)."""
+        run = functools.partial(run_stack, root, project=project, config=dict(config), program=program)
+        guessed = self.speculate(batch, run, slots=jobs - 1)
+        try:
+            while batch:
+                for role, refs in batch:  # a wrong guess is stopped first, to free its processor for the real run
+                    if role in guessed and not _same(guessed[role].refs, refs):
+                        guessed.pop(role).stop()
+                outcomes: dict[StackRole, StackResult | EngineError] = {}
+                # Those started on a guess are collected last: they have been running meanwhile.
+                for role, refs in sorted(batch, key=lambda item: item[0] in guessed):
+                    res = guessed.pop(role).result() if role in guessed else None
+                    try:
+                        outcomes[role] = res if res is not None else run(role, stack_exports=refs)
+                    except EngineError as exc:
+                        outcomes[role] = exc
+                for role, _ in batch:
+                    outcome = outcomes[role]
+                    if isinstance(outcome, EngineError):
+                        self.fail(role, outcome)
+                    else:
+                        self.ran(role, outcome)
+                batch = self.ready()
+                self.report()
+        finally:
+            for speculation in guessed.values():
+                speculation.stop()
+
+    def speculate(
+        self, batch: list[tuple[StackRole, dict[str, Any]]], run: Callable[..., StackResult], *, slots: int
+    ) -> dict[StackRole, _Speculation]:
+        """Start, in up to `slots` forked processes, the stacks that wait on the lone stack of `batch` alone, with
+        the exports it gave the last time it ran (the plan cache keeps them): when it gives the same again, they are
+        done by then. Not a stack whose guessed key is stored: the cache will serve that one."""
+        if slots < 1 or len(batch) != 1 or self.cache is None:
+            return {}
+        lone = batch[0][0]
+        guess = self.cache.last_exports(lone)
+        if guess is None:
+            return {}
+        exports = {**self.exports, lone.name: guess}
+        started: dict[StackRole, _Speculation] = {}
+        with quiescence.frozen():  # see in_workers
+            for role in self.waiting:
+                needs = self.needs[role]
+                if len(started) == slots or lone not in needs or not all(d in self.done or d == lone for d in needs):
                     continue
-                self.ran(role, res)
-            batch = self.ready()
-            self.report()
+                refs = {d.name: exports[d.name] for d in needs}
+                if not self.cache.stored(role, self.cache.key(role, refs)):
+                    started[role] = _Speculation.start(functools.partial(run, role, stack_exports=refs), refs)
+        return started
 
     def in_workers(
         self,
@@ -242,3 +288,75 @@ class _Schedule:
                     self.ran(role, res)
                 submit(self.ready())
                 self.report()
+
+
+@dataclass
+class _Speculation:
+    """A stack running in a forked process on guessed exports of the stacks it reads (`refs`). Its result counts
+    only when the exports it read turn out to be exactly the real ones: a stack program is deterministic, so it is
+    then the result a run would give. Its failure never counts: the stack then runs again, and that run says."""
+
+    refs: dict[str, Any]
+    process: multiprocessing.process.BaseProcess
+    reader: Connection
+
+    @classmethod
+    def start(cls, run: Callable[[], StackResult], refs: dict[str, Any]) -> _Speculation:
+        # fork: the process starts with everything this one imported, and runs one program; nothing to set up.
+        context = multiprocessing.get_context("fork")
+        reader, writer = context.Pipe(duplex=False)
+        process = context.Process(target=_speculate, args=(run, writer), daemon=True)
+        process.start()
+        writer.close()
+        return cls(refs=refs, process=process, reader=reader)
+
+    def result(self) -> StackResult | None:
+        """Its result, when it is done, and what it printed (a stack program's warnings) printed here, where the run
+        it stands for would have printed it; None when it failed or its process died, and then nothing is shown."""
+        try:
+            payload = self.reader.recv_bytes()
+            result, out, err = pickle.loads(payload) if payload else (None, "", "")
+        except Exception:  # noqa: BLE001 - whatever went wrong, the stack runs again
+            return None
+        finally:
+            self.stop()
+        if not isinstance(result, StackResult):
+            return None
+        sys.stdout.write(out)
+        sys.stderr.write(err)
+        return result
+
+    def stop(self) -> None:
+        """End the process, done or not."""
+        if self.process.is_alive():
+            self.process.kill()
+        self.process.join()
+        self.reader.close()
+
+
+def _speculate(run: Callable[[], StackResult], writer: Connection) -> None:
+    """A speculation's process: its result and what it printed, pickled to the pipe; nothing when it fails."""
+    # What it prints is kept with its result, shown only if the result is (new streams also hold none of the locks
+    # another thread of the parent may have held on the old ones when it forked).
+    out, err = io.StringIO(), io.StringIO()
+    sys.stdout, sys.stderr = out, err
+    try:
+        result = run()
+        result.plan_text()  # serialized here, meanwhile, instead of in the parent after it
+        payload = pickle.dumps((result, out.getvalue(), err.getvalue()), protocol=pickle.HIGHEST_PROTOCOL)
+    except BaseException:  # noqa: BLE001 - not reported: the stack runs again, and that run says what is wrong
+        payload = b""
+    writer.send_bytes(payload)
+    writer.close()
+
+
+def _same(guess: Any, real: Any) -> bool:
+    """Whether guessed exports are exactly the real ones: JSON-like data of the same types all the way down (1 is
+    neither 1.0 nor True) and mappings in the same order; anything else (an asset, an unknown) never is."""
+    if type(guess) is not type(real):
+        return False
+    if isinstance(guess, dict):
+        return list(guess) == list(real) and all(_same(guess[k], real[k]) for k in guess)
+    if isinstance(guess, (list, tuple)):
+        return len(guess) == len(real) and all(_same(g, r) for g, r in zip(guess, real, strict=True))
+    return isinstance(guess, (str, int, float, bool, type(None))) and bool(guess == real)

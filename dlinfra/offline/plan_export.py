@@ -56,6 +56,11 @@ class StackResult:
     secret_outputs: set[str] = field(default_factory=set)
     seconds: float = 0.0  # how long the offline run took (for a cached result: the run that made it)
     cached: bool = False  # reused from the plan cache (dlinfra.offline.cache), not run again
+    text: PlanText | None = field(default=None, repr=False, compare=False)  # plan_text(), once made
+
+    def exports(self) -> dict[str, Any]:
+        """What the stacks that read this one get from it (their StackReferences' outputs), unmasked."""
+        return {"outputs": self.outputs, "secret": sorted(self.secret_outputs)}
 
     def masked_outputs(self) -> dict[str, Any]:
         """The stack outputs as the plan export shows them: secrets read "[secret]"."""
@@ -63,18 +68,51 @@ class StackResult:
 
     def plan(self, project: str) -> dict[str, Any]:
         """The plan export: JSON-ready, secrets masked."""
+        return {"schema": PLAN_SCHEMA, "project": project, **self._declared()}
+
+    def plan_text(self) -> PlanText:
+        """The plan export as write_plan writes it, but for the members that name the run (project, provenance):
+        serialized once, then kept with the result, and so in the plan cache with it."""
+        if self.text is None:
+            self.text = PlanText.of({"schema": PLAN_SCHEMA, **self._declared()})
+        return self.text
+
+    def _declared(self) -> dict[str, Any]:
+        """The plan export but for its schema and project: what the stack declares."""
         by_type: dict[str, int] = {}
         for r in self.resources:
             by_type[r.type] = by_type.get(r.type, 0) + 1
         return {
-            "schema": PLAN_SCHEMA,
-            "project": project,
             "stack": self.role.name,
             "role": {"kind": self.role.kind, "environment": self.role.environment, "region": self.role.region},
             "resources": [_resource_json(r) for r in sorted(self.resources, key=lambda r: r.urn)],
             "outputs": self.masked_outputs(),
             "summary": {"resources": len(self.resources), "by_type": dict(sorted(by_type.items()))},
         }
+
+
+@dataclass(frozen=True)
+class PlanText:
+    """Members of a plan export's top-level object, each as its text in the written file: the file is then composed
+    from them with those that change from run to run, byte for byte what json.dumps(indent=2, sort_keys=True) of
+    the whole would write (a member's value is written as on its own, one level in)."""
+
+    members: Mapping[str, str]  # key -> the text of its value
+
+    @classmethod
+    def of(cls, members: Mapping[str, Any]) -> PlanText:
+        return cls({key: _member_text(value) for key, value in members.items()})
+
+    def compose(self, more: Mapping[str, Any]) -> str:
+        """The file's text with `more` members (the project, the provenance) added."""
+        members = {**self.members, **{key: _member_text(value) for key, value in more.items()}}
+        body = ",\n".join(f"  {json.dumps(key)}: {members[key]}" for key in sorted(members))
+        return "{\n" + body + "\n}\n"
+
+
+def _member_text(value: Any) -> str:
+    # A string never holds a raw line break in JSON, so every line break is the encoder's, one level deeper.
+    return json.dumps(value, indent=2, sort_keys=True).replace("\n", "\n  ")
 
 
 def _asset(value: Any) -> Any:
@@ -169,8 +207,8 @@ def write_plan(result: StackResult, project: str, out_dir: Path, provenance: Map
     """Write build/plans/<stack>.json (sorted keys, stable across runs), with what it was made from."""
     out_dir.mkdir(parents=True, exist_ok=True)
     path = out_dir / f"{result.role.name}.json"
-    data = result.plan(project)
+    more: dict[str, Any] = {"project": project}
     if provenance is not None:
-        data["provenance"] = dict(provenance)
-    path.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
+        more["provenance"] = dict(provenance)
+    path.write_text(result.plan_text().compose(more))
     return path

@@ -22,18 +22,32 @@ SERVED_DIRS = ("dlinfra", "components", "stacks", "policy")
 SERVED_FILES = ("Pulumi.yaml", "pyproject.toml")
 IDLE_SECONDS = 1800.0  # a server nobody has used for this long exits
 
-# What a dlinfra command imports, imported once by the server: every command module, the programs' modules, the
-# checks, and (warm) the provider SDK modules of every resource type dlinfra declares.
+# What a dlinfra command imports, imported once by the server: every command module, the programs' modules (each
+# role's, which stacks.program imports only when a stack of that role runs), the checks, and (warm) the provider SDK
+# modules of every resource type dlinfra declares.
 DLINFRA_PRELOAD = (
     "dlinfra.cli.main",
     "dlinfra.offline.preview",
     "dlinfra.checks.runner",
     "dlinfra.checks.reach.check",
     "dlinfra.review.diff.revisions",
+    "dlinfra.review.diff.render",
     "dlinfra.review.cost",
     "stacks.program",
+    "stacks.regional",
+    "stacks.in_cluster",
+    "stacks.global_stack",
 )
-DLINFRA_WARM = ("dlinfra.offline.parallel:preload_sdk_modules",)
+DLINFRA_WARM = (
+    "dlinfra.offline.parallel:preload_sdk_modules",
+    # The packaged data tables that validating a fleet and running its stacks read, each parsed once per process
+    # (functools.cache): 25 ms of every served preview or diff, parsed in its fork again without these.
+    "dlinfra.model.instances:packaged_types",
+    "dlinfra.model.quotas:table",
+    "dlinfra.model.gpu_sharing:table",
+    "dlinfra.model.gpu_health:table",
+    "dlinfra.model.regions:known_regions",
+)
 # checkov reads these when it is imported, so the server is started with them (dlinfra.checks.checkov).
 CHECKOV_ENV = {"LOG_LEVEL": "WARNING", "BC_SKIP_MAPPING": "TRUE"}
 

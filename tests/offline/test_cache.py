@@ -3,7 +3,10 @@ read is its slice of the fleet (a change to another environment leaves its plans
 
 from __future__ import annotations
 
+import collections
 import contextlib
+import dataclasses
+import enum
 import io
 import json
 from collections.abc import Callable
@@ -213,3 +216,24 @@ def test_a_stacks_own_images_manifest_is_what_its_key_and_provenance_hash(tmp_pa
         for images in ({"staging-us-west-2": "a"}, {"staging-us-west-2": "b"})
     ]
     assert keys[0] != keys[1]
+
+
+def test_canonical_data_is_plain_json_whatever_the_types() -> None:
+    """Exact dicts, lists and scalars are taken as they are; subclasses and other types by the rules."""
+
+    class Level(enum.IntEnum):
+        LOW = 1
+
+    @dataclasses.dataclass(frozen=True)
+    class Hop:
+        at: str
+
+    Pair = collections.namedtuple("Pair", "a b")
+    value = {"plain": [1, 2.5, "x", None, True], Level.LOW: (Level.LOW, Pair(1, 2)), "set": {3, 1}, "hop": Hop("r")}
+    assert slices.canonical(value) == {
+        "plain": [1, 2.5, "x", None, True],
+        "1": [1, [1, 2]],
+        "set": [1, 3],
+        "hop": {"__class__": "Hop", "at": "r"},
+    }
+    assert type(slices.canonical(value)["1"][0]) is int  # the enum's value, not the enum

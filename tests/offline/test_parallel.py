@@ -4,6 +4,7 @@ the provider SDK modules they need are found and imported before forking."""
 from __future__ import annotations
 
 import json
+import os
 import textwrap
 from pathlib import Path
 from typing import Any
@@ -12,7 +13,7 @@ import pytest
 
 from dlinfra.cli import main as cli
 from dlinfra.model.stackroles import StackRole
-from dlinfra.offline import engine, parallel, plan_export
+from dlinfra.offline import cache, engine, parallel, plan_export
 from tests.conftest import REFERENCE_FLEET, REFERENCE_LOCK
 
 WEST = StackRole("regional", "prod", "us-west-2")
@@ -140,3 +141,128 @@ def test_sdk_classes_are_found_through_the_sdks_registry() -> None:
     assert parallel.sdk_class("dlinfra:network:Network") is None  # a component: no provider SDK declares it
     # Every module a worker needs is imported before forking: the ones of every type the programs declare.
     assert {"pulumi_aws.ec2", "pulumi_aws.eks", "pulumi_kubernetes.helm.v3"} <= set(parallel.preload_sdk_modules())
+
+
+K8S = StackRole("k8s", "prod", "us-west-2")
+READER = {K8S: [WEST]}
+
+# The regional stack exports its VPC's block (config t:cidr); the in-cluster stack reads it through StackReference,
+# declares a subnet with it and says so. Each run leaves a file naming its stack and process.
+READER_PROGRAM = """
+import os
+from pathlib import Path
+
+import pulumi
+import pulumi_aws as aws
+
+stack = pulumi.get_stack()
+(Path(RUNS) / f"{stack} {os.getpid()}").touch()
+if stack == "prod-us-west-2":
+    cidr = pulumi.Config().require("cidr")
+    vpc = aws.ec2.Vpc("vpc", cidr_block=cidr)
+    pulumi.export("vpc_id", vpc.id)
+    pulumi.export("cidr", cidr)
+else:
+    print(f"{stack}: declaring")
+    if FAILING == "always" or (FAILING == "elsewhere" and os.getpid() != PARENT):
+        raise ValueError("no subnet for you")
+    ref = pulumi.StackReference("prod-us-west-2", stack_name="organization/t/prod-us-west-2")
+    aws.ec2.Subnet("subnet", vpc_id=ref.get_output("vpc_id"), cidr_block=ref.get_output("cidr"))
+    ref.get_output("cidr").apply(lambda cidr: print(f"{stack}: subnet {cidr}"))
+"""
+
+
+def _reader_program(tmp_path: Path, failing: str = "") -> Path:
+    """The reader program; `failing`: "always", or "elsewhere" (the in-cluster stack fails outside this process)."""
+    (tmp_path / "runs").mkdir(exist_ok=True)
+    path = tmp_path / "reader.py"
+    head = f"RUNS = {str(tmp_path / 'runs')!r}\nFAILING = {failing!r}\nPARENT = {os.getpid()}\n"
+    path.write_text(head + textwrap.dedent(READER_PROGRAM))
+    return path
+
+
+def _run_reader(
+    tmp_path: Path, program: Path, *, cidr: str, version: str, jobs: int = 2
+) -> tuple[list[plan_export.StackResult], cache.StackCache, dict[str, set[int]]]:
+    """Both stacks with the plan cache (a new `version` of the environment: every key new); the results, the cache,
+    and the processes each stack ran in."""
+    for old in (tmp_path / "runs").iterdir():
+        old.unlink()
+    store = cache.StackCache(
+        folder=tmp_path / "cache", root=tmp_path, common={}, environments={"prod": version}, dependencies=READER
+    )
+    results = parallel.run_parallel(
+        tmp_path, [WEST, K8S], READER, project="t", config={"t:cidr": cidr}, jobs=jobs, program=program, cache=store
+    )
+    runs: dict[str, set[int]] = {}
+    for run in (tmp_path / "runs").iterdir():
+        stack, pid = run.name.split()
+        runs.setdefault(stack, set()).add(int(pid))
+    return results, store, runs
+
+
+def _subnet_block(result: plan_export.StackResult) -> str:
+    subnet = next(r for r in result.plan("t")["resources"] if r["type"] == "aws:ec2/subnet:Subnet")
+    return str(subnet["inputs"]["cidrBlock"])
+
+
+def test_a_reader_started_on_a_right_guess_is_kept_and_matches_a_sequential_run(
+    tmp_path: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    program = _reader_program(tmp_path)
+    _run_reader(tmp_path, program, cidr="10.1.0.0/16", version="before")  # the cache learns the VPC's exports
+    capfd.readouterr()
+    results, store, runs = _run_reader(tmp_path, program, cidr="10.1.0.0/16", version="after")
+    assert runs[WEST.name] == {os.getpid()}
+    assert os.getpid() not in runs[K8S.name]  # ran meanwhile, in a forked process, on the guess
+    assert capfd.readouterr().out.splitlines() == [f"{K8S.name}: declaring", f"{K8S.name}: subnet 10.1.0.0/16"]
+    sequential = engine.run_all(tmp_path, [WEST, K8S], project="t", config={"t:cidr": "10.1.0.0/16"}, program=program)
+    assert _plans(results) == _plans(sequential)
+    assert store.ran == [WEST.name, K8S.name]
+    assert store.stored(K8S, store.key(K8S, {WEST.name: results[0].exports()}))  # under the real exports' key
+
+
+def test_a_reader_started_on_a_wrong_guess_runs_again_with_the_real_exports(
+    tmp_path: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    program = _reader_program(tmp_path)
+    _run_reader(tmp_path, program, cidr="10.1.0.0/16", version="before")
+    capfd.readouterr()
+    results, _, runs = _run_reader(tmp_path, program, cidr="10.2.0.0/16", version="after")
+    assert _subnet_block(results[1]) == "10.2.0.0/16"
+    assert os.getpid() in runs[K8S.name]  # the guess (10.1.0.0/16) was dropped, and the stack ran here
+    assert capfd.readouterr().out.splitlines() == [f"{K8S.name}: declaring", f"{K8S.name}: subnet 10.2.0.0/16"]
+    sequential = engine.run_all(tmp_path, [WEST, K8S], project="t", config={"t:cidr": "10.2.0.0/16"}, program=program)
+    assert _plans(results) == _plans(sequential)
+
+
+def test_a_guessed_runs_failure_counts_only_when_the_real_run_fails_too(
+    tmp_path: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    program = _reader_program(tmp_path, failing="elsewhere")
+    _run_reader(tmp_path, program, cidr="10.1.0.0/16", version="before")
+    capfd.readouterr()
+    results, _, runs = _run_reader(tmp_path, program, cidr="10.1.0.0/16", version="after")
+    assert len(runs[K8S.name]) == 2  # failed in the forked process, then ran here
+    assert _subnet_block(results[1]) == "10.1.0.0/16"
+    assert capfd.readouterr().out.count(f"{K8S.name}: declaring") == 1  # the failed run's output is not shown
+    failing = _reader_program(tmp_path, failing="always")
+    with pytest.raises(engine.EngineError) as caught:
+        _run_reader(tmp_path, failing, cidr="10.1.0.0/16", version="failing")
+    assert str(caught.value).count("no subnet for you") == 1  # the real run's failure, once
+
+
+def test_no_guess_without_a_second_process(tmp_path: Path) -> None:
+    program = _reader_program(tmp_path)
+    _run_reader(tmp_path, program, cidr="10.1.0.0/16", version="before")
+    _, _, runs = _run_reader(tmp_path, program, cidr="10.1.0.0/16", version="after", jobs=1)
+    assert runs == {WEST.name: {os.getpid()}, K8S.name: {os.getpid()}}
+
+
+def test_exports_are_the_same_only_when_equal_in_type_and_order() -> None:
+    assert parallel._same({"a": [1, "x", None], "b": 2.5}, {"a": [1, "x", None], "b": 2.5})
+    assert not parallel._same({"a": 1}, {"a": 1.0})
+    assert not parallel._same({"a": True}, {"a": 1})
+    assert not parallel._same({"a": 1, "b": 2}, {"b": 2, "a": 1})
+    assert not parallel._same([1, 2], [1, 2, 3])
+    assert not parallel._same({"a": object()}, {"a": object()})

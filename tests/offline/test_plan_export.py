@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import textwrap
+from dataclasses import replace
 from pathlib import Path
 
-from dlinfra.offline import engine, plan_export
+from dlinfra.offline import cache, engine, plan_export
+from tests import reference
 from tests.conftest import ROOT
 from tests.offline.programs import ROLE, run_program
 
@@ -46,3 +49,18 @@ def test_kubernetes_objects_become_manifests(tmp_path: Path) -> None:
     assert plan_export.manifests(result) == [{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "team-a"}}]
     path = plan_export.write_manifests(result, tmp_path / "manifests")
     assert path is not None and "kind: Namespace" in path.read_text()
+
+
+def test_plans_are_written_as_json_dumps_writes_them_whether_run_or_reused(tmp_path: Path) -> None:
+    """write_plan composes the file from text kept with the result (and in the plan cache); on the reference fleet's
+    plans, with and without provenance, it is byte for byte the json.dumps of the whole plan."""
+    store = cache.StackCache(folder=tmp_path / "cache", root=ROOT, common={}, environments={}, dependencies={})
+    for fresh in reference.runs().values():
+        ran = replace(fresh, text=None)  # the shared run's result, without text made by another test
+        store.store(ran.role, "key", ran)
+        reused = store.load(ran.role, "key")
+        assert reused is not None and reused.text == ran.text is not None  # the entry holds the text
+        for result, provenance in itertools.product((ran, reused), (None, reference.provenance())):
+            plan = fresh.plan("lab") | ({"provenance": provenance} if provenance else {})
+            written = plan_export.write_plan(result, "lab", tmp_path / "plans", provenance).read_bytes()
+            assert written == (json.dumps(plan, indent=2, sort_keys=True) + "\n").encode(), result.role.name

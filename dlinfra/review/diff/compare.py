@@ -95,6 +95,10 @@ def compare_stack(
         if new_urn is None:
             continue
         new = after[new_urn]
+        if old == new and not identities:
+            # The same resource, inputs and options (most of any plan): nothing below can find a change, as what
+            # it compares (normal() of each input) is equal where the values are.
+            continue
         note = ""
         if new_urn != urn:
             note = f"renamed from {old['name']} (alias)" if old["name"] != new["name"] else "moved (alias)"
