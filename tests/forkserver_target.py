@@ -21,6 +21,13 @@ def main(argv: list[str]) -> int:
         print(f"sleeping {os.getpid()}", flush=True)
         time.sleep(float(argv[1]))
         return 0
+    if mode == "workers":  # a command that started a process of its own, as a preview starts its workers
+        import subprocess
+
+        worker = subprocess.Popen(["sleep", "600"])
+        print(f"sleeping {os.getpid()} {worker.pid}", flush=True)
+        time.sleep(600)
+        return 0
     if mode == "exit":
         sys.exit(int(argv[1]))
     if mode == "settings":  # what a process inherits besides its environment

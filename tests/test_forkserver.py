@@ -217,6 +217,17 @@ def _exited(pid: int) -> bool:
         return True
 
 
+def test_a_gone_caller_stops_the_processes_its_command_started(server: Path) -> None:
+    caller = _client(server, ["t", "workers"])
+    try:
+        words = _line(caller.stdout, "the command's start").split()
+        child, worker = int(words[1]), int(words[2])
+    finally:
+        caller.kill()
+        caller.wait(WAIT_SECONDS)
+    assert _gone(child) and _gone(worker), "the command's own process outlived its caller"
+
+
 def test_a_timeout_kills_the_command(server: Path) -> None:
     # The limit under test, not a wait for an event: the command sleeps 600 s, so a loaded machine only makes the
     # kill come later, never a correct run fail.
@@ -232,6 +243,12 @@ def test_a_malformed_request_is_refused_and_the_server_goes_on(server: Path) -> 
         socket.send_fds(raw, [struct.pack("!I", len(body)) + body], [null.fileno()] * 3)
         raw.settimeout(WAIT_SECONDS)
         assert raw.recv(4096).startswith(b"refused")
+    for body in (b'{"protocol": 2, "argv": [1], "env": {}, "cwd": "/"}', b'{"protocol": 2, "argv": ["x"], "env": {}}'):
+        with socket.socket(socket.AF_UNIX) as raw, open(os.devnull) as null:
+            raw.connect(str(server))
+            socket.send_fds(raw, [struct.pack("!I", len(body)) + body], [null.fileno()] * 3)
+            raw.settimeout(WAIT_SECONDS)
+            assert raw.recv(4096).startswith(b"refused"), body
     assert _call(server, ["target", "echo"])[0] == 0
 
 

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
 import functools
 import importlib
 import io
 import multiprocessing
+import os
 import pickle
+import signal
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from concurrent import futures
@@ -188,8 +192,14 @@ class _Schedule:
         """Run stacks in this process until none is left: `batch`, then what becomes ready as they finish; with
         jobs > 1, the stacks that wait on a lone first stack alone also run meanwhile (speculate)."""
         run = functools.partial(run_stack, root, project=project, config=dict(config), program=program)
-        guessed = self.speculate(batch, run, slots=jobs - 1)
+        guessed: dict[StackRole, _Speculation] = {}
         try:
+            try:
+                guessed = self.speculate(batch, run, slots=jobs - 1, into=guessed)
+            except Exception:  # noqa: BLE001 - a guess is optional: without it (no fork, no readable exports) runs go on
+                for speculation in guessed.values():
+                    speculation.stop()
+                guessed = {}
             while batch:
                 for role, refs in batch:  # a wrong guess is stopped first, to free its processor for the real run
                     if role in guessed and not _same(guessed[role].refs, refs):
@@ -215,7 +225,12 @@ class _Schedule:
                 speculation.stop()
 
     def speculate(
-        self, batch: list[tuple[StackRole, dict[str, Any]]], run: Callable[..., StackResult], *, slots: int
+        self,
+        batch: list[tuple[StackRole, dict[str, Any]]],
+        run: Callable[..., StackResult],
+        *,
+        slots: int,
+        into: dict[StackRole, _Speculation],
     ) -> dict[StackRole, _Speculation]:
         """Start, in up to `slots` forked processes, the stacks that wait on the lone stack of `batch` alone, with
         the exports it gave the last time it ran (the plan cache keeps them): when it gives the same again, they are
@@ -227,7 +242,7 @@ class _Schedule:
         if guess is None:
             return {}
         exports = {**self.exports, lone.name: guess}
-        started: dict[StackRole, _Speculation] = {}
+        started = into  # filled as they start, so that the caller stops them whatever happens next
         with quiescence.frozen():  # see in_workers
             for role in self.waiting:
                 needs = self.needs[role]
@@ -255,7 +270,10 @@ class _Schedule:
         # engine thread is copied into them.
         preload_sdk_modules()
         context = multiprocessing.get_context("fork")
-        with quiescence.frozen(), futures.ProcessPoolExecutor(jobs, mp_context=context) as pool:
+        with (
+            quiescence.frozen(),
+            futures.ProcessPoolExecutor(jobs, mp_context=context, initializer=die_with_parent) as pool,
+        ):
             running: dict[futures.Future[StackResult], StackRole] = {}
 
             def submit(batch: list[tuple[StackRole, dict[str, Any]]]) -> None:
@@ -305,7 +323,7 @@ class _Speculation:
         # fork: the process starts with everything this one imported, and runs one program; nothing to set up.
         context = multiprocessing.get_context("fork")
         reader, writer = context.Pipe(duplex=False)
-        process = context.Process(target=_speculate, args=(run, writer), daemon=True)
+        process = context.Process(target=_speculate, args=(run, writer, reader), daemon=True)
         process.start()
         writer.close()
         return cls(refs=refs, process=process, reader=reader)
@@ -334,8 +352,11 @@ class _Speculation:
         self.reader.close()
 
 
-def _speculate(run: Callable[[], StackResult], writer: Connection) -> None:
-    """A speculation's process: its result and what it printed, pickled to the pipe; nothing when it fails."""
+def _speculate(run: Callable[[], StackResult], writer: Connection, reader: Connection) -> None:
+    """A speculation's process: its result and what it printed, pickled to the pipe; nothing when it fails. It
+    holds no read end of its pipe (a write nobody reads then fails instead of waiting), and dies with its parent."""
+    reader.close()
+    die_with_parent()
     # What it prints is kept with its result, shown only if the result is (new streams also hold none of the locks
     # another thread of the parent may have held on the old ones when it forked).
     out, err = io.StringIO(), io.StringIO()
@@ -359,4 +380,20 @@ def _same(guess: Any, real: Any) -> bool:
         return list(guess) == list(real) and all(_same(guess[k], real[k]) for k in guess)
     if isinstance(guess, (list, tuple)):
         return len(guess) == len(real) and all(_same(g, r) for g, r in zip(guess, real, strict=True))
-    return isinstance(guess, (str, int, float, bool, type(None))) and bool(guess == real)
+    if isinstance(guess, float):
+        return repr(guess) == repr(real)  # -0.0 is not 0.0 (json writes them differently), and nan is never equal
+    return isinstance(guess, (str, int, bool, type(None))) and bool(guess == real)
+
+
+def die_with_parent() -> None:
+    """Have the kernel kill this process when the process that forked it dies, however it dies (Linux; elsewhere
+    nothing): a worker or a speculation is then never left behind by a preview killed mid-run."""
+    with contextlib.suppress(OSError, AttributeError):
+        parent = os.getppid()
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+        if os.getppid() != parent:  # it died before the request took effect
+            os._exit(1)
+
+
+_PR_SET_PDEATHSIG = 1  # linux/prctl.h

@@ -64,8 +64,7 @@ def call(
         try:
             last = reader.readline().split()
         except TimeoutError:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(child, signal.SIGKILL)
+            _signal_group(child, signal.SIGKILL)
             raise TimeoutError(f"the command ran longer than {timeout} s; its process ({child}) was killed") from None
         finally:
             for signum, handler in handlers.items():
@@ -112,17 +111,14 @@ def _forwarding(child: int) -> dict[int, Any]:
     ignores (nohup: SIGHUP) stays ignored here, as the command ignores it too (forkserver's request)."""
 
     def forward(signum: int, _frame: object) -> None:
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(child, signum)
+        _signal_group(child, signum)
 
     def stop(_signum: int, _frame: object) -> None:  # Ctrl-Z: the command stops, then this process; fg resumes both
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(child, signal.SIGTSTP)
+        _signal_group(child, signal.SIGTSTP)
         signal.signal(signal.SIGTSTP, signal.SIG_DFL)
         os.kill(os.getpid(), signal.SIGTSTP)
         signal.signal(signal.SIGTSTP, stop)
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(child, signal.SIGCONT)
+        _signal_group(child, signal.SIGCONT)
 
     replaced: dict[int, Any] = {}
     for signum in FORWARDED:
@@ -132,3 +128,13 @@ def _forwarding(child: int) -> dict[int, Any]:
         replaced[signal.SIGTSTP] = signal.signal(signal.SIGTSTP, stop)
     replaced[signal.SIGCONT] = signal.signal(signal.SIGCONT, forward)
     return replaced
+
+
+def _signal_group(child: int, signum: int) -> None:
+    """Signal the command's process group (the command leads it: forkserver), so its workers get what a terminal
+    would send them; the command alone when it leads none yet."""
+    try:
+        os.killpg(child, signum)
+    except (ProcessLookupError, PermissionError):
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(child, signum)

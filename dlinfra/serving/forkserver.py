@@ -252,8 +252,7 @@ class _Server:
                 if gone:
                     sock.close()
                     running.conn = None
-                    with contextlib.suppress(ProcessLookupError):
-                        os.kill(pid, signal.SIGTERM)  # as a terminal closing on a command
+                    _signal_group(pid, signal.SIGTERM)  # as a terminal closing on a command
                 return
 
     def _receive(self, conn: socket.socket) -> None:
@@ -300,13 +299,15 @@ class _Server:
                 _run(request, fds, self.target, self.kind, self.streams)
             finally:
                 os._exit(70)
+        with contextlib.suppress(OSError):
+            os.setpgid(pid, pid)  # as the child does itself: whichever runs first, it leads its own group
         for fd in fds:
             os.close(fd)
         conn.setblocking(True)
         try:
             conn.sendall(f"pid {pid}\n".encode())
         except OSError:
-            os.kill(pid, signal.SIGTERM)
+            _signal_group(pid, signal.SIGTERM)
             conn.close()
             self.running[pid] = _Running(None)
             return
@@ -335,16 +336,15 @@ class _Server:
             running.conn.close()
 
     def _stop_children(self) -> None:
-        for pid in list(self.running):
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGTERM)
+        started = list(self.running)
+        for pid in started:
+            _signal_group(pid, signal.SIGTERM)
         deadline = time.monotonic() + STOP_GRACE_SECONDS
         while self.running and time.monotonic() < deadline:
             self._reap()
             time.sleep(0.05)
-        for pid in list(self.running):
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
+        for pid in started:  # a command's own workers too, even where the command itself has ended
+            _signal_group(pid, signal.SIGKILL)
         while self.running:
             self._reap()
             time.sleep(0.01)
@@ -352,13 +352,27 @@ class _Server:
             self._drop(conn)
 
 
+def _signal_group(pid: int, signum: int) -> None:
+    """Signal a command's process group: the command and every process it started (its workers), as a terminal
+    signals its foreground job."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pid, signum)
+
+
 def _check(request: Any, fds: list[int]) -> None:
     if not isinstance(request, dict) or request.get("protocol") != PROTOCOL:
         raise ValueError(f"not a protocol {PROTOCOL} request")
     if len(fds) != 3:
         raise ValueError(f"{len(fds)} streams, not 3")
-    if not isinstance(request["argv"], list) or not isinstance(request["env"], dict) or not request["argv"]:
-        raise ValueError("argv or environment missing")
+    argv, env, cwd = request.get("argv"), request.get("env"), request.get("cwd")
+    if not isinstance(argv, list) or not argv or not all(isinstance(word, str) for word in argv):
+        raise ValueError("argv is not a list of strings")
+    if not isinstance(env, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in env.items()):
+        raise ValueError("the environment is not a mapping of strings")
+    if not isinstance(cwd, str):
+        raise ValueError("no working directory")
+    if not isinstance(request.get("process", {}), dict):
+        raise ValueError("process settings are not a mapping")
 
 
 def _close(conn: socket.socket, fds: list[int]) -> None:
@@ -395,7 +409,9 @@ def _identity(path: Path) -> tuple[int, int]:
 
 def _run(request: dict[str, Any], fds: list[int], target: Callable[..., Any], kind: str, streams: _Streams) -> None:
     """In the child: become the caller's process (streams, directory, environment, settings), run, and exit as the
-    caller's own process would have."""
+    caller's own process would have. It leads a process group of its own, which its signals go to."""
+    with contextlib.suppress(OSError):
+        os.setpgid(0, 0)
     for number, fd in enumerate(fds):
         os.dup2(fd, number)
         os.close(fd)

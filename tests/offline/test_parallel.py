@@ -5,7 +5,11 @@ from __future__ import annotations
 
 import json
 import os
+import selectors
+import subprocess
+import sys
 import textwrap
+import time
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +18,7 @@ import pytest
 from dlinfra.cli import main as cli
 from dlinfra.model.stackroles import StackRole
 from dlinfra.offline import cache, engine, parallel, plan_export
-from tests.conftest import REFERENCE_FLEET, REFERENCE_LOCK
+from tests.conftest import REFERENCE_FLEET, REFERENCE_LOCK, ROOT
 
 WEST = StackRole("regional", "prod", "us-west-2")
 EAST = StackRole("regional", "prod", "us-east-1")
@@ -37,6 +41,9 @@ else:
     vpc = aws.ec2.Vpc("vpc", cidr_block="10.0.0.0/16")
     pulumi.export("vpc_id", vpc.id)
 """
+
+
+WAIT_SECONDS = 120.0  # every wait returns as soon as its event happens
 
 
 def _program(tmp_path: Path, failing: str = "") -> Path:
@@ -266,3 +273,37 @@ def test_exports_are_the_same_only_when_equal_in_type_and_order() -> None:
     assert not parallel._same({"a": 1, "b": 2}, {"b": 2, "a": 1})
     assert not parallel._same([1, 2], [1, 2, 3])
     assert not parallel._same({"a": object()}, {"a": object()})
+    assert not parallel._same({"a": -0.0}, {"a": 0.0}), "json writes them differently"
+    assert parallel._same({"a": float("nan")}, {"a": float("nan")}), "the same export, so the same run"
+
+
+def test_a_speculation_or_worker_dies_with_the_preview_that_forked_it() -> None:
+    """A preview killed mid-run (SIGKILL: no finally runs) leaves none of its forked processes behind."""
+    script = (
+        "import multiprocessing, os, sys, time\n"
+        "from dlinfra.offline import parallel\n"
+        "def child():\n"
+        "    parallel.die_with_parent()\n"
+        "    print(os.getpid(), flush=True)\n"
+        "    time.sleep(600)\n"
+        "p = multiprocessing.get_context('fork').Process(target=child)\n"
+        "p.start()\n"
+        "time.sleep(600)\n"
+    )
+    preview = subprocess.Popen([sys.executable, "-c", script], cwd=ROOT, stdout=subprocess.PIPE)
+    try:
+        assert preview.stdout is not None
+        with selectors.DefaultSelector() as sel:
+            sel.register(preview.stdout, selectors.EVENT_READ)
+            assert sel.select(WAIT_SECONDS), "the forked process did not start"
+        forked = int(preview.stdout.readline())
+        preview.kill()
+        preview.wait(WAIT_SECONDS)
+        deadline = time.monotonic() + WAIT_SECONDS
+        while Path(f"/proc/{forked}").exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not Path(f"/proc/{forked}").exists(), "the forked process outlived the preview"
+    finally:
+        if preview.poll() is None:
+            preview.kill()
+            preview.wait(WAIT_SECONDS)
