@@ -3,7 +3,6 @@ command ended."""
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import signal
@@ -13,7 +12,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from dlinfra.serving.forkserver import LENGTH, PROTOCOL, peer_uid, private_folder, process_settings
+from dlinfra.serving.forkserver import LENGTH, PROTOCOL, peer_uid, private_folder, process_settings, signal_group
 
 HANDSHAKE_SECONDS = 10.0  # a server that has not started the command by then is passed by: the caller runs it
 # Signals a terminal or a job runner sends that the command must get; Ctrl-Z (SIGTSTP) stops both (below).
@@ -64,7 +63,7 @@ def call(
         try:
             last = reader.readline().split()
         except TimeoutError:
-            _signal_group(child, signal.SIGKILL)
+            signal_group(child, signal.SIGKILL)
             raise TimeoutError(f"the command ran longer than {timeout} s; its process ({child}) was killed") from None
         finally:
             for signum, handler in handlers.items():
@@ -111,14 +110,14 @@ def _forwarding(child: int) -> dict[int, Any]:
     ignores (nohup: SIGHUP) stays ignored here, as the command ignores it too (forkserver's request)."""
 
     def forward(signum: int, _frame: object) -> None:
-        _signal_group(child, signum)
+        signal_group(child, signum)
 
     def stop(_signum: int, _frame: object) -> None:  # Ctrl-Z: the command stops, then this process; fg resumes both
-        _signal_group(child, signal.SIGTSTP)
+        signal_group(child, signal.SIGTSTP)
         signal.signal(signal.SIGTSTP, signal.SIG_DFL)
         os.kill(os.getpid(), signal.SIGTSTP)
         signal.signal(signal.SIGTSTP, stop)
-        _signal_group(child, signal.SIGCONT)
+        signal_group(child, signal.SIGCONT)
 
     replaced: dict[int, Any] = {}
     for signum in FORWARDED:
@@ -128,13 +127,3 @@ def _forwarding(child: int) -> dict[int, Any]:
         replaced[signal.SIGTSTP] = signal.signal(signal.SIGTSTP, stop)
     replaced[signal.SIGCONT] = signal.signal(signal.SIGCONT, forward)
     return replaced
-
-
-def _signal_group(child: int, signum: int) -> None:
-    """Signal the command's process group (the command leads it: forkserver), so its workers get what a terminal
-    would send them; the command alone when it leads none yet."""
-    try:
-        os.killpg(child, signum)
-    except (ProcessLookupError, PermissionError):
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(child, signum)

@@ -252,7 +252,7 @@ class _Server:
                 if gone:
                     sock.close()
                     running.conn = None
-                    _signal_group(pid, signal.SIGTERM)  # as a terminal closing on a command
+                    signal_group(pid, signal.SIGTERM)  # as a terminal closing on a command
                 return
 
     def _receive(self, conn: socket.socket) -> None:
@@ -307,7 +307,7 @@ class _Server:
         try:
             conn.sendall(f"pid {pid}\n".encode())
         except OSError:
-            _signal_group(pid, signal.SIGTERM)
+            signal_group(pid, signal.SIGTERM)
             conn.close()
             self.running[pid] = _Running(None)
             return
@@ -338,13 +338,13 @@ class _Server:
     def _stop_children(self) -> None:
         started = list(self.running)
         for pid in started:
-            _signal_group(pid, signal.SIGTERM)
+            signal_group(pid, signal.SIGTERM)
         deadline = time.monotonic() + STOP_GRACE_SECONDS
         while self.running and time.monotonic() < deadline:
             self._reap()
             time.sleep(0.05)
         for pid in started:  # a command's own workers too, even where the command itself has ended
-            _signal_group(pid, signal.SIGKILL)
+            signal_group(pid, signal.SIGKILL)
         while self.running:
             self._reap()
             time.sleep(0.01)
@@ -352,11 +352,14 @@ class _Server:
             self._drop(conn)
 
 
-def _signal_group(pid: int, signum: int) -> None:
-    """Signal a command's process group: the command and every process it started (its workers), as a terminal
-    signals its foreground job."""
-    with contextlib.suppress(ProcessLookupError, PermissionError):
+def signal_group(pid: int, signum: int) -> None:
+    """Signal a command's process group (the command leads it): the command and every process it started (its
+    workers), as a terminal signals its foreground job; the command alone when it leads none."""
+    try:
         os.killpg(pid, signum)
+    except (ProcessLookupError, PermissionError):
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signum)
 
 
 def _check(request: Any, fds: list[int]) -> None:

@@ -4,20 +4,18 @@ writes is the one they read."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import subprocess
-import sys
 from collections.abc import Callable
 from pathlib import Path
-from types import ModuleType
 
 import pytest
 
 from components import dev_box
 from dlinfra.model import dev_boxes
 from dlinfra.model.fleet.devboxes import DEFAULT_IDLE_MINUTES
+from tests.chef._gpu_check import cookbook_file
 from tests.chef.test_cookbooks import CHEF, render, run
 
 PATH = CHEF / "cookbooks" / "dlinfra_devbox" / "files" / "devbox_idle.py"
@@ -25,16 +23,7 @@ ATTRIBUTES = (CHEF / "cookbooks" / "dlinfra_devbox" / "attributes" / "default.rb
 BASE_ATTRIBUTES = (CHEF / "cookbooks" / "dlinfra_base" / "attributes" / "default.rb").read_text()
 
 
-def _load() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("devbox_idle", PATH)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["devbox_idle"] = module  # dataclasses look their module up while the file runs
-    spec.loader.exec_module(module)
-    return module
-
-
-idle = sys.modules.get("devbox_idle") or _load()
+idle = cookbook_file("devbox_idle", PATH)
 LIMITS = idle.Thresholds(idle_seconds=3600, gpu_percent=5, load=0.5, cpu_seconds=3.0, io_bytes=1 << 20)
 PERSON_UID = 2**30 + 2**29 + 7  # team_storage.posix_id's range: far above login.defs UID_MIN
 
